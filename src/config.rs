@@ -1,0 +1,750 @@
+//! Configuration: built-in defaults < YAML file < command-line flags.
+//!
+//! The file is read into a YAML value tree and walked by hand rather than deserialised with
+//! serde's `deny_unknown_fields`, because serde stops at the first problem while operators want
+//! every problem of a file in one pass, each with its path
+//! (`scheduling.queue.total: must be >= 0`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::{self, Write as _};
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde_norway::{Mapping, Value};
+
+use crate::scheduler::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
+
+/// The address `serve` listens on when neither file nor flag names one.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+
+/// Largest accepted cap or queue bound: far above any real installation, low enough that a
+/// typo (an extra zero or six) is caught instead of silently allowing unbounded memory.
+const MAX_COUNT: u64 = 1_000_000;
+const MAX_LEASE_MS: u64 = 3_600_000;
+const MIN_LEASE_MS: u64 = 10;
+const MAX_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
+
+/// The resolved, validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Serve on a non-loopback address without credentials.
+    pub insecure: bool,
+    pub limits: LimitsTable,
+    /// memory.max_rss_mb and memory.soft_ratio as given (the ladder lives in `limits`).
+    pub memory_max_rss_mb: u32,
+    pub memory_soft_ratio: f64,
+    /// The authority's own resident-memory ceiling in MiB; 0 = off.
+    pub authority_max_rss_mb: u64,
+}
+
+/// Values given on the command line; each wins over the file.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub insecure: bool,
+    pub total: Option<u32>,
+    pub per_subject: Option<u32>,
+    pub per_account: Option<u32>,
+    pub queue_total: Option<u32>,
+    pub queue_per_subject: Option<u32>,
+    pub overflow_policy: Option<String>,
+    pub lease_ttl: Option<String>,
+    pub max_rss_mb: Option<u32>,
+}
+
+/// Every problem found, one per line, each starting with its YAML path (or flag).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_char('\n')?;
+            }
+            f.write_str(e)?;
+        }
+        Ok(())
+    }
+}
+
+/// Read and resolve the file at `path` (if any) with `overrides` on top.
+///
+/// Fails with every problem of the file and the flags, or with the read error.
+pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigErrors> {
+    let text = match path {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", p.display())]))?,
+        None => String::new(),
+    };
+    parse(&text, overrides)
+}
+
+/// Resolve YAML text (empty = all defaults) with `overrides` on top.
+///
+/// Fails with every problem found, each naming its path.
+pub fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigErrors> {
+    let root: Value = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_norway::from_str(text)
+            .map_err(|e| ConfigErrors(vec![format!("the file is not valid YAML: {e}")]))?
+    };
+    let mut cx = Cx::default();
+    let file = cx.file(&root);
+    let config = cx.resolve(file, overrides);
+    if cx.errors.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigErrors(cx.errors))
+    }
+}
+
+/// Everything the file said, before defaults and flags.
+#[derive(Default)]
+struct FileConfig {
+    listen: Option<(String, String)>,
+    scheduling: SchedPatch,
+    hosts: BTreeMap<String, SchedPatch>,
+    memory_max_rss_mb: Option<u32>,
+    memory_soft_ratio: Option<f64>,
+    authority_max_rss_mb: Option<u64>,
+}
+
+/// A scheduling block as written: every field optional, so host blocks override field by field.
+#[derive(Clone, Default)]
+struct SchedPatch {
+    total: Option<u32>,
+    per_subject: Option<u32>,
+    per_account: Option<u32>,
+    subjects: BTreeMap<String, u32>,
+    accounts: BTreeMap<String, u32>,
+    queue_total: Option<u32>,
+    queue_per_subject: Option<u32>,
+    queue_hard_total: Option<u32>,
+    overflow: Option<OverflowPolicy>,
+    lease_ttl_ms: Option<u64>,
+    retention_ms: Option<u64>,
+}
+
+impl SchedPatch {
+    /// `over` on top of `self`, field by field (maps merged key by key).
+    fn merged(&self, over: &SchedPatch) -> SchedPatch {
+        let mut subjects = self.subjects.clone();
+        subjects.extend(over.subjects.iter().map(|(k, v)| (k.clone(), *v)));
+        let mut accounts = self.accounts.clone();
+        accounts.extend(over.accounts.iter().map(|(k, v)| (k.clone(), *v)));
+        SchedPatch {
+            total: over.total.or(self.total),
+            per_subject: over.per_subject.or(self.per_subject),
+            per_account: over.per_account.or(self.per_account),
+            subjects,
+            accounts,
+            queue_total: over.queue_total.or(self.queue_total),
+            queue_per_subject: over.queue_per_subject.or(self.queue_per_subject),
+            queue_hard_total: over.queue_hard_total.or(self.queue_hard_total),
+            overflow: over.overflow.or(self.overflow),
+            lease_ttl_ms: over.lease_ttl_ms.or(self.lease_ttl_ms),
+            retention_ms: over.retention_ms.or(self.retention_ms),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Cx {
+    errors: Vec<String>,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+const SCHEDULING_KEYS: &[&str] = &[
+    "total",
+    "per_subject",
+    "per_account",
+    "subjects",
+    "accounts",
+    "queue",
+    "overflow_policy",
+    "lease_ttl",
+    "retention",
+    "max_concurrent_runs",
+    "queue_depth",
+    "max_concurrent_runs_per_scope",
+];
+
+impl Cx {
+    fn err(&mut self, path: &str, msg: impl fmt::Display) {
+        self.errors.push(format!("{path}: {msg}"));
+    }
+
+    /// The mapping at `path`, with unknown keys reported. `Null` (an empty section) is an
+    /// empty mapping.
+    fn mapping<'a>(&mut self, v: &'a Value, path: &str, known: &[&str]) -> Option<&'a Mapping> {
+        static EMPTY: std::sync::OnceLock<Mapping> = std::sync::OnceLock::new();
+        let m = match v {
+            Value::Null => EMPTY.get_or_init(Mapping::new),
+            Value::Mapping(m) => m,
+            _ => {
+                self.err(path, "must be a mapping of keys to values");
+                return None;
+            }
+        };
+        for k in m.keys() {
+            match k.as_str() {
+                Some(k) if known.contains(&k) => {}
+                Some(k) => self.err(
+                    &join(path, k),
+                    format_args!("unknown key (known here: {})", known.join(", ")),
+                ),
+                None => self.err(path, "keys must be strings"),
+            }
+        }
+        Some(m)
+    }
+
+    /// Entries of a map from names (ids) to values, with the names checked.
+    fn named_entries<'a>(&mut self, v: &'a Value, path: &str) -> Vec<(String, &'a Value)> {
+        let m = match v {
+            Value::Null => return Vec::new(),
+            Value::Mapping(m) => m,
+            _ => {
+                self.err(path, "must be a mapping of names to values");
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for (k, v) in m {
+            match k.as_str() {
+                Some(name) => match check_id(name) {
+                    Ok(()) => out.push((name.to_string(), v)),
+                    Err(rule) => self.err(&join(path, name), format_args!("name {rule}")),
+                },
+                None => self.err(path, "names must be strings"),
+            }
+        }
+        out
+    }
+
+    fn count(&mut self, v: &Value, path: &str, min: u64, max: u64) -> Option<u64> {
+        let n = match v {
+            Value::Number(n) => n,
+            _ => {
+                self.err(
+                    path,
+                    format_args!("must be a whole number, got {}", kind(v)),
+                );
+                return None;
+            }
+        };
+        if let Some(u) = n.as_u64() {
+            if u < min {
+                self.err(path, format_args!("must be >= {min}"));
+                None
+            } else if u > max {
+                self.err(path, format_args!("must be <= {max}"));
+                None
+            } else {
+                Some(u)
+            }
+        } else if n.as_i64().is_some() {
+            self.err(path, format_args!("must be >= {min}"));
+            None
+        } else {
+            self.err(path, "must be a whole number");
+            None
+        }
+    }
+
+    fn count32(&mut self, v: &Value, path: &str, min: u64) -> Option<u32> {
+        self.count(v, path, min, MAX_COUNT).map(|n| n as u32)
+    }
+
+    fn duration(&mut self, v: &Value, path: &str, min: u64, max: u64) -> Option<u64> {
+        let Some(s) = v.as_str() else {
+            self.err(
+                path,
+                format_args!(
+                    "must be a duration like 500ms, 30s, 10m or 1h, got {}",
+                    kind(v)
+                ),
+            );
+            return None;
+        };
+        self.duration_str(s, path, min, max)
+    }
+
+    fn duration_str(&mut self, s: &str, path: &str, min: u64, max: u64) -> Option<u64> {
+        match parse_duration_ms(s) {
+            None => {
+                self.err(
+                    path,
+                    format_args!("must be a duration like 500ms, 30s, 10m or 1h, got {s:?}"),
+                );
+                None
+            }
+            Some(ms) if ms < min => {
+                self.err(path, format_args!("must be at least {}", format_ms(min)));
+                None
+            }
+            Some(ms) if ms > max => {
+                self.err(path, format_args!("must be at most {}", format_ms(max)));
+                None
+            }
+            Some(ms) => Some(ms),
+        }
+    }
+
+    fn policy(&mut self, v: &Value, path: &str) -> Option<OverflowPolicy> {
+        let s = v.as_str();
+        match s.and_then(OverflowPolicy::parse) {
+            Some(p) => Some(p),
+            None => {
+                let got = s.map_or_else(|| kind(v).to_string(), |s| format!("{s:?}"));
+                self.err(
+                    path,
+                    format_args!(
+                        "must be one of {}, got {got}",
+                        OverflowPolicy::NAMES.join(", ")
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn file(&mut self, root: &Value) -> FileConfig {
+        let mut f = FileConfig::default();
+        let Some(m) = self.mapping(
+            root,
+            "",
+            &[
+                "listen",
+                "scheduling",
+                "hosts",
+                "memory",
+                "authority",
+                "max_concurrent_runs",
+                "queue_depth",
+                "overflow_policy",
+                "max_concurrent_runs_per_scope",
+                "max_rss_mb",
+            ],
+        ) else {
+            return f;
+        };
+        if let Some(v) = m.get("listen") {
+            match v.as_str() {
+                Some(s) => f.listen = Some((s.to_string(), "listen".into())),
+                None => self.err("listen", "must be an address like 127.0.0.1:50051"),
+            }
+        }
+        if let Some(v) = m.get("scheduling") {
+            f.scheduling = self.scheduling(v, "scheduling");
+        }
+        // gateway.yaml names at the top level, as aliases of the scheduling keys.
+        let top = self.aliases(m, "", &f.scheduling, "scheduling");
+        f.scheduling = f.scheduling.merged(&top);
+        if let Some(v) = m.get("hosts") {
+            for (host, hv) in self.named_entries(v, "hosts") {
+                let path = join("hosts", &host);
+                if let Some(hm) = self.mapping(hv, &path, &["scheduling"]) {
+                    let patch = match hm.get("scheduling") {
+                        Some(sv) => self.scheduling(sv, &join(&path, "scheduling")),
+                        None => SchedPatch::default(),
+                    };
+                    f.hosts.insert(host, patch);
+                }
+            }
+        }
+        if let Some(v) = m.get("memory")
+            && let Some(mm) = self.mapping(v, "memory", &["max_rss_mb", "soft_ratio"])
+        {
+            if let Some(v) = mm.get("max_rss_mb") {
+                f.memory_max_rss_mb = self
+                    .count(v, "memory.max_rss_mb", 0, 100_000_000)
+                    .map(|n| n as u32);
+            }
+            if let Some(v) = mm.get("soft_ratio") {
+                match v.as_f64() {
+                    Some(r) if r > 0.0 && r <= 1.0 => f.memory_soft_ratio = Some(r),
+                    Some(_) => self.err("memory.soft_ratio", "must be > 0 and <= 1"),
+                    None => self.err(
+                        "memory.soft_ratio",
+                        format_args!("must be a number, got {}", kind(v)),
+                    ),
+                }
+            }
+        }
+        if let Some(v) = m.get("max_rss_mb") {
+            if f.memory_max_rss_mb.is_some() {
+                self.err(
+                    "max_rss_mb",
+                    "conflicts with memory.max_rss_mb; give one of them",
+                );
+            } else {
+                f.memory_max_rss_mb = self
+                    .count(v, "max_rss_mb", 0, 100_000_000)
+                    .map(|n| n as u32);
+            }
+        }
+        if let Some(v) = m.get("authority")
+            && let Some(am) = self.mapping(v, "authority", &["max_rss_mb"])
+            && let Some(v) = am.get("max_rss_mb")
+        {
+            f.authority_max_rss_mb = self.count(v, "authority.max_rss_mb", 0, 100_000_000);
+        }
+        f
+    }
+
+    /// The gateway.yaml aliases found in `m`, checked against what `canonical` already sets.
+    fn aliases(
+        &mut self,
+        m: &Mapping,
+        path: &str,
+        canonical: &SchedPatch,
+        canonical_path: &str,
+    ) -> SchedPatch {
+        let mut p = SchedPatch::default();
+        let pairs: [(&str, &str, bool); 4] = [
+            ("max_concurrent_runs", "total", canonical.total.is_some()),
+            (
+                "queue_depth",
+                "queue.total",
+                canonical.queue_total.is_some(),
+            ),
+            (
+                "max_concurrent_runs_per_scope",
+                "per_subject",
+                canonical.per_subject.is_some(),
+            ),
+            (
+                "overflow_policy",
+                "overflow_policy",
+                canonical.overflow.is_some(),
+            ),
+        ];
+        for (alias, target, taken) in pairs {
+            let Some(v) = m.get(alias) else { continue };
+            let alias_path = join(path, alias);
+            if alias == target && path == canonical_path {
+                continue; // the canonical key itself, read by `scheduling`
+            }
+            if taken {
+                self.err(
+                    &alias_path,
+                    format_args!(
+                        "is an alias of {}; give one of them",
+                        join(canonical_path, target)
+                    ),
+                );
+                continue;
+            }
+            match alias {
+                "max_concurrent_runs" => p.total = self.count32(v, &alias_path, 1),
+                "queue_depth" => p.queue_total = self.count32(v, &alias_path, 0),
+                "max_concurrent_runs_per_scope" => p.per_subject = self.count32(v, &alias_path, 1),
+                _ => p.overflow = self.policy(v, &alias_path),
+            }
+        }
+        p
+    }
+
+    fn scheduling(&mut self, v: &Value, path: &str) -> SchedPatch {
+        let mut p = SchedPatch::default();
+        let Some(m) = self.mapping(v, path, SCHEDULING_KEYS) else {
+            return p;
+        };
+        if let Some(v) = m.get("total") {
+            p.total = self.count32(v, &join(path, "total"), 1);
+        }
+        if let Some(v) = m.get("per_subject") {
+            p.per_subject = self.count32(v, &join(path, "per_subject"), 1);
+        }
+        if let Some(v) = m.get("per_account") {
+            p.per_account = self.count32(v, &join(path, "per_account"), 1);
+        }
+        for (key, target) in [("subjects", &mut p.subjects), ("accounts", &mut p.accounts)] {
+            if let Some(v) = m.get(key) {
+                let mpath = join(path, key);
+                for (name, cv) in self.named_entries(v, &mpath) {
+                    if let Some(cap) = self.count32(cv, &join(&mpath, &name), 1) {
+                        target.insert(name, cap);
+                    }
+                }
+            }
+        }
+        if let Some(v) = m.get("queue") {
+            let qpath = join(path, "queue");
+            if let Some(q) = self.mapping(v, &qpath, &["total", "per_subject", "hard_total"]) {
+                if let Some(v) = q.get("total") {
+                    p.queue_total = self.count32(v, &join(&qpath, "total"), 0);
+                }
+                if let Some(v) = q.get("per_subject") {
+                    p.queue_per_subject = self.count32(v, &join(&qpath, "per_subject"), 0);
+                }
+                if let Some(v) = q.get("hard_total") {
+                    p.queue_hard_total = self
+                        .count(v, &join(&qpath, "hard_total"), 0, 4 * MAX_COUNT)
+                        .map(|n| n as u32);
+                }
+            }
+        }
+        if let Some(v) = m.get("overflow_policy") {
+            p.overflow = self.policy(v, &join(path, "overflow_policy"));
+        }
+        if let Some(v) = m.get("lease_ttl") {
+            p.lease_ttl_ms = self.duration(v, &join(path, "lease_ttl"), MIN_LEASE_MS, MAX_LEASE_MS);
+        }
+        if let Some(v) = m.get("retention") {
+            p.retention_ms = self.duration(v, &join(path, "retention"), 0, MAX_RETENTION_MS);
+        }
+        let aliases = self.aliases(m, path, &p, path);
+        p.merged(&aliases)
+    }
+
+    /// The command-line flags as a patch, each checked by the file's rules under its flag name.
+    fn flags(&mut self, o: &Overrides) -> SchedPatch {
+        let mut p = SchedPatch::default();
+        let count = |cx: &mut Cx, v: Option<u32>, flag: &str, min: u64| {
+            v.and_then(|n| cx.count32(&Value::from(n), flag, min))
+        };
+        p.total = count(self, o.total, "--total", 1);
+        p.per_subject = count(self, o.per_subject, "--per-subject", 1);
+        p.per_account = count(self, o.per_account, "--per-account", 1);
+        p.queue_total = count(self, o.queue_total, "--queue-total", 0);
+        p.queue_per_subject = count(self, o.queue_per_subject, "--queue-per-subject", 0);
+        if let Some(s) = &o.overflow_policy {
+            p.overflow = self.policy(&Value::from(s.as_str()), "--overflow-policy");
+        }
+        if let Some(s) = &o.lease_ttl {
+            p.lease_ttl_ms = self.duration_str(s, "--lease-ttl", MIN_LEASE_MS, MAX_LEASE_MS);
+        }
+        p
+    }
+
+    fn resolve(&mut self, file: FileConfig, o: &Overrides) -> Config {
+        let (listen_text, listen_path) = match (&o.listen, &file.listen) {
+            (Some(s), _) => (s.clone(), "--listen".to_string()),
+            (None, Some((s, path))) => (s.clone(), path.clone()),
+            (None, None) => (DEFAULT_LISTEN.to_string(), "listen".to_string()),
+        };
+        let listen = match listen_text.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => {
+                self.err(
+                    &listen_path,
+                    format_args!("must be an address like 127.0.0.1:50051, got {listen_text:?}"),
+                );
+                DEFAULT_LISTEN.parse().expect("valid default")
+            }
+        };
+        let memory_max_rss_mb = o.max_rss_mb.or(file.memory_max_rss_mb).unwrap_or(0);
+        let memory_soft_ratio = file.memory_soft_ratio.unwrap_or(0.9);
+        let memory = MemoryLimits::from_ratio(memory_max_rss_mb, memory_soft_ratio);
+
+        let base = file.scheduling.merged(&self.flags(o));
+        let default = self.limits(&base, "scheduling", memory);
+        let mut hosts = HashMap::new();
+        for (host, patch) in &file.hosts {
+            let merged = base.merged(patch);
+            let path = format!("hosts.{host}.scheduling");
+            hosts.insert(host.clone(), self.limits(&merged, &path, memory));
+        }
+        Config {
+            listen,
+            insecure: o.insecure,
+            limits: LimitsTable { default, hosts },
+            memory_max_rss_mb,
+            memory_soft_ratio,
+            authority_max_rss_mb: file.authority_max_rss_mb.unwrap_or(0),
+        }
+    }
+
+    /// Defaults under a patch, with the rules that tie fields together.
+    fn limits(&mut self, p: &SchedPatch, path: &str, memory: MemoryLimits) -> Limits {
+        let d = Limits::default();
+        let queue_total = p.queue_total.unwrap_or(d.queue_total);
+        let queue_hard_total = p.queue_hard_total.unwrap_or(queue_total.saturating_mul(4));
+        if queue_hard_total < queue_total {
+            self.err(
+                &format!("{path}.queue.hard_total"),
+                format_args!("must be >= queue.total ({queue_total})"),
+            );
+        }
+        Limits {
+            total: p.total.unwrap_or(d.total),
+            per_subject: p.per_subject.unwrap_or(d.per_subject),
+            per_account: p.per_account,
+            subjects: p.subjects.clone().into_iter().collect(),
+            accounts: p.accounts.clone().into_iter().collect(),
+            queue_total,
+            queue_per_subject: p.queue_per_subject.unwrap_or(d.queue_per_subject),
+            queue_hard_total,
+            overflow: p.overflow.unwrap_or(d.overflow),
+            lease_ttl_ms: p.lease_ttl_ms.unwrap_or(d.lease_ttl_ms),
+            retention_ms: p.retention_ms.unwrap_or(d.retention_ms),
+            memory,
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// `500ms`, `30s`, `10m`, `1h`, `24h` → milliseconds.
+pub fn parse_duration_ms(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let factor = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return None,
+    };
+    n.checked_mul(factor)
+}
+
+/// Milliseconds → the shortest exact duration text.
+pub fn format_ms(ms: u64) -> String {
+    for (unit, factor) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+        if ms != 0 && ms % factor == 0 {
+            return format!("{}{unit}", ms / factor);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// The id rule of the whole contract: 1..128 bytes of printable ASCII.
+pub fn check_id(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() {
+        Err("must not be empty")
+    } else if s.len() > 128 {
+        Err("must be at most 128 bytes")
+    } else if !s.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        Err("must be printable ASCII")
+    } else {
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Refuse to serve without authentication on an address other hosts can reach, unless
+    /// `--insecure`. (No credentials exist in this version, so any non-loopback address needs
+    /// the flag.)
+    pub fn check_exposure(&self) -> Result<(), String> {
+        if self.listen.ip().is_loopback() || self.insecure {
+            Ok(())
+        } else {
+            Err(format!(
+                "listen: {} is not a loopback address and no credentials are configured; \
+                 pass --insecure to serve it without authentication",
+                self.listen
+            ))
+        }
+    }
+
+    /// The resolved configuration as YAML, for `check-config`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "listen: {}", self.listen);
+        let _ = writeln!(out, "scheduling:");
+        render_limits(&mut out, &self.limits.default, "  ");
+        if !self.limits.hosts.is_empty() {
+            let _ = writeln!(out, "hosts:");
+            let hosts: BTreeMap<_, _> = self.limits.hosts.iter().collect();
+            for (host, limits) in hosts {
+                let _ = writeln!(out, "  {}:\n    scheduling:", yaml_key(host));
+                render_limits(&mut out, limits, "      ");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "memory:\n  max_rss_mb: {}\n  soft_ratio: {}",
+            self.memory_max_rss_mb, self.memory_soft_ratio
+        );
+        let _ = writeln!(
+            out,
+            "authority:\n  max_rss_mb: {}",
+            self.authority_max_rss_mb
+        );
+        out
+    }
+}
+
+fn yaml_key(s: &str) -> String {
+    if s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        s.to_string()
+    } else {
+        format!("{s:?}")
+    }
+}
+
+fn render_limits(out: &mut String, l: &Limits, ind: &str) {
+    let _ = writeln!(out, "{ind}total: {}", l.total);
+    let _ = writeln!(out, "{ind}per_subject: {}", l.per_subject);
+    match l.per_account {
+        Some(n) => {
+            let _ = writeln!(out, "{ind}per_account: {n}");
+        }
+        None => {
+            let _ = writeln!(out, "{ind}per_account: null   # no per-account cap");
+        }
+    }
+    for (key, map) in [("subjects", &l.subjects), ("accounts", &l.accounts)] {
+        let sorted: BTreeMap<_, _> = map.iter().collect();
+        let body: Vec<String> = sorted
+            .iter()
+            .map(|(k, v)| format!("{}: {v}", yaml_key(k)))
+            .collect();
+        let _ = writeln!(out, "{ind}{key}: {{{}}}", body.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "{ind}queue: {{total: {}, per_subject: {}, hard_total: {}}}",
+        l.queue_total, l.queue_per_subject, l.queue_hard_total
+    );
+    let _ = writeln!(out, "{ind}overflow_policy: {}", l.overflow.name());
+    let _ = writeln!(out, "{ind}lease_ttl: {}", format_ms(l.lease_ttl_ms));
+    let _ = writeln!(out, "{ind}retention: {}", format_ms(l.retention_ms));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_print() {
+        assert_eq!(parse_duration_ms("500ms"), Some(500));
+        assert_eq!(parse_duration_ms("30s"), Some(30_000));
+        assert_eq!(parse_duration_ms("10m"), Some(600_000));
+        assert_eq!(parse_duration_ms("24h"), Some(86_400_000));
+        for bad in ["", "30", "s", "1.5s", "-1s", "3d", "1 h"] {
+            assert_eq!(parse_duration_ms(bad), None, "{bad:?}");
+        }
+        assert_eq!(format_ms(90_000), "90s");
+        assert_eq!(format_ms(3_600_000), "1h");
+        assert_eq!(format_ms(250), "250ms");
+        assert_eq!(format_ms(0), "0ms");
+    }
+}

@@ -1,0 +1,28 @@
+//! # admission-authority
+//!
+//! One gRPC service that every replica of an AI-agent gateway calls to decide, installation-wide,
+//! who may run now.
+//!
+//! # Layout
+//!
+//! * [`scheduler`]: the pure scheduling core (caps, queue, round robin, leases), with `now`
+//!   passed in. No I/O.
+//! * [`store`]: the [`store::Store`] trait, whose unit is one atomic operation, and its
+//!   implementations ([`store::memory`]).
+//! * [`clock`]: the injected clock.
+//! * [`config`]: YAML + flags → a validated [`config::Config`]; every problem reported with its
+//!   path in one pass.
+//! * [`api`]: the generated protobuf types and services.
+//! * [`service`]: the gRPC services; the one place where proto and domain types meet
+//!   ([`service::edge`]) and where refusals become statuses.
+//! * [`server`]: the composition root: builds the store and services, serves until shutdown.
+//!   `main` and the tests both start the server through it.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod scheduler;
+pub mod server;
+pub mod service;
+pub mod store;

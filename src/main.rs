@@ -1,0 +1,173 @@
+//! `admission-authority serve | check-config`: parse flags, load the configuration, and hand
+//! over to [`admission_authority::server::run`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use admission_authority::config::{self, Overrides};
+use admission_authority::server;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "admission-authority",
+    version,
+    about = "The shared admission authority for AI-agent gateway fleets"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve gRPC (embedded in-memory store).
+    Serve(ServeArgs),
+    /// Print the resolved configuration, or every problem of FILE (exit 2).
+    CheckConfig {
+        /// The YAML file to check.
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// YAML configuration file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:50051; port 0 picks a free one).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Allow a non-loopback listen address without credentials.
+    #[arg(long)]
+    insecure: bool,
+    /// Cap on admitted tickets per host.
+    #[arg(long, value_name = "N")]
+    total: Option<u32>,
+    /// Cap on admitted tickets per subject.
+    #[arg(long, value_name = "N")]
+    per_subject: Option<u32>,
+    /// Cap on admitted tickets per account.
+    #[arg(long, value_name = "N")]
+    per_account: Option<u32>,
+    /// Declared queue depth per host (0 = no queue).
+    #[arg(long, value_name = "N")]
+    queue_total: Option<u32>,
+    /// Queue bound per subject (0 = none).
+    #[arg(long, value_name = "N")]
+    queue_per_subject: Option<u32>,
+    /// reject | shed_oldest | queue.
+    #[arg(long, value_name = "POLICY")]
+    overflow_policy: Option<String>,
+    /// Lease of an admitted ticket without Renew, e.g. 30s.
+    #[arg(long, value_name = "DURATION")]
+    lease_ttl: Option<String>,
+    /// Per-replica memory ceiling in MiB from reported rss_mb (0 = off).
+    #[arg(long, value_name = "MIB")]
+    max_rss_mb: Option<u32>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { file } => match config::load(Some(&file), &Overrides::default()) {
+            Ok(c) => {
+                print!("{}", c.render());
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let overrides = Overrides {
+        listen: args.listen,
+        insecure: args.insecure,
+        total: args.total,
+        per_subject: args.per_subject,
+        per_account: args.per_account,
+        queue_total: args.queue_total,
+        queue_per_subject: args.queue_per_subject,
+        overflow_policy: args.overflow_policy,
+        lease_ttl: args.lease_ttl,
+        max_rss_mb: args.max_rss_mb,
+    };
+    let config = match config::load(args.config.as_deref(), &overrides) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = config.check_exposure() {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("listen: cannot bind {}: {e}", config.listen);
+                return ExitCode::FAILURE;
+            }
+        };
+        let addr = listener.local_addr().map_or(config.listen, |a| a);
+        // One plain line on stdout, for scripts and tests that start the server on port 0.
+        println!("listening on {addr}");
+        tracing::info!(%addr, "admission-authority serving (embedded store)");
+        match server::run(config, listener, shutdown_signal()).await {
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutting down");
+}

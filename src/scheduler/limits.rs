@@ -1,0 +1,155 @@
+//! The limits one host is scheduled under, resolved from configuration.
+
+use std::collections::HashMap;
+
+/// What to do when a Submit must queue and a queue bound is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OverflowPolicy {
+    /// Refuse the newcomer with QUEUE_FULL.
+    Reject,
+    /// Evict the oldest waiter of the newcomer's subject when that subject's queue is full,
+    /// else the oldest waiter of the subject with the most waiters (a flood never evicts a
+    /// quiet tenant).
+    ShedOldest,
+    /// Keep queueing past `queue_total` up to `queue_hard_total`. The per-subject bound stays
+    /// hard, so one subject cannot take the overflow for itself.
+    Queue,
+}
+
+impl OverflowPolicy {
+    pub const NAMES: [&'static str; 3] = ["reject", "shed_oldest", "queue"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OverflowPolicy::Reject => "reject",
+            OverflowPolicy::ShedOldest => "shed_oldest",
+            OverflowPolicy::Queue => "queue",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "reject" => Some(OverflowPolicy::Reject),
+            "shed_oldest" => Some(OverflowPolicy::ShedOldest),
+            "queue" => Some(OverflowPolicy::Queue),
+            _ => None,
+        }
+    }
+}
+
+/// The per-replica memory ladder.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryLimits {
+    /// Reports at or above this refuse Submits with MEMORY_PRESSURE; 0 = off.
+    pub max_rss_mb: u32,
+    /// Reports at or above this (and below max) queue newcomers and hold that replica's
+    /// waiters back.
+    pub soft_rss_mb: u32,
+}
+
+impl MemoryLimits {
+    pub const OFF: MemoryLimits = MemoryLimits {
+        max_rss_mb: 0,
+        soft_rss_mb: 0,
+    };
+
+    pub fn from_ratio(max_rss_mb: u32, soft_ratio: f64) -> Self {
+        MemoryLimits {
+            max_rss_mb,
+            soft_rss_mb: (f64::from(max_rss_mb) * soft_ratio).floor() as u32,
+        }
+    }
+
+    pub fn is_hard(&self, rss_mb: Option<u32>) -> bool {
+        self.max_rss_mb > 0 && rss_mb.is_some_and(|r| r >= self.max_rss_mb)
+    }
+
+    pub fn is_soft(&self, rss_mb: u32) -> bool {
+        self.max_rss_mb > 0 && rss_mb >= self.soft_rss_mb
+    }
+}
+
+/// Caps, queue bounds and timings of one host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    pub total: u32,
+    pub per_subject: u32,
+    /// `None`: no per-account cap unless `accounts` names the account.
+    pub per_account: Option<u32>,
+    pub subjects: HashMap<String, u32>,
+    pub accounts: HashMap<String, u32>,
+    /// Declared queue depth; 0 = no queue (saturation answers BUSY).
+    pub queue_total: u32,
+    /// Per-subject queue bound; 0 = none.
+    pub queue_per_subject: u32,
+    /// The bound that `OverflowPolicy::Queue` may grow to.
+    pub queue_hard_total: u32,
+    pub overflow: OverflowPolicy,
+    pub lease_ttl_ms: u64,
+    /// How long ended tickets are remembered for idempotent retries.
+    pub retention_ms: u64,
+    pub memory: MemoryLimits,
+}
+
+impl Limits {
+    pub fn subject_cap(&self, subject: &str) -> u32 {
+        self.subjects
+            .get(subject)
+            .copied()
+            .unwrap_or(self.per_subject)
+    }
+
+    pub fn account_cap(&self, account: &str) -> Option<u32> {
+        self.accounts.get(account).copied().or(self.per_account)
+    }
+}
+
+impl Default for Limits {
+    /// The built-in defaults: total 32, per_subject 4, no queue, lease 30 s, retention 10 min.
+    fn default() -> Self {
+        Limits {
+            total: 32,
+            per_subject: 4,
+            per_account: None,
+            subjects: HashMap::new(),
+            accounts: HashMap::new(),
+            queue_total: 0,
+            queue_per_subject: 0,
+            queue_hard_total: 0,
+            overflow: OverflowPolicy::Reject,
+            lease_ttl_ms: 30_000,
+            retention_ms: 600_000,
+            memory: MemoryLimits::OFF,
+        }
+    }
+}
+
+/// Limits for every host: the default, and the hosts that override it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LimitsTable {
+    pub default: Limits,
+    pub hosts: HashMap<String, Limits>,
+}
+
+impl LimitsTable {
+    pub fn uniform(limits: Limits) -> Self {
+        LimitsTable {
+            default: limits,
+            hosts: HashMap::new(),
+        }
+    }
+
+    pub fn for_host(&self, host_id: &str) -> &Limits {
+        self.hosts.get(host_id).unwrap_or(&self.default)
+    }
+
+    /// The shortest lease of any host, which paces the periodic sweep.
+    pub fn shortest_lease_ms(&self) -> u64 {
+        self.hosts
+            .values()
+            .map(|l| l.lease_ttl_ms)
+            .chain([self.default.lease_ttl_ms])
+            .min()
+            .unwrap_or(self.default.lease_ttl_ms)
+    }
+}

@@ -1,0 +1,945 @@
+//! The pure scheduling core: one host's tickets, caps, queue and counters, and the operations on
+//! them (submit, renew, release, expire). No I/O, no locks and no clock reads: every operation
+//! takes `now` in milliseconds, so unit and property tests drive time by hand and a Redis store
+//! can replay the same rules in a script.
+//!
+//! Cost model: every operation is O(log n) in the number of tickets of the host, except
+//! * dispatch, which visits queued subjects until one is admitted (a full pass only when the host
+//!   has free slots but every queued ticket is blocked by its subject, account or memory); it
+//!   returns at once when the host is at its total cap;
+//! * `position`, which is O(subjects with queued tickets) and is only computed for queued tickets.
+
+mod limits;
+#[cfg(test)]
+mod tests;
+
+pub use limits::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// Milliseconds on the store's clock (monotonic for the memory store, Redis `TIME` for Redis).
+pub type Millis = u64;
+
+/// The random part of a ticket id; the host is implied by the `HostState` that holds it.
+pub type TicketKey = u128;
+
+/// Where a ticket is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TicketState {
+    Queued,
+    Admitted,
+    Released,
+    Cancelled,
+    Shed,
+    Expired,
+    Parked,
+}
+
+impl TicketState {
+    /// Queued, admitted and parked tickets hold a lease; the rest are remembered only for
+    /// idempotent retries.
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            TicketState::Queued | TicketState::Admitted | TicketState::Parked
+        )
+    }
+}
+
+/// Whether a Submit may queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SubmitMode {
+    #[default]
+    Queue,
+    /// Admit now or refuse with `Busy`; never queue.
+    Try,
+}
+
+/// A Submit, already validated at the edge.
+#[derive(Clone, Debug)]
+pub struct SubmitArgs {
+    pub instance_id: String,
+    pub subject: String,
+    /// `None` = unbound (no account cap applies).
+    pub account_id: Option<String>,
+    pub run_id: String,
+    pub mode: SubmitMode,
+    pub rss_mb: Option<u32>,
+}
+
+/// A refusal that the caller should retry later. A normal outcome, not an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Saturated and no queue configured, or TRY mode while saturated.
+    Busy,
+    /// A queue bound is reached and the overflow policy cannot make room.
+    QueueFull,
+    /// The replica's reported memory (or the authority's own) is at the hard limit.
+    MemoryPressure,
+    /// The authority is draining.
+    Draining,
+}
+
+/// Why a Submit was not answered with a ticket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    Refused(Refusal),
+    /// The run_id already names a ticket for another subject or account.
+    RunIdConflict {
+        field: &'static str,
+    },
+}
+
+/// A ticket as callers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TicketView {
+    pub key: TicketKey,
+    pub state: TicketState,
+    /// 0-based place in the dispatch order while queued, else 0.
+    pub position: u32,
+    /// Fencing number of its admission, 0 while queued.
+    pub grant: u64,
+    /// Lease left from now; 0 for ended tickets.
+    pub lease_remaining_ms: u64,
+}
+
+/// A live ticket as the operator listing sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TicketInfo {
+    pub key: TicketKey,
+    pub state: TicketState,
+    pub subject: String,
+    pub account_id: Option<String>,
+    pub run_id: String,
+    pub instance_id: String,
+    pub grant: u64,
+    pub lease_remaining_ms: u64,
+}
+
+/// Cumulative counters of one host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Tickets created (each Submit that was not a repeat and was not refused).
+    pub submitted: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub released: u64,
+    pub cancelled: u64,
+    pub shed: u64,
+    pub expired: u64,
+}
+
+/// A per-subject or per-account row of [`HostStats`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageRow {
+    pub name: String,
+    pub in_flight: u32,
+    pub queued: u32,
+    pub cap: u32,
+}
+
+/// A snapshot of one host's gauges and counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostStats {
+    pub in_flight: u32,
+    pub queued: u32,
+    pub parked: u32,
+    pub counters: Counters,
+    /// Highest fresh rss report from a replica, 0 if none.
+    pub reported_rss_mb: u32,
+    pub subjects: Vec<UsageRow>,
+    pub accounts: Vec<UsageRow>,
+}
+
+#[derive(Debug)]
+struct Ticket {
+    subject: Arc<str>,
+    account: Option<Arc<str>>,
+    instance: Arc<str>,
+    run_id: String,
+    state: TicketState,
+    grant: u64,
+    /// Lease deadline while live; the time it may be forgotten once ended.
+    deadline: Millis,
+    /// Key in its subject's queue while queued (smaller = earlier).
+    order: i64,
+}
+
+#[derive(Debug, Default)]
+struct SubjectState {
+    in_flight: u32,
+    /// Queued tickets by order key: oldest first.
+    queue: BTreeMap<i64, TicketKey>,
+    /// Whether an entry for this subject stands in `rotation` (possibly stale, see there).
+    in_rotation: bool,
+}
+
+#[derive(Debug, Default)]
+struct AccountState {
+    in_flight: u32,
+    queued: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RssReport {
+    rss_mb: u32,
+    at: Millis,
+}
+
+/// One host's scheduling state. Operations keep every derived count in step; [`HostState::audit`]
+/// recomputes them all from the tickets for tests.
+#[derive(Debug, Default)]
+pub struct HostState {
+    tickets: HashMap<TicketKey, Ticket>,
+    /// run_id → ticket, for idempotent Submit; kept until the ticket is forgotten.
+    runs: HashMap<String, TicketKey>,
+    in_flight: u32,
+    queued: u32,
+    parked: u32,
+    subjects: HashMap<Arc<str>, SubjectState>,
+    accounts: HashMap<Arc<str>, AccountState>,
+    /// Subjects in round-robin order, head first. An entry whose subject has no queued ticket
+    /// is stale: it is dropped when it reaches the head (or by compaction), so withdrawing a
+    /// subject's last waiter costs O(1) instead of a search through the rotation.
+    rotation: VecDeque<Arc<str>>,
+    /// Number of rotation entries whose subject has queued tickets.
+    rotation_live: usize,
+    /// Subjects with queued tickets by (depth, name), for shedding from the deepest queue.
+    by_depth: BTreeSet<(u32, Arc<str>)>,
+    /// Live tickets by lease deadline.
+    leases: BTreeSet<(Millis, TicketKey)>,
+    /// Ended tickets by the time they may be forgotten (retention is constant per host, so
+    /// pushing at the back keeps this ordered).
+    retained: VecDeque<(Millis, TicketKey)>,
+    next_order: i64,
+    /// Order keys handed to tickets that must go ahead of every waiter of their subject.
+    next_front: i64,
+    grant: u64,
+    counters: Counters,
+    instances: HashMap<Arc<str>, RssReport>,
+    /// Tickets whose state changed since the last [`HostState::take_changes`].
+    changes: Vec<TicketKey>,
+}
+
+impl HostState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Submit a new ticket under `key` (unused unless the run_id is new), or answer a repeat of
+    /// the run_id with the existing ticket.
+    ///
+    /// Fails with a refusal (counted in `rejected`) when the ticket can neither be admitted nor
+    /// queued, and with `RunIdConflict` when the run_id is taken by another subject or account.
+    pub fn submit(
+        &mut self,
+        limits: &Limits,
+        args: SubmitArgs,
+        key: TicketKey,
+        now: Millis,
+    ) -> Result<TicketView, SubmitError> {
+        self.housekeeping(limits, now);
+        if let Some(&existing) = self.runs.get(&args.run_id) {
+            let t = &self.tickets[&existing];
+            if *t.subject != *args.subject {
+                return Err(SubmitError::RunIdConflict { field: "subject" });
+            }
+            if t.account.as_deref() != args.account_id.as_deref() {
+                return Err(SubmitError::RunIdConflict {
+                    field: "account_id",
+                });
+            }
+            return Ok(self
+                .view(limits, existing, now)
+                .expect("runs point at known tickets"));
+        }
+
+        let instance: Arc<str> = Arc::from(args.instance_id.as_str());
+        if let Some(rss_mb) = args.rss_mb {
+            self.report_rss(limits, &instance, rss_mb, now);
+        }
+        if limits.memory.is_hard(args.rss_mb) {
+            return Err(self.refuse(Refusal::MemoryPressure));
+        }
+        // Queued work goes first.
+        self.dispatch(limits, now);
+
+        let subject: Arc<str> = self.intern_subject(&args.subject);
+        let account: Option<Arc<str>> = args.account_id.as_deref().map(|a| self.intern_account(a));
+        let soft = self.is_soft(limits, &instance, now);
+        let eligible = !soft && self.fits(limits, &subject, account.as_deref());
+
+        if eligible {
+            let t = self.new_ticket(subject, account, instance, args.run_id, key);
+            self.tickets.insert(key, t);
+            self.admit(limits, key, now);
+            return Ok(self.view(limits, key, now).expect("just inserted"));
+        }
+        let room = if args.mode == SubmitMode::Try || limits.queue_total == 0 {
+            Err(self.refuse(Refusal::Busy))
+        } else {
+            self.make_room(limits, &subject, now)
+        };
+        if let Err(refused) = room {
+            self.forget_idle_names(&subject, account.as_deref());
+            return Err(refused);
+        }
+        let t = self.new_ticket(subject, account, instance, args.run_id, key);
+        self.tickets.insert(key, t);
+        self.enqueue(limits, key, false, now);
+        Ok(self.view(limits, key, now).expect("just inserted"))
+    }
+
+    /// Extend the lease of `key` (queued, admitted or parked) and record an rss report for the
+    /// instance that submitted it. Returns the ticket after the renewal, `None` if unknown.
+    pub fn renew(
+        &mut self,
+        limits: &Limits,
+        key: TicketKey,
+        rss_mb: Option<u32>,
+        now: Millis,
+    ) -> Option<TicketView> {
+        self.housekeeping(limits, now);
+        let t = self.tickets.get_mut(&key)?;
+        if t.state.is_live() {
+            self.leases.remove(&(t.deadline, key));
+            t.deadline = now + limits.lease_ttl_ms;
+            self.leases.insert((t.deadline, key));
+        }
+        if let Some(rss_mb) = rss_mb {
+            let instance = t.instance.clone();
+            let was_soft = self.is_soft(limits, &instance, now);
+            self.report_rss(limits, &instance, rss_mb, now);
+            if was_soft && !self.is_soft(limits, &instance, now) {
+                self.dispatch(limits, now);
+            }
+        }
+        self.view(limits, key, now)
+    }
+
+    /// Free an admitted or parked ticket (RELEASED) or withdraw a queued one (CANCELLED), then
+    /// dispatch. Returns the state before the call; `None` for an unknown key. Ended tickets are
+    /// left as they are.
+    pub fn release(&mut self, limits: &Limits, key: TicketKey, now: Millis) -> Option<TicketState> {
+        self.housekeeping(limits, now);
+        let previous = self.tickets.get(&key)?.state;
+        match previous {
+            TicketState::Admitted | TicketState::Parked => {
+                self.end(limits, key, TicketState::Released, now);
+                self.counters.released += 1;
+                self.dispatch(limits, now);
+            }
+            TicketState::Queued => {
+                self.end(limits, key, TicketState::Cancelled, now);
+                self.counters.cancelled += 1;
+                self.dispatch(limits, now);
+            }
+            TicketState::Released
+            | TicketState::Cancelled
+            | TicketState::Shed
+            | TicketState::Expired => {}
+        }
+        Some(previous)
+    }
+
+    /// Expire every lease due at `now`, forget tickets past retention, and dispatch into the
+    /// freed slots. Every other operation does this first, so a periodic sweep only matters for
+    /// hosts that see no traffic.
+    pub fn housekeeping(&mut self, limits: &Limits, now: Millis) {
+        let mut freed = false;
+        while let Some(&(deadline, key)) = self.leases.first() {
+            if deadline > now {
+                break;
+            }
+            self.end(limits, key, TicketState::Expired, now);
+            self.counters.expired += 1;
+            freed = true;
+        }
+        while let Some(&(forget_at, key)) = self.retained.front() {
+            if forget_at > now {
+                break;
+            }
+            self.retained.pop_front();
+            if let Some(t) = self.tickets.remove(&key)
+                && self.runs.get(&t.run_id) == Some(&key)
+            {
+                self.runs.remove(&t.run_id);
+            }
+        }
+        let stale_reports = self
+            .instances
+            .iter()
+            .any(|(_, r)| now.saturating_sub(r.at) >= limits.lease_ttl_ms);
+        if stale_reports {
+            let before = self.instances.len();
+            self.instances
+                .retain(|_, r| now.saturating_sub(r.at) < limits.lease_ttl_ms);
+            freed |= self.instances.len() != before;
+        }
+        if freed {
+            self.dispatch(limits, now);
+        }
+    }
+
+    /// The ticket as callers see it, `None` if unknown (never issued, or forgotten).
+    pub fn view(&self, limits: &Limits, key: TicketKey, now: Millis) -> Option<TicketView> {
+        let t = self.tickets.get(&key)?;
+        let _ = limits;
+        Some(TicketView {
+            key,
+            state: t.state,
+            position: if t.state == TicketState::Queued {
+                self.position(t)
+            } else {
+                0
+            },
+            grant: t.grant,
+            lease_remaining_ms: if t.state.is_live() {
+                t.deadline.saturating_sub(now)
+            } else {
+                0
+            },
+        })
+    }
+
+    /// Live tickets in submission order (by grant for admitted, then order for queued: callers
+    /// only need a stable, readable listing), at most `limit`. The bool is true when truncated.
+    pub fn list(&self, limit: usize, now: Millis) -> (Vec<TicketInfo>, bool) {
+        let mut live: Vec<(&TicketKey, &Ticket)> = self
+            .tickets
+            .iter()
+            .filter(|(_, t)| t.state.is_live())
+            .collect();
+        live.sort_by_key(|(_, t)| (t.state == TicketState::Queued, t.grant, t.order));
+        let truncated = live.len() > limit;
+        let out = live
+            .into_iter()
+            .take(limit)
+            .map(|(k, t)| TicketInfo {
+                key: *k,
+                state: t.state,
+                subject: t.subject.to_string(),
+                account_id: t.account.as_deref().map(str::to_string),
+                run_id: t.run_id.clone(),
+                instance_id: t.instance.to_string(),
+                grant: t.grant,
+                lease_remaining_ms: t.deadline.saturating_sub(now),
+            })
+            .collect();
+        (out, truncated)
+    }
+
+    /// Gauges, counters and per-subject/per-account rows (rows for names with live tickets).
+    pub fn stats(&self, limits: &Limits, now: Millis) -> HostStats {
+        let mut subjects: Vec<UsageRow> = self
+            .subjects
+            .iter()
+            .filter(|(_, s)| s.in_flight > 0 || !s.queue.is_empty())
+            .map(|(name, s)| UsageRow {
+                name: name.to_string(),
+                in_flight: s.in_flight,
+                queued: s.queue.len() as u32,
+                cap: limits.subject_cap(name),
+            })
+            .collect();
+        subjects.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut accounts: Vec<UsageRow> = self
+            .accounts
+            .iter()
+            .filter(|(_, a)| a.in_flight > 0 || a.queued > 0)
+            .map(|(name, a)| UsageRow {
+                name: name.to_string(),
+                in_flight: a.in_flight,
+                queued: a.queued,
+                cap: limits.account_cap(name).unwrap_or(0),
+            })
+            .collect();
+        accounts.sort_by(|a, b| a.name.cmp(&b.name));
+        let reported_rss_mb = self
+            .instances
+            .values()
+            .filter(|r| now.saturating_sub(r.at) < limits.lease_ttl_ms)
+            .map(|r| r.rss_mb)
+            .max()
+            .unwrap_or(0);
+        HostStats {
+            in_flight: self.in_flight,
+            queued: self.queued,
+            parked: self.parked,
+            counters: self.counters,
+            reported_rss_mb,
+            subjects,
+            accounts,
+        }
+    }
+
+    /// Count a Submit refused before it reached the core (the authority's own memory).
+    pub fn count_rejection(&mut self) {
+        self.counters.rejected += 1;
+    }
+
+    pub fn has_ticket(&self, key: TicketKey) -> bool {
+        self.tickets.contains_key(&key)
+    }
+
+    pub fn state_of(&self, key: TicketKey) -> Option<TicketState> {
+        self.tickets.get(&key).map(|t| t.state)
+    }
+
+    /// The tickets whose state changed since the last call, for waking their Wait streams.
+    pub fn take_changes(&mut self) -> Vec<TicketKey> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Recompute every derived count from the tickets and compare; `Err` names the first
+    /// mismatch. For tests and debugging; O(n).
+    pub fn audit(&self, limits: &Limits) -> Result<(), String> {
+        let mut in_flight = 0u32;
+        let mut queued = 0u32;
+        let mut parked = 0u32;
+        let mut subj: HashMap<&str, (u32, u32)> = HashMap::new();
+        let mut acct: HashMap<&str, (u32, u32)> = HashMap::new();
+        for (key, t) in &self.tickets {
+            let s = subj.entry(&t.subject).or_default();
+            let a = t.account.as_deref().map(|a| acct.entry(a).or_default());
+            match t.state {
+                TicketState::Admitted => {
+                    in_flight += 1;
+                    s.0 += 1;
+                    if let Some(a) = a {
+                        a.0 += 1;
+                    }
+                }
+                TicketState::Queued => {
+                    queued += 1;
+                    s.1 += 1;
+                    if let Some(a) = a {
+                        a.1 += 1;
+                    }
+                    let in_queue = self
+                        .subjects
+                        .get(&*t.subject)
+                        .and_then(|s| s.queue.get(&t.order));
+                    if in_queue != Some(key) {
+                        return Err(format!(
+                            "queued ticket {key:x} missing from its subject queue"
+                        ));
+                    }
+                }
+                TicketState::Parked => parked += 1,
+                _ => {}
+            }
+            if t.state.is_live() != self.leases.contains(&(t.deadline, *key)) {
+                return Err(format!("lease index out of step for {key:x}"));
+            }
+        }
+        if (in_flight, queued, parked) != (self.in_flight, self.queued, self.parked) {
+            return Err(format!(
+                "gauges ({}, {}, {}) != recomputed ({in_flight}, {queued}, {parked})",
+                self.in_flight, self.queued, self.parked
+            ));
+        }
+        if in_flight > limits.total {
+            return Err(format!("in_flight {in_flight} over total {}", limits.total));
+        }
+        for (name, s) in &self.subjects {
+            let (f, q) = subj.get(&**name).copied().unwrap_or_default();
+            if (s.in_flight, s.queue.len() as u32) != (f, q) {
+                return Err(format!("subject {name}: counts out of step"));
+            }
+            if f > limits.subject_cap(name) {
+                return Err(format!("subject {name}: in_flight {f} over its cap"));
+            }
+            if q > 0 && !s.in_rotation {
+                return Err(format!("subject {name}: queued but not in the rotation"));
+            }
+            if (q > 0) != self.by_depth.contains(&(q, name.clone())) {
+                return Err(format!("subject {name}: depth index out of step"));
+            }
+        }
+        for (name, a) in &self.accounts {
+            let (f, q) = acct.get(&**name).copied().unwrap_or_default();
+            if (a.in_flight, a.queued) != (f, q) {
+                return Err(format!("account {name}: counts out of step"));
+            }
+            if let Some(cap) = limits.account_cap(name)
+                && f > cap
+            {
+                return Err(format!("account {name}: in_flight {f} over its cap"));
+            }
+        }
+        let live = self
+            .rotation
+            .iter()
+            .filter(|s| {
+                self.subjects
+                    .get(&***s)
+                    .is_some_and(|s| !s.queue.is_empty())
+            })
+            .count();
+        if live != self.rotation_live {
+            return Err(format!("rotation_live {} != {live}", self.rotation_live));
+        }
+        let c = self.counters;
+        let ended = c.released + c.cancelled + c.shed + c.expired;
+        if c.submitted < ended + u64::from(in_flight + queued + parked) {
+            return Err("more tickets ended or live than were submitted".into());
+        }
+        Ok(())
+    }
+
+    // ----- internals -------------------------------------------------------------------------
+
+    fn refuse(&mut self, refusal: Refusal) -> SubmitError {
+        self.counters.rejected += 1;
+        SubmitError::Refused(refusal)
+    }
+
+    fn intern_subject(&mut self, name: &str) -> Arc<str> {
+        match self.subjects.get_key_value(name) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let k: Arc<str> = Arc::from(name);
+                self.subjects.insert(k.clone(), SubjectState::default());
+                k
+            }
+        }
+    }
+
+    fn intern_account(&mut self, name: &str) -> Arc<str> {
+        match self.accounts.get_key_value(name) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let k: Arc<str> = Arc::from(name);
+                self.accounts.insert(k.clone(), AccountState::default());
+                k
+            }
+        }
+    }
+
+    fn new_ticket(
+        &mut self,
+        subject: Arc<str>,
+        account: Option<Arc<str>>,
+        instance: Arc<str>,
+        run_id: String,
+        key: TicketKey,
+    ) -> Ticket {
+        self.counters.submitted += 1;
+        self.runs.insert(run_id.clone(), key);
+        Ticket {
+            subject,
+            account,
+            instance,
+            run_id,
+            state: TicketState::Queued,
+            grant: 0,
+            deadline: 0,
+            order: 0,
+        }
+    }
+
+    fn report_rss(&mut self, limits: &Limits, instance: &Arc<str>, rss_mb: u32, now: Millis) {
+        if limits.memory.max_rss_mb > 0 {
+            self.instances
+                .insert(instance.clone(), RssReport { rss_mb, at: now });
+        }
+    }
+
+    fn is_soft(&self, limits: &Limits, instance: &str, now: Millis) -> bool {
+        self.instances.get(instance).is_some_and(|r| {
+            now.saturating_sub(r.at) < limits.lease_ttl_ms && limits.memory.is_soft(r.rss_mb)
+        })
+    }
+
+    /// Whether one more ticket of `subject`/`account` fits under every cap.
+    fn fits(&self, limits: &Limits, subject: &str, account: Option<&str>) -> bool {
+        if self.in_flight >= limits.total {
+            return false;
+        }
+        let s = self.subjects.get(subject).map_or(0, |s| s.in_flight);
+        if s >= limits.subject_cap(subject) {
+            return false;
+        }
+        match account {
+            None => true,
+            Some(a) => match limits.account_cap(a) {
+                None => true,
+                Some(cap) => self.accounts.get(a).map_or(0, |a| a.in_flight) < cap,
+            },
+        }
+    }
+
+    /// Move a new ticket, or one already taken out of its queue, to ADMITTED. The caller has
+    /// checked that it fits.
+    fn admit(&mut self, limits: &Limits, key: TicketKey, now: Millis) {
+        let t = self.tickets.get_mut(&key).expect("admit a known ticket");
+        self.grant += 1;
+        t.grant = self.grant;
+        t.state = TicketState::Admitted;
+        self.leases.remove(&(t.deadline, key));
+        t.deadline = now + limits.lease_ttl_ms;
+        self.leases.insert((t.deadline, key));
+        self.in_flight += 1;
+        self.subjects
+            .get_mut(&t.subject)
+            .expect("interned")
+            .in_flight += 1;
+        if let Some(a) = &t.account {
+            self.accounts.get_mut(a).expect("interned").in_flight += 1;
+        }
+        self.counters.admitted += 1;
+        self.changes.push(key);
+    }
+
+    /// Put a ticket (state QUEUED) into its subject's queue: at the back, or ahead of every
+    /// waiter of its subject when `front` (a parked ticket asking again).
+    fn enqueue(&mut self, limits: &Limits, key: TicketKey, front: bool, now: Millis) {
+        let order = if front {
+            self.next_front -= 1;
+            self.next_front
+        } else {
+            self.next_order += 1;
+            self.next_order
+        };
+        let t = self.tickets.get_mut(&key).expect("enqueue a known ticket");
+        t.state = TicketState::Queued;
+        t.order = order;
+        self.leases.remove(&(t.deadline, key));
+        t.deadline = now + limits.lease_ttl_ms;
+        self.leases.insert((t.deadline, key));
+        let subject = t.subject.clone();
+        if let Some(a) = &t.account {
+            self.accounts.get_mut(a).expect("interned").queued += 1;
+        }
+        self.queued += 1;
+        let s = self.subjects.get_mut(&subject).expect("interned");
+        let depth = s.queue.len() as u32;
+        s.queue.insert(order, key);
+        if depth > 0 {
+            self.by_depth.remove(&(depth, subject.clone()));
+        } else {
+            // A subject that gains its first waiter joins the rotation (at the tail), unless a
+            // stale entry of it still stands there: then it keeps that place.
+            self.rotation_live += 1;
+            if !s.in_rotation {
+                s.in_rotation = true;
+                self.rotation.push_back(subject.clone());
+            }
+        }
+        self.by_depth.insert((depth + 1, subject));
+        self.changes.push(key);
+    }
+
+    /// Take a queued ticket out of its subject's queue (state unchanged).
+    fn dequeue(&mut self, key: TicketKey) {
+        let t = &self.tickets[&key];
+        let subject = t.subject.clone();
+        let order = t.order;
+        if let Some(a) = &t.account {
+            self.accounts.get_mut(a).expect("interned").queued -= 1;
+        }
+        self.queued -= 1;
+        let s = self.subjects.get_mut(&subject).expect("interned");
+        let depth = s.queue.len() as u32;
+        s.queue.remove(&order);
+        self.by_depth.remove(&(depth, subject.clone()));
+        if depth > 1 {
+            self.by_depth.insert((depth - 1, subject));
+        } else {
+            self.rotation_live -= 1;
+            self.compact_rotation();
+        }
+    }
+
+    /// Drop stale rotation entries once they outnumber live ones: amortised O(1) per removal.
+    fn compact_rotation(&mut self) {
+        if self.rotation.len() > 2 * self.rotation_live + 16 {
+            let subjects = &mut self.subjects;
+            self.rotation.retain(|name| {
+                let s = subjects.get_mut(name).expect("interned");
+                s.in_rotation = !s.queue.is_empty();
+                s.in_rotation
+            });
+        }
+    }
+
+    /// End a live ticket in `state` (a terminal state): free what it held, schedule forgetting.
+    /// Counters are the caller's.
+    fn end(&mut self, limits: &Limits, key: TicketKey, state: TicketState, now: Millis) {
+        let previous = self.tickets[&key].state;
+        match previous {
+            TicketState::Queued => self.dequeue(key),
+            TicketState::Admitted => {
+                let t = &self.tickets[&key];
+                self.in_flight -= 1;
+                self.subjects
+                    .get_mut(&t.subject)
+                    .expect("interned")
+                    .in_flight -= 1;
+                if let Some(a) = &t.account {
+                    self.accounts.get_mut(a).expect("interned").in_flight -= 1;
+                }
+            }
+            TicketState::Parked => self.parked -= 1,
+            _ => return,
+        }
+        let t = self.tickets.get_mut(&key).expect("known");
+        self.leases.remove(&(t.deadline, key));
+        t.state = state;
+        t.deadline = now + limits.retention_ms;
+        self.retained.push_back((t.deadline, key));
+        let subject = t.subject.clone();
+        let account = t.account.clone();
+        self.forget_idle_names(&subject, account.as_deref());
+        self.changes.push(key);
+    }
+
+    /// Drop per-name state that holds nothing, so a stream of one-off subjects does not grow
+    /// the maps. A subject still in the rotation stays until the rotation drops it.
+    fn forget_idle_names(&mut self, subject: &Arc<str>, account: Option<&str>) {
+        if let Some(s) = self.subjects.get(subject)
+            && s.in_flight == 0
+            && s.queue.is_empty()
+            && !s.in_rotation
+        {
+            self.subjects.remove(subject);
+        }
+        if let Some(a) = account
+            && self
+                .accounts
+                .get(a)
+                .is_some_and(|a| a.in_flight == 0 && a.queued == 0)
+        {
+            self.accounts.remove(a);
+        }
+    }
+
+    /// Make room in the queue for one more ticket of `subject`, per the overflow policy.
+    fn make_room(
+        &mut self,
+        limits: &Limits,
+        subject: &Arc<str>,
+        now: Millis,
+    ) -> Result<(), SubmitError> {
+        let subject_depth = self
+            .subjects
+            .get(subject)
+            .map_or(0, |s| s.queue.len() as u32);
+        let subject_full =
+            limits.queue_per_subject > 0 && subject_depth >= limits.queue_per_subject;
+        let total_full = self.queued >= limits.queue_total;
+        if !subject_full && !total_full {
+            return Ok(());
+        }
+        match limits.overflow {
+            OverflowPolicy::Reject => Err(self.refuse(Refusal::QueueFull)),
+            OverflowPolicy::Queue => {
+                if subject_full || self.queued >= limits.queue_hard_total {
+                    Err(self.refuse(Refusal::QueueFull))
+                } else {
+                    Ok(())
+                }
+            }
+            OverflowPolicy::ShedOldest => {
+                let victim_subject = if subject_full {
+                    Some(subject.clone())
+                } else {
+                    self.by_depth.last().map(|(_, s)| s.clone())
+                };
+                let victim = victim_subject
+                    .and_then(|s| self.subjects.get(&s))
+                    .and_then(|s| s.queue.first_key_value().map(|(_, k)| *k));
+                match victim {
+                    Some(key) => {
+                        self.end(limits, key, TicketState::Shed, now);
+                        self.counters.shed += 1;
+                        Ok(())
+                    }
+                    None => Err(self.refuse(Refusal::QueueFull)),
+                }
+            }
+        }
+    }
+
+    /// Admit queued tickets while any fits, round robin over subjects: take the subject at the
+    /// head of the rotation, admit its oldest ticket that fits (skipping tickets whose account
+    /// is full or whose replica is over the soft memory mark), move the subject to the tail.
+    /// Stops at the total cap, or after a full pass that admitted nothing.
+    fn dispatch(&mut self, limits: &Limits, now: Millis) {
+        let mut idle_visits = 0usize;
+        while self.in_flight < limits.total && idle_visits < self.rotation_live {
+            let Some(subject) = self.rotation.pop_front() else {
+                break;
+            };
+            let s = self.subjects.get_mut(&subject).expect("interned");
+            if s.queue.is_empty() {
+                // Stale entry: the subject's waiters left by other ways than dispatch.
+                s.in_rotation = false;
+                self.forget_idle_names(&subject, None);
+                continue;
+            }
+            let pick = self.first_fitting(limits, &subject, now);
+            match pick {
+                Some(key) => {
+                    self.dequeue(key);
+                    self.admit(limits, key, now);
+                    idle_visits = 0;
+                }
+                None => idle_visits += 1,
+            }
+            let s = self.subjects.get_mut(&subject).expect("interned");
+            if s.queue.is_empty() {
+                s.in_rotation = false;
+                self.forget_idle_names(&subject, None);
+            } else {
+                self.rotation.push_back(subject);
+            }
+        }
+    }
+
+    /// The oldest queued ticket of `subject` that fits now, if any.
+    fn first_fitting(&self, limits: &Limits, subject: &str, now: Millis) -> Option<TicketKey> {
+        let s = self.subjects.get(subject)?;
+        if self.in_flight >= limits.total || s.in_flight >= limits.subject_cap(subject) {
+            return None;
+        }
+        s.queue.values().copied().find(|key| {
+            let t = &self.tickets[key];
+            let account_ok = match (
+                &t.account,
+                t.account.as_deref().and_then(|a| limits.account_cap(a)),
+            ) {
+                (Some(a), Some(cap)) => self.accounts.get(a).map_or(0, |a| a.in_flight) < cap,
+                _ => true,
+            };
+            account_ok && !self.is_soft(limits, &t.instance, now)
+        })
+    }
+
+    /// 0-based place of a queued ticket in the dispatch order, counting as if every waiter were
+    /// eligible: in round r each subject with more than r waiters dispatches its r-th, in
+    /// rotation order. O(subjects in the rotation + the ticket's depth in its subject queue).
+    fn position(&self, t: &Ticket) -> u32 {
+        let Some(own) = self.subjects.get(&t.subject) else {
+            return 0;
+        };
+        let depth = own.queue.range(..t.order).count();
+        let mut before = 0usize;
+        let mut ahead_in_round = true;
+        for name in &self.rotation {
+            let len = self.subjects.get(name).map_or(0, |s| s.queue.len());
+            // Names are interned per host, and a subject in the rotation is never dropped from
+            // the map, so pointer equality identifies it.
+            if Arc::ptr_eq(name, &t.subject) {
+                ahead_in_round = false;
+            }
+            before += len.min(depth);
+            if ahead_in_round && len > depth {
+                before += 1;
+            }
+        }
+        u32::try_from(before).unwrap_or(u32::MAX)
+    }
+}

@@ -1,0 +1,558 @@
+//! Scheduling rules on the pure core, with time moved by hand.
+
+use super::*;
+
+/// One host under test: its state, limits and a hand-driven clock.
+struct Host {
+    state: HostState,
+    limits: Limits,
+    now: Millis,
+    next_key: TicketKey,
+}
+
+fn limits(total: u32, per_subject: u32, queue_total: u32, queue_per_subject: u32) -> Limits {
+    Limits {
+        total,
+        per_subject,
+        queue_total,
+        queue_per_subject,
+        queue_hard_total: queue_total * 4,
+        ..Limits::default()
+    }
+}
+
+impl Host {
+    fn new(limits: Limits) -> Self {
+        Host {
+            state: HostState::new(),
+            limits,
+            now: 1_000,
+            next_key: 1,
+        }
+    }
+
+    fn submit_with(
+        &mut self,
+        subject: &str,
+        account: Option<&str>,
+        run: &str,
+        mode: SubmitMode,
+        rss_mb: Option<u32>,
+    ) -> Result<TicketView, SubmitError> {
+        let key = self.next_key;
+        self.next_key += 1;
+        let args = SubmitArgs {
+            instance_id: "replica-1".into(),
+            subject: subject.into(),
+            account_id: account.map(str::to_string),
+            run_id: run.into(),
+            mode,
+            rss_mb,
+        };
+        let out = self.state.submit(&self.limits, args, key, self.now);
+        self.audit();
+        out
+    }
+
+    fn submit(&mut self, subject: &str, run: &str) -> Result<TicketView, SubmitError> {
+        self.submit_with(subject, None, run, SubmitMode::Queue, None)
+    }
+
+    fn ok(&mut self, subject: &str, run: &str) -> TicketView {
+        self.submit(subject, run).expect("submit")
+    }
+
+    fn release(&mut self, key: TicketKey) -> Option<TicketState> {
+        let out = self.state.release(&self.limits, key, self.now);
+        self.audit();
+        out
+    }
+
+    fn state(&self, key: TicketKey) -> TicketState {
+        self.state.state_of(key).expect("known ticket")
+    }
+
+    fn advance(&mut self, ms: Millis) {
+        self.now += ms;
+        self.state.housekeeping(&self.limits, self.now);
+        self.audit();
+    }
+
+    fn audit(&self) {
+        if let Err(e) = self.state.audit(&self.limits) {
+            panic!("audit failed: {e}");
+        }
+    }
+
+    fn stats(&self) -> HostStats {
+        self.state.stats(&self.limits, self.now)
+    }
+
+    /// The run_ids admitted by the last operation, in order.
+    fn admitted_by(&mut self, runs: &[(TicketKey, &str)]) -> Vec<String> {
+        let changed = self.state.take_changes();
+        changed
+            .iter()
+            .filter(|k| self.state.state_of(**k) == Some(TicketState::Admitted))
+            .filter_map(|k| {
+                runs.iter()
+                    .find(|(key, _)| key == k)
+                    .map(|(_, r)| r.to_string())
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn round_robin_admits_subjects_in_turn() {
+    // total 1, per_subject 1, queue 12/8: alice holds; a1 a2 a3 (alice) and b1 b2 (bob) queue.
+    let mut h = Host::new(limits(1, 1, 12, 8));
+    let holder = h.ok("alice", "hold");
+    assert_eq!(holder.state, TicketState::Admitted);
+    let mut runs = Vec::new();
+    for (subject, run) in [
+        ("alice", "a1"),
+        ("alice", "a2"),
+        ("alice", "a3"),
+        ("bob", "b1"),
+        ("bob", "b2"),
+    ] {
+        let v = h.ok(subject, run);
+        assert_eq!(v.state, TicketState::Queued, "{run}");
+        runs.push((v.key, run));
+    }
+    h.state.take_changes();
+    let mut order = Vec::new();
+    let mut current = holder.key;
+    for _ in 0..5 {
+        assert_eq!(h.release(current), Some(TicketState::Admitted));
+        let admitted = h.admitted_by(&runs);
+        assert_eq!(admitted.len(), 1, "one release admits one waiter");
+        order.push(admitted[0].clone());
+        current = runs.iter().find(|(_, r)| *r == admitted[0]).unwrap().0;
+    }
+    assert_eq!(order, ["a1", "b1", "a2", "b2", "a3"]);
+}
+
+#[test]
+fn positions_follow_the_round_robin_dispatch_order() {
+    let mut h = Host::new(limits(1, 1, 12, 8));
+    h.ok("alice", "hold");
+    let a1 = h.ok("alice", "a1");
+    let a2 = h.ok("alice", "a2");
+    let b1 = h.ok("bob", "b1");
+    let a3 = h.ok("alice", "a3");
+    let b2 = h.ok("bob", "b2");
+    let pos = |h: &Host, k| h.state.view(&h.limits, k, h.now).unwrap().position;
+    // Dispatch order a1, b1, a2, b2, a3.
+    assert_eq!(
+        [a1.key, b1.key, a2.key, b2.key, a3.key].map(|k| pos(&h, k)),
+        [0, 1, 2, 3, 4]
+    );
+    assert_eq!(b2.position, 3, "Submit answers with the position too");
+}
+
+#[test]
+fn a_full_account_queues_while_another_account_of_the_subject_runs() {
+    // total 3, per_subject 2, per_account 1.
+    let mut h = Host::new(Limits {
+        per_account: Some(1),
+        ..limits(3, 2, 10, 0)
+    });
+    let first = h
+        .submit_with("alice", Some("acct-1"), "r1", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(first.state, TicketState::Admitted);
+    let blocked = h
+        .submit_with("alice", Some("acct-1"), "r2", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(blocked.state, TicketState::Queued, "acct-1 is full");
+    let other = h
+        .submit_with("alice", Some("acct-2"), "r3", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(other.state, TicketState::Admitted, "acct-2 has room");
+    // The blocked ticket runs once its account frees up, even though it is not at the head
+    // of any other order.
+    h.release(first.key);
+    assert_eq!(h.state(blocked.key), TicketState::Admitted);
+}
+
+#[test]
+fn dispatch_skips_a_blocked_account_for_another_accounts_work() {
+    let mut h = Host::new(Limits {
+        per_account: Some(1),
+        ..limits(2, 2, 10, 0)
+    });
+    let hold_a = h
+        .submit_with("s0", Some("acct-a"), "h1", SubmitMode::Queue, None)
+        .unwrap();
+    let hold_b = h
+        .submit_with("s0", Some("acct-b"), "h2", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(
+        (hold_a.state, hold_b.state),
+        (TicketState::Admitted, TicketState::Admitted)
+    );
+    // alice's oldest waiter is on acct-a (full), her second on acct-c.
+    let on_a = h
+        .submit_with("alice", Some("acct-a"), "a1", SubmitMode::Queue, None)
+        .unwrap();
+    let on_c = h
+        .submit_with("alice", Some("acct-c"), "a2", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(
+        (on_a.state, on_c.state),
+        (TicketState::Queued, TicketState::Queued)
+    );
+    h.release(hold_b.key);
+    assert_eq!(
+        h.state(on_c.key),
+        TicketState::Admitted,
+        "skips the blocked account"
+    );
+    assert_eq!(h.state(on_a.key), TicketState::Queued);
+}
+
+#[test]
+fn total_one_without_a_queue_answers_busy() {
+    let mut h = Host::new(limits(1, 1, 0, 0));
+    assert_eq!(h.ok("alice", "r1").state, TicketState::Admitted);
+    assert_eq!(
+        h.submit("bob", "r2"),
+        Err(SubmitError::Refused(Refusal::Busy))
+    );
+    assert_eq!(h.stats().counters.rejected, 1);
+    assert_eq!(h.stats().queued, 0);
+}
+
+#[test]
+fn reject_policy_answers_queue_full_at_the_declared_depth() {
+    // Cap 2, queue 1, reject.
+    let mut h = Host::new(limits(2, 2, 1, 0));
+    let states: Vec<_> = (0..4)
+        .map(|i| h.submit("alice", &format!("r{i}")).map(|v| v.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            Ok(TicketState::Admitted),
+            Ok(TicketState::Admitted),
+            Ok(TicketState::Queued),
+            Err(SubmitError::Refused(Refusal::QueueFull)),
+        ]
+    );
+    assert_eq!(h.stats().counters.rejected, 1);
+}
+
+#[test]
+fn try_mode_never_queues() {
+    let mut h = Host::new(limits(1, 1, 10, 0));
+    h.ok("alice", "r1");
+    assert_eq!(
+        h.submit_with("bob", None, "r2", SubmitMode::Try, None),
+        Err(SubmitError::Refused(Refusal::Busy))
+    );
+    assert_eq!(h.stats().queued, 0);
+    assert_eq!(
+        h.submit_with("carol", None, "r3", SubmitMode::Try, None)
+            .map(|v| v.state)
+            .unwrap_err(),
+        SubmitError::Refused(Refusal::Busy)
+    );
+}
+
+#[test]
+fn shed_oldest_evicts_the_oldest_waiter_and_queues_the_newcomer() {
+    let mut h = Host::new(Limits {
+        overflow: OverflowPolicy::ShedOldest,
+        ..limits(1, 1, 2, 0)
+    });
+    h.ok("alice", "hold");
+    let w1 = h.ok("bob", "w1");
+    let w2 = h.ok("bob", "w2");
+    let newcomer = h.ok("bob", "w3");
+    assert_eq!(newcomer.state, TicketState::Queued);
+    assert_eq!(h.state(w1.key), TicketState::Shed, "the oldest waiter goes");
+    assert_eq!(h.state(w2.key), TicketState::Queued);
+    let s = h.stats();
+    assert_eq!((s.counters.shed, s.counters.rejected, s.queued), (1, 0, 2));
+}
+
+#[test]
+fn shed_oldest_never_evicts_a_quiet_tenant_for_a_flood() {
+    let mut h = Host::new(Limits {
+        overflow: OverflowPolicy::ShedOldest,
+        ..limits(1, 1, 4, 0)
+    });
+    h.ok("holder", "hold");
+    let quiet = h.ok("quiet", "q1"); // oldest waiter of all
+    let floods: Vec<_> = (0..3).map(|i| h.ok("flood", &format!("f{i}"))).collect();
+    // The queue is full (4). A newcomer from a third subject sheds from the deepest queue.
+    let newcomer = h.ok("third", "t1");
+    assert_eq!(newcomer.state, TicketState::Queued);
+    assert_eq!(
+        h.state(quiet.key),
+        TicketState::Queued,
+        "the quiet tenant keeps its place"
+    );
+    assert_eq!(h.state(floods[0].key), TicketState::Shed);
+    // The flood itself keeps shedding its own oldest waiters, never the quiet one.
+    for i in 3..10 {
+        h.ok("flood", &format!("f{i}"));
+        assert_eq!(h.state(quiet.key), TicketState::Queued);
+    }
+}
+
+#[test]
+fn shed_oldest_with_a_full_subject_queue_sheds_within_that_subject() {
+    let mut h = Host::new(Limits {
+        overflow: OverflowPolicy::ShedOldest,
+        ..limits(1, 1, 10, 2)
+    });
+    h.ok("holder", "hold");
+    let other = h.ok("other", "o1");
+    let a1 = h.ok("alice", "a1");
+    h.ok("alice", "a2");
+    let a3 = h.ok("alice", "a3");
+    assert_eq!(a3.state, TicketState::Queued);
+    assert_eq!(h.state(a1.key), TicketState::Shed);
+    assert_eq!(h.state(other.key), TicketState::Queued);
+}
+
+#[test]
+fn queue_policy_grows_past_the_declared_depth_up_to_the_hard_bound() {
+    let mut h = Host::new(Limits {
+        overflow: OverflowPolicy::Queue,
+        queue_hard_total: 3,
+        ..limits(1, 1, 1, 0)
+    });
+    h.ok("holder", "hold");
+    for i in 0..3 {
+        assert_eq!(h.ok("s", &format!("r{i}")).state, TicketState::Queued);
+    }
+    assert_eq!(
+        h.submit("s", "r3"),
+        Err(SubmitError::Refused(Refusal::QueueFull))
+    );
+}
+
+#[test]
+fn per_subject_queue_bound_rejects_under_reject() {
+    let mut h = Host::new(limits(1, 1, 10, 1));
+    h.ok("holder", "hold");
+    h.ok("alice", "a1");
+    assert_eq!(
+        h.submit("alice", "a2"),
+        Err(SubmitError::Refused(Refusal::QueueFull))
+    );
+    assert_eq!(
+        h.ok("bob", "b1").state,
+        TicketState::Queued,
+        "other subjects still queue"
+    );
+}
+
+#[test]
+fn repeated_run_id_returns_the_same_ticket_and_takes_no_second_slot() {
+    let mut h = Host::new(limits(2, 2, 0, 0));
+    let first = h.ok("alice", "run-1");
+    let again = h.ok("alice", "run-1");
+    assert_eq!(first.key, again.key);
+    assert_eq!(h.stats().in_flight, 1);
+    assert_eq!(h.stats().counters.submitted, 1);
+    assert_eq!(
+        h.submit("bob", "run-1"),
+        Err(SubmitError::RunIdConflict { field: "subject" })
+    );
+    assert_eq!(
+        h.submit_with("alice", Some("acct"), "run-1", SubmitMode::Queue, None),
+        Err(SubmitError::RunIdConflict {
+            field: "account_id"
+        })
+    );
+    // After release the repeat answers with the terminal state, until retention ends.
+    h.release(first.key);
+    let late = h.ok("alice", "run-1");
+    assert_eq!((late.key, late.state), (first.key, TicketState::Released));
+    h.advance(h.limits.retention_ms);
+    let fresh = h.ok("alice", "run-1");
+    assert_ne!(
+        fresh.key, first.key,
+        "forgotten after retention: a new ticket"
+    );
+    assert_eq!(fresh.state, TicketState::Admitted);
+}
+
+#[test]
+fn an_unrenewed_admitted_ticket_expires_and_its_slot_goes_to_the_next_waiter() {
+    let mut h = Host::new(Limits {
+        lease_ttl_ms: 300,
+        ..limits(1, 1, 5, 0)
+    });
+    let holder = h.ok("alice", "hold");
+    let waiter = h.ok("bob", "wait");
+    h.advance(200);
+    // The waiter keeps itself alive (as an open Wait stream does); the holder does not renew.
+    h.state.renew(&h.limits, waiter.key, None, h.now);
+    h.advance(100);
+    assert_eq!(h.state(holder.key), TicketState::Expired);
+    assert_eq!(h.state(waiter.key), TicketState::Admitted);
+    let s = h.stats();
+    assert_eq!((s.counters.expired, s.in_flight), (1, 1));
+}
+
+#[test]
+fn renew_keeps_a_ticket_alive_past_its_first_lease() {
+    let mut h = Host::new(Limits {
+        lease_ttl_ms: 300,
+        ..limits(1, 1, 0, 0)
+    });
+    let t = h.ok("alice", "r1");
+    for _ in 0..5 {
+        h.advance(250);
+        let v = h.state.renew(&h.limits, t.key, None, h.now).unwrap();
+        assert_eq!(
+            (v.state, v.lease_remaining_ms),
+            (TicketState::Admitted, 300)
+        );
+    }
+    h.advance(300);
+    assert_eq!(h.state(t.key), TicketState::Expired);
+    assert_eq!(
+        h.state
+            .renew(&h.limits, t.key, None, h.now)
+            .map(|v| v.state),
+        Some(TicketState::Expired),
+        "renewing an ended ticket reports its end and revives nothing"
+    );
+}
+
+#[test]
+fn a_queued_ticket_without_keepalive_expires() {
+    let mut h = Host::new(Limits {
+        lease_ttl_ms: 300,
+        ..limits(1, 1, 5, 0)
+    });
+    let holder = h.ok("alice", "hold");
+    let waiter = h.ok("bob", "wait");
+    h.advance(250);
+    h.state.renew(&h.limits, holder.key, None, h.now);
+    h.advance(50);
+    assert_eq!(h.state(waiter.key), TicketState::Expired);
+    assert_eq!(h.stats().queued, 0);
+}
+
+#[test]
+fn release_is_idempotent_and_cancels_queued_tickets() {
+    let mut h = Host::new(limits(1, 1, 5, 0));
+    let holder = h.ok("alice", "hold");
+    let waiter = h.ok("bob", "wait");
+    assert_eq!(h.release(waiter.key), Some(TicketState::Queued));
+    assert_eq!(h.state(waiter.key), TicketState::Cancelled);
+    assert_eq!(
+        h.release(waiter.key),
+        Some(TicketState::Cancelled),
+        "twice is fine"
+    );
+    assert_eq!(h.release(holder.key), Some(TicketState::Admitted));
+    assert_eq!(h.release(holder.key), Some(TicketState::Released));
+    assert_eq!(h.release(0xdead), None);
+    let s = h.stats();
+    assert_eq!(
+        (s.counters.cancelled, s.counters.released, s.in_flight),
+        (1, 1, 0)
+    );
+}
+
+#[test]
+fn grants_increase_with_every_admission() {
+    let mut h = Host::new(limits(1, 1, 5, 0));
+    let a = h.ok("alice", "a");
+    let b = h.ok("bob", "b");
+    assert_eq!(b.grant, 0, "no grant while queued");
+    h.release(a.key);
+    let b_now = h.state.view(&h.limits, b.key, h.now).unwrap();
+    assert!(b_now.grant > a.grant);
+    h.release(b.key);
+    let c = h.ok("carol", "c");
+    assert!(c.grant > b_now.grant);
+}
+
+#[test]
+fn memory_ladder_refuses_at_max_and_holds_back_at_soft() {
+    let mut h = Host::new(Limits {
+        memory: MemoryLimits::from_ratio(1000, 0.9),
+        ..limits(4, 4, 10, 0)
+    });
+    assert_eq!(
+        h.submit_with("alice", None, "r1", SubmitMode::Queue, Some(1000)),
+        Err(SubmitError::Refused(Refusal::MemoryPressure))
+    );
+    assert_eq!(h.stats().counters.rejected, 1);
+    // Soft: the newcomer queues although slots are free.
+    let soft = h
+        .submit_with("alice", None, "r2", SubmitMode::Queue, Some(950))
+        .unwrap();
+    assert_eq!(soft.state, TicketState::Queued);
+    assert_eq!(h.stats().in_flight, 0);
+    assert_eq!(h.stats().reported_rss_mb, 950);
+    // TRY cannot queue: BUSY.
+    assert_eq!(
+        h.submit_with("alice", None, "r3", SubmitMode::Try, Some(950)),
+        Err(SubmitError::Refused(Refusal::Busy))
+    );
+    // A report below soft lets the held-back waiter run.
+    let v = h
+        .state
+        .renew(&h.limits, soft.key, Some(500), h.now)
+        .unwrap();
+    assert_eq!(v.state, TicketState::Admitted);
+    // Unknown rss has no effect.
+    let unknown = h
+        .submit_with("bob", None, "r4", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(unknown.state, TicketState::Admitted);
+}
+
+#[test]
+fn subject_and_account_overrides_replace_the_defaults() {
+    let mut h = Host::new(Limits {
+        subjects: [("review-worker".to_string(), 1)].into(),
+        accounts: [("account-one".to_string(), 1)].into(),
+        ..limits(10, 4, 0, 0)
+    });
+    h.ok("review-worker", "r1");
+    assert_eq!(
+        h.submit("review-worker", "r2"),
+        Err(SubmitError::Refused(Refusal::Busy))
+    );
+    h.submit_with("alice", Some("account-one"), "r3", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(
+        h.submit_with("bob", Some("account-one"), "r4", SubmitMode::Queue, None),
+        Err(SubmitError::Refused(Refusal::Busy))
+    );
+    assert_eq!(h.ok("alice", "r5").state, TicketState::Admitted);
+}
+
+#[test]
+fn refused_one_off_subjects_leave_nothing_behind() {
+    let mut h = Host::new(limits(1, 1, 0, 0));
+    h.ok("holder", "hold");
+    for i in 0..100 {
+        let _ = h.submit(&format!("s{i}"), &format!("r{i}"));
+    }
+    assert_eq!(h.state.subjects.len(), 1);
+    assert_eq!(h.state.accounts.len(), 0);
+}
+
+#[test]
+fn rotation_stays_bounded_when_waiters_leave_without_dispatch() {
+    let mut h = Host::new(limits(1, 1, 1_000, 0));
+    h.ok("holder", "hold");
+    for i in 0..500 {
+        let v = h.ok(&format!("s{i}"), &format!("r{i}"));
+        h.release(v.key);
+    }
+    assert!(h.state.rotation.len() <= 16, "stale entries are compacted");
+}

@@ -1,0 +1,156 @@
+//! The composition root: builds the store and services from a [`Config`], starts the
+//! background tasks (lease sweep, the authority's own memory watch), and serves gRPC on a bound
+//! listener until `shutdown` resolves. `main` and the integration tests both start the server
+//! here, so tests run exactly what ships.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+
+use crate::api::{admission_server::AdmissionServer, operator_server::OperatorServer};
+use crate::clock::SystemClock;
+use crate::config::Config;
+use crate::service::{AdmissionService, Gates, OperatorService};
+use crate::store::Store;
+use crate::store::memory::MemoryStore;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Config(String),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serve `config` on `listener` until `shutdown` resolves, then stop accepting, let calls in
+/// progress finish, and return.
+///
+/// Fails when the configuration may not be served (see [`Config::check_exposure`]) or the
+/// transport fails.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    config.check_exposure().map_err(ServeError::Config)?;
+    let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
+    let store = Arc::new(MemoryStore::new(
+        config.limits.clone(),
+        Arc::new(SystemClock::new()),
+    ));
+    let gates = Arc::new(Gates::default());
+    let background = [
+        tokio::spawn(sweep(store.clone(), sweep_every)),
+        tokio::spawn(watch_own_memory(gates.clone(), config.authority_max_rss_mb)),
+    ];
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<AdmissionServer<AdmissionService<MemoryStore>>>()
+        .await;
+    health
+        .set_serving::<OperatorServer<OperatorService<MemoryStore>>>()
+        .await;
+
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::api::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let result = tonic::transport::Server::builder()
+        // Thousands of Wait streams on one connection need a wide connection window, or h2
+        // answers a burst of new streams with GOAWAY (ENHANCE_YOUR_CALM).
+        .initial_connection_window_size(16 * 1024 * 1024)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(AdmissionServer::new(AdmissionService::new(
+            store.clone(),
+            gates.clone(),
+        )))
+        .add_service(OperatorServer::new(OperatorService::new(store, gates)))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    for task in background {
+        task.abort();
+    }
+    result.map_err(ServeError::from)
+}
+
+/// Sweep a little faster than the shortest lease can run out, within 5 ms..1 s. Operations
+/// expire due leases of their own host first, so the sweep only bounds how late an idle host
+/// notices an expiry.
+fn sweep_interval(shortest_lease_ms: u64) -> Duration {
+    Duration::from_millis((shortest_lease_ms / 10).clamp(5, 1000))
+}
+
+async fn sweep<S: Store>(store: Arc<S>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = store.sweep().await {
+            tracing::warn!("lease sweep failed: {e}");
+        }
+    }
+}
+
+/// Refuse new tickets while the authority's own resident memory is at its ceiling, rather than
+/// be killed by the OOM killer with every slot in its memory. Reads /proc through sysinfo once
+/// a second; `max_rss_mb` 0 turns it off.
+async fn watch_own_memory(gates: Arc<Gates>, max_rss_mb: u64) {
+    if max_rss_mb == 0 {
+        return;
+    }
+    use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
+    let pid = sysinfo::Pid::from_u32(std::process::id());
+    let mut system = match System::new() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(
+                "cannot read the authority's own memory, authority.max_rss_mb is off: {e}"
+            );
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        system.refresh_processes_specifics(
+            ProcessesToUpdate::Some(&[pid]),
+            true,
+            ProcessRefreshKind::nothing().with_memory(),
+        );
+        let Some(rss_mb) = system.process(pid).map(|p| p.memory() / (1024 * 1024)) else {
+            continue;
+        };
+        let full = rss_mb >= max_rss_mb;
+        if gates.authority_memory_full.swap(full, Ordering::Relaxed) != full {
+            if full {
+                tracing::warn!(
+                    rss_mb,
+                    max_rss_mb,
+                    "authority memory at its ceiling: refusing new tickets"
+                );
+            } else {
+                tracing::info!(
+                    rss_mb,
+                    max_rss_mb,
+                    "authority memory below its ceiling again"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The edge between the wire and the domain: request validation (every rule names its field),
+//! proto ⇄ domain conversions, and the single mapping from domain outcomes to gRPC statuses.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::api;
+use crate::config::check_id;
+use crate::scheduler::{Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView};
+use crate::store::{StoreError, TicketId};
+
+/// The ErrorInfo domain of every refusal.
+pub const ERROR_DOMAIN: &str = "admission.v1";
+/// Most tickets one Renew may name.
+pub const MAX_RENEW_IDS: usize = 1000;
+/// Most tickets one ListTickets may return.
+pub const MAX_LIST: u32 = 10_000;
+/// Largest rss_mb accepted (16 TiB): anything above is a unit mistake, not a measurement.
+pub const MAX_RSS_MB: u32 = 16 * 1024 * 1024;
+/// A ticket id is a host id (≤ 128 bytes), a dot and 32 hex digits.
+const MAX_TICKET_ID: usize = 128 + 1 + 32;
+
+/// Every way a call can fail, mapped to a status in one place ([`From<ApiError> for Status`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{field}: {rule}")]
+    Invalid { field: String, rule: String },
+    #[error("{}", refusal_message(*.0))]
+    Refused(Refusal),
+    #[error("run_id: already names a ticket with another {field}")]
+    RunIdConflict { field: &'static str },
+    #[error("ticket_id: no such ticket: {0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Unavailable(#[from] StoreError),
+}
+
+impl ApiError {
+    pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        ApiError::Invalid {
+            field: field.into(),
+            rule: rule.into(),
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Refused(r) => ApiError::Refused(r),
+            SubmitError::RunIdConflict { field } => ApiError::RunIdConflict { field },
+        }
+    }
+}
+
+/// The ErrorInfo reason of a refusal: part of the public contract.
+pub fn refusal_reason(r: Refusal) -> &'static str {
+    match r {
+        Refusal::Busy => "BUSY",
+        Refusal::QueueFull => "QUEUE_FULL",
+        Refusal::MemoryPressure => "MEMORY_PRESSURE",
+        Refusal::Draining => "DRAINING",
+    }
+}
+
+fn refusal_message(r: Refusal) -> &'static str {
+    match r {
+        Refusal::Busy => "BUSY: no slot is free and this submit may not queue",
+        Refusal::QueueFull => {
+            "QUEUE_FULL: the queue is full and the overflow policy cannot make room"
+        }
+        Refusal::MemoryPressure => "MEMORY_PRESSURE: reported memory is at the hard limit",
+        Refusal::Draining => "DRAINING: this authority is draining and admits no new tickets",
+    }
+}
+
+/// How long a refused caller should wait before trying again (google.rpc.RetryInfo).
+pub fn retry_after(r: Refusal) -> Duration {
+    match r {
+        Refusal::Busy => Duration::from_secs(1),
+        Refusal::QueueFull => Duration::from_secs(2),
+        Refusal::MemoryPressure => Duration::from_secs(5),
+        Refusal::Draining => Duration::from_secs(10),
+    }
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        let message = e.to_string();
+        match e {
+            ApiError::Invalid { field, rule } => Status::with_error_details(
+                Code::InvalidArgument,
+                message,
+                ErrorDetails::with_bad_request_violation(field, rule),
+            ),
+            ApiError::Refused(r) => {
+                let mut details = ErrorDetails::with_error_info(
+                    refusal_reason(r),
+                    ERROR_DOMAIN,
+                    HashMap::<String, String>::new(),
+                );
+                details.set_retry_info(Some(retry_after(r)));
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
+            ApiError::RunIdConflict { .. } => Status::failed_precondition(message),
+            ApiError::NotFound(_) => Status::not_found(message),
+            ApiError::Unavailable(_) => Status::unavailable(message),
+        }
+    }
+}
+
+/// Check an id field: 1..128 bytes of printable ASCII.
+pub fn id(value: &str, field: &str) -> Result<(), ApiError> {
+    check_id(value).map_err(|rule| ApiError::invalid(field, rule))
+}
+
+/// Parse a ticket id field.
+pub fn ticket_id(value: &str, field: &str) -> Result<TicketId, ApiError> {
+    if value.is_empty() {
+        return Err(ApiError::invalid(field, "must not be empty"));
+    }
+    if value.len() > MAX_TICKET_ID {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be at most {MAX_TICKET_ID} bytes"),
+        ));
+    }
+    TicketId::parse(value)
+        .filter(|t| check_id(&t.host_id).is_ok())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                field,
+                "must be a ticket id as Submit returned it (<host_id>.<32 hex digits>)",
+            )
+        })
+}
+
+fn rss(value: Option<u32>) -> Result<Option<u32>, ApiError> {
+    match value {
+        Some(v) if v > MAX_RSS_MB => Err(ApiError::invalid(
+            "rss_mb",
+            format!("must be <= {MAX_RSS_MB} (MiB)"),
+        )),
+        v => Ok(v),
+    }
+}
+
+/// Validate a SubmitRequest; returns the host and the core's arguments.
+pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiError> {
+    id(&req.host_id, "host_id")?;
+    id(&req.instance_id, "instance_id")?;
+    id(&req.subject, "subject")?;
+    if !req.account_id.is_empty() {
+        id(&req.account_id, "account_id")?;
+    }
+    id(&req.run_id, "run_id")?;
+    let mode = match api::SubmitMode::try_from(req.mode) {
+        Ok(api::SubmitMode::Unspecified | api::SubmitMode::Queue) => SubmitMode::Queue,
+        Ok(api::SubmitMode::Try) => SubmitMode::Try,
+        Err(_) => {
+            return Err(ApiError::invalid(
+                "mode",
+                format!(
+                    "unknown value {}; use SUBMIT_MODE_QUEUE (1) or SUBMIT_MODE_TRY (2)",
+                    req.mode
+                ),
+            ));
+        }
+    };
+    let rss_mb = rss(req.rss_mb)?;
+    let account_id = (!req.account_id.is_empty()).then_some(req.account_id);
+    Ok((
+        req.host_id,
+        SubmitArgs {
+            instance_id: req.instance_id,
+            subject: req.subject,
+            account_id,
+            run_id: req.run_id,
+            mode,
+            rss_mb,
+        },
+    ))
+}
+
+/// Validate a RenewRequest.
+pub fn renew_args(req: &api::RenewRequest) -> Result<(Vec<TicketId>, Option<u32>), ApiError> {
+    if req.ticket_ids.len() > MAX_RENEW_IDS {
+        return Err(ApiError::invalid(
+            "ticket_ids",
+            format!("at most {MAX_RENEW_IDS} per call"),
+        ));
+    }
+    let ids = req
+        .ticket_ids
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ticket_id(t, &format!("ticket_ids[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((ids, rss(req.rss_mb)?))
+}
+
+impl From<TicketState> for api::TicketState {
+    fn from(s: TicketState) -> Self {
+        match s {
+            TicketState::Queued => api::TicketState::Queued,
+            TicketState::Admitted => api::TicketState::Admitted,
+            TicketState::Released => api::TicketState::Released,
+            TicketState::Cancelled => api::TicketState::Cancelled,
+            TicketState::Shed => api::TicketState::Shed,
+            TicketState::Expired => api::TicketState::Expired,
+            TicketState::Parked => api::TicketState::Parked,
+        }
+    }
+}
+
+/// Milliseconds as a u32 field, saturating (no lease is anywhere near 49 days).
+pub fn ms32(ms: u64) -> u32 {
+    u32::try_from(ms).unwrap_or(u32::MAX)
+}
+
+pub fn wait_event(id: &TicketId, v: &TicketView) -> api::WaitEvent {
+    api::WaitEvent {
+        ticket_id: id.to_string(),
+        state: api::TicketState::from(v.state) as i32,
+        position: v.position,
+        grant: v.grant,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_maps_to_resource_exhausted_with_reason_and_retry() {
+        for r in [
+            Refusal::Busy,
+            Refusal::QueueFull,
+            Refusal::MemoryPressure,
+            Refusal::Draining,
+        ] {
+            let status = Status::from(ApiError::Refused(r));
+            assert_eq!(status.code(), Code::ResourceExhausted);
+            let info = status.get_details_error_info().expect("ErrorInfo");
+            assert_eq!(info.reason, refusal_reason(r));
+            assert_eq!(info.domain, ERROR_DOMAIN);
+            let retry = status.get_details_retry_info().expect("RetryInfo");
+            assert_eq!(retry.retry_delay, Some(retry_after(r)));
+        }
+    }
+
+    #[test]
+    fn invalid_input_names_the_field() {
+        let status = Status::from(ApiError::invalid("subject", "must not be empty"));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        assert_eq!(status.message(), "subject: must not be empty");
+        let bad = status.get_details_bad_request().expect("BadRequest");
+        assert_eq!(bad.field_violations[0].field, "subject");
+    }
+}

@@ -1,0 +1,329 @@
+//! The gRPC services `admission.v1.Admission` and `admission.v1.Operator`. Handlers validate
+//! at the [`edge`], call one store operation, and convert the answer back.
+
+pub mod edge;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::api;
+use crate::scheduler::{Refusal, TicketState, TicketView};
+use crate::store::{Store, TicketId, TicketWatch};
+use edge::{ApiError, ms32};
+
+/// How often a Wait stream re-reads its ticket's position while nothing else happens to it.
+/// Position changes with every admission of the host, so streams coalesce them instead of
+/// waking every waiter on every change.
+pub const POSITION_REFRESH: Duration = Duration::from_secs(1);
+
+/// Process-wide switches that refuse new tickets before they reach the store.
+#[derive(Debug, Default)]
+pub struct Gates {
+    /// Set by `Drain` (and later SIGTERM): new Submits get DRAINING.
+    pub draining: AtomicBool,
+    /// Set by the memory monitor while the authority's own RSS is at its ceiling.
+    pub authority_memory_full: AtomicBool,
+}
+
+/// The `Admission` service over a store.
+pub struct AdmissionService<S> {
+    store: Arc<S>,
+    gates: Arc<Gates>,
+}
+
+impl<S> AdmissionService<S> {
+    pub fn new(store: Arc<S>, gates: Arc<Gates>) -> Self {
+        AdmissionService { store, gates }
+    }
+}
+
+/// The `Operator` service over a store.
+pub struct OperatorService<S> {
+    store: Arc<S>,
+    gates: Arc<Gates>,
+}
+
+impl<S> OperatorService<S> {
+    pub fn new(store: Arc<S>, gates: Arc<Gates>) -> Self {
+        OperatorService { store, gates }
+    }
+}
+
+type WaitStream = Pin<Box<dyn Stream<Item = Result<api::WaitEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
+    async fn submit(
+        &self,
+        request: Request<api::SubmitRequest>,
+    ) -> Result<Response<api::SubmitResponse>, Status> {
+        let (host_id, args) = edge::submit_args(request.into_inner())?;
+        if self.gates.draining.load(Ordering::Relaxed) {
+            return Err(ApiError::Refused(Refusal::Draining).into());
+        }
+        if self.gates.authority_memory_full.load(Ordering::Relaxed) {
+            self.store
+                .count_rejection(&host_id)
+                .await
+                .map_err(ApiError::from)?;
+            return Err(ApiError::Refused(Refusal::MemoryPressure).into());
+        }
+        let (id, view) = self
+            .store
+            .submit(&host_id, args)
+            .await
+            .map_err(ApiError::from)?
+            .map_err(ApiError::from)?;
+        Ok(Response::new(api::SubmitResponse {
+            ticket_id: id.to_string(),
+            state: api::TicketState::from(view.state) as i32,
+            position: view.position,
+            lease_ttl_ms: ms32(self.store.limits(&host_id).lease_ttl_ms),
+            grant: view.grant,
+        }))
+    }
+
+    type WaitStream = WaitStream;
+
+    async fn wait(
+        &self,
+        request: Request<api::WaitRequest>,
+    ) -> Result<Response<WaitStream>, Status> {
+        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        // Subscribe before the first read, so a change between the two is not missed.
+        let watch = self.store.watch(&id);
+        let view = self
+            .store
+            .ticket(&id)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
+        let (tx, rx) = mpsc::channel(4);
+        let lease_ttl_ms = self.store.limits(&id.host_id).lease_ttl_ms;
+        tokio::spawn(follow(
+            self.store.clone(),
+            id,
+            watch,
+            view,
+            tx,
+            lease_ttl_ms,
+        ));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn renew(
+        &self,
+        request: Request<api::RenewRequest>,
+    ) -> Result<Response<api::RenewResponse>, Status> {
+        let req = request.into_inner();
+        let (ids, rss_mb) = edge::renew_args(&req)?;
+        let views = self
+            .store
+            .renew(&ids, rss_mb)
+            .await
+            .map_err(ApiError::from)?;
+        let tickets = req
+            .ticket_ids
+            .into_iter()
+            .zip(views)
+            .map(|(ticket_id, view)| {
+                let (state, lease) = match view {
+                    Some(v) => (v.state, v.lease_remaining_ms),
+                    None => (TicketState::Expired, 0),
+                };
+                api::RenewedTicket {
+                    ticket_id,
+                    state: api::TicketState::from(state) as i32,
+                    lease_ttl_ms: ms32(lease),
+                }
+            })
+            .collect();
+        Ok(Response::new(api::RenewResponse { tickets }))
+    }
+
+    async fn release(
+        &self,
+        request: Request<api::ReleaseRequest>,
+    ) -> Result<Response<api::ReleaseResponse>, Status> {
+        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        let previous = self
+            .store
+            .release(&id)
+            .await
+            .map_err(ApiError::from)?
+            .unwrap_or(TicketState::Expired);
+        Ok(Response::new(api::ReleaseResponse {
+            previous_state: api::TicketState::from(previous) as i32,
+        }))
+    }
+
+    async fn get_stats(
+        &self,
+        request: Request<api::GetStatsRequest>,
+    ) -> Result<Response<api::Stats>, Status> {
+        let host_id = &request.get_ref().host_id;
+        edge::id(host_id, "host_id")?;
+        let s = self.store.stats(host_id).await.map_err(ApiError::from)?;
+        let limits = self.store.limits(host_id);
+        let rows = |rows: Vec<crate::scheduler::UsageRow>| rows.into_iter();
+        Ok(Response::new(api::Stats {
+            total: limits.total,
+            queue_total: limits.queue_total,
+            in_flight: s.in_flight,
+            queued: s.queued,
+            admitted: s.counters.admitted,
+            rejected: s.counters.rejected,
+            shed: s.counters.shed,
+            cancelled: s.counters.cancelled,
+            expired: s.counters.expired,
+            parked: s.parked,
+            max_rss_mb: limits.memory.max_rss_mb,
+            subjects: rows(s.subjects)
+                .map(|r| api::SubjectStats {
+                    subject: r.name,
+                    in_flight: r.in_flight,
+                    queued: r.queued,
+                    cap: r.cap,
+                })
+                .collect(),
+            accounts: rows(s.accounts)
+                .map(|r| api::AccountStats {
+                    account_id: r.name,
+                    in_flight: r.in_flight,
+                    queued: r.queued,
+                    cap: r.cap,
+                })
+                .collect(),
+            released: s.counters.released,
+            reported_rss_mb: s.reported_rss_mb,
+            queue_per_subject: limits.queue_per_subject,
+            queue_hard_total: limits.queue_hard_total,
+            draining: self.gates.draining.load(Ordering::Relaxed),
+        }))
+    }
+}
+
+/// Feed one Wait stream: the current state at once, then every state change, position changes
+/// at most every [`POSITION_REFRESH`]; renew the queued ticket's lease while the stream is open;
+/// end after the first event that is not QUEUED, or when the client goes away.
+async fn follow<S: Store>(
+    store: Arc<S>,
+    id: TicketId,
+    mut watch: S::Watch,
+    first: TicketView,
+    tx: mpsc::Sender<Result<api::WaitEvent, Status>>,
+    lease_ttl_ms: u64,
+) {
+    let mut last = first;
+    if tx.send(Ok(edge::wait_event(&id, &last))).await.is_err() {
+        return;
+    }
+    let keepalive_every = Duration::from_millis((lease_ttl_ms / 3).max(5));
+    let mut keepalive = tokio::time::interval_at(
+        tokio::time::Instant::now() + keepalive_every,
+        keepalive_every,
+    );
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut refresh = tokio::time::interval_at(
+        tokio::time::Instant::now() + POSITION_REFRESH,
+        POSITION_REFRESH,
+    );
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while last.state == TicketState::Queued {
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = watch.changed() => {}
+            _ = refresh.tick() => {}
+            _ = keepalive.tick() => {
+                // A failed keep-alive is not fatal: the lease has two more chances before it
+                // runs out, and the next read reports an expiry.
+                let _ = store.renew(std::slice::from_ref(&id), None).await;
+                continue;
+            }
+        }
+        let next = match store.ticket(&id).await {
+            Ok(Some(v)) => v,
+            Ok(None) => TicketView {
+                key: id.key,
+                state: TicketState::Expired,
+                position: 0,
+                grant: 0,
+                lease_remaining_ms: 0,
+            },
+            Err(e) => {
+                let _ = tx.send(Err(ApiError::from(e).into())).await;
+                return;
+            }
+        };
+        if next.state != last.state || next.position != last.position {
+            if tx.send(Ok(edge::wait_event(&id, &next))).await.is_err() {
+                return;
+            }
+            last = next;
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> api::operator_server::Operator for OperatorService<S> {
+    async fn list_tickets(
+        &self,
+        request: Request<api::ListTicketsRequest>,
+    ) -> Result<Response<api::ListTicketsResponse>, Status> {
+        let req = request.get_ref();
+        edge::id(&req.host_id, "host_id")?;
+        let limit = match req.limit {
+            0 => edge::MAX_LIST,
+            n if n > edge::MAX_LIST => {
+                return Err(
+                    ApiError::invalid("limit", format!("must be <= {}", edge::MAX_LIST)).into(),
+                );
+            }
+            n => n,
+        };
+        let (list, truncated) = self
+            .store
+            .list(&req.host_id, limit as usize)
+            .await
+            .map_err(ApiError::from)?;
+        let tickets = list
+            .into_iter()
+            .map(|t| api::TicketInfo {
+                ticket_id: TicketId {
+                    host_id: req.host_id.clone(),
+                    key: t.key,
+                }
+                .to_string(),
+                state: api::TicketState::from(t.state) as i32,
+                subject: t.subject,
+                account_id: t.account_id.unwrap_or_default(),
+                run_id: t.run_id,
+                instance_id: t.instance_id,
+                grant: t.grant,
+                lease_remaining_ms: ms32(t.lease_remaining_ms),
+            })
+            .collect();
+        Ok(Response::new(api::ListTicketsResponse {
+            tickets,
+            truncated,
+        }))
+    }
+
+    async fn drain(
+        &self,
+        _request: Request<api::DrainRequest>,
+    ) -> Result<Response<api::DrainResponse>, Status> {
+        let was = self.gates.draining.swap(true, Ordering::SeqCst);
+        if !was {
+            tracing::warn!("draining: new tickets are refused from now on");
+        }
+        Ok(Response::new(api::DrainResponse { started: !was }))
+    }
+}

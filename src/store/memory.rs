@@ -1,0 +1,243 @@
+//! The embedded store: every host's [`HostState`] in process memory, each behind its own lock.
+//!
+//! The locks are `std::sync::Mutex`/`RwLock` and not Tokio's, because nothing asynchronous
+//! happens while one is held: an operation is a few map updates. Wait streams are woken through
+//! a `watch` channel per watched ticket, fed from the core's list of changed tickets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::watch;
+
+use super::{Store, StoreError, TicketId, TicketWatch};
+use crate::clock::Clock;
+use crate::scheduler::{
+    HostState, HostStats, Limits, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketKey,
+    TicketState, TicketView,
+};
+
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    limits: LimitsTable,
+    hosts: RwLock<HashMap<String, Arc<Host>>>,
+}
+
+struct Host {
+    inner: Mutex<HostInner>,
+}
+
+struct HostInner {
+    state: HostState,
+    /// Senders for tickets that have a Wait stream open (or had, until the next change).
+    watchers: HashMap<TicketKey, watch::Sender<()>>,
+}
+
+impl HostInner {
+    /// Wake the Wait streams of every ticket the last operation changed.
+    fn notify(&mut self) {
+        for key in self.state.take_changes() {
+            if let Some(tx) = self.watchers.get(&key) {
+                tx.send_replace(());
+                // A receiver sees the value even after the sender is dropped, so an ended
+                // ticket's sender can go at once.
+                let live = self.state.state_of(key).is_some_and(TicketState::is_live);
+                if !live || tx.receiver_count() == 0 {
+                    self.watchers.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// A Wait stream's subscription to one ticket of the memory store.
+pub struct MemoryWatch {
+    rx: Option<watch::Receiver<()>>,
+}
+
+impl TicketWatch for MemoryWatch {
+    async fn changed(&mut self) {
+        match &mut self.rx {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    // The sender is gone (the host was dropped); nothing will wake us again.
+                    self.rx = None;
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+impl MemoryStore {
+    pub fn new(limits: LimitsTable, clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            clock,
+            limits,
+            hosts: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn host(&self, host_id: &str) -> Arc<Host> {
+        if let Some(h) = self.hosts.read().expect("hosts lock").get(host_id) {
+            return h.clone();
+        }
+        self.hosts
+            .write()
+            .expect("hosts lock")
+            .entry(host_id.to_string())
+            .or_insert_with(|| {
+                Arc::new(Host {
+                    inner: Mutex::new(HostInner {
+                        state: HostState::new(),
+                        watchers: HashMap::new(),
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    fn existing_host(&self, host_id: &str) -> Option<Arc<Host>> {
+        self.hosts.read().expect("hosts lock").get(host_id).cloned()
+    }
+
+    /// Run `op` on a host's state under its lock, then wake the Wait streams it affected.
+    fn with_host<R>(
+        &self,
+        host: &Host,
+        host_id: &str,
+        op: impl FnOnce(&mut HostState, &Limits, u64) -> R,
+    ) -> R {
+        let limits = self.limits.for_host(host_id);
+        let mut inner = host.inner.lock().expect("host lock");
+        let now = self.clock.now_ms();
+        let out = op(&mut inner.state, limits, now);
+        inner.notify();
+        out
+    }
+}
+
+impl Store for MemoryStore {
+    type Watch = MemoryWatch;
+
+    fn limits(&self, host_id: &str) -> &Limits {
+        self.limits.for_host(host_id)
+    }
+
+    async fn submit(
+        &self,
+        host_id: &str,
+        args: SubmitArgs,
+    ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
+        let host = self.host(host_id);
+        let mut id = TicketId::random(host_id);
+        let out = self.with_host(&host, host_id, |state, limits, now| {
+            while state.has_ticket(id.key) {
+                id = TicketId::random(host_id);
+            }
+            state.submit(limits, args, id.key, now)
+        });
+        Ok(out.map(|view| {
+            let id = TicketId {
+                host_id: host_id.to_string(),
+                key: view.key,
+            };
+            (id, view)
+        }))
+    }
+
+    async fn renew(
+        &self,
+        ids: &[TicketId],
+        rss_mb: Option<u32>,
+    ) -> Result<Vec<Option<TicketView>>, StoreError> {
+        Ok(ids
+            .iter()
+            .map(|id| {
+                let host = self.existing_host(&id.host_id)?;
+                self.with_host(&host, &id.host_id, |state, limits, now| {
+                    state.renew(limits, id.key, rss_mb, now)
+                })
+            })
+            .collect())
+    }
+
+    async fn release(&self, id: &TicketId) -> Result<Option<TicketState>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
+            state.release(limits, id.key, now)
+        }))
+    }
+
+    async fn ticket(&self, id: &TicketId) -> Result<Option<TicketView>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
+            state.housekeeping(limits, now);
+            state.view(limits, id.key, now)
+        }))
+    }
+
+    fn watch(&self, id: &TicketId) -> MemoryWatch {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return MemoryWatch { rx: None };
+        };
+        let mut inner = host.inner.lock().expect("host lock");
+        let rx = inner
+            .watchers
+            .entry(id.key)
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe();
+        MemoryWatch { rx: Some(rx) }
+    }
+
+    async fn sweep(&self) -> Result<(), StoreError> {
+        let hosts: Vec<(String, Arc<Host>)> = self
+            .hosts
+            .read()
+            .expect("hosts lock")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (host_id, host) in hosts {
+            self.with_host(&host, &host_id, |state, limits, now| {
+                state.housekeeping(limits, now)
+            });
+        }
+        Ok(())
+    }
+
+    async fn stats(&self, host_id: &str) -> Result<HostStats, StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            let limits = self.limits.for_host(host_id);
+            return Ok(HostState::new().stats(limits, self.clock.now_ms()));
+        };
+        Ok(self.with_host(&host, host_id, |state, limits, now| {
+            state.housekeeping(limits, now);
+            state.stats(limits, now)
+        }))
+    }
+
+    async fn list(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> Result<(Vec<TicketInfo>, bool), StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok((Vec::new(), false));
+        };
+        Ok(self.with_host(&host, host_id, |state, limits, now| {
+            state.housekeeping(limits, now);
+            state.list(limit, now)
+        }))
+    }
+
+    async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
+        let host = self.host(host_id);
+        self.with_host(&host, host_id, |state, _, _| state.count_rejection());
+        Ok(())
+    }
+}

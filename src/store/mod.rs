@@ -1,0 +1,144 @@
+//! The store seam: everything the service asks of shared state, one atomic operation per method.
+//!
+//! A store decides with the pure [`crate::scheduler`] rules; the embedded [`memory::MemoryStore`]
+//! runs them under a per-host lock, and a Redis store runs the same rules in Lua scripts. The
+//! conformance suite in `tests/store_conformance.rs` is written against this trait once and run
+//! against every store.
+
+pub mod memory;
+
+use std::fmt;
+use std::future::Future;
+
+use crate::scheduler::{
+    HostStats, Limits, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
+};
+
+/// The shared store could not be reached or answered nonsense. Tickets fail closed on it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("store unavailable: {0}")]
+pub struct StoreError(pub String);
+
+/// A ticket's public id: `<host_id>.<32 lowercase hex digits>`. The host travels inside the id so
+/// that Renew, Release and Wait (which carry only the id) reach the right host's state in one
+/// step, and so that a ticket can be checked against the caller's host without a lookup.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TicketId {
+    pub host_id: String,
+    pub key: TicketKey,
+}
+
+impl TicketId {
+    /// Parse a ticket id; `None` when it is not of the form `<host>.<32 hex digits>`.
+    pub fn parse(s: &str) -> Option<TicketId> {
+        let (host, hex) = s.rsplit_once('.')?;
+        if host.is_empty() || hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        if hex.bytes().any(|b| b.is_ascii_uppercase()) {
+            return None;
+        }
+        Some(TicketId {
+            host_id: host.to_string(),
+            key: u128::from_str_radix(hex, 16).ok()?,
+        })
+    }
+
+    /// A fresh id with 128 random bits from the operating system.
+    pub fn random(host_id: &str) -> TicketId {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).expect("the operating system's random source works");
+        TicketId {
+            host_id: host_id.to_string(),
+            key: u128::from_le_bytes(bytes),
+        }
+    }
+}
+
+impl fmt::Display for TicketId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:032x}", self.host_id, self.key)
+    }
+}
+
+/// Resolves for a Wait stream when its ticket may have changed (spurious wake-ups allowed).
+pub trait TicketWatch: Send + 'static {
+    fn changed(&mut self) -> impl Future<Output = ()> + Send;
+}
+
+/// The scheduler's shared state. Each method is one atomic operation: no caller ever reads,
+/// decides and writes in separate steps.
+pub trait Store: Send + Sync + 'static {
+    type Watch: TicketWatch;
+
+    /// The limits a host is scheduled under.
+    fn limits(&self, host_id: &str) -> &Limits;
+
+    /// Admit, queue or refuse a new ticket; a repeated run_id answers with its existing ticket.
+    fn submit(
+        &self,
+        host_id: &str,
+        args: SubmitArgs,
+    ) -> impl Future<Output = Result<Result<(TicketId, TicketView), SubmitError>, StoreError>> + Send;
+
+    /// Extend leases; `None` for each id the store does not know.
+    fn renew(
+        &self,
+        ids: &[TicketId],
+        rss_mb: Option<u32>,
+    ) -> impl Future<Output = Result<Vec<Option<TicketView>>, StoreError>> + Send;
+
+    /// Release or withdraw; the state before the call, `None` if unknown.
+    fn release(
+        &self,
+        id: &TicketId,
+    ) -> impl Future<Output = Result<Option<TicketState>, StoreError>> + Send;
+
+    /// Read one ticket.
+    fn ticket(
+        &self,
+        id: &TicketId,
+    ) -> impl Future<Output = Result<Option<TicketView>, StoreError>> + Send;
+
+    /// Subscribe to changes of one ticket. Subscribe before reading, so no change is missed.
+    fn watch(&self, id: &TicketId) -> Self::Watch;
+
+    /// Expire due leases and forget old tickets on every host (the periodic sweep).
+    fn sweep(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Gauges and counters of a host.
+    fn stats(&self, host_id: &str) -> impl Future<Output = Result<HostStats, StoreError>> + Send;
+
+    /// Live tickets of a host, at most `limit`; true when there were more.
+    fn list(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<TicketInfo>, bool), StoreError>> + Send;
+
+    /// Count a Submit refused before it reached the store (the authority's own memory).
+    fn count_rejection(&self, host_id: &str)
+    -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticket_ids_round_trip_and_reject_malformed() {
+        let id = TicketId::random("host.with.dots");
+        let text = id.to_string();
+        assert_eq!(TicketId::parse(&text), Some(id));
+        for bad in [
+            "",
+            "nohex",
+            ".0123456789abcdef0123456789abcdef",
+            "h.0123456789abcdef0123456789abcde",
+            "h.0123456789abcdef0123456789abcdeg",
+            "h.0123456789ABCDEF0123456789abcdef",
+        ] {
+            assert_eq!(TicketId::parse(bad), None, "{bad:?}");
+        }
+    }
+}
