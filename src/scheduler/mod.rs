@@ -265,29 +265,24 @@ impl HostState {
         // Queued work goes first.
         self.dispatch(limits, now);
 
-        let subject: Arc<str> = self.intern_subject(&args.subject);
-        let account: Option<Arc<str>> = args.account_id.as_deref().map(|a| self.intern_account(a));
         let soft = self.is_soft(limits, &instance, now);
-        let eligible = !soft && self.fits(limits, &subject, account.as_deref());
-
-        if eligible {
-            let t = self.new_ticket(subject, account, instance, args.run_id, key);
-            self.tickets.insert(key, t);
-            self.admit(limits, key, now);
-            return Ok(self.view(limits, key, now).expect("just inserted"));
+        let eligible = !soft && self.fits(limits, &args.subject, args.account_id.as_deref());
+        if !eligible {
+            // Make room before interning the newcomer's names: shedding may drop idle names.
+            if args.mode == SubmitMode::Try || limits.queue_total == 0 {
+                return Err(self.refuse(Refusal::Busy));
+            }
+            self.make_room(limits, &args.subject, now)?;
         }
-        let room = if args.mode == SubmitMode::Try || limits.queue_total == 0 {
-            Err(self.refuse(Refusal::Busy))
-        } else {
-            self.make_room(limits, &subject, now)
-        };
-        if let Err(refused) = room {
-            self.forget_idle_names(&subject, account.as_deref());
-            return Err(refused);
-        }
+        let subject = self.intern_subject(&args.subject);
+        let account = args.account_id.as_deref().map(|a| self.intern_account(a));
         let t = self.new_ticket(subject, account, instance, args.run_id, key);
         self.tickets.insert(key, t);
-        self.enqueue(limits, key, false, now);
+        if eligible {
+            self.admit(limits, key, now);
+        } else {
+            self.enqueue(limits, key, false, now);
+        }
         Ok(self.view(limits, key, now).expect("just inserted"))
     }
 
@@ -492,9 +487,10 @@ impl HostState {
         std::mem::take(&mut self.changes)
     }
 
-    /// Recompute every derived count from the tickets and compare; `Err` names the first
-    /// mismatch. For tests and debugging; O(n).
-    pub fn audit(&self, limits: &Limits) -> Result<(), String> {
+    /// Recompute every derived count from the tickets and compare, and check that no cap is
+    /// exceeded and no waiter that fits is left queued; `Err` names the first violation. For
+    /// tests and debugging; O(n).
+    pub fn audit(&self, limits: &Limits, now: Millis) -> Result<(), String> {
         let mut in_flight = 0u32;
         let mut queued = 0u32;
         let mut parked = 0u32;
@@ -583,8 +579,20 @@ impl HostState {
         }
         let c = self.counters;
         let ended = c.released + c.cancelled + c.shed + c.expired;
-        if c.submitted < ended + u64::from(in_flight + queued + parked) {
-            return Err("more tickets ended or live than were submitted".into());
+        if c.submitted != ended + u64::from(in_flight + queued + parked) {
+            return Err(format!(
+                "submitted {} != ended {ended} + live {}",
+                c.submitted,
+                in_flight + queued + parked
+            ));
+        }
+        if c.admitted < u64::from(in_flight) + c.released {
+            return Err("fewer admissions than admitted and released tickets".into());
+        }
+        for name in &self.rotation {
+            if let Some(key) = self.first_fitting(limits, name, now) {
+                return Err(format!("waiter {key:x} of {name} fits but is still queued"));
+            }
         }
         Ok(())
     }
@@ -820,7 +828,7 @@ impl HostState {
     fn make_room(
         &mut self,
         limits: &Limits,
-        subject: &Arc<str>,
+        subject: &str,
         now: Millis,
     ) -> Result<(), SubmitError> {
         let subject_depth = self
@@ -843,13 +851,13 @@ impl HostState {
                 }
             }
             OverflowPolicy::ShedOldest => {
-                let victim_subject = if subject_full {
-                    Some(subject.clone())
+                let victim_subject: Option<&str> = if subject_full {
+                    Some(subject)
                 } else {
-                    self.by_depth.last().map(|(_, s)| s.clone())
+                    self.by_depth.last().map(|(_, s)| &**s)
                 };
                 let victim = victim_subject
-                    .and_then(|s| self.subjects.get(&s))
+                    .and_then(|s| self.subjects.get(s))
                     .and_then(|s| s.queue.first_key_value().map(|(_, k)| *k));
                 match victim {
                     Some(key) => {

@@ -79,7 +79,7 @@ impl Host {
     }
 
     fn audit(&self) {
-        if let Err(e) = self.state.audit(&self.limits) {
+        if let Err(e) = self.state.audit(&self.limits, self.now) {
             panic!("audit failed: {e}");
         }
     }
