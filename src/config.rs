@@ -224,7 +224,7 @@ impl Cx {
             match k.as_str() {
                 Some(name) => match check_id(name) {
                     Ok(()) => out.push((name.to_string(), v)),
-                    Err(rule) => self.err(&join(path, name), format_args!("name {rule}")),
+                    Err(rule) => self.err(&format!("{path}.{name:?}"), format_args!("name {rule}")),
                 },
                 None => self.err(path, "names must be strings"),
             }
@@ -626,7 +626,7 @@ pub fn parse_duration_ms(s: &str) -> Option<u64> {
 /// Milliseconds → the shortest exact duration text.
 pub fn format_ms(ms: u64) -> String {
     for (unit, factor) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-        if ms != 0 && ms % factor == 0 {
+        if ms != 0 && ms.is_multiple_of(factor) {
             return format!("{}{unit}", ms / factor);
         }
     }

@@ -1,0 +1,124 @@
+//! Helpers for tests that run the real `admission-authority` binary: start it on a free
+//! loopback port, connect clients, poll for a state with a deadline, stop it by its PID.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use admission_authority::api::{
+    self, admission_client::AdmissionClient, operator_client::OperatorClient,
+};
+use tonic::transport::Channel;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_admission-authority");
+
+/// A running server process, killed when dropped.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// Start `serve` on 127.0.0.1 port 0 with extra flags; waits for its "listening on" line.
+    pub fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server binary");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .parse()
+            .expect("an address");
+        Server { child, addr }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.url())
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect to the server")
+    }
+
+    pub async fn client(&self) -> AdmissionClient<Channel> {
+        AdmissionClient::new(self.channel().await)
+    }
+
+    pub async fn operator(&self) -> OperatorClient<Channel> {
+        OperatorClient::new(self.channel().await)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn submit_req(host: &str, subject: &str, run: &str) -> api::SubmitRequest {
+    api::SubmitRequest {
+        host_id: host.into(),
+        instance_id: "replica-1".into(),
+        subject: subject.into(),
+        account_id: String::new(),
+        run_id: run.into(),
+        mode: api::SubmitMode::Queue as i32,
+        rss_mb: None,
+    }
+}
+
+pub async fn stats(client: &mut AdmissionClient<Channel>, host: &str) -> api::Stats {
+    client
+        .get_stats(api::GetStatsRequest {
+            host_id: host.into(),
+        })
+        .await
+        .expect("stats")
+        .into_inner()
+}
+
+pub fn state_of(v: i32) -> api::TicketState {
+    api::TicketState::try_from(v).expect("a known state")
+}

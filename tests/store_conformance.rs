@@ -1,0 +1,361 @@
+//! The store conformance suite: scenarios written once against the [`Store`] trait, run against
+//! every store through the `conformance!` macro. A store joins by implementing [`Harness`] (how
+//! to build it over given limits, and how to move its time) and invoking the macro.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use admission_authority::clock::ManualClock;
+use admission_authority::scheduler::{
+    Limits, LimitsTable, Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView,
+};
+use admission_authority::store::memory::MemoryStore;
+use admission_authority::store::{Store, TicketId, TicketWatch};
+
+/// A store under test and its clock.
+pub trait Harness: Sized + Send + Sync {
+    type S: Store;
+    fn build(limits: LimitsTable) -> impl Future<Output = Self> + Send;
+    fn store(&self) -> &Self::S;
+    /// Move the store's time forward by `ms`.
+    fn advance(&self, ms: u64) -> impl Future<Output = ()> + Send;
+}
+
+pub struct Memory {
+    store: MemoryStore,
+    clock: ManualClock,
+}
+
+impl Harness for Memory {
+    type S = MemoryStore;
+    async fn build(limits: LimitsTable) -> Self {
+        let clock = ManualClock::new(1_000);
+        Memory {
+            store: MemoryStore::new(limits, Arc::new(clock.clone())),
+            clock,
+        }
+    }
+    fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+    async fn advance(&self, ms: u64) {
+        self.clock.advance(ms);
+    }
+}
+
+fn limits(total: u32, per_subject: u32, queue_total: u32) -> Limits {
+    Limits {
+        total,
+        per_subject,
+        queue_total,
+        queue_hard_total: queue_total * 4,
+        lease_ttl_ms: 1_000,
+        retention_ms: 5_000,
+        ..Limits::default()
+    }
+}
+
+fn args(subject: &str, account: Option<&str>, run: &str, mode: SubmitMode) -> SubmitArgs {
+    SubmitArgs {
+        instance_id: "replica-1".into(),
+        subject: subject.into(),
+        account_id: account.map(str::to_string),
+        run_id: run.into(),
+        mode,
+        rss_mb: None,
+    }
+}
+
+async fn submit<S: Store>(
+    store: &S,
+    host: &str,
+    subject: &str,
+    run: &str,
+) -> Result<(TicketId, TicketView), SubmitError> {
+    store
+        .submit(host, args(subject, None, run, SubmitMode::Queue))
+        .await
+        .expect("store reachable")
+}
+
+async fn state<S: Store>(store: &S, id: &TicketId) -> Option<TicketState> {
+    store
+        .ticket(id)
+        .await
+        .expect("store reachable")
+        .map(|v| v.state)
+}
+
+pub async fn admits_to_the_cap_then_queues_then_refuses<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(limits(2, 2, 1))).await;
+    let s = h.store();
+    let a = submit(s, "h", "alice", "r1").await.unwrap();
+    let b = submit(s, "h", "alice", "r2").await.unwrap();
+    let c = submit(s, "h", "bob", "r3").await.unwrap();
+    assert_eq!(
+        [a.1.state, b.1.state, c.1.state],
+        [
+            TicketState::Admitted,
+            TicketState::Admitted,
+            TicketState::Queued
+        ]
+    );
+    assert!(a.1.grant > 0 && b.1.grant > a.1.grant && c.1.grant == 0);
+    assert_eq!(
+        submit(s, "h", "carol", "r4").await.unwrap_err(),
+        SubmitError::Refused(Refusal::QueueFull)
+    );
+    let try_mode = s
+        .submit("h", args("dave", None, "r5", SubmitMode::Try))
+        .await
+        .unwrap();
+    assert_eq!(try_mode.unwrap_err(), SubmitError::Refused(Refusal::Busy));
+    let stats = s.stats("h").await.unwrap();
+    assert_eq!(
+        (stats.in_flight, stats.queued, stats.counters.rejected),
+        (2, 1, 2)
+    );
+    assert_eq!(stats.counters.admitted, 2);
+}
+
+pub async fn round_robin_across_subjects<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(Limits {
+        queue_per_subject: 8,
+        ..limits(1, 1, 12)
+    }))
+    .await;
+    let s = h.store();
+    let (mut current, _) = submit(s, "h", "alice", "hold").await.unwrap();
+    let mut queued = Vec::new();
+    for (subject, run) in [
+        ("alice", "a1"),
+        ("alice", "a2"),
+        ("alice", "a3"),
+        ("bob", "b1"),
+        ("bob", "b2"),
+    ] {
+        let (id, v) = submit(s, "h", subject, run).await.unwrap();
+        assert_eq!(v.state, TicketState::Queued);
+        queued.push((id, run));
+    }
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        assert_eq!(
+            s.release(&current).await.unwrap(),
+            Some(TicketState::Admitted)
+        );
+        let mut admitted = Vec::new();
+        for (id, run) in &queued {
+            if state(s, id).await == Some(TicketState::Admitted) && !order.contains(run) {
+                admitted.push((id.clone(), *run));
+            }
+        }
+        assert_eq!(admitted.len(), 1);
+        order.push(admitted[0].1);
+        current = admitted[0].0.clone();
+    }
+    assert_eq!(order, ["a1", "b1", "a2", "b2", "a3"]);
+}
+
+pub async fn accounts_are_keyed_per_host<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(Limits {
+        per_account: Some(1),
+        ..limits(4, 4, 0)
+    }))
+    .await;
+    let s = h.store();
+    let submit_on = |host: &'static str, run: &'static str| {
+        s.submit(
+            host,
+            args("alice", Some("shared-acct"), run, SubmitMode::Queue),
+        )
+    };
+    assert_eq!(
+        submit_on("host-a", "r1").await.unwrap().unwrap().1.state,
+        TicketState::Admitted
+    );
+    assert_eq!(
+        submit_on("host-b", "r1").await.unwrap().unwrap().1.state,
+        TicketState::Admitted,
+        "the same account id on another host is another account"
+    );
+    assert_eq!(
+        submit_on("host-a", "r2").await.unwrap().unwrap_err(),
+        SubmitError::Refused(Refusal::Busy)
+    );
+}
+
+pub async fn release_dispatches_and_wakes_the_waiter<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(limits(1, 1, 4))).await;
+    let s = h.store();
+    let (holder, _) = submit(s, "h", "alice", "hold").await.unwrap();
+    let (waiter, v) = submit(s, "h", "bob", "wait").await.unwrap();
+    assert_eq!(v.state, TicketState::Queued);
+    let mut watch = s.watch(&waiter);
+    s.release(&holder).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), watch.changed())
+        .await
+        .expect("the waiter's watch fires on admission");
+    let now = s.ticket(&waiter).await.unwrap().unwrap();
+    assert_eq!(now.state, TicketState::Admitted);
+    assert!(now.grant > 0);
+}
+
+pub async fn renew_extends_leases_and_reports_unknown_ids<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(limits(2, 2, 0))).await;
+    let s = h.store();
+    let (a, _) = submit(s, "h", "alice", "r1").await.unwrap();
+    let unknown = TicketId::random("h");
+    let other_host = TicketId::random("nowhere");
+    h.advance(800).await;
+    let out = s
+        .renew(&[a.clone(), unknown, other_host], None)
+        .await
+        .unwrap();
+    assert_eq!(
+        out[0].as_ref().map(|v| (v.state, v.lease_remaining_ms)),
+        Some((TicketState::Admitted, 1_000))
+    );
+    assert!(out[1].is_none() && out[2].is_none());
+    h.advance(800).await;
+    assert_eq!(
+        state(s, &a).await,
+        Some(TicketState::Admitted),
+        "renewed past its first lease"
+    );
+}
+
+pub async fn an_expired_lease_frees_its_slot_for_the_next_waiter<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(limits(1, 1, 4))).await;
+    let s = h.store();
+    let (holder, _) = submit(s, "h", "alice", "hold").await.unwrap();
+    let (waiter, _) = submit(s, "h", "bob", "wait").await.unwrap();
+    h.advance(600).await;
+    s.renew(std::slice::from_ref(&waiter), None).await.unwrap();
+    h.advance(500).await;
+    s.sweep().await.unwrap();
+    assert_eq!(state(s, &holder).await, Some(TicketState::Expired));
+    assert_eq!(state(s, &waiter).await, Some(TicketState::Admitted));
+    let stats = s.stats("h").await.unwrap();
+    assert_eq!((stats.counters.expired, stats.in_flight), (1, 1));
+}
+
+pub async fn repeated_run_ids_are_idempotent_until_retention_ends<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(limits(2, 2, 0))).await;
+    let s = h.store();
+    let (first, _) = submit(s, "h", "alice", "run-1").await.unwrap();
+    let (again, v) = submit(s, "h", "alice", "run-1").await.unwrap();
+    assert_eq!((again, v.state), (first.clone(), TicketState::Admitted));
+    assert_eq!(s.stats("h").await.unwrap().in_flight, 1);
+    assert_eq!(
+        submit(s, "h", "bob", "run-1").await.unwrap_err(),
+        SubmitError::RunIdConflict { field: "subject" }
+    );
+    assert_eq!(
+        s.release(&first).await.unwrap(),
+        Some(TicketState::Admitted)
+    );
+    assert_eq!(
+        s.release(&first).await.unwrap(),
+        Some(TicketState::Released)
+    );
+    let (late, v) = submit(s, "h", "alice", "run-1").await.unwrap();
+    assert_eq!((late, v.state), (first.clone(), TicketState::Released));
+    h.advance(5_000).await;
+    s.sweep().await.unwrap();
+    assert_eq!(state(s, &first).await, None, "forgotten after retention");
+    let (fresh, v) = submit(s, "h", "alice", "run-1").await.unwrap();
+    assert_ne!(fresh, first);
+    assert_eq!(v.state, TicketState::Admitted);
+}
+
+pub async fn stats_and_listing_show_live_tickets<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(limits(1, 1, 4))).await;
+    let s = h.store();
+    let (holder, _) = submit(s, "h", "alice", "hold").await.unwrap();
+    let (waiter, _) = submit(s, "h", "bob", "wait").await.unwrap();
+    let stats = s.stats("h").await.unwrap();
+    let rows: Vec<_> = stats
+        .subjects
+        .iter()
+        .map(|r| (r.name.as_str(), r.in_flight, r.queued))
+        .collect();
+    assert_eq!(rows, [("alice", 1, 0), ("bob", 0, 1)]);
+    let (list, truncated) = s.list("h", 10).await.unwrap();
+    assert!(!truncated);
+    let keys: Vec<_> = list.iter().map(|t| (t.key, t.state)).collect();
+    assert_eq!(
+        keys,
+        [
+            (holder.key, TicketState::Admitted),
+            (waiter.key, TicketState::Queued)
+        ]
+    );
+    let (one, truncated) = s.list("h", 1).await.unwrap();
+    assert_eq!((one.len(), truncated), (1, true));
+    s.count_rejection("h").await.unwrap();
+    assert_eq!(s.stats("h").await.unwrap().counters.rejected, 1);
+    let empty = s.stats("never-seen").await.unwrap();
+    assert_eq!((empty.in_flight, empty.queued), (0, 0));
+}
+
+pub async fn ticket_ids_are_distinct_and_name_their_host<H: Harness>() {
+    let h = H::build(LimitsTable::uniform(limits(100, 100, 0))).await;
+    let s = h.store();
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..50 {
+        let (id, _) = submit(s, "host.one", "alice", &format!("r{i}"))
+            .await
+            .unwrap();
+        assert_eq!(id.host_id, "host.one");
+        assert_eq!(TicketId::parse(&id.to_string()), Some(id.clone()));
+        assert!(seen.insert(id.key));
+    }
+    assert_eq!(
+        s.release(&TicketId::random("host.one")).await.unwrap(),
+        None
+    );
+    assert_eq!(s.ticket(&TicketId::random("other")).await.unwrap(), None);
+}
+
+pub async fn per_host_limits_apply_to_their_host_only<H: Harness>() {
+    let mut table = LimitsTable::uniform(limits(2, 2, 0));
+    table.hosts.insert("small".into(), limits(1, 1, 0));
+    let h = H::build(table).await;
+    let s = h.store();
+    submit(s, "small", "alice", "r1").await.unwrap();
+    assert_eq!(
+        submit(s, "small", "bob", "r2").await.unwrap_err(),
+        SubmitError::Refused(Refusal::Busy)
+    );
+    submit(s, "big", "alice", "r1").await.unwrap();
+    submit(s, "big", "bob", "r2").await.unwrap();
+}
+
+/// Expands to one `#[tokio::test]` per scenario for the harness type given.
+macro_rules! conformance {
+    ($harness:ty: $($scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $scenario() {
+                super::$scenario::<$harness>().await;
+            }
+        )*
+    };
+}
+
+mod memory {
+    conformance!(super::Memory:
+        admits_to_the_cap_then_queues_then_refuses,
+        round_robin_across_subjects,
+        accounts_are_keyed_per_host,
+        release_dispatches_and_wakes_the_waiter,
+        renew_extends_leases_and_reports_unknown_ids,
+        an_expired_lease_frees_its_slot_for_the_next_waiter,
+        repeated_run_ids_are_idempotent_until_retention_ends,
+        stats_and_listing_show_live_tickets,
+        ticket_ids_are_distinct_and_name_their_host,
+        per_host_limits_apply_to_their_host_only,
+    );
+}
