@@ -5,6 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use admission_authority::config::{self, Overrides};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use admission_authority::server;
 use clap::{Args, Parser, Subcommand};
 

@@ -15,8 +15,60 @@ mod tests;
 
 pub use limits::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+
+/// Hashes a [`TicketKey`] by its low 64 bits. Keys are 128 random bits drawn by the store, never
+/// chosen by a caller, so they need no keyed hash against collision floods; SipHash on every
+/// ticket lookup would be pure cost.
+#[derive(Default)]
+pub struct TicketKeyHasher(u64);
+
+impl Hasher for TicketKeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for keys hashed as bytes; fold them in.
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.0 ^= u64::from_le_bytes(b);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+/// A map keyed by ticket, hashed with [`TicketKeyHasher`].
+pub type TicketMap<V> = HashMap<TicketKey, V, BuildHasherDefault<TicketKeyHasher>>;
+
+/// A subject name ordered by the address of its interned string: names are interned per host,
+/// so this identifies the subject without comparing strings.
+#[derive(Clone, Debug)]
+struct Interned(Arc<str>);
+
+impl PartialEq for Interned {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for Interned {}
+impl PartialOrd for Interned {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Interned {
+    fn cmp(&self, other: &Self) -> Ordering {
+        Arc::as_ptr(&self.0)
+            .cast::<u8>()
+            .cmp(&Arc::as_ptr(&other.0).cast::<u8>())
+    }
+}
 
 /// Milliseconds on the store's clock (monotonic for the memory store, Redis `TIME` for Redis).
 pub type Millis = u64;
@@ -191,7 +243,7 @@ struct RssReport {
 /// recomputes them all from the tickets for tests.
 #[derive(Debug, Default)]
 pub struct HostState {
-    tickets: HashMap<TicketKey, Ticket>,
+    tickets: TicketMap<Ticket>,
     /// run_id → ticket, for idempotent Submit; kept until the ticket is forgotten.
     runs: HashMap<String, TicketKey>,
     in_flight: u32,
@@ -205,8 +257,9 @@ pub struct HostState {
     rotation: VecDeque<Arc<str>>,
     /// Number of rotation entries whose subject has queued tickets.
     rotation_live: usize,
-    /// Subjects with queued tickets by (depth, name), for shedding from the deepest queue.
-    by_depth: BTreeSet<(u32, Arc<str>)>,
+    /// Subjects with queued tickets by depth, for shedding from the deepest queue (ties go to
+    /// an arbitrary but fixed one of the deepest).
+    by_depth: BTreeSet<(u32, Interned)>,
     /// Live tickets by lease deadline.
     leases: BTreeSet<(Millis, TicketKey)>,
     /// Ended tickets by the time they may be forgotten (retention is constant per host, so
@@ -487,6 +540,15 @@ impl HostState {
         std::mem::take(&mut self.changes)
     }
 
+    /// Hand each changed ticket to `f` and forget the changes, keeping the buffer.
+    pub fn drain_changes(&mut self, mut f: impl FnMut(TicketKey, Option<TicketState>)) {
+        let mut changes = std::mem::take(&mut self.changes);
+        for key in changes.drain(..) {
+            f(key, self.state_of(key));
+        }
+        self.changes = changes;
+    }
+
     /// Recompute every derived count from the tickets and compare, and check that no cap is
     /// exceeded and no waiter that fits is left queued; `Err` names the first violation. For
     /// tests and debugging; O(n).
@@ -550,7 +612,7 @@ impl HostState {
             if q > 0 && !s.in_rotation {
                 return Err(format!("subject {name}: queued but not in the rotation"));
             }
-            if (q > 0) != self.by_depth.contains(&(q, name.clone())) {
+            if (q > 0) != self.by_depth.contains(&(q, Interned(name.clone()))) {
                 return Err(format!("subject {name}: depth index out of step"));
             }
         }
@@ -656,9 +718,7 @@ impl HostState {
     }
 
     fn is_soft(&self, limits: &Limits, instance: &str, now: Millis) -> bool {
-        self.instances.get(instance).is_some_and(|r| {
-            now.saturating_sub(r.at) < limits.lease_ttl_ms && limits.memory.is_soft(r.rss_mb)
-        })
+        instance_is_soft(limits, &self.instances, instance, now)
     }
 
     /// Whether one more ticket of `subject`/`account` fits under every cap.
@@ -667,21 +727,19 @@ impl HostState {
             return false;
         }
         let s = self.subjects.get(subject).map_or(0, |s| s.in_flight);
-        if s >= limits.subject_cap(subject) {
-            return false;
-        }
-        match account {
-            None => true,
-            Some(a) => match limits.account_cap(a) {
-                None => true,
-                Some(cap) => self.accounts.get(a).map_or(0, |a| a.in_flight) < cap,
-            },
-        }
+        s < limits.subject_cap(subject) && account_has_room(limits, &self.accounts, account)
     }
 
     /// Move a new ticket, or one already taken out of its queue, to ADMITTED. The caller has
     /// checked that it fits.
     fn admit(&mut self, limits: &Limits, key: TicketKey, now: Millis) {
+        let subject = self.admit_except_subject(limits, key, now);
+        self.subjects.get_mut(&subject).expect("interned").in_flight += 1;
+    }
+
+    /// Everything of an admission but the subject's count, which the caller keeps (dispatch
+    /// holds the subject already). Returns the subject.
+    fn admit_except_subject(&mut self, limits: &Limits, key: TicketKey, now: Millis) -> Arc<str> {
         let t = self.tickets.get_mut(&key).expect("admit a known ticket");
         self.grant += 1;
         t.grant = self.grant;
@@ -690,15 +748,12 @@ impl HostState {
         t.deadline = now + limits.lease_ttl_ms;
         self.leases.insert((t.deadline, key));
         self.in_flight += 1;
-        self.subjects
-            .get_mut(&t.subject)
-            .expect("interned")
-            .in_flight += 1;
         if let Some(a) = &t.account {
             self.accounts.get_mut(a).expect("interned").in_flight += 1;
         }
         self.counters.admitted += 1;
         self.changes.push(key);
+        t.subject.clone()
     }
 
     /// Put a ticket (state QUEUED) into its subject's queue: at the back, or ahead of every
@@ -726,7 +781,7 @@ impl HostState {
         let depth = s.queue.len() as u32;
         s.queue.insert(order, key);
         if depth > 0 {
-            self.by_depth.remove(&(depth, subject.clone()));
+            self.by_depth.remove(&(depth, Interned(subject.clone())));
         } else {
             // A subject that gains its first waiter joins the rotation (at the tail), unless a
             // stale entry of it still stands there: then it keeps that place.
@@ -736,7 +791,7 @@ impl HostState {
                 self.rotation.push_back(subject.clone());
             }
         }
-        self.by_depth.insert((depth + 1, subject));
+        self.by_depth.insert((depth + 1, Interned(subject)));
         self.changes.push(key);
     }
 
@@ -745,19 +800,32 @@ impl HostState {
         let t = &self.tickets[&key];
         let subject = t.subject.clone();
         let order = t.order;
-        if let Some(a) = &t.account {
-            self.accounts.get_mut(a).expect("interned").queued -= 1;
-        }
-        self.queued -= 1;
+        self.uncount_queued(key);
         let s = self.subjects.get_mut(&subject).expect("interned");
         let depth = s.queue.len() as u32;
         s.queue.remove(&order);
-        self.by_depth.remove(&(depth, subject.clone()));
+        self.shrink_depth(subject, depth);
+        if depth == 1 {
+            self.compact_rotation();
+        }
+    }
+
+    /// The host's and the account's queued counts, for a ticket leaving the queue.
+    fn uncount_queued(&mut self, key: TicketKey) {
+        if let Some(a) = &self.tickets[&key].account {
+            self.accounts.get_mut(a).expect("interned").queued -= 1;
+        }
+        self.queued -= 1;
+    }
+
+    /// The depth index and the live-rotation count, for a subject whose queue shrank from
+    /// `depth` by one.
+    fn shrink_depth(&mut self, subject: Arc<str>, depth: u32) {
+        self.by_depth.remove(&(depth, Interned(subject.clone())));
         if depth > 1 {
-            self.by_depth.insert((depth - 1, subject));
+            self.by_depth.insert((depth - 1, Interned(subject)));
         } else {
             self.rotation_live -= 1;
-            self.compact_rotation();
         }
     }
 
@@ -854,7 +922,7 @@ impl HostState {
                 let victim_subject: Option<&str> = if subject_full {
                     Some(subject)
                 } else {
-                    self.by_depth.last().map(|(_, s)| &**s)
+                    self.by_depth.last().map(|(_, s)| &*s.0)
                 };
                 let victim = victim_subject
                     .and_then(|s| self.subjects.get(s))
@@ -881,6 +949,8 @@ impl HostState {
             let Some(subject) = self.rotation.pop_front() else {
                 break;
             };
+            // One lookup of the subject serves the whole visit: this loop runs in every release
+            // on a crowded host, where the subject map is large and lookups miss the cache.
             let s = self.subjects.get_mut(&subject).expect("interned");
             if s.queue.is_empty() {
                 // Stale entry: the subject's waiters left by other ways than dispatch.
@@ -888,20 +958,36 @@ impl HostState {
                 self.forget_idle_names(&subject, None);
                 continue;
             }
-            let pick = self.first_fitting(limits, &subject, now);
-            match pick {
-                Some(key) => {
-                    self.dequeue(key);
-                    self.admit(limits, key, now);
-                    idle_visits = 0;
-                }
-                None => idle_visits += 1,
-            }
-            let s = self.subjects.get_mut(&subject).expect("interned");
-            if s.queue.is_empty() {
-                s.in_rotation = false;
-                self.forget_idle_names(&subject, None);
+            let (tickets, accounts, instances) = (&self.tickets, &self.accounts, &self.instances);
+            let pick = if s.in_flight < limits.subject_cap(&subject) {
+                s.queue
+                    .iter()
+                    .find(|(_, key)| {
+                        let t = &tickets[*key];
+                        account_has_room(limits, accounts, t.account.as_deref())
+                            && !instance_is_soft(limits, instances, &t.instance, now)
+                    })
+                    .map(|(order, key)| (*order, *key))
             } else {
+                None
+            };
+            let Some((order, key)) = pick else {
+                idle_visits += 1;
+                self.rotation.push_back(subject);
+                continue;
+            };
+            let depth = s.queue.len() as u32;
+            s.queue.remove(&order);
+            s.in_flight += 1;
+            let emptied = s.queue.is_empty();
+            if emptied {
+                s.in_rotation = false;
+            }
+            self.uncount_queued(key);
+            self.shrink_depth(subject.clone(), depth);
+            self.admit_except_subject(limits, key, now);
+            idle_visits = 0;
+            if !emptied {
                 self.rotation.push_back(subject);
             }
         }
@@ -915,14 +1001,8 @@ impl HostState {
         }
         s.queue.values().copied().find(|key| {
             let t = &self.tickets[key];
-            let account_ok = match (
-                &t.account,
-                t.account.as_deref().and_then(|a| limits.account_cap(a)),
-            ) {
-                (Some(a), Some(cap)) => self.accounts.get(a).map_or(0, |a| a.in_flight) < cap,
-                _ => true,
-            };
-            account_ok && !self.is_soft(limits, &t.instance, now)
+            account_has_room(limits, &self.accounts, t.account.as_deref())
+                && !instance_is_soft(limits, &self.instances, &t.instance, now)
         })
     }
 
@@ -950,4 +1030,28 @@ impl HostState {
         }
         u32::try_from(before).unwrap_or(u32::MAX)
     }
+}
+
+/// Whether an account (if bound) has room for one more admitted ticket.
+fn account_has_room(
+    limits: &Limits,
+    accounts: &HashMap<Arc<str>, AccountState>,
+    account: Option<&str>,
+) -> bool {
+    match account.and_then(|a| limits.account_cap(a).map(|cap| (a, cap))) {
+        Some((a, cap)) => accounts.get(a).map_or(0, |a| a.in_flight) < cap,
+        None => true,
+    }
+}
+
+/// Whether a replica's fresh rss report is at or over the soft mark.
+fn instance_is_soft(
+    limits: &Limits,
+    instances: &HashMap<Arc<str>, RssReport>,
+    instance: &str,
+    now: Millis,
+) -> bool {
+    instances.get(instance).is_some_and(|r| {
+        now.saturating_sub(r.at) < limits.lease_ttl_ms && limits.memory.is_soft(r.rss_mb)
+    })
 }

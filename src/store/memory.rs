@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::{Store, StoreError, TicketId, TicketWatch};
 use crate::clock::Clock;
 use crate::scheduler::{
-    HostState, HostStats, Limits, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketKey,
+    HostState, HostStats, Limits, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketMap,
     TicketState, TicketView,
 };
 
@@ -29,23 +29,23 @@ struct Host {
 struct HostInner {
     state: HostState,
     /// Senders for tickets that have a Wait stream open (or had, until the next change).
-    watchers: HashMap<TicketKey, watch::Sender<()>>,
+    watchers: TicketMap<watch::Sender<()>>,
 }
 
 impl HostInner {
     /// Wake the Wait streams of every ticket the last operation changed.
     fn notify(&mut self) {
-        for key in self.state.take_changes() {
-            if let Some(tx) = self.watchers.get(&key) {
+        let watchers = &mut self.watchers;
+        self.state.drain_changes(|key, state| {
+            if let Some(tx) = watchers.get(&key) {
                 tx.send_replace(());
                 // A receiver sees the value even after the sender is dropped, so an ended
                 // ticket's sender can go at once.
-                let live = self.state.state_of(key).is_some_and(TicketState::is_live);
-                if !live || tx.receiver_count() == 0 {
-                    self.watchers.remove(&key);
+                if !state.is_some_and(TicketState::is_live) || tx.receiver_count() == 0 {
+                    watchers.remove(&key);
                 }
             }
-        }
+        });
     }
 }
 
@@ -90,7 +90,7 @@ impl MemoryStore {
                 Arc::new(Host {
                     inner: Mutex::new(HostInner {
                         state: HostState::new(),
-                        watchers: HashMap::new(),
+                        watchers: TicketMap::default(),
                     }),
                 })
             })
@@ -130,12 +130,12 @@ impl Store for MemoryStore {
         args: SubmitArgs,
     ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
         let host = self.host(host_id);
-        let mut id = TicketId::random(host_id);
         let out = self.with_host(&host, host_id, |state, limits, now| {
-            while state.has_ticket(id.key) {
-                id = TicketId::random(host_id);
+            let mut key = TicketId::random_key();
+            while state.has_ticket(key) {
+                key = TicketId::random_key();
             }
-            state.submit(limits, args, id.key, now)
+            state.submit(limits, args, key, now)
         });
         Ok(out.map(|view| {
             let id = TicketId {
