@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let out = PathBuf::from(env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        .codec_path("crate::api::codec::SmallBufferCodec")
         .file_descriptor_set_path(out.join("admission_descriptor.bin"))
         .compile_protos(&["proto/admission/v1/admission.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");

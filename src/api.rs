@@ -1,7 +1,50 @@
-//! Generated protobuf types and gRPC services of `proto/admission/v1/admission.proto`.
+//! Generated protobuf types and gRPC services of `proto/admission/v1/admission.proto`, and the
+//! codec they use.
 #![allow(clippy::all, missing_docs)]
 
 tonic::include_proto!("admission.v1");
 
 /// The encoded descriptor set (with source comments) that server reflection serves.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("admission_descriptor");
+
+pub mod codec {
+    //! Prost encoding with 512-byte starting buffers instead of tonic's 8 KiB. Every message of
+    //! this API is far smaller (buffers still grow when one is not), and each open Wait stream
+    //! keeps its encode buffer for as long as it is open: with 10,000 streams that is 80 MB of
+    //! default buffers.
+    use std::marker::PhantomData;
+
+    use tonic::codec::{BufferSettings, Codec};
+    use tonic_prost::ProstCodec;
+
+    const BUFFER_SIZE: usize = 512;
+    const YIELD_THRESHOLD: usize = 32 * 1024;
+
+    #[derive(Debug, Clone, Copy)]
+    pub struct SmallBufferCodec<T, U>(PhantomData<(T, U)>);
+
+    impl<T, U> Default for SmallBufferCodec<T, U> {
+        fn default() -> Self {
+            SmallBufferCodec(PhantomData)
+        }
+    }
+
+    impl<T, U> Codec for SmallBufferCodec<T, U>
+    where
+        T: prost::Message + Send + 'static,
+        U: prost::Message + Default + Send + 'static,
+    {
+        type Encode = T;
+        type Decode = U;
+        type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
+        type Decoder = <ProstCodec<T, U> as Codec>::Decoder;
+
+        fn encoder(&mut self) -> Self::Encoder {
+            ProstCodec::<T, U>::raw_encoder(BufferSettings::new(BUFFER_SIZE, YIELD_THRESHOLD))
+        }
+
+        fn decoder(&mut self) -> Self::Decoder {
+            ProstCodec::<T, U>::raw_decoder(BufferSettings::new(BUFFER_SIZE, YIELD_THRESHOLD))
+        }
+    }
+}

@@ -694,3 +694,53 @@ async fn grpcurl_lists_describes_and_submits_through_reflection() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn sigterm_stops_the_server_cleanly() {
+    let mut server = Server::start(&[]);
+    let mut c = server.client().await;
+    c.submit(submit_req("h", "alice", "r1")).await.unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = eventually("the server exits after SIGTERM", DEADLINE, || {
+        let done = server.try_wait();
+        async move { done }
+    })
+    .await;
+    assert!(exit.success(), "exit status {exit:?}");
+}
+
+#[tokio::test]
+async fn the_authority_refuses_new_tickets_at_its_own_memory_ceiling() {
+    // A 1 MiB ceiling is always exceeded, so the monitor trips within its first second.
+    let dir = std::env::temp_dir().join(format!("aa-mem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, "authority:\n  max_rss_mb: 1\n").unwrap();
+    let server = Server::start(&["--config", file.to_str().unwrap()]);
+    let mut c = server.client().await;
+    let reason = eventually("Submit is refused with MEMORY_PRESSURE", DEADLINE, || {
+        let mut c = c.clone();
+        async move {
+            match c.submit(submit_req("h", "alice", "r1")).await {
+                Ok(r) => {
+                    // Admitted before the first reading: give the slot back and try again.
+                    c.release(api::ReleaseRequest {
+                        ticket_id: r.into_inner().ticket_id,
+                    })
+                    .await
+                    .unwrap();
+                    None
+                }
+                Err(s) => s.get_details_error_info().map(|i| i.reason),
+            }
+        }
+    })
+    .await;
+    assert_eq!(reason, "MEMORY_PRESSURE");
+    assert!(stats(&mut c, "h").await.rejected >= 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
