@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use admission_authority::api::{self, TicketState};
-use common::{Server, eventually, state_of, stats, submit_req};
+use common::{Server, eventually, follow, holder_and_waiter, state_of, stats, submit_req};
 use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -29,13 +29,7 @@ async fn a_wait_stream_sees_queued_then_admitted_after_another_release() {
         .into_inner();
     assert_eq!(state_of(waiter.state), TicketState::Queued);
 
-    let mut events = c
-        .wait(api::WaitRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = follow(&mut c, &waiter.ticket_id).await;
     let first = events.next().await.unwrap().unwrap();
     assert_eq!(state_of(first.state), TicketState::Queued);
     assert_eq!(first.ticket_id, waiter.ticket_id);
@@ -82,13 +76,7 @@ async fn a_holder_that_stops_renewing_loses_its_slot_to_the_next_waiter() {
         .unwrap()
         .into_inner();
     // The open Wait stream keeps the queued waiter alive; nobody renews the holder.
-    let mut events = c
-        .wait(api::WaitRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = follow(&mut c, &waiter.ticket_id).await;
     assert_eq!(
         state_of(events.next().await.unwrap().unwrap().state),
         TicketState::Queued
@@ -123,23 +111,8 @@ async fn a_holder_that_stops_renewing_loses_its_slot_to_the_next_waiter() {
 async fn a_dropped_wait_stream_leaves_a_queued_ticket_that_can_be_cancelled() {
     let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "30s"]);
     let mut c = server.client().await;
-    let holder = c
-        .submit(submit_req("h", "alice", "hold"))
-        .await
-        .unwrap()
-        .into_inner();
-    let waiter = c
-        .submit(submit_req("h", "bob", "wait"))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = c
-        .wait(api::WaitRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let (holder, waiter) = holder_and_waiter(&mut c).await;
+    let mut events = follow(&mut c, &waiter.ticket_id).await;
     events.next().await.unwrap().unwrap();
     drop(events); // the client goes away mid-Wait
     let released = c
@@ -177,23 +150,8 @@ async fn a_dropped_wait_stream_leaves_a_queued_ticket_that_can_be_cancelled() {
 async fn a_queued_ticket_whose_client_vanished_expires_within_its_lease() {
     let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "300ms"]);
     let mut c = server.client().await;
-    let holder = c
-        .submit(submit_req("h", "alice", "hold"))
-        .await
-        .unwrap()
-        .into_inner();
-    let waiter = c
-        .submit(submit_req("h", "bob", "wait"))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = c
-        .wait(api::WaitRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let (holder, waiter) = holder_and_waiter(&mut c).await;
+    let mut events = follow(&mut c, &waiter.ticket_id).await;
     events.next().await.unwrap().unwrap();
     drop(events);
     // Keep the holder alive so only the waiter can expire; read the waiter's fate from the
@@ -228,23 +186,8 @@ async fn a_queued_ticket_whose_client_vanished_expires_within_its_lease() {
 async fn an_open_wait_stream_keeps_a_queued_ticket_alive() {
     let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "200ms"]);
     let mut c = server.client().await;
-    let holder = c
-        .submit(submit_req("h", "alice", "hold"))
-        .await
-        .unwrap()
-        .into_inner();
-    let waiter = c
-        .submit(submit_req("h", "bob", "wait"))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = c
-        .wait(api::WaitRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let (holder, waiter) = holder_and_waiter(&mut c).await;
+    let mut events = follow(&mut c, &waiter.ticket_id).await;
     events.next().await.unwrap().unwrap();
     // Renew only the holder for five lease periods; the stream alone keeps the waiter queued.
     for _ in 0..10 {
@@ -310,13 +253,7 @@ async fn shed_oldest_ends_the_oldest_waiters_stream_with_shed() {
         .await
         .unwrap()
         .into_inner();
-    let mut events = c
-        .wait(api::WaitRequest {
-            ticket_id: old.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut events = follow(&mut c, &old.ticket_id).await;
     events.next().await.unwrap().unwrap();
     let newcomer = c
         .submit(submit_req("h", "bob", "new"))

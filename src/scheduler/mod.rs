@@ -304,7 +304,7 @@ impl HostState {
                 });
             }
             return Ok(self
-                .view(limits, existing, now)
+                .view(existing, now)
                 .expect("runs point at known tickets"));
         }
 
@@ -327,8 +327,11 @@ impl HostState {
             }
             self.make_room(limits, &args.subject, now)?;
         }
-        let subject = self.intern_subject(&args.subject);
-        let account = args.account_id.as_deref().map(|a| self.intern_account(a));
+        let subject = intern(&mut self.subjects, &args.subject);
+        let account = args
+            .account_id
+            .as_deref()
+            .map(|a| intern(&mut self.accounts, a));
         let t = self.new_ticket(subject, account, instance, args.run_id, key);
         self.tickets.insert(key, t);
         if eligible {
@@ -336,7 +339,7 @@ impl HostState {
         } else {
             self.enqueue(limits, key, false, now);
         }
-        Ok(self.view(limits, key, now).expect("just inserted"))
+        Ok(self.view(key, now).expect("just inserted"))
     }
 
     /// Extend the lease of `key` (queued, admitted or parked) and record an rss report for the
@@ -363,7 +366,7 @@ impl HostState {
                 self.dispatch(limits, now);
             }
         }
-        self.view(limits, key, now)
+        self.view(key, now)
     }
 
     /// Free an admitted or parked ticket (RELEASED) or withdraw a queued one (CANCELLED), then
@@ -431,9 +434,8 @@ impl HostState {
     }
 
     /// The ticket as callers see it, `None` if unknown (never issued, or forgotten).
-    pub fn view(&self, limits: &Limits, key: TicketKey, now: Millis) -> Option<TicketView> {
+    pub fn view(&self, key: TicketKey, now: Millis) -> Option<TicketView> {
         let t = self.tickets.get(&key)?;
-        let _ = limits;
         Some(TicketView {
             key,
             state: t.state,
@@ -451,8 +453,8 @@ impl HostState {
         })
     }
 
-    /// Live tickets in submission order (by grant for admitted, then order for queued: callers
-    /// only need a stable, readable listing), at most `limit`. The bool is true when truncated.
+    /// Live tickets, at most `limit`: admitted and parked ones by grant, then queued ones in
+    /// queue order. The bool is true when truncated.
     pub fn list(&self, limit: usize, now: Millis) -> (Vec<TicketInfo>, bool) {
         let mut live: Vec<(&TicketKey, &Ticket)> = self
             .tickets
@@ -664,28 +666,6 @@ impl HostState {
     fn refuse(&mut self, refusal: Refusal) -> SubmitError {
         self.counters.rejected += 1;
         SubmitError::Refused(refusal)
-    }
-
-    fn intern_subject(&mut self, name: &str) -> Arc<str> {
-        match self.subjects.get_key_value(name) {
-            Some((k, _)) => k.clone(),
-            None => {
-                let k: Arc<str> = Arc::from(name);
-                self.subjects.insert(k.clone(), SubjectState::default());
-                k
-            }
-        }
-    }
-
-    fn intern_account(&mut self, name: &str) -> Arc<str> {
-        match self.accounts.get_key_value(name) {
-            Some((k, _)) => k.clone(),
-            None => {
-                let k: Arc<str> = Arc::from(name);
-                self.accounts.insert(k.clone(), AccountState::default());
-                k
-            }
-        }
     }
 
     fn new_ticket(
@@ -1054,4 +1034,15 @@ fn instance_is_soft(
     instances.get(instance).is_some_and(|r| {
         now.saturating_sub(r.at) < limits.lease_ttl_ms && limits.memory.is_soft(r.rss_mb)
     })
+}
+
+/// The map's own key for `name`, inserting a default entry if there is none, so every ticket of
+/// a name shares one allocation (and pointer equality identifies the name).
+fn intern<V: Default>(map: &mut HashMap<Arc<str>, V>, name: &str) -> Arc<str> {
+    if let Some((k, _)) = map.get_key_value(name) {
+        return k.clone();
+    }
+    let k: Arc<str> = Arc::from(name);
+    map.insert(k.clone(), V::default());
+    k
 }

@@ -143,7 +143,7 @@ fn positions_follow_the_round_robin_dispatch_order() {
     let b1 = h.ok("bob", "b1");
     let a3 = h.ok("alice", "a3");
     let b2 = h.ok("bob", "b2");
-    let pos = |h: &Host, k| h.state.view(&h.limits, k, h.now).unwrap().position;
+    let pos = |h: &Host, k| h.state.view(k, h.now).unwrap().position;
     // Dispatch order a1, b1, a2, b2, a3.
     assert_eq!(
         [a1.key, b1.key, a2.key, b2.key, a3.key].map(|k| pos(&h, k)),
@@ -471,7 +471,7 @@ fn grants_increase_with_every_admission() {
     let b = h.ok("bob", "b");
     assert_eq!(b.grant, 0, "no grant while queued");
     h.release(a.key);
-    let b_now = h.state.view(&h.limits, b.key, h.now).unwrap();
+    let b_now = h.state.view(b.key, h.now).unwrap();
     assert!(b_now.grant > a.grant);
     h.release(b.key);
     let c = h.ok("carol", "c");

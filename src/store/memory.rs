@@ -177,7 +177,7 @@ impl Store for MemoryStore {
         };
         Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
             state.housekeeping(limits, now);
-            state.view(limits, id.key, now)
+            state.view(id.key, now)
         }))
     }
 

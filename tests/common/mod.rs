@@ -127,3 +127,25 @@ pub async fn stats(client: &mut AdmissionClient<Channel>, host: &str) -> api::St
 pub fn state_of(v: i32) -> api::TicketState {
     api::TicketState::try_from(v).expect("a known state")
 }
+
+/// On host "h": alice's "hold" (admitted when the host has room) and bob's "wait".
+pub async fn holder_and_waiter(
+    c: &mut AdmissionClient<Channel>,
+) -> (api::SubmitResponse, api::SubmitResponse) {
+    let holder = c.submit(submit_req("h", "alice", "hold")).await.unwrap();
+    let waiter = c.submit(submit_req("h", "bob", "wait")).await.unwrap();
+    (holder.into_inner(), waiter.into_inner())
+}
+
+/// Open a Wait stream on a ticket.
+pub async fn follow(
+    c: &mut AdmissionClient<Channel>,
+    ticket_id: &str,
+) -> tonic::Streaming<api::WaitEvent> {
+    c.wait(api::WaitRequest {
+        ticket_id: ticket_id.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
