@@ -260,6 +260,9 @@ pub struct HostState {
     /// Subjects with queued tickets by depth, for shedding from the deepest queue (ties go to
     /// an arbitrary but fixed one of the deepest).
     by_depth: BTreeSet<(u32, Interned)>,
+    /// `depth_counts[d]` = number of subjects with more than `d` waiters; its prefix sums give
+    /// the waiters of earlier round-robin rounds without visiting every subject.
+    depth_counts: Vec<u32>,
     /// Live tickets by lease deadline.
     leases: BTreeSet<(Millis, TicketKey)>,
     /// Ended tickets by the time they may be forgotten (retention is constant per host, so
@@ -629,6 +632,21 @@ impl HostState {
                 return Err(format!("account {name}: in_flight {f} over its cap"));
             }
         }
+        let mut depth_counts: Vec<u32> = Vec::new();
+        for s in self.subjects.values() {
+            for d in 0..s.queue.len() {
+                if depth_counts.len() <= d {
+                    depth_counts.push(0);
+                }
+                depth_counts[d] += 1;
+            }
+        }
+        if depth_counts != self.depth_counts {
+            return Err(format!(
+                "depth_counts {:?} != {depth_counts:?}",
+                self.depth_counts
+            ));
+        }
         let live = self
             .rotation
             .iter()
@@ -772,6 +790,10 @@ impl HostState {
             }
         }
         self.by_depth.insert((depth + 1, Interned(subject)));
+        if self.depth_counts.len() <= depth as usize {
+            self.depth_counts.push(0);
+        }
+        self.depth_counts[depth as usize] += 1;
         self.changes.push(key);
     }
 
@@ -801,6 +823,10 @@ impl HostState {
     /// The depth index and the live-rotation count, for a subject whose queue shrank from
     /// `depth` by one.
     fn shrink_depth(&mut self, subject: Arc<str>, depth: u32) {
+        self.depth_counts[depth as usize - 1] -= 1;
+        while self.depth_counts.last() == Some(&0) {
+            self.depth_counts.pop();
+        }
         self.by_depth.remove(&(depth, Interned(subject.clone())));
         if depth > 1 {
             self.by_depth.insert((depth - 1, Interned(subject)));
@@ -988,29 +1014,45 @@ impl HostState {
 
     /// 0-based place of a queued ticket in the dispatch order, counting as if every waiter were
     /// eligible: in round r each subject with more than r waiters dispatches its r-th, in
-    /// rotation order. O(subjects in the rotation + the ticket's depth in its subject queue).
+    /// rotation order. A ticket at depth k of its subject's queue comes after every waiter of
+    /// rounds 0..k (the prefix sum of `depth_counts`, O(k)) and after the subjects ahead of its
+    /// own in the rotation that have more than k waiters. Counting those visits the rotation up
+    /// to the ticket's subject, so it is done only while at most [`EXACT_POSITION_SUBJECTS`]
+    /// subjects are queued; beyond that the position is the lower bound from the earlier
+    /// rounds, and no operation grows with the number of queued subjects.
     fn position(&self, t: &Ticket) -> u32 {
         let Some(own) = self.subjects.get(&t.subject) else {
             return 0;
         };
         let depth = own.queue.range(..t.order).count();
-        let mut before = 0usize;
-        let mut ahead_in_round = true;
-        for name in &self.rotation {
-            let len = self.subjects.get(name).map_or(0, |s| s.queue.len());
-            // Names are interned per host, and a subject in the rotation is never dropped from
-            // the map, so pointer equality identifies it.
-            if Arc::ptr_eq(name, &t.subject) {
-                ahead_in_round = false;
-            }
-            before += len.min(depth);
-            if ahead_in_round && len > depth {
-                before += 1;
+        let mut before: u64 = self
+            .depth_counts
+            .iter()
+            .take(depth)
+            .map(|&c| u64::from(c))
+            .sum();
+        if self.rotation_live <= EXACT_POSITION_SUBJECTS {
+            for name in &self.rotation {
+                // Names are interned per host and a subject in the rotation stays in the map,
+                // so pointer equality identifies the ticket's own subject.
+                if Arc::ptr_eq(name, &t.subject) {
+                    break;
+                }
+                if self
+                    .subjects
+                    .get(name)
+                    .is_some_and(|s| s.queue.len() > depth)
+                {
+                    before += 1;
+                }
             }
         }
         u32::try_from(before).unwrap_or(u32::MAX)
     }
 }
+
+/// Up to this many subjects with waiters, `position` is exact; beyond, a lower bound.
+pub const EXACT_POSITION_SUBJECTS: usize = 1024;
 
 /// Whether an account (if bound) has room for one more admitted ticket.
 fn account_has_room(

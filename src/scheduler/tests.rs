@@ -556,3 +556,20 @@ fn rotation_stays_bounded_when_waiters_leave_without_dispatch() {
     }
     assert!(h.state.rotation.len() <= 16, "stale entries are compacted");
 }
+
+#[test]
+fn positions_beyond_the_exact_limit_are_the_earlier_rounds() {
+    let mut h = Host::new(limits(1, 1, 100_000, 0));
+    h.ok("holder", "hold");
+    let n = EXACT_POSITION_SUBJECTS + 10;
+    for i in 0..n {
+        h.ok(&format!("s{i}"), &format!("a{i}"));
+    }
+    // Every subject has one waiter; a second waiter of the first subject comes after all of
+    // round 0 (n waiters) and, counted exactly, nothing more.
+    let second = h.ok("s0", "b0");
+    assert_eq!(second.position, n as u32);
+    // A first waiter far down the rotation: exact would be its rotation rank; the bound is 0.
+    let late = h.ok("newcomer", "c0");
+    assert_eq!(late.position, 0, "a lower bound once the rotation is large");
+}
