@@ -296,7 +296,8 @@ async fn submit_release(
 /// dispatch will admit them.
 type Crowd = Arc<Mutex<(Vec<String>, std::vec::IntoIter<String>)>>;
 
-async fn crowd(chans: &[Channel], host: &'static str, queued: usize, subjects: usize) -> Crowd {
+/// Returns the crowd and the rate of the concurrent (queued) Submits that filled it.
+async fn crowd(chans: &[Channel], host: &'static str, queued: usize, subjects: usize) -> (Crowd, Figures) {
     let mut admitted = Vec::new();
     // Per subject, its waiters in queue order; and the rotation: subjects in the order their
     // first waiter arrived.
@@ -340,6 +341,8 @@ async fn crowd(chans: &[Channel], host: &'static str, queued: usize, subjects: u
         n += 1;
     }
     let batch = subjects.min(256);
+    let fill_start = Instant::now();
+    let fill_from = n;
     while n < total {
         let end = (n + batch).min(total);
         let handles: Vec<_> = (n..end).map(|i| tokio::spawn(one(i))).collect();
@@ -359,7 +362,8 @@ async fn crowd(chans: &[Channel], host: &'static str, queued: usize, subjects: u
         }
         depth += 1;
     }
-    Arc::new(Mutex::new((admitted, predicted.into_iter())))
+    let fill = figures((total - fill_from) as u64, fill_start.elapsed(), Vec::new());
+    (Arc::new(Mutex::new((admitted, predicted.into_iter()))), fill)
 }
 
 /// Release `releases` admitted tickets of a crowd from 64 tasks; each release dispatches the
@@ -604,8 +608,9 @@ async fn main() {
     );
 
     // Both crowds exist while either is measured, and their rounds alternate with Check.
-    let small_crowd = crowd(&chans, "crowded-small", 16_000, 100).await;
-    let big_crowd = crowd(&chans, "crowded", 100_000, 10_000).await;
+    let (small_crowd, _) = crowd(&chans, "crowded-small", 16_000, 100).await;
+    let (big_crowd, fill) = crowd(&chans, "crowded", 100_000, 10_000).await;
+    row("queued Submits filling 100k waiters / 10k subj (batches)", 256, &fill);
     let mut rot = Vec::new();
     for _ in 0..a.rounds {
         let c1 = health_check(&chans, 64, secs).await;
