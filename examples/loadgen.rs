@@ -297,7 +297,12 @@ async fn submit_release(
 type Crowd = Arc<Mutex<(Vec<String>, std::vec::IntoIter<String>)>>;
 
 /// Returns the crowd and the rate of the concurrent (queued) Submits that filled it.
-async fn crowd(chans: &[Channel], host: &'static str, queued: usize, subjects: usize) -> (Crowd, Figures) {
+async fn crowd(
+    chans: &[Channel],
+    host: &'static str,
+    queued: usize,
+    subjects: usize,
+) -> (Crowd, Figures) {
     let mut admitted = Vec::new();
     // Per subject, its waiters in queue order; and the rotation: subjects in the order their
     // first waiter arrived.
@@ -363,7 +368,10 @@ async fn crowd(chans: &[Channel], host: &'static str, queued: usize, subjects: u
         depth += 1;
     }
     let fill = figures((total - fill_from) as u64, fill_start.elapsed(), Vec::new());
-    (Arc::new(Mutex::new((admitted, predicted.into_iter()))), fill)
+    (
+        Arc::new(Mutex::new((admitted, predicted.into_iter()))),
+        fill,
+    )
 }
 
 /// Release `releases` admitted tickets of a crowd from 64 tasks; each release dispatches the
@@ -610,7 +618,11 @@ async fn main() {
     // Both crowds exist while either is measured, and their rounds alternate with Check.
     let (small_crowd, _) = crowd(&chans, "crowded-small", 16_000, 100).await;
     let (big_crowd, fill) = crowd(&chans, "crowded", 100_000, 10_000).await;
-    row("queued Submits filling 100k waiters / 10k subj (batches)", 256, &fill);
+    row(
+        "queued Submits filling 100k waiters / 10k subj (batches)",
+        256,
+        &fill,
+    );
     let mut rot = Vec::new();
     for _ in 0..a.rounds {
         let c1 = health_check(&chans, 64, secs).await;
