@@ -172,7 +172,6 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         edge::id(host_id, "host_id")?;
         let s = self.store.stats(host_id).await.map_err(ApiError::from)?;
         let limits = self.store.limits(host_id);
-        let rows = |rows: Vec<crate::scheduler::UsageRow>| rows.into_iter();
         Ok(Response::new(api::Stats {
             total: limits.total,
             queue_total: limits.queue_total,
@@ -185,7 +184,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             expired: s.counters.expired,
             parked: s.parked,
             max_rss_mb: limits.memory.max_rss_mb,
-            subjects: rows(s.subjects)
+            subjects: s
+                .subjects
+                .into_iter()
                 .map(|r| api::SubjectStats {
                     subject: r.name,
                     in_flight: r.in_flight,
@@ -193,7 +194,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                     cap: r.cap,
                 })
                 .collect(),
-            accounts: rows(s.accounts)
+            accounts: s
+                .accounts
+                .into_iter()
                 .map(|r| api::AccountStats {
                     account_id: r.name,
                     in_flight: r.in_flight,
