@@ -62,14 +62,14 @@ async fn a_wait_stream_sees_queued_then_admitted_after_another_release() {
 
 #[tokio::test]
 async fn a_holder_that_stops_renewing_loses_its_slot_to_the_next_waiter() {
-    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "300ms"]);
+    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "500ms"]);
     let mut c = server.client().await;
     let holder = c
         .submit(submit_req("h", "alice", "hold"))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(holder.lease_ttl_ms, 300);
+    assert_eq!(holder.lease_ttl_ms, 500);
     let waiter = c
         .submit(submit_req("h", "bob", "wait"))
         .await
@@ -184,13 +184,13 @@ async fn a_queued_ticket_whose_client_vanished_expires_within_its_lease() {
 
 #[tokio::test]
 async fn an_open_wait_stream_keeps_a_queued_ticket_alive() {
-    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "200ms"]);
+    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "500ms"]);
     let mut c = server.client().await;
     let (holder, waiter) = holder_and_waiter(&mut c).await;
     let mut events = follow(&mut c, &waiter.ticket_id).await;
     events.next().await.unwrap().unwrap();
-    // Renew only the holder for five lease periods; the stream alone keeps the waiter queued.
-    for _ in 0..10 {
+    // Renew only the holder for three lease periods; the stream alone keeps the waiter queued.
+    for _ in 0..15 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         c.renew(api::RenewRequest {
             ticket_ids: vec![holder.ticket_id.clone()],
