@@ -51,7 +51,8 @@ fn args() -> Args {
         concurrency: vec![1, 16, 64, 256],
         streams: 10_000,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = std::env::args();
+    it.next(); // the program name
     while let Some(flag) = it.next() {
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
