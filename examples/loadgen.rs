@@ -504,6 +504,13 @@ async fn wait_streams(
     (rss_before, rss_open, f)
 }
 
+/// The round whose ratio is the median, so one noisy round does not decide a figure.
+fn median<T>(mut rounds: Vec<(f64, T)>) -> (f64, T) {
+    rounds.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mid = rounds.len() / 2;
+    rounds.swap_remove(mid)
+}
+
 fn row(name: &str, c: usize, f: &Figures) {
     let cpu = f
         .cpu_us
@@ -574,10 +581,9 @@ async fn main() {
                 |(_, f), u| f.cpu_us = Some(u),
             )
             .await;
-            rounds.push((cycle.rate / check.rate, check, sub, cycle));
+            rounds.push((cycle.rate / check.rate, (check, sub, cycle)));
         }
-        rounds.sort_by(|x, y| x.0.total_cmp(&y.0));
-        let (ratio, check, sub, cycle) = rounds.swap_remove(rounds.len() / 2);
+        let (ratio, (check, sub, cycle)) = median(rounds);
         row("health.Check (baseline)", c, &check);
         row("Submit+Release cycle", c, &cycle);
         row("  Submit alone (latency of the cycle's first RPC)", c, &sub);
@@ -608,8 +614,7 @@ async fn main() {
         let (_, t) = try_cycle("t0").await;
         before.push((t.rate / check.rate, t));
     }
-    before.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let (try_before_norm, try_before) = before.swap_remove(before.len() / 2);
+    let (try_before_norm, try_before) = median(before);
     row(
         "Submit(TRY)+Release on a free host, no queue anywhere",
         64,
@@ -630,10 +635,9 @@ async fn main() {
         let small = rotation(&chans, &small_crowd, 5_000).await;
         let c2 = health_check(&chans, 64, secs).await;
         let big = rotation(&chans, &big_crowd, 5_000).await;
-        rot.push(((big.rate / c2.rate) / (small.rate / c1.rate), small, big));
+        rot.push(((big.rate / c2.rate) / (small.rate / c1.rate), (small, big)));
     }
-    rot.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let (rotation_ratio, small, big) = rot.swap_remove(rot.len() / 2);
+    let (rotation_ratio, (small, big)) = median(rot);
     row(
         "rotation: Release+dispatch, 16k-1k queued / 100 subj",
         64,
@@ -651,8 +655,7 @@ async fn main() {
         let (_, t) = try_cycle("t1").await;
         after.push((t.rate / check.rate, t));
     }
-    after.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let (try_after_norm, try_free) = after.swap_remove(after.len() / 2);
+    let (try_after_norm, try_free) = median(after);
     row(
         "Submit(TRY)+Release on a free host, 90k+ queued elsewhere",
         64,

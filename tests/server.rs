@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use admission_authority::api::{self, TicketState};
-use common::{Server, eventually, follow, holder_and_waiter, state_of, stats, submit_req};
+use common::{Server, eventually, follow, holder_and_waiter, release, state_of, stats, submit_req};
 use tokio_stream::StreamExt;
 use tonic::Code;
 use tonic_types::StatusExt;
@@ -34,13 +34,7 @@ async fn a_wait_stream_sees_queued_then_admitted_after_another_release() {
     assert_eq!(state_of(first.state), TicketState::Queued);
     assert_eq!(first.ticket_id, waiter.ticket_id);
 
-    let released = c
-        .release(api::ReleaseRequest {
-            ticket_id: holder.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let released = release(&mut c, &holder.ticket_id).await;
     assert_eq!(state_of(released.previous_state), TicketState::Admitted);
 
     let next = tokio::time::timeout(DEADLINE, events.next())
@@ -115,21 +109,9 @@ async fn a_dropped_wait_stream_leaves_a_queued_ticket_that_can_be_cancelled() {
     let mut events = follow(&mut c, &waiter.ticket_id).await;
     events.next().await.unwrap().unwrap();
     drop(events); // the client goes away mid-Wait
-    let released = c
-        .release(api::ReleaseRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let released = release(&mut c, &waiter.ticket_id).await;
     assert_eq!(state_of(released.previous_state), TicketState::Queued);
-    let again = c
-        .release(api::ReleaseRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let again = release(&mut c, &waiter.ticket_id).await;
     assert_eq!(
         state_of(again.previous_state),
         TicketState::Cancelled,
@@ -170,13 +152,7 @@ async fn a_queued_ticket_whose_client_vanished_expires_within_its_lease() {
         }
     })
     .await;
-    let r = c
-        .release(api::ReleaseRequest {
-            ticket_id: waiter.ticket_id.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = release(&mut c, &waiter.ticket_id).await;
     assert_eq!(state_of(r.previous_state), TicketState::Expired);
     let s = stats(&mut c, "h").await;
     assert_eq!((s.expired, s.queued, s.in_flight), (1, 0, 1));
@@ -560,13 +536,7 @@ async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
-    let r = c
-        .release(api::ReleaseRequest {
-            ticket_id: unknown.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = release(&mut c, &unknown).await;
     assert_eq!(state_of(r.previous_state), TicketState::Expired);
     let err = c
         .get_stats(api::GetStatsRequest {

@@ -149,3 +149,13 @@ pub async fn follow(
     .unwrap()
     .into_inner()
 }
+
+/// Release a ticket; the response says the state it had.
+pub async fn release(c: &mut AdmissionClient<Channel>, ticket_id: &str) -> api::ReleaseResponse {
+    c.release(api::ReleaseRequest {
+        ticket_id: ticket_id.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
