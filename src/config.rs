@@ -12,6 +12,7 @@ use std::path::Path;
 
 use serde_norway::{Mapping, Value};
 
+use crate::auth::{AuthPolicy, BUILT_IN_BUCKETS, DEFAULT_BUCKET};
 use crate::scheduler::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
 
 /// The address `serve` listens on when neither file nor flag names one.
@@ -23,6 +24,10 @@ const MAX_COUNT: u64 = 1_000_000;
 const MAX_LEASE_MS: u64 = 3_600_000;
 const MIN_LEASE_MS: u64 = 10;
 const MAX_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
+/// Longest auth window or lockout.
+const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
+/// Largest auth.local_max_keys: about 2 GiB of buckets at most.
+const MAX_AUTH_KEYS: u64 = 10_000_000;
 
 /// The resolved, validated configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,6 +41,8 @@ pub struct Config {
     pub memory_soft_ratio: f64,
     /// The authority's own resident-memory ceiling in MiB; 0 = off.
     pub authority_max_rss_mb: u64,
+    /// Auth buckets (the built-in ones unless overridden by name).
+    pub auth: AuthPolicy,
 }
 
 /// Values given on the command line; each wins over the file.
@@ -110,6 +117,7 @@ struct FileConfig {
     memory_max_rss_mb: Option<u32>,
     memory_soft_ratio: Option<f64>,
     authority_max_rss_mb: Option<u64>,
+    auth: AuthPolicy,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -330,6 +338,7 @@ impl Cx {
                 "hosts",
                 "memory",
                 "authority",
+                "auth",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -400,7 +409,72 @@ impl Cx {
         {
             f.authority_max_rss_mb = self.count(v, "authority.max_rss_mb", 0, 100_000_000);
         }
+        f.auth = match m.get("auth") {
+            Some(v) => self.auth(v),
+            None => AuthPolicy::default(),
+        };
         f
+    }
+
+    /// The `auth` section: the built-in buckets, with the file's buckets over them by name.
+    fn auth(&mut self, v: &Value) -> AuthPolicy {
+        let mut policy = AuthPolicy::default();
+        let Some(m) = self.mapping(v, "auth", &["local_max_keys", "buckets"]) else {
+            return policy;
+        };
+        if let Some(v) = m.get("local_max_keys")
+            && let Some(n) = self.count(v, "auth.local_max_keys", 1, MAX_AUTH_KEYS)
+        {
+            policy.local_max_keys = n as usize;
+        }
+        let Some(v) = m.get("buckets") else {
+            return policy;
+        };
+        for (name, bv) in self.named_entries(v, "auth.buckets") {
+            let path = format!("auth.buckets.{}", yaml_key(&name));
+            if !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+                || name.len() > 64
+            {
+                self.err(
+                    &path,
+                    "endpoint names are 1..64 letters, digits, '_', '-' or '.'",
+                );
+                continue;
+            }
+            let Some(bm) = self.mapping(bv, &path, &["max_attempts", "window", "lockout"]) else {
+                continue;
+            };
+            // Fields left out keep the built-in bucket's values, or DEFAULT_BUCKET's.
+            let mut rule = BUILT_IN_BUCKETS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(DEFAULT_BUCKET, |(_, r)| *r);
+            let mut ok = true;
+            if let Some(v) = bm.get("max_attempts") {
+                match self.count(v, &join(&path, "max_attempts"), 1, MAX_COUNT) {
+                    Some(n) => rule.max_attempts = n as u32,
+                    None => ok = false,
+                }
+            }
+            if let Some(v) = bm.get("window") {
+                match self.duration(v, &join(&path, "window"), 1, MAX_AUTH_MS) {
+                    Some(ms) => rule.window_ms = ms,
+                    None => ok = false,
+                }
+            }
+            if let Some(v) = bm.get("lockout") {
+                match self.duration(v, &join(&path, "lockout"), 0, MAX_AUTH_MS) {
+                    Some(ms) => rule.lockout_ms = ms,
+                    None => ok = false,
+                }
+            }
+            if ok {
+                policy.buckets.insert(name, rule);
+            }
+        }
+        policy
     }
 
     /// The gateway.yaml aliases found in `m`, checked against what `canonical` already sets.
@@ -564,6 +638,7 @@ impl Cx {
             memory_max_rss_mb,
             memory_soft_ratio,
             authority_max_rss_mb: file.authority_max_rss_mb.unwrap_or(0),
+            auth: file.auth,
         }
     }
 
@@ -686,6 +761,21 @@ impl Config {
             "authority:\n  max_rss_mb: {}",
             self.authority_max_rss_mb
         );
+        let _ = writeln!(
+            out,
+            "auth:\n  local_max_keys: {}\n  buckets:",
+            self.auth.local_max_keys
+        );
+        for (name, r) in &self.auth.buckets {
+            let _ = writeln!(
+                out,
+                "    {}: {{max_attempts: {}, window: {}, lockout: {}}}",
+                yaml_key(name),
+                r.max_attempts,
+                format_ms(r.window_ms),
+                format_ms(r.lockout_ms)
+            );
+        }
         out
     }
 }

@@ -7,6 +7,7 @@
 //!
 //! * [`scheduler`]: the pure scheduling core (caps, queue, round robin, leases), with `now`
 //!   passed in. No I/O.
+//! * [`auth`]: auth buckets: the pure rules and the bounded local table, with `now` passed in.
 //! * [`store`]: the [`store::Store`] trait, whose unit is one atomic operation, and its
 //!   implementations ([`store::memory`]).
 //! * [`clock`]: the injected clock.
@@ -20,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod scheduler;

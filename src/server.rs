@@ -15,8 +15,8 @@ use crate::api::{admission_server::AdmissionServer, operator_server::OperatorSer
 use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::service::{AdmissionService, Gates, OperatorService};
-use crate::store::Store;
 use crate::store::memory::MemoryStore;
+use crate::store::{Policy, Store};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -41,10 +41,11 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     config.check_exposure().map_err(ServeError::Config)?;
     let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
-    let store = Arc::new(MemoryStore::new(
-        config.limits.clone(),
-        Arc::new(SystemClock::new()),
-    ));
+    let policy = Policy {
+        limits: config.limits.clone(),
+        auth: config.auth.clone(),
+    };
+    let store = Arc::new(MemoryStore::new(policy, Arc::new(SystemClock::new())));
     let gates = Arc::new(Gates::default());
     let background = [
         tokio::spawn(sweep(store.clone(), sweep_every)),

@@ -600,6 +600,13 @@ async fn grpcurl_lists_describes_and_submits_through_reflection() {
         err.contains("ResourceExhausted") && err.contains("\"reason\":\"BUSY\""),
         "{err}"
     );
+    let body = r#"{"endpoint":"approval","identity":"203.0.113.7"}"#;
+    let (ok, out, err) = run(&["-d", body, &addr, "admission.v1.Admission/CheckAuthAttempt"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("\"allowed\": true") && out.contains("\"remaining\": 9"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

@@ -6,17 +6,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use admission_authority::auth::{AuthPolicy, AuthVerdict, BucketRule};
 use admission_authority::clock::ManualClock;
 use admission_authority::scheduler::{
     Limits, LimitsTable, Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView,
 };
 use admission_authority::store::memory::MemoryStore;
-use admission_authority::store::{Store, TicketId, TicketWatch};
+use admission_authority::store::{Policy, Store, TicketId, TicketWatch};
 
 /// A store under test and its clock.
 pub trait Harness: Sized + Send + Sync {
     type S: Store;
-    fn build(limits: LimitsTable) -> impl Future<Output = Self> + Send;
+    fn build(policy: impl Into<Policy> + Send) -> impl Future<Output = Self> + Send;
     fn store(&self) -> &Self::S;
     /// Move the store's time forward by `ms`.
     fn advance(&self, ms: u64) -> impl Future<Output = ()> + Send;
@@ -29,10 +30,10 @@ pub struct Memory {
 
 impl Harness for Memory {
     type S = MemoryStore;
-    async fn build(limits: LimitsTable) -> Self {
+    async fn build(policy: impl Into<Policy> + Send) -> Self {
         let clock = ManualClock::new(1_000);
         Memory {
-            store: MemoryStore::new(limits, Arc::new(clock.clone())),
+            store: MemoryStore::new(policy.into(), Arc::new(clock.clone())),
             clock,
         }
     }
@@ -333,6 +334,197 @@ pub async fn per_host_limits_apply_to_their_host_only<H: Harness>() {
     submit(s, "big", "bob", "r2").await.unwrap();
 }
 
+// ---- auth buckets ----
+
+/// The scheduling defaults with the given auth buckets and table bound.
+fn auth_policy(buckets: &[(&str, BucketRule)], max_keys: usize) -> Policy {
+    Policy {
+        limits: LimitsTable::default(),
+        auth: AuthPolicy {
+            local_max_keys: max_keys,
+            buckets: buckets.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+        },
+    }
+}
+
+/// `n` attempts of `identity` on `endpoint`; the verdict of each.
+async fn attempts<S: Store>(s: &S, endpoint: &str, identity: &str, n: usize) -> Vec<AuthVerdict> {
+    let rule = s
+        .auth_policy()
+        .bucket(endpoint)
+        .expect("configured endpoint");
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let d = s.auth_attempt(endpoint, identity, rule).await.unwrap();
+        assert!(!d.degraded, "the store decided, not a fallback");
+        out.push(d.verdict);
+    }
+    out
+}
+
+use AuthVerdict::{Allowed, AttemptsExhausted, KeyTableFull, LockedOut};
+
+const LOGIN: BucketRule = BucketRule::new(3, 1_000, 5_000);
+
+pub async fn auth_allows_max_attempts_then_locks_out<H: Harness>() {
+    let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
+    let s = h.store();
+    let rule = s.auth_policy().bucket("login").unwrap();
+    let remaining: Vec<u32> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(
+                s.auth_attempt("login", "mallory", rule)
+                    .await
+                    .unwrap()
+                    .remaining,
+            );
+        }
+        v
+    };
+    assert_eq!(remaining, [2, 1, 0]);
+    let fourth = s.auth_attempt("login", "mallory", rule).await.unwrap();
+    assert_eq!(
+        (fourth.verdict, fourth.remaining, fourth.retry_after_ms),
+        (LockedOut, 0, 5_000)
+    );
+    assert!(fourth.locked() && !fourth.allowed());
+}
+
+pub async fn auth_identities_and_endpoints_are_independent<H: Harness>() {
+    let h = H::build(auth_policy(&[("login", LOGIN), ("pair", LOGIN)], 100)).await;
+    let s = h.store();
+    assert_eq!(
+        attempts(s, "login", "alice", 4).await,
+        [Allowed, Allowed, Allowed, LockedOut]
+    );
+    assert_eq!(attempts(s, "login", "bob", 3).await, [Allowed; 3]);
+    assert_eq!(attempts(s, "pair", "alice", 3).await, [Allowed; 3]);
+    assert_eq!(attempts(s, "login", "alice", 1).await, [LockedOut]);
+}
+
+pub async fn auth_window_expiry_opens_a_fresh_window<H: Harness>() {
+    let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
+    let s = h.store();
+    assert_eq!(attempts(s, "login", "u", 2).await, [Allowed; 2]);
+    h.advance(600).await;
+    assert_eq!(attempts(s, "login", "u", 1).await, [Allowed]);
+    h.advance(400).await; // the window opened 1,000 ms ago: it has ended
+    assert_eq!(
+        attempts(s, "login", "u", 4).await,
+        [Allowed, Allowed, Allowed, LockedOut],
+        "a fresh window with the whole budget"
+    );
+}
+
+pub async fn auth_lockout_outlasts_the_window_and_is_not_extended<H: Harness>() {
+    let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
+    let s = h.store();
+    let rule = s.auth_policy().bucket("login").unwrap();
+    assert_eq!(
+        attempts(s, "login", "u", 4).await,
+        [Allowed, Allowed, Allowed, LockedOut]
+    );
+    h.advance(2_000).await; // past the 1 s window, inside the 5 s lockout
+    let during = s.auth_attempt("login", "u", rule).await.unwrap();
+    assert_eq!((during.verdict, during.retry_after_ms), (LockedOut, 3_000));
+    h.advance(2_999).await;
+    let last = s.auth_attempt("login", "u", rule).await.unwrap();
+    assert_eq!(
+        (last.verdict, last.retry_after_ms),
+        (LockedOut, 1),
+        "attempts during the lockout did not extend it"
+    );
+    h.advance(1).await;
+    assert_eq!(
+        attempts(s, "login", "u", 4).await,
+        [Allowed, Allowed, Allowed, LockedOut],
+        "after the lockout, a fresh window"
+    );
+}
+
+pub async fn auth_without_lockout_refuses_until_the_window_ends<H: Harness>() {
+    let h = H::build(auth_policy(&[("login", BucketRule::new(2, 1_000, 0))], 100)).await;
+    let s = h.store();
+    let rule = s.auth_policy().bucket("login").unwrap();
+    assert_eq!(attempts(s, "login", "u", 2).await, [Allowed; 2]);
+    h.advance(300).await;
+    let d = s.auth_attempt("login", "u", rule).await.unwrap();
+    assert_eq!(
+        (d.verdict, d.retry_after_ms, d.locked()),
+        (AttemptsExhausted, 700, false)
+    );
+    h.advance(699).await;
+    assert_eq!(
+        attempts(s, "login", "u", 3).await,
+        [AttemptsExhausted; 3],
+        "no bypass while the window lasts"
+    );
+    h.advance(1).await;
+    assert_eq!(attempts(s, "login", "u", 2).await, [Allowed; 2]);
+}
+
+pub async fn auth_reset_clears_bucket_and_lockout<H: Harness>() {
+    let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
+    let s = h.store();
+    assert_eq!(
+        attempts(s, "login", "u", 4).await,
+        [Allowed, Allowed, Allowed, LockedOut]
+    );
+    let cleared = s.auth_reset("login", "u").await.unwrap();
+    assert!(cleared.existed && cleared.was_locked);
+    assert_eq!(attempts(s, "login", "u", 3).await, [Allowed; 3]);
+    let cleared = s.auth_reset("login", "u").await.unwrap();
+    assert!(cleared.existed && !cleared.was_locked);
+    assert_eq!(attempts(s, "login", "u", 3).await, [Allowed; 3]);
+    let none = s.auth_reset("login", "nobody").await.unwrap();
+    assert!(!none.existed && !none.was_locked);
+}
+
+pub async fn auth_default_budgets_are_built_in<H: Harness>() {
+    let h = H::build(LimitsTable::default()).await;
+    let s = h.store();
+    let mut approval = vec![Allowed; 10];
+    approval.push(LockedOut);
+    assert_eq!(attempts(s, "approval", "u", 11).await, approval);
+    let mut magic = vec![Allowed; 5];
+    magic.push(LockedOut);
+    assert_eq!(attempts(s, "magic_link", "u", 6).await, magic);
+    let approval_rule = s.auth_policy().bucket("approval").unwrap();
+    let d = s
+        .auth_attempt("approval", "u", approval_rule)
+        .await
+        .unwrap();
+    assert_eq!(d.retry_after_ms, 300_000, "a five-minute lockout");
+}
+
+pub async fn auth_key_table_saturation_fails_closed_and_prunes<H: Harness>() {
+    let h = H::build(auth_policy(&[("login", LOGIN)], 3)).await;
+    let s = h.store();
+    for who in ["a", "b", "c"] {
+        assert_eq!(attempts(s, "login", who, 1).await, [Allowed]);
+    }
+    h.advance(500).await;
+    assert_eq!(
+        attempts(s, "login", "d", 1).await,
+        [KeyTableFull],
+        "a new key is refused while the table is full"
+    );
+    assert_eq!(
+        attempts(s, "login", "a", 1).await,
+        [Allowed],
+        "known keys work"
+    );
+    h.advance(500).await; // every window has ended
+    s.sweep().await.unwrap();
+    assert_eq!(
+        attempts(s, "login", "d", 1).await,
+        [Allowed],
+        "pruning freed room"
+    );
+    assert_eq!(attempts(s, "login", "e", 1).await, [Allowed]);
+}
+
 /// Expands to one `#[tokio::test]` per scenario for the harness type given.
 macro_rules! conformance {
     ($harness:ty: $($scenario:ident),* $(,)?) => {
@@ -357,5 +549,13 @@ mod memory {
         stats_and_listing_show_live_tickets,
         ticket_ids_are_distinct_and_name_their_host,
         per_host_limits_apply_to_their_host_only,
+        auth_allows_max_attempts_then_locks_out,
+        auth_identities_and_endpoints_are_independent,
+        auth_window_expiry_opens_a_fresh_window,
+        auth_lockout_outlasts_the_window_and_is_not_extended,
+        auth_without_lockout_refuses_until_the_window_ends,
+        auth_reset_clears_bucket_and_lockout,
+        auth_default_budgets_are_built_in,
+        auth_key_table_saturation_fails_closed_and_prunes,
     );
 }

@@ -8,6 +8,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api;
+use crate::auth::{AuthDecision, AuthPolicy, BucketRule};
 use crate::config::check_id;
 use crate::scheduler::{Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView};
 use crate::store::{StoreError, TicketId};
@@ -200,6 +201,38 @@ pub fn renew_args(req: &api::RenewRequest) -> Result<(Vec<TicketId>, Option<u32>
         .map(|(i, t)| ticket_id(t, &format!("ticket_ids[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((ids, rss(req.rss_mb)?))
+}
+
+/// Validate the (endpoint, identity) of an auth call; returns the endpoint's rule.
+pub fn auth_key(
+    policy: &AuthPolicy,
+    endpoint: &str,
+    identity: &str,
+) -> Result<BucketRule, ApiError> {
+    id(endpoint, "endpoint")?;
+    id(identity, "identity")?;
+    policy.bucket(endpoint).ok_or_else(|| {
+        ApiError::invalid(
+            "endpoint",
+            format!(
+                "unknown endpoint {endpoint:?}; configured: {}",
+                policy.endpoints().collect::<Vec<_>>().join(", ")
+            ),
+        )
+    })
+}
+
+impl From<AuthDecision> for api::AuthAttemptResponse {
+    fn from(d: AuthDecision) -> Self {
+        api::AuthAttemptResponse {
+            allowed: d.allowed(),
+            remaining: d.remaining,
+            retry_after_ms: ms32(d.retry_after_ms),
+            locked: d.locked(),
+            degraded: d.degraded,
+            reason: d.verdict.code().to_string(),
+        }
+    }
 }
 
 impl From<TicketState> for api::TicketState {

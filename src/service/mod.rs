@@ -5,8 +5,8 @@ pub mod edge;
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -14,6 +14,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::api;
+use crate::auth::AuthVerdict;
 use crate::scheduler::{Refusal, TicketState, TicketView};
 use crate::store::{Store, TicketId, TicketWatch};
 use edge::{ApiError, ms32};
@@ -164,6 +165,39 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         }))
     }
 
+    async fn check_auth_attempt(
+        &self,
+        request: Request<api::AuthAttemptRequest>,
+    ) -> Result<Response<api::AuthAttemptResponse>, Status> {
+        let req = request.get_ref();
+        let rule = edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        let decision = self
+            .store
+            .auth_attempt(&req.endpoint, &req.identity, rule)
+            .await
+            .map_err(ApiError::from)?;
+        if decision.verdict == AuthVerdict::KeyTableFull {
+            warn_table_full();
+        }
+        Ok(Response::new(decision.into()))
+    }
+
+    async fn reset_auth_attempts(
+        &self,
+        request: Request<api::AuthResetRequest>,
+    ) -> Result<Response<api::AuthResetResponse>, Status> {
+        let req = request.get_ref();
+        edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        let cleared = self
+            .store
+            .auth_reset(&req.endpoint, &req.identity)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Response::new(api::AuthResetResponse {
+            cleared: cleared.existed,
+        }))
+    }
+
     async fn get_stats(
         &self,
         request: Request<api::GetStatsRequest>,
@@ -210,6 +244,26 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             queue_hard_total: limits.queue_hard_total,
             draining: self.gates.draining.load(Ordering::Relaxed),
         }))
+    }
+}
+
+/// Say, at most once a minute, that the local auth table is refusing new keys: the operator
+/// should raise auth.local_max_keys or look for a flood of identities.
+fn warn_table_full() {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST.load(Ordering::Relaxed);
+    if now >= last + 60
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            "auth bucket table is full of live keys: new identities are refused until keys \
+             expire (raise auth.local_max_keys if this is not a flood)"
+        );
     }
 }
 
@@ -328,5 +382,28 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
             tracing::warn!("draining: new tickets are refused from now on");
         }
         Ok(Response::new(api::DrainResponse { started: !was }))
+    }
+
+    async fn unlock_auth(
+        &self,
+        request: Request<api::UnlockAuthRequest>,
+    ) -> Result<Response<api::UnlockAuthResponse>, Status> {
+        let req = request.get_ref();
+        edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        let cleared = self
+            .store
+            .auth_reset(&req.endpoint, &req.identity)
+            .await
+            .map_err(ApiError::from)?;
+        tracing::info!(
+            endpoint = %req.endpoint,
+            identity = %req.identity,
+            was_locked = cleared.was_locked,
+            "auth bucket unlocked by an operator"
+        );
+        Ok(Response::new(api::UnlockAuthResponse {
+            was_locked: cleared.was_locked,
+            cleared: cleared.existed,
+        }))
     }
 }

@@ -3,23 +3,27 @@
 //! The locks are `std::sync::Mutex`/`RwLock` and not Tokio's, because nothing asynchronous
 //! happens while one is held: an operation is a few map updates. Wait streams are woken through
 //! a `watch` channel per watched ticket, fed from the core's list of changed tickets.
+//!
+//! Auth buckets live in one [`AuthTable`] behind its own lock, apart from every host.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
 
-use super::{Store, StoreError, TicketId, TicketWatch};
+use super::{Policy, Store, StoreError, TicketId, TicketWatch};
+use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, AuthTable, BucketRule};
 use crate::clock::Clock;
 use crate::scheduler::{
-    HostState, HostStats, Limits, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketMap,
-    TicketState, TicketView,
+    HostState, HostStats, Limits, SubmitArgs, SubmitError, TicketInfo, TicketMap, TicketState,
+    TicketView,
 };
 
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
-    limits: LimitsTable,
+    policy: Policy,
     hosts: RwLock<HashMap<String, Arc<Host>>>,
+    auth: Mutex<AuthTable>,
 }
 
 struct Host {
@@ -70,10 +74,11 @@ impl TicketWatch for MemoryWatch {
 }
 
 impl MemoryStore {
-    pub fn new(limits: LimitsTable, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(policy: Policy, clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             clock,
-            limits,
+            auth: Mutex::new(AuthTable::new(policy.auth.local_max_keys)),
+            policy,
             hosts: RwLock::new(HashMap::new()),
         }
     }
@@ -108,7 +113,7 @@ impl MemoryStore {
         host_id: &str,
         op: impl FnOnce(&mut HostState, &Limits, u64) -> R,
     ) -> R {
-        let limits = self.limits.for_host(host_id);
+        let limits = self.policy.limits.for_host(host_id);
         let mut inner = host.inner.lock().expect("host lock");
         let now = self.clock.now_ms();
         let out = op(&mut inner.state, limits, now);
@@ -121,7 +126,7 @@ impl Store for MemoryStore {
     type Watch = MemoryWatch;
 
     fn limits(&self, host_id: &str) -> &Limits {
-        self.limits.for_host(host_id)
+        self.policy.limits.for_host(host_id)
     }
 
     async fn submit(
@@ -207,12 +212,14 @@ impl Store for MemoryStore {
                 state.housekeeping(limits, now)
             });
         }
+        let now = self.clock.now_ms();
+        self.auth.lock().expect("auth lock").prune(now);
         Ok(())
     }
 
     async fn stats(&self, host_id: &str) -> Result<HostStats, StoreError> {
         let Some(host) = self.existing_host(host_id) else {
-            let limits = self.limits.for_host(host_id);
+            let limits = self.policy.limits.for_host(host_id);
             return Ok(HostState::new().stats(limits, self.clock.now_ms()));
         };
         Ok(self.with_host(&host, host_id, |state, limits, now| {
@@ -239,5 +246,24 @@ impl Store for MemoryStore {
         let host = self.host(host_id);
         self.with_host(&host, host_id, |state, _, _| state.count_rejection());
         Ok(())
+    }
+
+    fn auth_policy(&self) -> &AuthPolicy {
+        &self.policy.auth
+    }
+
+    async fn auth_attempt(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> Result<AuthDecision, StoreError> {
+        let mut table = self.auth.lock().expect("auth lock");
+        Ok(table.attempt(endpoint, identity, rule, self.clock.now_ms()))
+    }
+
+    async fn auth_reset(&self, endpoint: &str, identity: &str) -> Result<AuthCleared, StoreError> {
+        let mut table = self.auth.lock().expect("auth lock");
+        Ok(table.reset(endpoint, identity, self.clock.now_ms()))
     }
 }

@@ -10,9 +10,30 @@ pub mod memory;
 use std::fmt;
 use std::future::Future;
 
+use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, BucketRule};
 use crate::scheduler::{
-    HostStats, Limits, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
+    HostStats, Limits, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState,
+    TicketView,
 };
+
+/// Everything a store enforces, resolved from configuration.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Policy {
+    /// Scheduling limits per host.
+    pub limits: LimitsTable,
+    /// Auth buckets, installation-wide.
+    pub auth: AuthPolicy,
+}
+
+impl From<LimitsTable> for Policy {
+    /// Scheduling limits with the default auth buckets.
+    fn from(limits: LimitsTable) -> Self {
+        Policy {
+            limits,
+            auth: AuthPolicy::default(),
+        }
+    }
+}
 
 /// The shared store could not be reached or answered nonsense. Tickets fail closed on it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -85,8 +106,8 @@ pub trait TicketWatch: Send + 'static {
     fn changed(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-/// The scheduler's shared state. Each method is one atomic operation: no caller ever reads,
-/// decides and writes in separate steps.
+/// The authority's shared state: scheduler tickets and auth buckets. Each method is one atomic
+/// operation: no caller ever reads, decides and writes in separate steps.
 pub trait Store: Send + Sync + 'static {
     type Watch: TicketWatch;
 
@@ -138,6 +159,24 @@ pub trait Store: Send + Sync + 'static {
     /// Count a Submit refused before it reached the store (the authority's own memory).
     fn count_rejection(&self, host_id: &str)
     -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The auth buckets this store enforces.
+    fn auth_policy(&self) -> &AuthPolicy;
+
+    /// Count one attempt of `identity` against `endpoint`'s bucket, whose rule is `rule`.
+    fn auth_attempt(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> impl Future<Output = Result<AuthDecision, StoreError>> + Send;
+
+    /// Clear the bucket and any lockout of `(endpoint, identity)`.
+    fn auth_reset(
+        &self,
+        endpoint: &str,
+        identity: &str,
+    ) -> impl Future<Output = Result<AuthCleared, StoreError>> + Send;
 }
 
 #[cfg(test)]

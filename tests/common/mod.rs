@@ -47,6 +47,17 @@ impl Server {
         Server { child, addr }
     }
 
+    /// Start `serve` with `yaml` as its config file (written under cargo's test temp dir, named
+    /// after `name`) and extra flags.
+    pub fn start_with_config(name: &str, yaml: &str, args: &[&str]) -> Server {
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{name}-{}.yaml", std::process::id()));
+        std::fs::write(&path, yaml).expect("write the config file");
+        let mut all = vec!["--config", path.to_str().expect("a UTF-8 path")];
+        all.extend_from_slice(args);
+        Server::start(&all)
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }

@@ -1,0 +1,500 @@
+//! Auth buckets: brute-force budgets for gateway auth endpoints (DESIGN.md section 5), and the
+//! bounded local table that decides them in process memory.
+//!
+//! The [`AuthTable`] is pure (every call takes `now`, no I/O, no locks). The embedded store keeps
+//! one behind a mutex as its auth state; the Redis store keeps one as the fallback it decides
+//! with while Redis is unreachable. Both uses share this code, so the rules cannot drift apart.
+//!
+//! The rules, per `(endpoint, identity)`:
+//! * The window is anchored at the first attempt and lasts `window_ms`.
+//! * Exactly `max_attempts` attempts pass in a window. Attempt max+1 is refused and starts a
+//!   lockout of `lockout_ms`; attempts during the lockout are refused and do not extend it.
+//!   After the lockout the next attempt opens a fresh window.
+//! * With `lockout_ms` 0, attempts past the budget are refused until the window ends (there is
+//!   no way around the budget by configuring no lockout).
+//! * The table holds at most `max_keys` keys. A key whose window and lockout have both ended is
+//!   pruned; when the table is full of live keys a new key is refused (fail closed) while known
+//!   keys keep their buckets.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::Arc;
+
+use crate::scheduler::Millis;
+
+/// One endpoint's budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketRule {
+    /// Attempts that pass in one window; at least 1.
+    pub max_attempts: u32,
+    /// Length of the window, from its first attempt; at least 1 ms.
+    pub window_ms: Millis,
+    /// How long a key stays refused after exceeding its budget; 0 = until its window ends.
+    pub lockout_ms: Millis,
+}
+
+impl BucketRule {
+    pub const fn new(max_attempts: u32, window_ms: Millis, lockout_ms: Millis) -> Self {
+        BucketRule {
+            max_attempts,
+            window_ms,
+            lockout_ms,
+        }
+    }
+}
+
+/// The buckets present unless the configuration overrides them by name.
+pub const BUILT_IN_BUCKETS: [(&str, BucketRule); 4] = [
+    ("approval", BucketRule::new(10, 60_000, 300_000)),
+    ("ws_upgrade", BucketRule::new(10, 60_000, 300_000)),
+    ("magic_link", BucketRule::new(5, 60_000, 300_000)),
+    ("pairing_verify", BucketRule::new(5, 60_000, 300_000)),
+];
+
+/// The budget a configured endpoint gets for every field its configuration leaves out, when it
+/// is not one of the [`BUILT_IN_BUCKETS`].
+pub const DEFAULT_BUCKET: BucketRule = BucketRule::new(10, 60_000, 300_000);
+
+/// Default bound of the local bucket table.
+pub const DEFAULT_LOCAL_MAX_KEYS: usize = 10_000;
+
+/// The auth buckets an installation enforces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuthPolicy {
+    /// Bound of the local bucket table (the embedded store's table, or the Redis store's
+    /// fallback).
+    pub local_max_keys: usize,
+    /// Buckets by endpoint name.
+    pub buckets: BTreeMap<String, BucketRule>,
+}
+
+impl Default for AuthPolicy {
+    fn default() -> Self {
+        AuthPolicy {
+            local_max_keys: DEFAULT_LOCAL_MAX_KEYS,
+            buckets: BUILT_IN_BUCKETS
+                .iter()
+                .map(|(name, rule)| (name.to_string(), *rule))
+                .collect(),
+        }
+    }
+}
+
+impl AuthPolicy {
+    /// The rule of a configured endpoint.
+    pub fn bucket(&self, endpoint: &str) -> Option<BucketRule> {
+        self.buckets.get(endpoint).copied()
+    }
+
+    /// The configured endpoint names, sorted.
+    pub fn endpoints(&self) -> impl Iterator<Item = &str> {
+        self.buckets.keys().map(String::as_str)
+    }
+}
+
+/// Why an attempt was decided the way it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthVerdict {
+    /// The attempt fits the budget of its window.
+    Allowed,
+    /// The key is locked out: this attempt exceeded the budget and started the lockout, or it
+    /// came during one.
+    LockedOut,
+    /// The budget of the window is spent and the bucket has no lockout: refused until the
+    /// window ends.
+    AttemptsExhausted,
+    /// The local table is full of live keys and this key is not one of them (fail closed).
+    KeyTableFull,
+}
+
+impl AuthVerdict {
+    /// The `reason` code of the wire response; empty when allowed.
+    pub fn code(self) -> &'static str {
+        match self {
+            AuthVerdict::Allowed => "",
+            AuthVerdict::LockedOut => "LOCKED_OUT",
+            AuthVerdict::AttemptsExhausted => "ATTEMPTS_EXHAUSTED",
+            AuthVerdict::KeyTableFull => "KEY_TABLE_FULL",
+        }
+    }
+}
+
+/// The answer to one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuthDecision {
+    pub verdict: AuthVerdict,
+    /// Attempts left in the current window after this one (0 when refused).
+    pub remaining: u32,
+    /// When refused: how long until an attempt can pass again. 0 when allowed.
+    pub retry_after_ms: Millis,
+    /// True when the shared store was unreachable and a local bucket decided.
+    pub degraded: bool,
+}
+
+impl AuthDecision {
+    pub fn allowed(&self) -> bool {
+        self.verdict == AuthVerdict::Allowed
+    }
+
+    pub fn locked(&self) -> bool {
+        self.verdict == AuthVerdict::LockedOut
+    }
+
+    fn refused(verdict: AuthVerdict, retry_after_ms: Millis) -> Self {
+        AuthDecision {
+            verdict,
+            remaining: 0,
+            retry_after_ms: retry_after_ms.max(1),
+            degraded: false,
+        }
+    }
+}
+
+/// What a reset or unlock found before it cleared the key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuthCleared {
+    /// The key had a bucket or a lockout.
+    pub existed: bool,
+    /// The key was locked out.
+    pub was_locked: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// Attempts counted in the current window.
+    count: u32,
+    /// End of the current window; 0 while locked out (the lockout replaces the window).
+    window_end: Millis,
+    /// End of the lockout; 0 when none was started.
+    locked_until: Millis,
+}
+
+impl Entry {
+    /// When the key no longer matters: its window and lockout have both ended.
+    fn expires_at(&self) -> Millis {
+        self.window_end.max(self.locked_until)
+    }
+}
+
+/// A heap item: when a key may expire. An item is stale when its key has since moved its
+/// expiry; the key then has a newer item, and the stale one is dropped when it surfaces.
+type Expiry = Reverse<(Millis, Arc<str>, Box<str>)>;
+
+/// The bounded table of buckets, keyed by endpoint then identity.
+///
+/// Cost: an attempt is O(1) map work plus O(log n) when it opens a window or starts a lockout;
+/// pruning pops only expired heap items, so its cost is paid once per expiry.
+#[derive(Debug)]
+pub struct AuthTable {
+    max_keys: usize,
+    /// Identity maps per endpoint. The hasher is std's keyed SipHash: identities come from
+    /// callers, so a fixed hash would let one flood a single bucket chain.
+    endpoints: HashMap<Arc<str>, HashMap<Box<str>, Entry>>,
+    len: usize,
+    /// Every key's current expiry (and stale ones), soonest first.
+    expiries: BinaryHeap<Expiry>,
+}
+
+impl AuthTable {
+    pub fn new(max_keys: usize) -> Self {
+        AuthTable {
+            max_keys: max_keys.max(1),
+            endpoints: HashMap::new(),
+            len: 0,
+            expiries: BinaryHeap::new(),
+        }
+    }
+
+    /// Keys in the table (live ones, plus expired ones not yet pruned).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Count one attempt of `identity` against `endpoint`'s bucket.
+    pub fn attempt(
+        &mut self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+        now: Millis,
+    ) -> AuthDecision {
+        self.prune(now);
+        let known = self
+            .endpoints
+            .get_mut(endpoint)
+            .and_then(|m| m.get_mut(identity));
+        let (decision, new_expiry) = match known {
+            Some(e) if e.locked_until > now => (
+                AuthDecision::refused(AuthVerdict::LockedOut, e.locked_until - now),
+                None,
+            ),
+            Some(e) if e.window_end > now => {
+                if e.count < rule.max_attempts {
+                    e.count += 1;
+                    (allowed(rule.max_attempts - e.count), None)
+                } else if rule.lockout_ms > 0 {
+                    *e = Entry {
+                        count: 0,
+                        window_end: 0,
+                        locked_until: now + rule.lockout_ms,
+                    };
+                    (
+                        AuthDecision::refused(AuthVerdict::LockedOut, rule.lockout_ms),
+                        Some(e.expires_at()),
+                    )
+                } else {
+                    (
+                        AuthDecision::refused(AuthVerdict::AttemptsExhausted, e.window_end - now),
+                        None,
+                    )
+                }
+            }
+            // Window and lockout both over but not yet pruned (only when `now` went back):
+            // a fresh window.
+            Some(e) => {
+                *e = fresh(rule, now);
+                (allowed(rule.max_attempts - 1), Some(e.expires_at()))
+            }
+            None if self.len >= self.max_keys => {
+                let soonest = self.expiries.peek().map_or(now + 1, |Reverse(x)| x.0);
+                return AuthDecision::refused(AuthVerdict::KeyTableFull, soonest - now);
+            }
+            None => {
+                let entry = fresh(rule, now);
+                let expiry = entry.expires_at();
+                let map = match self.endpoints.get_mut(endpoint) {
+                    Some(m) => m,
+                    None => self.endpoints.entry(Arc::from(endpoint)).or_default(),
+                };
+                map.insert(Box::from(identity), entry);
+                self.len += 1;
+                (allowed(rule.max_attempts - 1), Some(expiry))
+            }
+        };
+        if let Some(at) = new_expiry {
+            self.push_expiry(endpoint, identity, at);
+        }
+        decision
+    }
+
+    /// Clear the bucket and any lockout of a key.
+    pub fn reset(&mut self, endpoint: &str, identity: &str, now: Millis) -> AuthCleared {
+        let removed = self
+            .endpoints
+            .get_mut(endpoint)
+            .and_then(|m| m.remove(identity));
+        match removed {
+            Some(e) => {
+                self.len -= 1;
+                self.compact();
+                // An expired key not yet pruned is reported as absent, as it would be a moment
+                // later.
+                AuthCleared {
+                    existed: e.expires_at() > now,
+                    was_locked: e.locked_until > now,
+                }
+            }
+            None => AuthCleared::default(),
+        }
+    }
+
+    /// Drop every key whose window and lockout have ended by `now`; returns how many.
+    pub fn prune(&mut self, now: Millis) -> usize {
+        let mut removed = 0;
+        while let Some(Reverse((at, ..))) = self.expiries.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, endpoint, identity))) = self.expiries.pop() else {
+                break;
+            };
+            if let Some(map) = self.endpoints.get_mut(&endpoint)
+                && map.get(&identity).is_some_and(|e| e.expires_at() <= now)
+            {
+                map.remove(&identity);
+                self.len -= 1;
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    fn push_expiry(&mut self, endpoint: &str, identity: &str, at: Millis) {
+        let endpoint = self
+            .endpoints
+            .get_key_value(endpoint)
+            .map(|(k, _)| k.clone())
+            .unwrap_or_else(|| Arc::from(endpoint));
+        self.expiries
+            .push(Reverse((at, endpoint, Box::from(identity))));
+        self.compact();
+    }
+
+    /// Stale items pile up while keys move their expiry or are reset; rebuild the heap from the
+    /// live keys before they outnumber them.
+    fn compact(&mut self) {
+        if self.expiries.len() > 2 * self.len + 1024 {
+            self.expiries = self
+                .endpoints
+                .iter()
+                .flat_map(|(ep, m)| {
+                    m.iter()
+                        .map(|(id, e)| Reverse((e.expires_at(), ep.clone(), id.clone())))
+                })
+                .collect();
+        }
+    }
+}
+
+fn fresh(rule: BucketRule, now: Millis) -> Entry {
+    Entry {
+        count: 1,
+        window_end: now + rule.window_ms,
+        locked_until: 0,
+    }
+}
+
+fn allowed(remaining: u32) -> AuthDecision {
+    AuthDecision {
+        verdict: AuthVerdict::Allowed,
+        remaining,
+        retry_after_ms: 0,
+        degraded: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULE: BucketRule = BucketRule::new(3, 1_000, 5_000);
+
+    fn verdicts(
+        t: &mut AuthTable,
+        id: &str,
+        rule: BucketRule,
+        now: Millis,
+        n: usize,
+    ) -> Vec<AuthVerdict> {
+        (0..n)
+            .map(|_| t.attempt("ep", id, rule, now).verdict)
+            .collect()
+    }
+
+    #[test]
+    fn remaining_counts_down_and_the_refusal_says_when_to_return() {
+        let mut t = AuthTable::new(10);
+        let a: Vec<_> = (0..3)
+            .map(|_| t.attempt("ep", "u", RULE, 100).remaining)
+            .collect();
+        assert_eq!(a, [2, 1, 0]);
+        let d = t.attempt("ep", "u", RULE, 400);
+        assert_eq!(
+            (d.verdict, d.retry_after_ms, d.remaining),
+            (AuthVerdict::LockedOut, 5_000, 0)
+        );
+        let d = t.attempt("ep", "u", RULE, 1_400);
+        assert_eq!(
+            (d.verdict, d.retry_after_ms),
+            (AuthVerdict::LockedOut, 4_000)
+        );
+    }
+
+    #[test]
+    fn a_lockout_resets_the_window_so_the_next_attempt_after_it_is_fresh() {
+        let mut t = AuthTable::new(10);
+        verdicts(&mut t, "u", RULE, 0, 4);
+        assert_eq!(
+            t.attempt("ep", "u", RULE, 4_999).verdict,
+            AuthVerdict::LockedOut
+        );
+        assert_eq!(
+            verdicts(&mut t, "u", RULE, 5_000, 4),
+            [
+                AuthVerdict::Allowed,
+                AuthVerdict::Allowed,
+                AuthVerdict::Allowed,
+                AuthVerdict::LockedOut
+            ]
+        );
+    }
+
+    #[test]
+    fn without_lockout_refusals_last_until_the_window_ends() {
+        let rule = BucketRule::new(2, 1_000, 0);
+        let mut t = AuthTable::new(10);
+        verdicts(&mut t, "u", rule, 0, 2);
+        let d = t.attempt("ep", "u", rule, 300);
+        assert_eq!(
+            (d.verdict, d.retry_after_ms),
+            (AuthVerdict::AttemptsExhausted, 700)
+        );
+        assert_eq!(
+            t.attempt("ep", "u", rule, 999).verdict,
+            AuthVerdict::AttemptsExhausted
+        );
+        assert_eq!(
+            t.attempt("ep", "u", rule, 1_000).verdict,
+            AuthVerdict::Allowed
+        );
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_keys_until_one_expires() {
+        let mut t = AuthTable::new(2);
+        t.attempt("ep", "a", RULE, 0);
+        t.attempt("ep", "b", RULE, 500);
+        let d = t.attempt("ep", "c", RULE, 600);
+        assert_eq!(
+            (d.verdict, d.retry_after_ms),
+            (AuthVerdict::KeyTableFull, 400)
+        );
+        assert_eq!(
+            t.attempt("ep", "a", RULE, 600).verdict,
+            AuthVerdict::Allowed
+        );
+        assert_eq!(
+            t.attempt("ep", "c", RULE, 1_000).verdict,
+            AuthVerdict::Allowed
+        );
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn stale_expiries_are_compacted_and_never_prune_a_live_key() {
+        let mut t = AuthTable::new(10);
+        t.attempt("ep", "live", RULE, 0);
+        // Keys reset right after their first attempt leave their expiry behind in the heap;
+        // it is rebuilt before the stale items pile up.
+        for i in 0..5_000 {
+            let id = format!("k{i}");
+            assert!(t.attempt("ep", &id, RULE, 10).allowed());
+            t.reset("ep", &id, 10);
+            assert!(t.expiries.len() <= 2 * t.len() + 1025);
+        }
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.prune(999), 0, "the live window is kept");
+        assert_eq!(t.prune(1_000), 1);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn reset_reports_what_it_cleared() {
+        let mut t = AuthTable::new(10);
+        verdicts(&mut t, "u", RULE, 0, 4);
+        assert_eq!(
+            t.reset("ep", "u", 10),
+            AuthCleared {
+                existed: true,
+                was_locked: true
+            }
+        );
+        assert_eq!(t.reset("ep", "u", 10), AuthCleared::default());
+        assert_eq!(t.reset("other", "u", 10), AuthCleared::default());
+        assert!(t.is_empty());
+    }
+}

@@ -1,0 +1,185 @@
+//! Auth buckets through the real server over gRPC: CheckAuthAttempt, ResetAuthAttempts and the
+//! operator's UnlockAuth, the built-in budgets, and bad input.
+
+mod common;
+
+use std::time::Duration;
+
+use admission_authority::api::{self, admission_client::AdmissionClient};
+use common::{Server, eventually};
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+
+/// A short bucket so that a lockout ends within the test: 3 attempts per 10 s, 300 ms lockout.
+const CONFIG: &str = "
+auth:
+  buckets:
+    login: { max_attempts: 3, window: 10s, lockout: 300ms }
+";
+
+fn attempt_req(endpoint: &str, identity: &str) -> api::AuthAttemptRequest {
+    api::AuthAttemptRequest {
+        endpoint: endpoint.into(),
+        identity: identity.into(),
+    }
+}
+
+async fn attempt(
+    c: &mut AdmissionClient<Channel>,
+    endpoint: &str,
+    identity: &str,
+) -> api::AuthAttemptResponse {
+    c.check_auth_attempt(attempt_req(endpoint, identity))
+        .await
+        .expect("an answer")
+        .into_inner()
+}
+
+#[tokio::test]
+async fn attempts_lock_out_then_a_fresh_window_opens_after_the_lockout() {
+    let server = Server::start_with_config("auth-lockout", CONFIG, &[]);
+    let mut c = server.client().await;
+    for left in [2, 1, 0] {
+        let r = attempt(&mut c, "login", "mallory@example.com").await;
+        assert!(r.allowed && !r.locked && !r.degraded, "{r:?}");
+        assert_eq!((r.remaining, r.retry_after_ms), (left, 0));
+    }
+    let r = attempt(&mut c, "login", "mallory@example.com").await;
+    assert!(!r.allowed && r.locked, "{r:?}");
+    assert_eq!(r.reason, "LOCKED_OUT");
+    assert!(r.retry_after_ms > 0 && r.retry_after_ms <= 300, "{r:?}");
+    assert!(
+        attempt(&mut c, "login", "alice@example.com").await.allowed,
+        "another identity has its own bucket"
+    );
+    // The lockout is 300 ms; afterwards the next attempt opens a fresh window.
+    let fresh = eventually("the lockout to end", Duration::from_secs(5), || {
+        let mut c = c.clone();
+        async move {
+            let r = attempt(&mut c, "login", "mallory@example.com").await;
+            r.allowed.then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(fresh.remaining, 2, "a fresh window with the whole budget");
+}
+
+#[tokio::test]
+async fn reset_and_operator_unlock_clear_a_lockout() {
+    let server = Server::start_with_config("auth-reset", CONFIG, &[]);
+    let mut c = server.client().await;
+    let mut op = server.operator().await;
+    for _ in 0..4 {
+        attempt(&mut c, "login", "u1").await;
+    }
+    assert!(attempt(&mut c, "login", "u1").await.locked);
+    let reset = c
+        .reset_auth_attempts(api::AuthResetRequest {
+            endpoint: "login".into(),
+            identity: "u1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reset.cleared);
+    assert_eq!(attempt(&mut c, "login", "u1").await.remaining, 2);
+
+    for _ in 0..4 {
+        attempt(&mut c, "login", "u1").await;
+    }
+    let unlock = |identity: &str| api::UnlockAuthRequest {
+        endpoint: "login".into(),
+        identity: identity.into(),
+    };
+    let r = op.unlock_auth(unlock("u1")).await.unwrap().into_inner();
+    assert!(r.was_locked && r.cleared, "{r:?}");
+    assert!(attempt(&mut c, "login", "u1").await.allowed);
+    let r = op.unlock_auth(unlock("nobody")).await.unwrap().into_inner();
+    assert!(!r.was_locked && !r.cleared, "{r:?}");
+}
+
+#[tokio::test]
+async fn built_in_budgets_apply_without_a_config_file() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    for (endpoint, budget) in [
+        ("approval", 10),
+        ("ws_upgrade", 10),
+        ("magic_link", 5),
+        ("pairing_verify", 5),
+    ] {
+        for i in 0..budget {
+            let r = attempt(&mut c, endpoint, "203.0.113.7").await;
+            assert!(r.allowed, "{endpoint} attempt {}: {r:?}", i + 1);
+        }
+        let r = attempt(&mut c, endpoint, "203.0.113.7").await;
+        assert!(!r.allowed && r.locked, "{endpoint}: {r:?}");
+        assert_eq!(
+            r.retry_after_ms, 300_000,
+            "{endpoint}: a five-minute lockout"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_auth_input_is_refused_with_the_field_named_and_changes_nothing() {
+    let server = Server::start_with_config("auth-bad", CONFIG, &[]);
+    let mut c = server.client().await;
+    let long = "x".repeat(129);
+    let cases = [
+        (attempt_req("", "u"), "endpoint: must not be empty"),
+        (
+            attempt_req(&long, "u"),
+            "endpoint: must be at most 128 bytes",
+        ),
+        (attempt_req("login", ""), "identity: must not be empty"),
+        (
+            attempt_req("login", &long),
+            "identity: must be at most 128 bytes",
+        ),
+        (
+            attempt_req("login", "josé"),
+            "identity: must be printable ASCII",
+        ),
+        (
+            attempt_req("signup", "u"),
+            "endpoint: unknown endpoint \"signup\"; configured: approval, login, magic_link, \
+             pairing_verify, ws_upgrade",
+        ),
+    ];
+    for (req, expected) in cases {
+        let err = c.check_auth_attempt(req.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{expected}");
+        assert_eq!(err.message(), expected);
+        let field = &err
+            .get_details_bad_request()
+            .expect("BadRequest")
+            .field_violations[0]
+            .field;
+        assert!(
+            expected.starts_with(field.as_str()),
+            "{field} in {expected}"
+        );
+        let reset = c
+            .reset_auth_attempts(api::AuthResetRequest {
+                endpoint: req.endpoint.clone(),
+                identity: req.identity.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(reset.message(), expected);
+        let unlock = server
+            .operator()
+            .await
+            .unlock_auth(api::UnlockAuthRequest {
+                endpoint: req.endpoint,
+                identity: req.identity,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(unlock.message(), expected);
+    }
+    // None of them counted: "u" still has its whole budget on login.
+    assert_eq!(attempt(&mut c, "login", "u").await.remaining, 2);
+}
