@@ -35,7 +35,14 @@ hosts:
     scheduling: { total: 64, queue: { total: 200000, hard_total: 200000 } }
   streams:
     scheduling: { total: 1, queue: { total: 20000, hard_total: 20000 } }
+auth:
+  local_max_keys: 200000
+  buckets:
+    bench: { max_attempts: 1000000, window: 1h, lockout: 0s }
 "#;
+
+/// Distinct identities in the auth table while CheckAuthAttempt is measured.
+const AUTH_IDENTITIES: u64 = 100_000;
 
 struct Args {
     seconds: f64,
@@ -244,6 +251,60 @@ async fn health_check(chans: &[Channel], c: usize, seconds: f64) -> Figures {
             })
             .await
             .unwrap();
+            let d = t.elapsed();
+            (d, d)
+        }
+    })
+    .await
+    .1
+}
+
+/// One CheckAuthAttempt for each of the identities `0..AUTH_IDENTITIES`, from 64 tasks, so the
+/// table holds them all before it is measured.
+async fn seed_auth(chans: &[Channel]) {
+    let mut tasks = Vec::new();
+    for w in 0..64u64 {
+        let mut c = AdmissionClient::new(chans[w as usize % chans.len()].clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = w;
+            while i < AUTH_IDENTITIES {
+                let r = c
+                    .check_auth_attempt(auth_req(i))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert!(r.allowed, "seeding identity {i}: {r:?}");
+                i += 64;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+fn auth_req(identity: u64) -> api::AuthAttemptRequest {
+    api::AuthAttemptRequest {
+        endpoint: "bench".into(),
+        identity: format!("user-{identity}@example.com"),
+    }
+}
+
+/// CheckAuthAttempt on identities spread over the seeded table (a multiplicative hash of the
+/// worker and call number, so workers do not walk the same keys in step).
+async fn auth_attempts(chans: &[Channel], c: usize, seconds: f64) -> Figures {
+    let chans = chans.to_vec();
+    drive(c, seconds, move |w, i| {
+        let mut client = AdmissionClient::new(chans[w % chans.len()].clone());
+        let identity = ((w as u64) << 32 | i).wrapping_mul(0x9E37_79B9_7F4A_7C15) % AUTH_IDENTITIES;
+        async move {
+            let t = Instant::now();
+            let r = client
+                .check_auth_attempt(auth_req(identity))
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(r.allowed, "{r:?}");
             let d = t.elapsed();
             (d, d)
         }
@@ -597,6 +658,30 @@ async fn main() {
         }
     }
 
+    // Auth buckets: CheckAuthAttempt against Check at 64, with 100,000 identities in the table.
+    seed_auth(&chans).await;
+    let mut auth_rounds = Vec::new();
+    for _ in 0..a.rounds {
+        let check = metered(
+            &server,
+            health_check(&chans, 64, a.seconds),
+            |f| f.rate * a.seconds,
+            |f, u| f.cpu_us = Some(u),
+        )
+        .await;
+        let auth = metered(
+            &server,
+            auth_attempts(&chans, 64, a.seconds),
+            |f| f.rate * a.seconds,
+            |f, u| f.cpu_us = Some(u),
+        )
+        .await;
+        auth_rounds.push((auth.rate / check.rate, (check, auth)));
+    }
+    let (auth_ratio, (check, auth)) = median(auth_rounds);
+    row("health.Check (baseline)", 64, &check);
+    row("CheckAuthAttempt, 100k identities in the table", 64, &auth);
+
     // Crowded queues: 100,000 waiters across 10,000 subjects on one host. Each figure is
     // divided by a Check rate measured beside it, so the comparisons survive a noisy machine.
     let secs = a.seconds;
@@ -686,6 +771,9 @@ async fn main() {
             "100k queued: rotation {rotation_ratio:.2} × the small-queue rate; TRY on a free host {try_ratio:.2} × the empty-queue rate (targets ≥ 0.8; both relative to Check measured beside them)"
         );
     }
+    println!(
+        "CheckAuthAttempt/s ÷ Check/s at 64 with {AUTH_IDENTITIES} identities: {auth_ratio:.2} (target ≥ 0.85)"
+    );
     println!(
         "{} Wait streams: authority RSS {:.0} MiB before, {:.0} MiB with them open (target ≤ 150 MiB); wake p99 {:.2} ms (target ≤ 5 ms)",
         a.streams, rss_before, rss_open, wake.p99_ms
