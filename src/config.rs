@@ -13,6 +13,9 @@ use std::path::Path;
 use serde_norway::{Mapping, Value};
 
 use crate::auth::{AuthPolicy, BUILT_IN_BUCKETS, DEFAULT_BUCKET};
+use crate::ledger::{
+    Allowance, Budget, MAX_USD, ResourcePolicy, UnknownUsage, micros_to_usd, usd_to_micros,
+};
 use crate::scheduler::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
 
 /// The address `serve` listens on when neither file nor flag names one.
@@ -28,6 +31,10 @@ const MAX_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
 /// Largest auth.local_max_keys: about 2 GiB of buckets at most.
 const MAX_AUTH_KEYS: u64 = 10_000_000;
+/// Largest token budget or allowance: a trillion tokens.
+pub const MAX_TOKENS: u64 = 1_000_000_000_000;
+const MIN_RESERVATION_TTL_MS: u64 = 10;
+const MAX_RESOURCE_MS: u64 = 30 * 24 * 3_600_000;
 
 /// The resolved, validated configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +50,8 @@ pub struct Config {
     pub authority_max_rss_mb: u64,
     /// Auth buckets (the built-in ones unless overridden by name).
     pub auth: AuthPolicy,
+    /// Per-run budgets, account allowances and reservation timing.
+    pub resources: ResourcePolicy,
 }
 
 /// Values given on the command line; each wins over the file.
@@ -118,6 +127,7 @@ struct FileConfig {
     memory_soft_ratio: Option<f64>,
     authority_max_rss_mb: Option<u64>,
     auth: AuthPolicy,
+    resources: ResourcePolicy,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -339,6 +349,8 @@ impl Cx {
                 "memory",
                 "authority",
                 "auth",
+                "resources",
+                "allowances",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -413,7 +425,149 @@ impl Cx {
             Some(v) => self.auth(v),
             None => AuthPolicy::default(),
         };
+        if let Some(v) = m.get("resources") {
+            self.resources(v, &mut f.resources);
+        }
+        if let Some(v) = m.get("allowances") {
+            for (account, av) in self.named_entries(v, "allowances") {
+                let path = format!("allowances.{}", yaml_key(&account));
+                if let Some(a) = self.allowance(av, &path) {
+                    f.resources.allowances.insert(account, a);
+                }
+            }
+        }
         f
+    }
+
+    /// The `resources` section into `p`.
+    fn resources(&mut self, v: &Value, p: &mut ResourcePolicy) {
+        let Some(m) = self.mapping(
+            v,
+            "resources",
+            &[
+                "default",
+                "subjects",
+                "accounts",
+                "reservation_ttl",
+                "run_retention",
+            ],
+        ) else {
+            return;
+        };
+        if let Some(v) = m.get("default") {
+            p.default = self.budget(v, "resources.default");
+        }
+        for (key, target) in [("subjects", &mut p.subjects), ("accounts", &mut p.accounts)] {
+            if let Some(v) = m.get(key) {
+                let mpath = join("resources", key);
+                for (name, bv) in self.named_entries(v, &mpath) {
+                    let path = format!("{mpath}.{}", yaml_key(&name));
+                    if let Some(b) = self.budget(bv, &path) {
+                        target.insert(name, b);
+                    }
+                }
+            }
+        }
+        if let Some(v) = m.get("reservation_ttl")
+            && let Some(ms) = self.duration(
+                v,
+                "resources.reservation_ttl",
+                MIN_RESERVATION_TTL_MS,
+                MAX_RESOURCE_MS,
+            )
+        {
+            p.reservation_ttl_ms = ms;
+        }
+        if let Some(v) = m.get("run_retention")
+            && let Some(ms) = self.duration(v, "resources.run_retention", 1_000, MAX_RESOURCE_MS)
+        {
+            p.run_retention_ms = ms;
+        }
+    }
+
+    /// A per-run budget block.
+    fn budget(&mut self, v: &Value, path: &str) -> Option<Budget> {
+        let m = self.mapping(v, path, &["max_tokens", "max_cost_usd", "unknown_usage"])?;
+        let mut b = Budget::default();
+        let mut ok = true;
+        if let Some(v) = m.get("max_tokens") {
+            b.max_tokens = self.count(v, &join(path, "max_tokens"), 0, MAX_TOKENS);
+            ok &= b.max_tokens.is_some();
+        }
+        if let Some(v) = m.get("max_cost_usd") {
+            b.max_cost = self.usd(v, &join(path, "max_cost_usd"));
+            ok &= b.max_cost.is_some();
+        }
+        if let Some(v) = m.get("unknown_usage") {
+            let s = v.as_str();
+            match s.and_then(UnknownUsage::parse) {
+                Some(u) => b.unknown_usage = u,
+                None => {
+                    let got = s.map_or_else(|| kind(v).to_string(), |s| format!("{s:?}"));
+                    self.err(
+                        &join(path, "unknown_usage"),
+                        format_args!(
+                            "must be one of {}, got {got}",
+                            UnknownUsage::NAMES.join(", ")
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(b)
+    }
+
+    /// An allowance block.
+    fn allowance(&mut self, v: &Value, path: &str) -> Option<Allowance> {
+        let m = self.mapping(v, path, &["tokens", "cost_usd", "window"])?;
+        let mut ok = true;
+        let tokens = m.get("tokens").and_then(|v| {
+            let t = self.count(v, &join(path, "tokens"), 0, MAX_TOKENS);
+            ok &= t.is_some();
+            t
+        });
+        let cost = m.get("cost_usd").and_then(|v| {
+            let c = self.usd(v, &join(path, "cost_usd"));
+            ok &= c.is_some();
+            c
+        });
+        if !m.contains_key("tokens") && !m.contains_key("cost_usd") {
+            self.err(path, "give tokens, cost_usd or both");
+            ok = false;
+        }
+        let window = match m.get("window") {
+            Some(v) => self.duration(v, &join(path, "window"), 1_000, MAX_RESOURCE_MS),
+            None => {
+                self.err(path, "window is required (e.g. window: 24h)");
+                None
+            }
+        };
+        let window_ms = window?;
+        ok.then_some(Allowance {
+            tokens,
+            cost,
+            window_ms,
+        })
+    }
+
+    /// A dollar amount (whole or fractional), 0..MAX_USD.
+    fn usd(&mut self, v: &Value, path: &str) -> Option<u64> {
+        let Some(f) = v.as_f64() else {
+            self.err(
+                path,
+                format_args!("must be a number of dollars, got {}", kind(v)),
+            );
+            return None;
+        };
+        let m = usd_to_micros(f);
+        if m.is_none() {
+            self.err(
+                path,
+                format_args!("must be a finite number of dollars, 0..{MAX_USD}"),
+            );
+        }
+        m
     }
 
     /// The `auth` section: the built-in buckets, with the file's buckets over them by name.
@@ -639,6 +793,7 @@ impl Cx {
             memory_soft_ratio,
             authority_max_rss_mb: file.authority_max_rss_mb.unwrap_or(0),
             auth: file.auth,
+            resources: file.resources,
         }
     }
 
@@ -761,6 +916,7 @@ impl Config {
             "authority:\n  max_rss_mb: {}",
             self.authority_max_rss_mb
         );
+        render_resources(&mut out, &self.resources);
         let _ = writeln!(
             out,
             "auth:\n  local_max_keys: {}\n  buckets:",
@@ -817,6 +973,63 @@ fn render_limits(out: &mut String, l: &Limits, ind: &str) {
     let _ = writeln!(out, "{ind}overflow_policy: {}", l.overflow.name());
     let _ = writeln!(out, "{ind}lease_ttl: {}", format_ms(l.lease_ttl_ms));
     let _ = writeln!(out, "{ind}retention: {}", format_ms(l.retention_ms));
+}
+
+fn render_resources(out: &mut String, r: &ResourcePolicy) {
+    let budget = |b: &Budget| {
+        let mut parts = Vec::new();
+        if let Some(t) = b.max_tokens {
+            parts.push(format!("max_tokens: {t}"));
+        }
+        if let Some(c) = b.max_cost {
+            parts.push(format!("max_cost_usd: {}", micros_to_usd(c)));
+        }
+        parts.push(format!("unknown_usage: {}", b.unknown_usage.name()));
+        format!("{{{}}}", parts.join(", "))
+    };
+    let _ = writeln!(out, "resources:");
+    match &r.default {
+        Some(b) => {
+            let _ = writeln!(out, "  default: {}", budget(b));
+        }
+        None => {
+            let _ = writeln!(out, "  default: null   # no budget for every run");
+        }
+    }
+    for (key, map) in [("subjects", &r.subjects), ("accounts", &r.accounts)] {
+        let sorted: BTreeMap<_, _> = map.iter().collect();
+        if sorted.is_empty() {
+            let _ = writeln!(out, "  {key}: {{}}");
+            continue;
+        }
+        let _ = writeln!(out, "  {key}:");
+        for (name, b) in sorted {
+            let _ = writeln!(out, "    {}: {}", yaml_key(name), budget(b));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  reservation_ttl: {}\n  run_retention: {}",
+        format_ms(r.reservation_ttl_ms),
+        format_ms(r.run_retention_ms)
+    );
+    let sorted: BTreeMap<_, _> = r.allowances.iter().collect();
+    if sorted.is_empty() {
+        let _ = writeln!(out, "allowances: {{}}");
+        return;
+    }
+    let _ = writeln!(out, "allowances:");
+    for (account, a) in sorted {
+        let mut parts = Vec::new();
+        if let Some(t) = a.tokens {
+            parts.push(format!("tokens: {t}"));
+        }
+        if let Some(c) = a.cost {
+            parts.push(format!("cost_usd: {}", micros_to_usd(c)));
+        }
+        parts.push(format!("window: {}", format_ms(a.window_ms)));
+        let _ = writeln!(out, "  {}: {{{}}}", yaml_key(account), parts.join(", "));
+    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //! * [`scheduler`]: the pure scheduling core (caps, queue, round robin, leases), with `now`
 //!   passed in. No I/O.
 //! * [`auth`]: auth buckets: the pure rules and the bounded local table, with `now` passed in.
+//! * [`ledger`]: resource reservations: per-run budgets, account allowances, Authorize and
+//!   Settle, with `now` passed in. No I/O.
 //! * [`store`]: the [`store::Store`] trait, whose unit is one atomic operation, and its
 //!   implementations ([`store::memory`]).
 //! * [`clock`]: the injected clock.
@@ -24,6 +26,7 @@ pub mod api;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod ledger;
 pub mod scheduler;
 pub mod server;
 pub mod service;

@@ -44,6 +44,7 @@ pub async fn run(
     let policy = Policy {
         limits: config.limits.clone(),
         auth: config.auth.clone(),
+        resources: config.resources.clone(),
     };
     let store = Arc::new(MemoryStore::new(policy, Arc::new(SystemClock::new())));
     let gates = Arc::new(Gates::default());

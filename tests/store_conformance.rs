@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use admission_authority::auth::{AuthPolicy, AuthVerdict, BucketRule};
 use admission_authority::clock::ManualClock;
+use admission_authority::ledger::{
+    Allowance, Authorization, AuthorizeArgs, Budget, Coverage, Decision, LedgerError, Reason,
+    Resolution, ResourcePolicy, StepState, UnknownUsage, Usage, usd_to_micros,
+};
 use admission_authority::scheduler::{
     Limits, LimitsTable, Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView,
 };
@@ -339,11 +343,11 @@ pub async fn per_host_limits_apply_to_their_host_only<H: Harness>() {
 /// The scheduling defaults with the given auth buckets and table bound.
 fn auth_policy(buckets: &[(&str, BucketRule)], max_keys: usize) -> Policy {
     Policy {
-        limits: LimitsTable::default(),
         auth: AuthPolicy {
             local_max_keys: max_keys,
             buckets: buckets.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
         },
+        ..Policy::default()
     }
 }
 
@@ -525,6 +529,425 @@ pub async fn auth_key_table_saturation_fails_closed_and_prunes<H: Harness>() {
     assert_eq!(attempts(s, "login", "e", 1).await, [Allowed]);
 }
 
+// ---- resource reservations ----
+
+fn budgets(resources: ResourcePolicy) -> Policy {
+    Policy {
+        resources,
+        ..Policy::default()
+    }
+}
+
+fn tokens_cap(max_tokens: u64, unknown_usage: UnknownUsage) -> Budget {
+    Budget {
+        max_tokens: Some(max_tokens),
+        max_cost: None,
+        unknown_usage,
+    }
+}
+
+fn step(run: &str, step: u32, requested: u64, input: u64) -> AuthorizeArgs {
+    AuthorizeArgs {
+        run_id: run.into(),
+        step,
+        subject: "alice".into(),
+        account_id: None,
+        model: "model-a".into(),
+        requested_output_tokens: requested,
+        estimated_input_tokens: input,
+        estimated_cost: 0,
+    }
+}
+
+fn for_account(mut a: AuthorizeArgs, account: &str) -> AuthorizeArgs {
+    a.account_id = Some(account.into());
+    a
+}
+
+fn used(input: u64, output: u64, coverage: Coverage) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cost: 0,
+        coverage,
+    }
+}
+
+async fn authorize<S: Store>(s: &S, args: AuthorizeArgs) -> Authorization {
+    s.authorize("h", args)
+        .await
+        .expect("store reachable")
+        .expect("a decision")
+}
+
+async fn settle<S: Store>(s: &S, run: &str, n: u32, usage: Usage) -> Result<bool, LedgerError> {
+    s.settle("h", run, n, usage).await.expect("store reachable")
+}
+
+fn verdict(a: &Authorization) -> (Decision, Option<Reason>, u64) {
+    (a.decision, a.reason, a.granted_output_tokens)
+}
+
+const ALLOW: Decision = Decision::Allow;
+const DENY: Decision = Decision::Deny;
+
+pub async fn reservations_allow_and_lower_the_grant<H: Harness>() {
+    let h = H::build(budgets(ResourcePolicy {
+        default: Some(tokens_cap(1_000, UnknownUsage::Reject)),
+        ..ResourcePolicy::default()
+    }))
+    .await;
+    let s = h.store();
+    let a = authorize(s, step("r1", 1, 300, 200)).await;
+    assert_eq!(verdict(&a), (ALLOW, None, 300));
+    assert_eq!(a.remaining_tokens, Some(500));
+    settle(s, "r1", 1, used(200, 300, Coverage::Complete))
+        .await
+        .unwrap();
+    let b = authorize(s, step("r1", 2, 900, 100)).await;
+    assert_eq!(
+        verdict(&b),
+        (ALLOW, None, 400),
+        "lowered to what the cap leaves after the input estimate"
+    );
+    assert_eq!(b.remaining_tokens, Some(0));
+    let none = H::build(Policy::default()).await;
+    let free = authorize(none.store(), step("r1", 1, 900, 100)).await;
+    assert_eq!(verdict(&free), (ALLOW, None, 900), "no budget applies");
+    assert_eq!((free.remaining_tokens, free.remaining_cost), (None, None));
+}
+
+pub async fn reservations_deny_at_and_past_the_per_run_cap<H: Harness>() {
+    let h = H::build(budgets(ResourcePolicy {
+        default: Some(tokens_cap(1_000, UnknownUsage::Reject)),
+        ..ResourcePolicy::default()
+    }))
+    .await;
+    let s = h.store();
+    authorize(s, step("r", 1, 500, 100)).await;
+    // The step landed exactly on the cap: it completed.
+    settle(s, "r", 1, used(400, 600, Coverage::Complete))
+        .await
+        .unwrap();
+    let next = authorize(s, step("r", 2, 10, 0)).await;
+    assert_eq!(verdict(&next), (DENY, Some(Reason::ResourceLimit), 0));
+    assert_eq!(next.remaining_tokens, Some(0));
+    authorize(s, step("over", 1, 500, 100)).await;
+    settle(s, "over", 1, used(700, 800, Coverage::Complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        verdict(&authorize(s, step("over", 2, 10, 0)).await),
+        (DENY, Some(Reason::ResourceLimit), 0),
+        "past the cap"
+    );
+    // An input estimate that leaves no room for output is denied as well.
+    authorize(s, step("full", 1, 100, 0)).await;
+    settle(s, "full", 1, used(0, 100, Coverage::Complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        verdict(&authorize(s, step("full", 2, 10, 900)).await),
+        (DENY, Some(Reason::ResourceLimit), 0)
+    );
+    let stats = s.ledger_stats("h").await.unwrap();
+    assert_eq!((stats.denied, stats.open), (3, 0));
+}
+
+pub async fn reservations_intersect_default_subject_and_account_budgets<H: Harness>() {
+    let mut p = ResourcePolicy {
+        default: Some(tokens_cap(1_000, UnknownUsage::Allow)),
+        ..ResourcePolicy::default()
+    };
+    p.subjects
+        .insert("alice".into(), tokens_cap(600, UnknownUsage::Allow));
+    p.accounts
+        .insert("acct".into(), tokens_cap(800, UnknownUsage::Allow));
+    let h = H::build(budgets(p)).await;
+    let s = h.store();
+    let a = authorize(s, for_account(step("r1", 1, 5_000, 0), "acct")).await;
+    assert_eq!(
+        verdict(&a),
+        (ALLOW, None, 600),
+        "the subject's cap is tightest"
+    );
+    let mut bob = for_account(step("r2", 1, 5_000, 0), "acct");
+    bob.subject = "bob".into();
+    assert_eq!(
+        verdict(&authorize(s, bob).await),
+        (ALLOW, None, 800),
+        "the account's cap"
+    );
+    let mut carol = step("r3", 1, 5_000, 0);
+    carol.subject = "carol".into();
+    assert_eq!(
+        verdict(&authorize(s, carol).await),
+        (ALLOW, None, 1_000),
+        "the default alone"
+    );
+}
+
+pub async fn reservations_allowances_run_out_and_roll_over<H: Harness>() {
+    let mut p = ResourcePolicy::default();
+    p.allowances.insert(
+        "acct".into(),
+        Allowance {
+            tokens: Some(1_000),
+            cost: None,
+            window_ms: 10_000,
+        },
+    );
+    let h = H::build(budgets(p)).await;
+    let s = h.store();
+    let a = authorize(s, for_account(step("r1", 1, 700, 100), "acct")).await;
+    assert_eq!(verdict(&a), (ALLOW, None, 700));
+    assert_eq!(a.remaining_tokens, Some(200));
+    let b = authorize(s, for_account(step("r2", 1, 700, 100), "acct")).await;
+    assert_eq!(
+        verdict(&b),
+        (ALLOW, None, 100),
+        "another run gets what is left"
+    );
+    let c = authorize(s, for_account(step("r3", 1, 10, 0), "acct")).await;
+    assert_eq!(verdict(&c), (DENY, Some(Reason::QuotaExhausted), 0));
+    // Settling below the reservation refunds the allowance.
+    settle(s, "r1", 1, used(100, 100, Coverage::Complete))
+        .await
+        .unwrap();
+    let d = authorize(s, for_account(step("r3", 2, 1_000, 0), "acct")).await;
+    assert_eq!(verdict(&d), (ALLOW, None, 600));
+    h.advance(10_000).await; // the window has ended
+    let e = authorize(s, for_account(step("r4", 1, 5_000, 0), "acct")).await;
+    assert_eq!(
+        verdict(&e),
+        (ALLOW, None, 1_000),
+        "a new window with the whole allowance"
+    );
+    let other = authorize(s, step("r5", 1, 5_000, 0)).await;
+    assert_eq!(
+        verdict(&other),
+        (ALLOW, None, 5_000),
+        "no account, no allowance"
+    );
+}
+
+pub async fn reservations_replay_authorize_and_settle<H: Harness>() {
+    let h = H::build(budgets(ResourcePolicy {
+        default: Some(tokens_cap(1_000, UnknownUsage::Reject)),
+        ..ResourcePolicy::default()
+    }))
+    .await;
+    let s = h.store();
+    let first = authorize(s, step("r", 1, 300, 100)).await;
+    let again = authorize(s, step("r", 1, 999, 999)).await;
+    assert!(again.replay && !first.replay);
+    assert_eq!(
+        verdict(&again),
+        verdict(&first),
+        "the first decision, whatever the repeat asks"
+    );
+    let stats = s.ledger_stats("h").await.unwrap();
+    assert_eq!(
+        (stats.allowed, stats.open),
+        (1, 1),
+        "nothing reserved twice"
+    );
+    let usage = used(100, 250, Coverage::Complete);
+    assert_eq!(settle(s, "r", 1, usage).await, Ok(false));
+    assert_eq!(settle(s, "r", 1, usage).await, Ok(true), "a replay");
+    assert_eq!(
+        settle(s, "r", 1, used(100, 251, Coverage::Complete)).await,
+        Err(LedgerError::SettleConflict)
+    );
+    assert_eq!(
+        settle(s, "r", 2, usage).await,
+        Err(LedgerError::NotAuthorized)
+    );
+    assert_eq!(
+        settle(s, "never", 1, usage).await,
+        Err(LedgerError::NotAuthorized)
+    );
+    let mut other = step("r", 2, 10, 0);
+    other.subject = "bob".into();
+    assert_eq!(
+        s.authorize("h", other).await.unwrap(),
+        Err(LedgerError::RunConflict { field: "subject" })
+    );
+    assert_eq!(s.ledger_stats("h").await.unwrap().settled, 1);
+}
+
+pub async fn reservations_unknown_usage_follows_the_budget_policy<H: Harness>() {
+    for (policy, expected) in [
+        (
+            UnknownUsage::Reject,
+            (DENY, Some(Reason::ResourceUsageUnknown), 0),
+        ),
+        (UnknownUsage::Allow, (ALLOW, None, 100)),
+        (
+            UnknownUsage::Defer,
+            (Decision::Unknown, Some(Reason::ResourceUsageUnknown), 0),
+        ),
+    ] {
+        let h = H::build(budgets(ResourcePolicy {
+            default: Some(tokens_cap(1_000, policy)),
+            ..ResourcePolicy::default()
+        }))
+        .await;
+        let s = h.store();
+        // Partial coverage makes the run's usage unknown.
+        authorize(s, step("partial", 1, 100, 0)).await;
+        settle(s, "partial", 1, used(0, 50, Coverage::Partial))
+            .await
+            .unwrap();
+        assert_eq!(
+            verdict(&authorize(s, step("partial", 2, 100, 0)).await),
+            expected,
+            "{policy:?} after partial coverage"
+        );
+        // So does an earlier step that was never settled.
+        authorize(s, step("open", 1, 100, 0)).await;
+        assert_eq!(
+            verdict(&authorize(s, step("open", 2, 100, 0)).await),
+            expected,
+            "{policy:?} with step 1 unsettled"
+        );
+        // Known subtotals over the cap deny under every policy.
+        authorize(s, step("over", 1, 100, 0)).await;
+        settle(s, "over", 1, used(900, 200, Coverage::Unknown))
+            .await
+            .unwrap();
+        assert_eq!(
+            verdict(&authorize(s, step("over", 2, 100, 0)).await),
+            (DENY, Some(Reason::ResourceLimit), 0),
+            "{policy:?} over the cap"
+        );
+    }
+}
+
+pub async fn reservations_turn_uncertain_and_are_resolved_by_an_operator<H: Harness>() {
+    let h = H::build(budgets(ResourcePolicy {
+        default: Some(tokens_cap(1_000, UnknownUsage::Allow)),
+        reservation_ttl_ms: 5_000,
+        ..ResourcePolicy::default()
+    }))
+    .await;
+    let s = h.store();
+    authorize(s, step("a", 1, 400, 100)).await;
+    authorize(s, step("b", 1, 400, 100)).await;
+    h.advance(4_999).await;
+    s.sweep().await.unwrap();
+    let (list, _) = s.reservations("h", 10).await.unwrap();
+    assert!(list.iter().all(|r| r.state == StepState::Reserved));
+    h.advance(1).await;
+    s.sweep().await.unwrap();
+    let (list, truncated) = s.reservations("h", 10).await.unwrap();
+    assert!(!truncated);
+    let rows: Vec<_> = list
+        .iter()
+        .map(|r| (r.run_id.as_str(), r.step, r.state, r.reserved_tokens))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("a", 1, StepState::Uncertain, 500),
+            ("b", 1, StepState::Uncertain, 500)
+        ]
+    );
+    // Still counted as spent: the run has 500 of 1,000 left.
+    let next = authorize(s, step("a", 2, 1_000, 0)).await;
+    assert_eq!(verdict(&next), (ALLOW, None, 500));
+    let stats = s.ledger_stats("h").await.unwrap();
+    assert_eq!((stats.open, stats.uncertain), (3, 2));
+    // Released refunds; consumed keeps counting.
+    s.resolve("h", "a", 1, Resolution::Released)
+        .await
+        .unwrap()
+        .unwrap();
+    s.resolve("h", "b", 1, Resolution::Consumed)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        s.resolve("h", "b", 1, Resolution::Released).await.unwrap(),
+        Err(LedgerError::NotUncertain {
+            state: "resolved as consumed"
+        })
+    );
+    assert_eq!(
+        s.resolve("h", "a", 2, Resolution::Released).await.unwrap(),
+        Err(LedgerError::NotUncertain { state: "reserved" })
+    );
+    assert_eq!(
+        s.resolve("h", "zzz", 1, Resolution::Released)
+            .await
+            .unwrap(),
+        Err(LedgerError::NoSuchReservation)
+    );
+    settle(s, "a", 2, used(0, 100, Coverage::Complete))
+        .await
+        .unwrap();
+    assert_eq!(
+        verdict(&authorize(s, step("a", 3, 5_000, 0)).await),
+        (ALLOW, None, 900),
+        "step 1 refunded, step 2 settled at 100"
+    );
+    assert_eq!(
+        verdict(&authorize(s, step("b", 2, 5_000, 0)).await),
+        (ALLOW, None, 500),
+        "step 1 consumed its 500"
+    );
+}
+
+pub async fn reservations_count_fractional_dollars_exactly<H: Harness>() {
+    let usd = |x: f64| usd_to_micros(x).unwrap();
+    let mut p = ResourcePolicy {
+        default: Some(Budget {
+            max_tokens: None,
+            max_cost: Some(usd(0.3)),
+            unknown_usage: UnknownUsage::Reject,
+        }),
+        ..ResourcePolicy::default()
+    };
+    p.allowances.insert(
+        "acct".into(),
+        Allowance {
+            tokens: None,
+            cost: Some(usd(0.5)),
+            window_ms: 60_000,
+        },
+    );
+    let h = H::build(budgets(p)).await;
+    let s = h.store();
+    let cost = |c: f64| Usage {
+        input_tokens: 10,
+        output_tokens: 10,
+        cost: usd(c),
+        coverage: Coverage::Complete,
+    };
+    authorize(s, step("r", 1, 10, 10)).await;
+    settle(s, "r", 1, cost(0.1)).await.unwrap();
+    let second = authorize(s, step("r", 2, 10, 10)).await;
+    assert_eq!(second.remaining_cost, Some(usd(0.2)));
+    settle(s, "r", 2, cost(0.2)).await.unwrap();
+    assert_eq!(
+        verdict(&authorize(s, step("r", 3, 10, 10)).await),
+        (DENY, Some(Reason::ResourceLimit), 0),
+        "0.1 + 0.2 lands exactly on 0.3"
+    );
+    // A cost estimate is reserved: two runs cannot both take the allowance's last dollars.
+    let mut est = for_account(step("x", 1, 10, 10), "acct");
+    est.estimated_cost = usd(0.25);
+    assert_eq!(verdict(&authorize(s, est.clone()).await).0, ALLOW);
+    est.run_id = "y".into();
+    assert_eq!(verdict(&authorize(s, est.clone()).await).0, ALLOW);
+    est.run_id = "z".into();
+    est.estimated_cost = usd(0.01);
+    assert_eq!(
+        verdict(&authorize(s, est).await),
+        (DENY, Some(Reason::QuotaExhausted), 0)
+    );
+}
+
 /// Expands to one `#[tokio::test]` per scenario for the harness type given.
 macro_rules! conformance {
     ($harness:ty: $($scenario:ident),* $(,)?) => {
@@ -557,5 +980,13 @@ mod memory {
         auth_reset_clears_bucket_and_lockout,
         auth_default_budgets_are_built_in,
         auth_key_table_saturation_fails_closed_and_prunes,
+        reservations_allow_and_lower_the_grant,
+        reservations_deny_at_and_past_the_per_run_cap,
+        reservations_intersect_default_subject_and_account_budgets,
+        reservations_allowances_run_out_and_roll_over,
+        reservations_replay_authorize_and_settle,
+        reservations_unknown_usage_follows_the_budget_policy,
+        reservations_turn_uncertain_and_are_resolved_by_an_operator,
+        reservations_count_fractional_dollars_exactly,
     );
 }

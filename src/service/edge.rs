@@ -9,7 +9,11 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api;
 use crate::auth::{AuthDecision, AuthPolicy, BucketRule};
-use crate::config::check_id;
+use crate::config::{MAX_TOKENS, check_id};
+use crate::ledger::{
+    Authorization, AuthorizeArgs, Coverage, Decision, LedgerError, Resolution, Usage,
+    micros_to_usd, usd_to_micros,
+};
 use crate::scheduler::{Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView};
 use crate::store::{StoreError, TicketId};
 
@@ -35,6 +39,8 @@ pub enum ApiError {
     RunIdConflict { field: &'static str },
     #[error("ticket_id: no such ticket: {0}")]
     NotFound(String),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
     #[error(transparent)]
     Unavailable(#[from] StoreError),
 }
@@ -107,7 +113,10 @@ impl From<ApiError> for Status {
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
             ApiError::RunIdConflict { .. } => Status::failed_precondition(message),
-            ApiError::NotFound(_) => Status::not_found(message),
+            ApiError::NotFound(_) | ApiError::Ledger(LedgerError::NoSuchReservation) => {
+                Status::not_found(message)
+            }
+            ApiError::Ledger(_) => Status::failed_precondition(message),
             ApiError::Unavailable(_) => Status::unavailable(message),
         }
     }
@@ -201,6 +210,147 @@ pub fn renew_args(req: &api::RenewRequest) -> Result<(Vec<TicketId>, Option<u32>
         .map(|(i, t)| ticket_id(t, &format!("ticket_ids[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((ids, rss(req.rss_mb)?))
+}
+
+/// Largest step number: no run takes a million model steps.
+pub const MAX_STEP: u32 = 1_000_000;
+
+fn step(value: u32) -> Result<u32, ApiError> {
+    if value == 0 || value > MAX_STEP {
+        return Err(ApiError::invalid(
+            "step",
+            format!("must be 1..{MAX_STEP} (steps are 1-based)"),
+        ));
+    }
+    Ok(value)
+}
+
+fn tokens(value: i64, field: &str, min: u64) -> Result<u64, ApiError> {
+    match u64::try_from(value) {
+        Ok(v) if (min..=MAX_TOKENS).contains(&v) => Ok(v),
+        _ => Err(ApiError::invalid(
+            field,
+            format!("must be {min}..{MAX_TOKENS} tokens, got {value}"),
+        )),
+    }
+}
+
+fn usd(value: f64, field: &str) -> Result<u64, ApiError> {
+    usd_to_micros(value).ok_or_else(|| {
+        ApiError::invalid(
+            field,
+            format!(
+                "must be a finite number of dollars, 0..{}, got {value}",
+                crate::ledger::MAX_USD
+            ),
+        )
+    })
+}
+
+/// Validate an AuthorizeRequest; returns the host and the ledger's arguments.
+pub fn authorize_args(req: api::AuthorizeRequest) -> Result<(String, AuthorizeArgs), ApiError> {
+    id(&req.host_id, "host_id")?;
+    id(&req.run_id, "run_id")?;
+    let step = step(req.step)?;
+    id(&req.subject, "subject")?;
+    if !req.account_id.is_empty() {
+        id(&req.account_id, "account_id")?;
+    }
+    if !req.model.is_empty() {
+        id(&req.model, "model")?;
+    }
+    let requested_output_tokens =
+        tokens(req.requested_output_tokens, "requested_output_tokens", 1)?;
+    let estimated_input_tokens = tokens(req.estimated_input_tokens, "estimated_input_tokens", 0)?;
+    let estimated_cost = usd(req.estimated_cost_usd, "estimated_cost_usd")?;
+    let account_id = (!req.account_id.is_empty()).then_some(req.account_id);
+    Ok((
+        req.host_id,
+        AuthorizeArgs {
+            run_id: req.run_id,
+            step,
+            subject: req.subject,
+            account_id,
+            model: req.model,
+            requested_output_tokens,
+            estimated_input_tokens,
+            estimated_cost,
+        },
+    ))
+}
+
+/// Validate a SettleRequest; returns its step and usage.
+pub fn settle_args(req: &api::SettleRequest) -> Result<(u32, Usage), ApiError> {
+    id(&req.host_id, "host_id")?;
+    id(&req.run_id, "run_id")?;
+    let step = step(req.step)?;
+    let u = req
+        .usage
+        .as_ref()
+        .ok_or_else(|| ApiError::invalid("usage", "is required"))?;
+    let coverage = match api::Coverage::try_from(u.coverage) {
+        Ok(api::Coverage::Complete) => Coverage::Complete,
+        Ok(api::Coverage::Partial) => Coverage::Partial,
+        Ok(api::Coverage::Unknown) => Coverage::Unknown,
+        _ => {
+            return Err(ApiError::invalid(
+                "usage.coverage",
+                format!(
+                    "must be COVERAGE_COMPLETE (1), COVERAGE_PARTIAL (2) or COVERAGE_UNKNOWN (3), \
+                     got {}",
+                    u.coverage
+                ),
+            ));
+        }
+    };
+    Ok((
+        step,
+        Usage {
+            input_tokens: tokens(u.input_tokens, "usage.input_tokens", 0)?,
+            output_tokens: tokens(u.output_tokens, "usage.output_tokens", 0)?,
+            cost: usd(u.cost_usd, "usage.cost_usd")?,
+            coverage,
+        },
+    ))
+}
+
+/// Validate a ResolveReservationRequest; returns its step and resolution.
+pub fn resolve_args(req: &api::ResolveReservationRequest) -> Result<(u32, Resolution), ApiError> {
+    id(&req.host_id, "host_id")?;
+    id(&req.run_id, "run_id")?;
+    let step = step(req.step)?;
+    let resolution = match api::Resolution::try_from(req.resolution) {
+        Ok(api::Resolution::Consumed) => Resolution::Consumed,
+        Ok(api::Resolution::Released) => Resolution::Released,
+        _ => {
+            return Err(ApiError::invalid(
+                "resolution",
+                format!(
+                    "must be RESOLUTION_CONSUMED (1) or RESOLUTION_RELEASED (2), got {}",
+                    req.resolution
+                ),
+            ));
+        }
+    };
+    Ok((step, resolution))
+}
+
+impl From<Authorization> for api::AuthorizeResponse {
+    fn from(a: Authorization) -> Self {
+        let decision = match a.decision {
+            Decision::Allow => api::Decision::Allow,
+            Decision::Deny => api::Decision::Deny,
+            Decision::Unknown => api::Decision::Unknown,
+        };
+        api::AuthorizeResponse {
+            decision: decision as i32,
+            reason: a.reason.map_or("", |r| r.code()).to_string(),
+            granted_output_tokens: a.granted_output_tokens,
+            replay: a.replay,
+            remaining_tokens: a.remaining_tokens,
+            remaining_cost_usd: a.remaining_cost.map(micros_to_usd),
+        }
+    }
 }
 
 /// Validate the (endpoint, identity) of an auth call; returns the endpoint's rule.

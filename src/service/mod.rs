@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api;
 use crate::auth::AuthVerdict;
+use crate::ledger::{StepState, micros_to_usd};
 use crate::scheduler::{Refusal, TicketState, TicketView};
 use crate::store::{Store, TicketId, TicketWatch};
 use edge::{ApiError, ms32};
@@ -165,6 +166,35 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         }))
     }
 
+    async fn authorize(
+        &self,
+        request: Request<api::AuthorizeRequest>,
+    ) -> Result<Response<api::AuthorizeResponse>, Status> {
+        let (host_id, args) = edge::authorize_args(request.into_inner())?;
+        let answer = self
+            .store
+            .authorize(&host_id, args)
+            .await
+            .map_err(ApiError::from)?
+            .map_err(ApiError::from)?;
+        Ok(Response::new(answer.into()))
+    }
+
+    async fn settle(
+        &self,
+        request: Request<api::SettleRequest>,
+    ) -> Result<Response<api::SettleResponse>, Status> {
+        let req = request.get_ref();
+        let (step, usage) = edge::settle_args(req)?;
+        let replay = self
+            .store
+            .settle(&req.host_id, &req.run_id, step, usage)
+            .await
+            .map_err(ApiError::from)?
+            .map_err(ApiError::from)?;
+        Ok(Response::new(api::SettleResponse { replay }))
+    }
+
     async fn check_auth_attempt(
         &self,
         request: Request<api::AuthAttemptRequest>,
@@ -205,6 +235,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let host_id = &request.get_ref().host_id;
         edge::id(host_id, "host_id")?;
         let s = self.store.stats(host_id).await.map_err(ApiError::from)?;
+        let ledger = self
+            .store
+            .ledger_stats(host_id)
+            .await
+            .map_err(ApiError::from)?;
         let limits = self.store.limits(host_id);
         Ok(Response::new(api::Stats {
             total: limits.total,
@@ -243,7 +278,25 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             queue_per_subject: limits.queue_per_subject,
             queue_hard_total: limits.queue_hard_total,
             draining: self.gates.draining.load(Ordering::Relaxed),
+            reservations_open: ledger.open,
+            reservations_uncertain: ledger.uncertain,
+            authorize_allowed: ledger.allowed,
+            authorize_denied: ledger.denied,
+            authorize_deferred: ledger.deferred,
+            settled: ledger.settled,
         }))
+    }
+}
+
+/// The `limit` of a listing: 0 means the maximum.
+fn list_limit(limit: u32) -> Result<usize, ApiError> {
+    match limit {
+        0 => Ok(edge::MAX_LIST as usize),
+        n if n > edge::MAX_LIST => Err(ApiError::invalid(
+            "limit",
+            format!("must be <= {}", edge::MAX_LIST),
+        )),
+        n => Ok(n as usize),
     }
 }
 
@@ -336,18 +389,10 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
     ) -> Result<Response<api::ListTicketsResponse>, Status> {
         let req = request.get_ref();
         edge::id(&req.host_id, "host_id")?;
-        let limit = match req.limit {
-            0 => edge::MAX_LIST,
-            n if n > edge::MAX_LIST => {
-                return Err(
-                    ApiError::invalid("limit", format!("must be <= {}", edge::MAX_LIST)).into(),
-                );
-            }
-            n => n,
-        };
+        let limit = list_limit(req.limit)?;
         let (list, truncated) = self
             .store
-            .list(&req.host_id, limit as usize)
+            .list(&req.host_id, limit)
             .await
             .map_err(ApiError::from)?;
         let tickets = list
@@ -382,6 +427,62 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
             tracing::warn!("draining: new tickets are refused from now on");
         }
         Ok(Response::new(api::DrainResponse { started: !was }))
+    }
+
+    async fn list_reservations(
+        &self,
+        request: Request<api::ListReservationsRequest>,
+    ) -> Result<Response<api::ListReservationsResponse>, Status> {
+        let req = request.get_ref();
+        edge::id(&req.host_id, "host_id")?;
+        let limit = list_limit(req.limit)?;
+        let (list, truncated) = self
+            .store
+            .reservations(&req.host_id, limit)
+            .await
+            .map_err(ApiError::from)?;
+        let reservations = list
+            .into_iter()
+            .map(|r| api::ReservationInfo {
+                run_id: r.run_id,
+                step: r.step,
+                subject: r.subject,
+                account_id: r.account_id.unwrap_or_default(),
+                model: r.model,
+                state: match r.state {
+                    StepState::Uncertain => api::ReservationState::Uncertain,
+                    _ => api::ReservationState::Reserved,
+                } as i32,
+                reserved_tokens: r.reserved_tokens,
+                reserved_cost_usd: micros_to_usd(r.reserved_cost),
+                age_ms: r.age_ms,
+            })
+            .collect();
+        Ok(Response::new(api::ListReservationsResponse {
+            reservations,
+            truncated,
+        }))
+    }
+
+    async fn resolve_reservation(
+        &self,
+        request: Request<api::ResolveReservationRequest>,
+    ) -> Result<Response<api::ResolveReservationResponse>, Status> {
+        let req = request.get_ref();
+        let (step, resolution) = edge::resolve_args(req)?;
+        self.store
+            .resolve(&req.host_id, &req.run_id, step, resolution)
+            .await
+            .map_err(ApiError::from)?
+            .map_err(ApiError::from)?;
+        tracing::info!(
+            host_id = %req.host_id,
+            run_id = %req.run_id,
+            step,
+            ?resolution,
+            "uncertain reservation resolved by an operator"
+        );
+        Ok(Response::new(api::ResolveReservationResponse {}))
     }
 
     async fn unlock_auth(

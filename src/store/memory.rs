@@ -11,9 +11,12 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
 
-use super::{Policy, Store, StoreError, TicketId, TicketWatch};
+use super::{LedgerResult, Policy, Store, StoreError, TicketId, TicketWatch};
 use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, AuthTable, BucketRule};
 use crate::clock::Clock;
+use crate::ledger::{
+    Authorization, AuthorizeArgs, Ledger, LedgerStats, ReservationInfo, Resolution, Usage,
+};
 use crate::scheduler::{
     HostState, HostStats, Limits, SubmitArgs, SubmitError, TicketInfo, TicketMap, TicketState,
     TicketView,
@@ -28,6 +31,8 @@ pub struct MemoryStore {
 
 struct Host {
     inner: Mutex<HostInner>,
+    /// The host's reservations, under a lock of their own: Authorize never waits on Submit.
+    ledger: Mutex<Ledger>,
 }
 
 struct HostInner {
@@ -97,6 +102,7 @@ impl MemoryStore {
                         state: HostState::new(),
                         watchers: TicketMap::default(),
                     }),
+                    ledger: Mutex::new(Ledger::new()),
                 })
             })
             .clone()
@@ -119,6 +125,18 @@ impl MemoryStore {
         let out = op(&mut inner.state, limits, now);
         inner.notify();
         out
+    }
+}
+
+impl MemoryStore {
+    /// Run `op` on a host's ledger under its lock.
+    fn with_ledger<R>(
+        &self,
+        host: &Host,
+        op: impl FnOnce(&mut Ledger, &crate::ledger::ResourcePolicy, u64) -> R,
+    ) -> R {
+        let mut ledger = host.ledger.lock().expect("ledger lock");
+        op(&mut ledger, &self.policy.resources, self.clock.now_ms())
     }
 }
 
@@ -211,6 +229,9 @@ impl Store for MemoryStore {
             self.with_host(&host, &host_id, |state, limits, now| {
                 state.housekeeping(limits, now)
             });
+            self.with_ledger(&host, |ledger, policy, now| {
+                ledger.housekeeping(policy, now)
+            });
         }
         let now = self.clock.now_ms();
         self.auth.lock().expect("auth lock").prune(now);
@@ -246,6 +267,67 @@ impl Store for MemoryStore {
         let host = self.host(host_id);
         self.with_host(&host, host_id, |state, _, _| state.count_rejection());
         Ok(())
+    }
+
+    async fn authorize(&self, host_id: &str, args: AuthorizeArgs) -> LedgerResult<Authorization> {
+        let host = self.host(host_id);
+        Ok(self.with_ledger(&host, |ledger, policy, now| {
+            ledger.authorize(policy, args, now)
+        }))
+    }
+
+    async fn settle(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        usage: Usage,
+    ) -> LedgerResult<bool> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(Err(crate::ledger::LedgerError::NotAuthorized));
+        };
+        Ok(self.with_ledger(&host, |ledger, policy, now| {
+            ledger.settle(policy, run_id, step, usage, now)
+        }))
+    }
+
+    async fn resolve(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        resolution: Resolution,
+    ) -> LedgerResult<()> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(Err(crate::ledger::LedgerError::NoSuchReservation));
+        };
+        Ok(self.with_ledger(&host, |ledger, policy, now| {
+            ledger.resolve(policy, run_id, step, resolution, now)
+        }))
+    }
+
+    async fn reservations(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> Result<(Vec<ReservationInfo>, bool), StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok((Vec::new(), false));
+        };
+        Ok(self.with_ledger(&host, |ledger, policy, now| {
+            ledger.housekeeping(policy, now);
+            ledger.open_reservations(limit, now)
+        }))
+    }
+
+    async fn ledger_stats(&self, host_id: &str) -> Result<LedgerStats, StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(LedgerStats::default());
+        };
+        Ok(self.with_ledger(&host, |ledger, policy, now| {
+            ledger.housekeeping(policy, now);
+            ledger.stats()
+        }))
     }
 
     fn auth_policy(&self) -> &AuthPolicy {

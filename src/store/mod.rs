@@ -11,6 +11,10 @@ use std::fmt;
 use std::future::Future;
 
 use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, BucketRule};
+use crate::ledger::{
+    Authorization, AuthorizeArgs, LedgerError, LedgerStats, ReservationInfo, Resolution,
+    ResourcePolicy, Usage,
+};
 use crate::scheduler::{
     HostStats, Limits, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState,
     TicketView,
@@ -23,17 +27,22 @@ pub struct Policy {
     pub limits: LimitsTable,
     /// Auth buckets, installation-wide.
     pub auth: AuthPolicy,
+    /// Per-run budgets and account allowances, applied on every host.
+    pub resources: ResourcePolicy,
 }
 
 impl From<LimitsTable> for Policy {
-    /// Scheduling limits with the default auth buckets.
+    /// Scheduling limits with the default auth buckets and no budgets.
     fn from(limits: LimitsTable) -> Self {
         Policy {
             limits,
-            auth: AuthPolicy::default(),
+            ..Policy::default()
         }
     }
 }
+
+/// A ledger call's answer: the store's failure outside, the caller's mistake inside.
+pub type LedgerResult<T> = Result<Result<T, LedgerError>, StoreError>;
 
 /// The shared store could not be reached or answered nonsense. Tickets fail closed on it.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -106,7 +115,7 @@ pub trait TicketWatch: Send + 'static {
     fn changed(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-/// The authority's shared state: scheduler tickets and auth buckets. Each method is one atomic
+/// The authority's shared state: scheduler tickets, resource reservations and auth buckets. Each method is one atomic
 /// operation: no caller ever reads, decides and writes in separate steps.
 pub trait Store: Send + Sync + 'static {
     type Watch: TicketWatch;
@@ -159,6 +168,45 @@ pub trait Store: Send + Sync + 'static {
     /// Count a Submit refused before it reached the store (the authority's own memory).
     fn count_rejection(&self, host_id: &str)
     -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Decide one model step of a run on `host_id`: allow with a reservation, deny, or defer.
+    fn authorize(
+        &self,
+        host_id: &str,
+        args: AuthorizeArgs,
+    ) -> impl Future<Output = LedgerResult<Authorization>> + Send;
+
+    /// Record what a step used; `true` when it repeats an earlier identical Settle.
+    fn settle(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        usage: Usage,
+    ) -> impl Future<Output = LedgerResult<bool>> + Send;
+
+    /// An operator's resolution of an uncertain reservation.
+    fn resolve(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        resolution: Resolution,
+    ) -> impl Future<Output = LedgerResult<()>> + Send;
+
+    /// Reservations a host still holds (uncertain first, then oldest), at most `limit`; true
+    /// when there were more.
+    fn reservations(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<ReservationInfo>, bool), StoreError>> + Send;
+
+    /// Gauges and counters of a host's ledger.
+    fn ledger_stats(
+        &self,
+        host_id: &str,
+    ) -> impl Future<Output = Result<LedgerStats, StoreError>> + Send;
 
     /// The auth buckets this store enforces.
     fn auth_policy(&self) -> &AuthPolicy;
