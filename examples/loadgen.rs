@@ -35,6 +35,10 @@ hosts:
     scheduling: { total: 64, queue: { total: 200000, hard_total: 200000 } }
   streams:
     scheduling: { total: 1, queue: { total: 20000, hard_total: 20000 } }
+resources:
+  default: { max_tokens: 1000000000, unknown_usage: reject }
+allowances:
+  bench-account: { tokens: 1000000000000, window: 24h }
 auth:
   local_max_keys: 200000
   buckets:
@@ -43,6 +47,9 @@ auth:
 
 /// Distinct identities in the auth table while CheckAuthAttempt is measured.
 const AUTH_IDENTITIES: u64 = 100_000;
+/// Open (authorized, unsettled) reservations on the host while Authorize+Settle is measured
+/// the second time.
+const OPEN_RESERVATIONS: u64 = 100_000;
 
 struct Args {
     seconds: f64,
@@ -311,6 +318,80 @@ async fn auth_attempts(chans: &[Channel], c: usize, seconds: f64) -> Figures {
     })
     .await
     .1
+}
+
+fn authorize_req(run: String) -> api::AuthorizeRequest {
+    api::AuthorizeRequest {
+        host_id: "ledger".into(),
+        run_id: run,
+        step: 1,
+        subject: "bench".into(),
+        account_id: "bench-account".into(),
+        model: "model-a".into(),
+        requested_output_tokens: 1_000,
+        estimated_input_tokens: 2_000,
+        estimated_cost_usd: 0.0,
+    }
+}
+
+/// Authorize then Settle a one-step run on host `ledger`; returns (Authorize alone, the pair).
+async fn authorize_settle(
+    chans: &[Channel],
+    c: usize,
+    seconds: f64,
+    tag: &'static str,
+) -> (Figures, Figures) {
+    let chans = chans.to_vec();
+    drive(c, seconds, move |w, i| {
+        let mut client = AdmissionClient::new(chans[w % chans.len()].clone());
+        async move {
+            let run = format!("{tag}-{w}-{i}");
+            let t = Instant::now();
+            let a = client
+                .authorize(authorize_req(run.clone()))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(a.decision, api::Decision::Allow as i32, "{a:?}");
+            let first = t.elapsed();
+            client
+                .settle(api::SettleRequest {
+                    host_id: "ledger".into(),
+                    run_id: run,
+                    step: 1,
+                    usage: Some(api::Usage {
+                        input_tokens: 1_900,
+                        output_tokens: 700,
+                        cost_usd: 0.0123,
+                        coverage: api::Coverage::Complete as i32,
+                    }),
+                })
+                .await
+                .unwrap();
+            (first, t.elapsed())
+        }
+    })
+    .await
+}
+
+/// Authorize `OPEN_RESERVATIONS` one-step runs on host `ledger` and never settle them.
+async fn open_reservations(chans: &[Channel]) {
+    let mut tasks = Vec::new();
+    for w in 0..64u64 {
+        let mut c = AdmissionClient::new(chans[w as usize % chans.len()].clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = w;
+            while i < OPEN_RESERVATIONS {
+                c.authorize(authorize_req(format!("open-{i}")))
+                    .await
+                    .unwrap();
+                i += 64;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
 }
 
 /// Submit then Release, on `host`; returns (Submit alone, whole cycle).
@@ -754,6 +835,39 @@ async fn main() {
     row("health.Check (baseline)", 64, &check);
     row("CheckAuthAttempt, 100k identities in the table", 64, &auth);
 
+    // Reservations on a fresh server: Authorize+Settle pairs against Check at 64, first on an
+    // empty ledger, then with 100,000 open reservations on the same host.
+    drop(chans);
+    drop(server);
+    let server = Server::start(&config);
+    let chans = channels(&server.addr, 2).await;
+    let mut ledger_figures = Vec::new();
+    for (phase, tag) in [("no", "p0"), ("100k", "p1")] {
+        if tag == "p1" {
+            open_reservations(&chans).await;
+        }
+        let mut rounds = Vec::new();
+        for _ in 0..a.rounds {
+            let check = health_check(&chans, 64, a.seconds).await;
+            let (_, pair) = metered(
+                &server,
+                authorize_settle(&chans, 64, a.seconds, tag),
+                |(_, f)| f.rate * a.seconds,
+                |(_, f), u| f.cpu_us = Some(u),
+            )
+            .await;
+            rounds.push((pair.rate / check.rate, (check, pair)));
+        }
+        let (ratio, (check, pair)) = median(rounds);
+        row("health.Check (baseline)", 64, &check);
+        row(
+            &format!("Authorize+Settle pair, {phase} open reservations on the host"),
+            64,
+            &pair,
+        );
+        ledger_figures.push(ratio);
+    }
+
     // Wait streams on a fresh server, so the RSS figure is the streams' and not the crowds'.
     drop(chans);
     drop(server);
@@ -777,6 +891,11 @@ async fn main() {
             "100k queued: rotation {rotation_ratio:.2} × the small-queue rate; TRY on a free host {try_ratio:.2} × the empty-queue rate (targets ≥ 0.8; both relative to Check measured beside them)"
         );
     }
+    println!(
+        "Authorize+Settle pairs/s ÷ Check/s at 64: {:.2} (target ≥ 0.45); with {OPEN_RESERVATIONS} open reservations {:.2} × that (target ≥ 0.8)",
+        ledger_figures[0],
+        ledger_figures[1] / ledger_figures[0]
+    );
     println!(
         "CheckAuthAttempt/s ÷ Check/s at 64 with {AUTH_IDENTITIES} identities: {auth_ratio:.2} (target ≥ 0.85)"
     );

@@ -822,6 +822,23 @@ pub async fn reservations_unknown_usage_follows_the_budget_policy<H: Harness>() 
             "{policy:?} over the cap"
         );
     }
+    // Where no budget block applies (an allowance alone), unknown usage does not stop a run.
+    let mut p = ResourcePolicy::default();
+    p.allowances.insert(
+        "acct".into(),
+        Allowance {
+            tokens: Some(10_000),
+            cost: None,
+            window_ms: 60_000,
+        },
+    );
+    let h = H::build(budgets(p)).await;
+    let s = h.store();
+    authorize(s, for_account(step("open", 1, 100, 0), "acct")).await;
+    assert_eq!(
+        verdict(&authorize(s, for_account(step("open", 2, 100, 0), "acct")).await),
+        (ALLOW, None, 100)
+    );
 }
 
 pub async fn reservations_turn_uncertain_and_are_resolved_by_an_operator<H: Harness>() {

@@ -21,7 +21,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 
 use crate::scheduler::Millis;
 
@@ -136,7 +136,7 @@ impl Default for ResourcePolicy {
 struct Effective {
     max_tokens: Option<u64>,
     max_cost: Option<Micros>,
-    /// `None` when no block applies.
+    /// `None` when no block applies: then unknown usage does not stop a run.
     unknown_usage: Option<UnknownUsage>,
 }
 
@@ -374,9 +374,9 @@ struct AccountWindow {
 pub struct Ledger {
     runs: HashMap<Box<str>, Run>,
     windows: HashMap<Box<str>, AccountWindow>,
-    /// Reservations in the order their TTL runs out (the TTL is one setting, so authorization
-    /// order is deadline order); settled ones are skipped when they surface.
-    deadlines: VecDeque<(Millis, Box<str>, u32)>,
+    /// Reserved (not yet uncertain) steps by the time their TTL runs out. Settle removes its
+    /// step, so this holds only what is still open.
+    deadlines: BTreeSet<(Millis, Box<str>, u32)>,
     stats: LedgerStats,
     next_forget: Millis,
 }
@@ -477,9 +477,13 @@ impl Ledger {
                 .min_by_key(|r| *r != Reason::ResourceLimit)
         };
         let mut answer = spent(&token_limits).or(spent(&cost_limits)).map(deny);
-        let applies = !token_limits.is_empty() || !cost_limits.is_empty();
-        if answer.is_none() && applies && run.usage_unknown_before(args.step) {
-            answer = match budget.unknown_usage.unwrap_or(UnknownUsage::Reject) {
+        // Unknown usage matters where a per-run budget block applies: its unknown_usage says
+        // what to do. (Allowances alone count what was reserved and settled.)
+        if answer.is_none()
+            && let Some(policy) = budget.unknown_usage
+            && run.usage_unknown_before(args.step)
+        {
+            answer = match policy {
                 UnknownUsage::Reject => Some(deny(Reason::ResourceUsageUnknown)),
                 UnknownUsage::Defer => Some(Authorization {
                     decision: Decision::Unknown,
@@ -560,7 +564,7 @@ impl Ledger {
                 );
                 self.stats.allowed += 1;
                 self.stats.open += 1;
-                self.deadlines.push_back((
+                self.deadlines.insert((
                     now + policy.reservation_ttl_ms,
                     Box::from(args.run_id.as_str()),
                     args.step,
@@ -601,6 +605,12 @@ impl Ledger {
             self.stats.open -= 1;
             if was == StepState::Uncertain {
                 self.stats.uncertain -= 1;
+            } else {
+                self.deadlines.remove(&(
+                    s.decided_at + policy.reservation_ttl_ms,
+                    Box::from(run_id),
+                    step,
+                ));
             }
             (s.reserved_tokens, s.reserved_cost)
         } else {
@@ -676,11 +686,11 @@ impl Ledger {
     /// Mark reservations past their TTL uncertain, and (at most once a minute) forget runs
     /// idle past their retention with nothing unsettled.
     pub fn housekeeping(&mut self, policy: &ResourcePolicy, now: Millis) {
-        while let Some((deadline, ..)) = self.deadlines.front() {
+        while let Some((deadline, ..)) = self.deadlines.first() {
             if *deadline > now {
                 break;
             }
-            let Some((_, run_id, step)) = self.deadlines.pop_front() else {
+            let Some((_, run_id, step)) = self.deadlines.pop_first() else {
                 break;
             };
             if let Some(s) = self

@@ -129,3 +129,20 @@ fn reservations_turn_uncertain_after_their_ttl_and_runs_are_forgotten_after_rete
         ("r", StepState::Uncertain, 61_000)
     );
 }
+
+#[test]
+fn settled_steps_leave_no_deadline_behind() {
+    let p = policy();
+    let mut l = Ledger::new();
+    for i in 0..100 {
+        let run = format!("r{i}");
+        l.authorize(&p, args(&run, 1, 1, 1), i).unwrap();
+        l.settle(&p, &run, 1, complete(1, 1), i).unwrap();
+    }
+    l.authorize(&p, args("open", 1, 1, 1), 100).unwrap();
+    assert_eq!(
+        l.deadlines.len(),
+        1,
+        "only the open reservation waits for its TTL"
+    );
+}
