@@ -266,21 +266,21 @@ async fn health_check(chans: &[Channel], c: usize, seconds: f64) -> Figures {
     .1
 }
 
-/// One CheckAuthAttempt for each of the identities `0..AUTH_IDENTITIES`, from 64 tasks, so the
-/// table holds them all before it is measured.
-async fn seed_auth(chans: &[Channel]) {
+/// Call `op(client, i)` once for every `i` in `0..n`, from 64 tasks, and wait for all.
+async fn fill<F, Fut>(chans: &[Channel], n: u64, op: F)
+where
+    F: Fn(AdmissionClient<Channel>, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
     let mut tasks = Vec::new();
     for w in 0..64u64 {
-        let mut c = AdmissionClient::new(chans[w as usize % chans.len()].clone());
+        let c = AdmissionClient::new(chans[w as usize % chans.len()].clone());
+        let op = op.clone();
         tasks.push(tokio::spawn(async move {
             let mut i = w;
-            while i < AUTH_IDENTITIES {
-                let r = c
-                    .check_auth_attempt(auth_req(i))
-                    .await
-                    .unwrap()
-                    .into_inner();
-                assert!(r.allowed, "seeding identity {i}: {r:?}");
+            while i < n {
+                op(c.clone(), i).await;
                 i += 64;
             }
         }));
@@ -288,6 +288,20 @@ async fn seed_auth(chans: &[Channel]) {
     for t in tasks {
         t.await.unwrap();
     }
+}
+
+/// One CheckAuthAttempt for each of the identities `0..AUTH_IDENTITIES`, so the table holds
+/// them all before it is measured.
+async fn seed_auth(chans: &[Channel]) {
+    fill(chans, AUTH_IDENTITIES, |mut c, i| async move {
+        let r = c
+            .check_auth_attempt(auth_req(i))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.allowed, "seeding identity {i}: {r:?}");
+    })
+    .await;
 }
 
 fn auth_req(identity: u64) -> api::AuthAttemptRequest {
@@ -376,22 +390,12 @@ async fn authorize_settle(
 
 /// Authorize `OPEN_RESERVATIONS` one-step runs on host `ledger` and never settle them.
 async fn open_reservations(chans: &[Channel]) {
-    let mut tasks = Vec::new();
-    for w in 0..64u64 {
-        let mut c = AdmissionClient::new(chans[w as usize % chans.len()].clone());
-        tasks.push(tokio::spawn(async move {
-            let mut i = w;
-            while i < OPEN_RESERVATIONS {
-                c.authorize(authorize_req(format!("open-{i}")))
-                    .await
-                    .unwrap();
-                i += 64;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    fill(chans, OPEN_RESERVATIONS, |mut c, i| async move {
+        c.authorize(authorize_req(format!("open-{i}")))
+            .await
+            .unwrap();
+    })
+    .await;
 }
 
 /// Submit then Release, on `host`; returns (Submit alone, whole cycle).
