@@ -1,0 +1,48 @@
+"""Python client for admission-authority: installation-wide admission for AI-agent gateway
+replicas.
+
+* :class:`AdmissionClient` (blocking) and :class:`AsyncAdmissionClient` (asyncio):
+  ``slot(...)`` holds a scheduler slot for a ``with`` block; ``authorize`` / ``settle`` reserve
+  and record model-step budgets; ``check_auth_attempt`` counts auth attempts.
+* Refusals raise :class:`AdmissionRefused` subclasses (:class:`Busy`, :class:`QueueFull`,
+  :class:`MemoryPressure`, :class:`Draining`) with ``reason`` and ``retry_after`` (seconds).
+* The generated messages and stubs are in :mod:`admission_authority_client.v1`.
+"""
+
+from ._client import (
+    AdmissionClient,
+    AsyncAdmissionClient,
+    AuthAttempt,
+    Authorization,
+    Coverage,
+    Mode,
+    Slot,
+)
+from .errors import (
+    AdmissionError,
+    AdmissionRefused,
+    AuthorityUnavailable,
+    Busy,
+    Draining,
+    MemoryPressure,
+    QueueFull,
+    TicketEnded,
+)
+
+__all__ = [
+    "AdmissionClient",
+    "AdmissionError",
+    "AdmissionRefused",
+    "AsyncAdmissionClient",
+    "AuthAttempt",
+    "AuthorityUnavailable",
+    "Authorization",
+    "Busy",
+    "Coverage",
+    "Draining",
+    "MemoryPressure",
+    "Mode",
+    "QueueFull",
+    "Slot",
+    "TicketEnded",
+]

@@ -1,0 +1,178 @@
+"""The Python wrapper against a real server process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from admission_authority_client import (
+    AdmissionClient,
+    AsyncAdmissionClient,
+    Busy,
+    QueueFull,
+)
+
+from .conftest import Server, eventually
+
+StartServer = Callable[..., Server]
+
+
+def test_a_slot_is_held_inside_the_block_and_released_after(start_server: StartServer) -> None:
+    server = start_server("--total", "2")
+    with AdmissionClient(server.addr, host_id="h") as client:
+        with client.slot("alice", run_id="r1") as slot:
+            assert slot.grant > 0 and slot.ticket_id.startswith("h.")
+            assert client.stats().in_flight == 1
+        s = client.stats()
+        assert (s.in_flight, s.released) == (0, 1)
+
+
+def test_a_queued_slot_is_admitted_after_another_is_released(start_server: StartServer) -> None:
+    server = start_server("--total", "1", "--queue-total", "4")
+    client = AdmissionClient(server.addr, host_id="h")
+    admitted = threading.Event()
+    grants: list[int] = []
+
+    def second() -> None:
+        with AdmissionClient(server.addr, host_id="h") as other:
+            with other.slot("bob", run_id="waiter") as slot:
+                grants.append(slot.grant)
+                admitted.set()
+
+    with client.slot("alice", run_id="holder") as first:
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        eventually("bob to queue", lambda: client.stats().queued == 1 or None)
+        assert not admitted.is_set()
+    waiter.join(timeout=10)
+    assert admitted.is_set() and grants[0] > first.grant
+    assert client.stats().in_flight == 0
+    client.close()
+
+
+def test_an_exception_inside_the_block_still_releases(start_server: StartServer) -> None:
+    server = start_server("--total", "1")
+    with AdmissionClient(server.addr, host_id="h") as client:
+        with pytest.raises(RuntimeError, match="tool failed"):
+            with client.slot("alice"):
+                raise RuntimeError("tool failed")
+        s = client.stats()
+        assert (s.in_flight, s.released) == (0, 1)
+        with client.slot("alice"):
+            pass  # the slot is free again
+
+
+def test_refusals_are_typed_with_their_retry_delay(start_server: StartServer) -> None:
+    server = start_server("--total", "1", "--queue-total", "1")
+    with AdmissionClient(server.addr, host_id="h") as client:
+        with client.slot("alice"):
+            with pytest.raises(Busy) as busy:
+                with client.slot("bob", mode="try"):
+                    pass
+            assert (busy.value.reason, busy.value.retry_after) == ("BUSY", 1.0)
+            threading.Thread(
+                target=lambda: _hold_queued(server.addr), daemon=True
+            ).start()
+            eventually("a waiter to queue", lambda: client.stats().queued == 1 or None)
+            with pytest.raises(QueueFull) as full:
+                with client.slot("carol"):
+                    pass
+            assert (full.value.reason, full.value.retry_after) == ("QUEUE_FULL", 2.0)
+
+
+def _hold_queued(addr: str) -> None:
+    """Wait in the queue until admitted, then leave at once."""
+    with AdmissionClient(addr, host_id="h") as c, c.slot("dave", wait_timeout=10):
+        pass
+
+
+def test_cancelling_a_waiting_acquire_withdraws_its_ticket(start_server: StartServer) -> None:
+    server = start_server("--total", "1", "--queue-total", "4")
+
+    async def scenario() -> None:
+        async with AsyncAdmissionClient(server.addr, host_id="h") as client:
+            async with client.slot("alice") as held:
+                entered = asyncio.Event()
+
+                async def wait_for_slot() -> None:
+                    async with client.slot("bob"):
+                        entered.set()
+
+                task = asyncio.create_task(wait_for_slot())
+                await _until(lambda: _queued(client, 1))
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert not entered.is_set()
+                await _until(lambda: _queued(client, 0))
+                s = await client.stats()
+                assert (s.in_flight, s.cancelled) == (1, 1), "withdrawn, not admitted"
+                assert held.grant > 0
+
+    asyncio.run(scenario())
+
+
+async def _queued(client: AsyncAdmissionClient, n: int) -> bool:
+    return (await client.stats()).queued == n
+
+
+async def _until(check: Callable[[], Awaitable[bool]], deadline: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while not await check():
+        if loop.time() > end:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.02)
+
+
+def test_async_slot_renews_past_its_lease(start_server: StartServer) -> None:
+    server = start_server("--total", "1", "--lease-ttl", "300ms")
+
+    async def scenario() -> None:
+        async with AsyncAdmissionClient(server.addr, host_id="h") as client:
+            async with client.slot("alice") as slot:
+                await asyncio.sleep(1.0)  # three leases: only renewals keep it
+                assert not slot.lost
+                assert (await client.stats()).in_flight == 1
+            assert (await client.stats()).expired == 0
+
+    asyncio.run(scenario())
+
+
+def test_authorize_and_settle_round_trip(start_server: StartServer, tmp_path: Path) -> None:
+    config = tmp_path / "budgets.yaml"
+    config.write_text("resources:\n  default: { max_tokens: 1000 }\n")
+    server = start_server("--config", str(config))
+    with AdmissionClient(server.addr, host_id="h") as client:
+        a = client.authorize("run-1", 1, "alice", requested_output_tokens=600,
+                             estimated_input_tokens=100)
+        assert a.allowed and a.granted_output_tokens == 600 and a.remaining_tokens == 300
+        assert a.remaining_cost_usd is None
+        assert client.settle("run-1", 1, input_tokens=100, output_tokens=500) is False
+        assert client.settle("run-1", 1, input_tokens=100, output_tokens=500) is True
+        b = client.authorize("run-1", 2, "alice", requested_output_tokens=1000)
+        assert (b.decision, b.granted_output_tokens) == ("allow", 400)
+        client.settle("run-1", 2, input_tokens=0, output_tokens=400)
+        c = client.authorize("run-1", 3, "alice", requested_output_tokens=10)
+        assert (c.decision, c.reason) == ("deny", "RESOURCE_LIMIT")
+
+
+def test_auth_attempts_round_trip(start_server: StartServer) -> None:
+    server = start_server()
+    with AdmissionClient(server.addr, host_id="h") as client:
+        answers = [client.check_auth_attempt("magic_link", "mallory") for _ in range(6)]
+        assert [a.allowed for a in answers] == [True] * 5 + [False]
+        assert answers[-1].locked and answers[-1].retry_after_ms == 300_000
+        assert client.reset_auth_attempts("magic_link", "mallory") is True
+        assert client.check_auth_attempt("magic_link", "mallory").remaining == 4
+
+    async def scenario() -> None:
+        async with AsyncAdmissionClient(server.addr, host_id="h") as client:
+            a = await client.check_auth_attempt("approval", "eve")
+            assert (a.allowed, a.remaining) == (True, 9)
+
+    asyncio.run(scenario())
