@@ -1,0 +1,392 @@
+/**
+ * TypeScript client for admission-authority: installation-wide admission for AI-agent gateway
+ * replicas.
+ *
+ * - `client.acquire(subject, { signal })` holds a scheduler slot: it Submits, waits in the queue
+ *   if need be, renews in the background, and gives back a {@link SlotHandle} whose `release()`
+ *   (or `await using`) frees it. Aborting the signal while it waits withdraws the ticket.
+ * - `authorize` / `settle` reserve and record a model step's budget; `checkAuthAttempt` counts an
+ *   auth attempt.
+ * - Refusals reject with {@link AdmissionRefusedError} carrying the reason and retry delay.
+ *
+ * The generated messages and stubs are exported as `gen`.
+ */
+
+import { randomUUID } from "node:crypto";
+import { hostname } from "node:os";
+
+import {
+  type CallOptions,
+  type ChannelCredentials,
+  type ClientUnaryCall,
+  credentials as grpcCredentials,
+  Metadata,
+  type ServiceError,
+  status as grpcStatus,
+} from "@grpc/grpc-js";
+
+import * as gen from "./gen/admission/v1/admission.js";
+import { ErrorInfo, RetryInfo } from "./gen/google/rpc/error_details.js";
+import { Status } from "./gen/google/rpc/status.js";
+
+export { gen };
+
+/** The ErrorInfo domain of every refusal. */
+export const ERROR_DOMAIN = "admission.v1";
+
+/** The refusal reasons of the contract. */
+export type RefusalReason = "BUSY" | "QUEUE_FULL" | "MEMORY_PRESSURE" | "DRAINING";
+
+/** Anything the authority refused or failed to answer. `code` is the gRPC status code. */
+export class AdmissionError extends Error {
+  constructor(
+    message: string,
+    readonly code: grpcStatus,
+  ) {
+    super(message);
+    this.name = "AdmissionError";
+  }
+}
+
+/** A refusal to retry later (RESOURCE_EXHAUSTED with ErrorInfo): BUSY, QUEUE_FULL, ... */
+export class AdmissionRefusedError extends AdmissionError {
+  constructor(
+    message: string,
+    readonly reason: RefusalReason,
+    /** From google.rpc.RetryInfo; undefined when the server sent none. */
+    readonly retryAfterMs: number | undefined,
+  ) {
+    super(message, grpcStatus.RESOURCE_EXHAUSTED);
+    this.name = "AdmissionRefusedError";
+  }
+}
+
+/** The ticket ended (shed, expired, cancelled) before it was admitted. */
+export class TicketEndedError extends AdmissionError {
+  constructor(
+    readonly ticketId: string,
+    readonly state: string,
+  ) {
+    super(`ticket ${ticketId} ended ${state} before it was admitted`, grpcStatus.ABORTED);
+    this.name = "TicketEndedError";
+  }
+}
+
+/** The typed error for a failed call. */
+export function translate(err: ServiceError): AdmissionError {
+  const message = err.details || err.message;
+  if (err.code === grpcStatus.RESOURCE_EXHAUSTED) {
+    const { reason, retryAfterMs } = details(err.metadata);
+    if (reason) {
+      return new AdmissionRefusedError(message, reason as RefusalReason, retryAfterMs);
+    }
+  }
+  return new AdmissionError(message, err.code);
+}
+
+function details(metadata: Metadata | undefined): { reason?: string; retryAfterMs?: number } {
+  const raw = metadata?.get("grpc-status-details-bin")[0];
+  if (!(raw instanceof Buffer)) return {};
+  const out: { reason?: string; retryAfterMs?: number } = {};
+  for (const any of Status.decode(raw).details) {
+    if (any.typeUrl.endsWith("/google.rpc.ErrorInfo")) {
+      const info = ErrorInfo.decode(any.value);
+      if (info.domain === ERROR_DOMAIN) out.reason = info.reason;
+    } else if (any.typeUrl.endsWith("/google.rpc.RetryInfo")) {
+      const d = RetryInfo.decode(any.value).retryDelay;
+      if (d) out.retryAfterMs = d.seconds * 1000 + Math.round(d.nanos / 1e6);
+    }
+  }
+  return out;
+}
+
+type Unary<Req, Res> = (
+  request: Req,
+  metadata: Metadata,
+  options: Partial<CallOptions>,
+  callback: (error: ServiceError | null, response: Res) => void,
+) => ClientUnaryCall;
+
+export interface ClientOptions {
+  /** The gateway installation every call acts for. */
+  hostId: string;
+  /** This replica; default `<hostname>-<pid>`. */
+  instanceId?: string;
+  /** Default: insecure (plaintext). */
+  credentials?: ChannelCredentials;
+  /** Deadline of each unary call, ms (default 10,000). */
+  timeoutMs?: number;
+}
+
+export interface AcquireOptions {
+  /** The idempotency key (default: a random UUID). */
+  runId?: string;
+  accountId?: string;
+  /** "try": admit now or fail BUSY, never queue. */
+  mode?: "queue" | "try";
+  /** This replica's resident memory, MiB. */
+  rssMb?: number;
+  /** Aborting while queued withdraws the ticket and rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export interface Authorization {
+  decision: "allow" | "deny" | "unknown";
+  /** "" for allow; RESOURCE_LIMIT, QUOTA_EXHAUSTED or RESOURCE_USAGE_UNKNOWN. */
+  reason: string;
+  grantedOutputTokens: number;
+  replay: boolean;
+  remainingTokens: number | undefined;
+  remainingCostUsd: number | undefined;
+}
+
+export interface AuthorizeOptions {
+  requestedOutputTokens: number;
+  estimatedInputTokens?: number;
+  accountId?: string;
+  model?: string;
+  estimatedCostUsd?: number;
+}
+
+export interface SettleUsage {
+  inputTokens: number;
+  outputTokens: number;
+  costUsd?: number;
+  coverage?: "complete" | "partial" | "unknown";
+}
+
+export type AuthAttempt = gen.AuthAttemptResponse;
+
+const DECISIONS: Record<number, Authorization["decision"]> = {
+  [gen.Decision.DECISION_ALLOW]: "allow",
+  [gen.Decision.DECISION_DENY]: "deny",
+  [gen.Decision.DECISION_UNKNOWN]: "unknown",
+};
+
+const COVERAGE = {
+  complete: gen.Coverage.COVERAGE_COMPLETE,
+  partial: gen.Coverage.COVERAGE_PARTIAL,
+  unknown: gen.Coverage.COVERAGE_UNKNOWN,
+} as const;
+
+function stateName(state: gen.TicketState): string {
+  return gen.ticketStateToJSON(state).replace(/^TICKET_STATE_/, "");
+}
+
+/** An admitted ticket. Release it when the run ends (idempotent). */
+export class SlotHandle {
+  /** Set when a background renewal found the ticket no longer admitted: the slot is lost. */
+  lost = false;
+  private readonly timer: NodeJS.Timeout;
+  private released: Promise<void> | undefined;
+
+  constructor(
+    private readonly client: AdmissionClient,
+    readonly ticketId: string,
+    /** Fencing number: larger for every later admission of the host. */
+    readonly grant: number,
+    readonly leaseTtlMs: number,
+  ) {
+    this.timer = setInterval(() => void this.renew(), Math.max(leaseTtlMs / 3, 5));
+    this.timer.unref();
+  }
+
+  private async renew(): Promise<void> {
+    try {
+      const r = await this.client.call(this.client.stub.renew, { ticketIds: [this.ticketId] });
+      const state = r.tickets[0]?.state;
+      if (state !== undefined && state !== gen.TicketState.TICKET_STATE_ADMITTED) {
+        this.lost = true;
+        clearInterval(this.timer);
+      }
+    } catch {
+      // The lease has two more renewals before it runs out; the next one may get through.
+    }
+  }
+
+  /** Free the slot. Safe to call more than once. */
+  release(): Promise<void> {
+    clearInterval(this.timer);
+    this.released ??= this.client.releaseTicket(this.ticketId);
+    return this.released;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+}
+
+/** A client for one gateway host. The channel opens on the first call. */
+export class AdmissionClient {
+  readonly hostId: string;
+  readonly instanceId: string;
+  private readonly timeoutMs: number;
+  private stubInstance: gen.AdmissionClient | undefined;
+
+  constructor(
+    private readonly target: string,
+    private readonly options: ClientOptions,
+  ) {
+    this.hostId = options.hostId;
+    this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}`;
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+  }
+
+  /** The generated stub, for calls the wrapper does not cover. */
+  get stub(): gen.AdmissionClient {
+    this.stubInstance ??= new gen.AdmissionClient(
+      this.target,
+      this.options.credentials ?? grpcCredentials.createInsecure(),
+    );
+    return this.stubInstance;
+  }
+
+  close(): void {
+    this.stubInstance?.close();
+    this.stubInstance = undefined;
+  }
+
+  /** Call a unary method with the client's deadline; reject with a typed error. */
+  call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+    return new Promise((resolve, reject) => {
+      method.call(
+        this.stub,
+        request,
+        new Metadata(),
+        { deadline: Date.now() + this.timeoutMs },
+        (err, res) => (err ? reject(translate(err)) : resolve(res)),
+      );
+    });
+  }
+
+  /**
+   * Hold one installation-wide slot: Submit, wait in the queue if need be, and renew in the
+   * background until the handle is released.
+   */
+  async acquire(subject: string, opts: AcquireOptions = {}): Promise<SlotHandle> {
+    opts.signal?.throwIfAborted();
+    const r = await this.call(this.stub.submit, {
+      hostId: this.hostId,
+      instanceId: this.instanceId,
+      subject,
+      accountId: opts.accountId ?? "",
+      runId: opts.runId ?? randomUUID(),
+      mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
+      rssMb: opts.rssMb,
+    });
+    let grant = r.grant;
+    try {
+      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
+        grant = await this.waitAdmitted(r.ticketId, opts.signal);
+      } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
+        throw new TicketEndedError(r.ticketId, stateName(r.state));
+      }
+    } catch (e) {
+      await this.releaseTicket(r.ticketId);
+      throw e;
+    }
+    return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs);
+  }
+
+  private waitAdmitted(ticketId: string, signal: AbortSignal | undefined): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const stream = this.stub.wait({ ticketId });
+      let settled = false;
+      const finish = (f: () => void) => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener("abort", onAbort);
+        f();
+      };
+      const onAbort = () => {
+        stream.cancel();
+        finish(() => reject(signal?.reason));
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      stream.on("data", (e: gen.WaitEvent) => {
+        if (e.state === gen.TicketState.TICKET_STATE_ADMITTED) {
+          stream.cancel();
+          finish(() => resolve(e.grant));
+        } else if (e.state !== gen.TicketState.TICKET_STATE_QUEUED) {
+          finish(() => reject(new TicketEndedError(ticketId, stateName(e.state))));
+        }
+      });
+      stream.on("error", (err: ServiceError) => {
+        if (err.code !== grpcStatus.CANCELLED) finish(() => reject(translate(err)));
+      });
+      stream.on("end", () =>
+        finish(() =>
+          reject(new AdmissionError(`the Wait stream of ${ticketId} ended`, grpcStatus.UNKNOWN)),
+        ),
+      );
+    });
+  }
+
+  /** Release or withdraw a ticket; a failure is left to the lease. */
+  async releaseTicket(ticketId: string): Promise<void> {
+    try {
+      await this.call(this.stub.release, { ticketId });
+    } catch {
+      // The lease frees the slot within lease_ttl anyway.
+    }
+  }
+
+  /** Reserve budget for one model step (`step` is 1-based). */
+  async authorize(
+    runId: string,
+    step: number,
+    subject: string,
+    opts: AuthorizeOptions,
+  ): Promise<Authorization> {
+    const r = await this.call(this.stub.authorize, {
+      hostId: this.hostId,
+      runId,
+      step,
+      subject,
+      accountId: opts.accountId ?? "",
+      model: opts.model ?? "",
+      requestedOutputTokens: opts.requestedOutputTokens,
+      estimatedInputTokens: opts.estimatedInputTokens ?? 0,
+      estimatedCostUsd: opts.estimatedCostUsd ?? 0,
+    });
+    return {
+      decision: DECISIONS[r.decision] ?? "deny",
+      reason: r.reason,
+      grantedOutputTokens: r.grantedOutputTokens,
+      replay: r.replay,
+      remainingTokens: r.remainingTokens,
+      remainingCostUsd: r.remainingCostUsd,
+    };
+  }
+
+  /** Record what a step used; true when this repeated an identical Settle. */
+  async settle(runId: string, step: number, usage: SettleUsage): Promise<boolean> {
+    const r = await this.call(this.stub.settle, {
+      hostId: this.hostId,
+      runId,
+      step,
+      usage: {
+        inputTokens: usage.inputTokens,
+        outputTokens: usage.outputTokens,
+        costUsd: usage.costUsd ?? 0,
+        coverage: COVERAGE[usage.coverage ?? "complete"],
+      },
+    });
+    return r.replay;
+  }
+
+  /** Count one attempt of `identity` against `endpoint`'s bucket. */
+  checkAuthAttempt(endpoint: string, identity: string): Promise<AuthAttempt> {
+    return this.call(this.stub.checkAuthAttempt, { endpoint, identity });
+  }
+
+  /** Clear a bucket after a verified success; true when there was one. */
+  async resetAuthAttempts(endpoint: string, identity: string): Promise<boolean> {
+    return (await this.call(this.stub.resetAuthAttempts, { endpoint, identity })).cleared;
+  }
+
+  /** Live counters of this client's host. */
+  stats(): Promise<gen.Stats> {
+    return this.call(this.stub.getStats, { hostId: this.hostId });
+  }
+}
