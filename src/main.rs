@@ -31,6 +31,9 @@ enum Command {
         /// The YAML file to check.
         file: PathBuf,
     },
+    /// Read a bearer token from standard input and print its SHA-256, for `token_sha256` in
+    /// `credentials` (leading and trailing whitespace, such as a final newline, is ignored).
+    HashToken,
 }
 
 #[derive(Args)]
@@ -84,6 +87,25 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve(args) => serve(args),
+        Command::HashToken => {
+            let mut token = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut token) {
+                eprintln!("cannot read the token from standard input: {e}");
+                return ExitCode::from(2);
+            }
+            let token = token.trim();
+            if token.is_empty() {
+                eprintln!("no token on standard input");
+                return ExitCode::from(2);
+            }
+            println!(
+                "{}",
+                admission_authority::security::hex(&admission_authority::security::sha256(
+                    token.as_bytes()
+                ))
+            );
+            ExitCode::SUCCESS
+        }
     }
 }
 

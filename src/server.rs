@@ -9,11 +9,14 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::api::{admission_server::AdmissionServer, operator_server::OperatorServer};
 use crate::clock::SystemClock;
-use crate::config::Config;
+use crate::config::{Config, TlsFiles};
+use crate::security::Authenticator;
 use crate::service::{AdmissionService, Gates, OperatorService};
 use crate::store::memory::MemoryStore;
 use crate::store::{Policy, Store};
@@ -70,25 +73,68 @@ pub async fn run(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
 
+    let auth = Authenticator::new(config.credentials.clone());
+    if !auth.is_open() && config.tls.is_none() && !config.listen.ip().is_loopback() {
+        tracing::warn!(
+            "credentials are configured without tls: bearer tokens cross the network in clear \
+             text; configure tls.cert and tls.key"
+        );
+    }
+    let admission = {
+        let auth = auth.clone();
+        let service = AdmissionService::new(
+            store.clone(),
+            gates.clone(),
+            config.grpc.max_wait_streams_per_connection,
+        );
+        InterceptedService::new(
+            AdmissionServer::new(service).max_decoding_message_size(config.grpc.max_message_bytes),
+            move |req| auth.intercept(req),
+        )
+    };
+    let operator = InterceptedService::new(
+        OperatorServer::new(OperatorService::new(store, gates))
+            .max_decoding_message_size(config.grpc.max_message_bytes),
+        move |req| auth.intercept_operator(req),
+    );
+
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_config(tls_config(tls)?)?;
+    }
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let result = tonic::transport::Server::builder()
+    let result = builder
         // Thousands of Wait streams on one connection need a wide connection window, or h2
         // answers a burst of new streams with GOAWAY (ENHANCE_YOUR_CALM).
         .initial_connection_window_size(16 * 1024 * 1024)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(AdmissionServer::new(AdmissionService::new(
-            store.clone(),
-            gates.clone(),
-        )))
-        .add_service(OperatorServer::new(OperatorService::new(store, gates)))
+        .add_service(admission)
+        .add_service(operator)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     for task in background {
         task.abort();
     }
     result.map_err(ServeError::from)
+}
+
+/// The server's TLS settings from the configured files; with a client CA, every client must
+/// present a certificate that chains to it (mTLS).
+///
+/// Fails when a file cannot be read (the configuration checked them when it was loaded, so
+/// only a file changed since then fails here).
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, ServeError> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| ServeError::Config(format!("tls: {}: {e}", path.display())))
+    };
+    let mut tls =
+        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    if let Some(ca) = &files.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(tls)
 }
 
 /// Sweep a little faster than the shortest lease can run out, within 5 ms..1 s. Operations

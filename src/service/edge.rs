@@ -42,6 +42,10 @@ pub enum ApiError {
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
+    Denied(#[from] crate::security::Denied),
+    #[error("TOO_MANY_STREAMS: this connection already has {max} Wait streams open")]
+    TooManyStreams { max: usize },
+    #[error(transparent)]
     Unavailable(#[from] StoreError),
 }
 
@@ -117,6 +121,16 @@ impl From<ApiError> for Status {
                 Status::not_found(message)
             }
             ApiError::Ledger(_) => Status::failed_precondition(message),
+            ApiError::Denied(_) => Status::permission_denied(message),
+            ApiError::TooManyStreams { .. } => {
+                let mut details = ErrorDetails::with_error_info(
+                    "TOO_MANY_STREAMS",
+                    ERROR_DOMAIN,
+                    HashMap::<String, String>::new(),
+                );
+                details.set_retry_info(Some(Duration::from_secs(1)));
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
             ApiError::Unavailable(_) => Status::unavailable(message),
         }
     }

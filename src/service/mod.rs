@@ -3,9 +3,11 @@
 
 pub mod edge;
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::mpsc;
@@ -17,6 +19,7 @@ use crate::api;
 use crate::auth::AuthVerdict;
 use crate::ledger::{StepState, micros_to_usd};
 use crate::scheduler::{Refusal, TicketState, TicketView};
+use crate::security;
 use crate::store::{Store, TicketId, TicketWatch};
 use edge::{ApiError, ms32};
 
@@ -38,11 +41,67 @@ pub struct Gates {
 pub struct AdmissionService<S> {
     store: Arc<S>,
     gates: Arc<Gates>,
+    wait_streams: WaitStreams,
 }
 
 impl<S> AdmissionService<S> {
-    pub fn new(store: Arc<S>, gates: Arc<Gates>) -> Self {
-        AdmissionService { store, gates }
+    /// `max_wait_streams` bounds the Wait streams one connection may hold open at once.
+    pub fn new(store: Arc<S>, gates: Arc<Gates>, max_wait_streams: usize) -> Self {
+        AdmissionService {
+            store,
+            gates,
+            wait_streams: WaitStreams {
+                max: max_wait_streams,
+                open: Arc::default(),
+            },
+        }
+    }
+}
+
+/// Open Wait streams per connection (keyed by the peer's address), capped so that one client
+/// cannot hold unbounded server memory in streams.
+struct WaitStreams {
+    max: usize,
+    open: Arc<Mutex<HashMap<SocketAddr, usize>>>,
+}
+
+impl WaitStreams {
+    /// Count a new stream of the connection from `peer`.
+    ///
+    /// Fails with TOO_MANY_STREAMS when the connection already holds `max`.
+    fn open(&self, peer: Option<SocketAddr>) -> Result<StreamSlot, ApiError> {
+        if let Some(addr) = peer {
+            let mut open = self.open.lock().expect("wait streams lock");
+            let n = open.entry(addr).or_insert(0);
+            if *n >= self.max {
+                return Err(ApiError::TooManyStreams { max: self.max });
+            }
+            *n += 1;
+        }
+        Ok(StreamSlot {
+            peer,
+            open: self.open.clone(),
+        })
+    }
+}
+
+/// One open Wait stream; closing it (dropping this) frees its place.
+struct StreamSlot {
+    peer: Option<SocketAddr>,
+    open: Arc<Mutex<HashMap<SocketAddr, usize>>>,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        if let Some(addr) = self.peer {
+            let mut open = self.open.lock().expect("wait streams lock");
+            if let Some(n) = open.get_mut(&addr) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&addr);
+                }
+            }
+        }
     }
 }
 
@@ -66,7 +125,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::SubmitRequest>,
     ) -> Result<Response<api::SubmitResponse>, Status> {
-        let (host_id, args) = edge::submit_args(request.into_inner())?;
+        let (_, ext, req) = request.into_parts();
+        let (host_id, args) = edge::submit_args(req)?;
+        security::caller(&ext)?
+            .act_for(&host_id)
+            .map_err(ApiError::from)?;
         if self.gates.draining.load(Ordering::Relaxed) {
             return Err(ApiError::Refused(Refusal::Draining).into());
         }
@@ -99,6 +162,10 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::WaitRequest>,
     ) -> Result<Response<WaitStream>, Status> {
         let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        security::caller(request.extensions())?
+            .act_for(&id.host_id)
+            .map_err(ApiError::from)?;
+        let stream_slot = self.wait_streams.open(request.remote_addr())?;
         // Subscribe before the first read, so a change between the two is not missed.
         let watch = self.store.watch(&id);
         let view = self
@@ -109,14 +176,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
         let (tx, rx) = mpsc::channel(4);
         let lease_ttl_ms = self.store.limits(&id.host_id).lease_ttl_ms;
-        tokio::spawn(follow(
-            self.store.clone(),
-            id,
-            watch,
-            view,
-            tx,
-            lease_ttl_ms,
-        ));
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            follow(store, id, watch, view, tx, lease_ttl_ms).await;
+            drop(stream_slot);
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -124,8 +188,12 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::RenewRequest>,
     ) -> Result<Response<api::RenewResponse>, Status> {
-        let req = request.into_inner();
+        let (_, ext, req) = request.into_parts();
         let (ids, rss_mb) = edge::renew_args(&req)?;
+        let caller = security::caller(&ext)?;
+        for id in &ids {
+            caller.act_for(&id.host_id).map_err(ApiError::from)?;
+        }
         let views = self
             .store
             .renew(&ids, rss_mb)
@@ -155,6 +223,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::ReleaseRequest>,
     ) -> Result<Response<api::ReleaseResponse>, Status> {
         let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        security::caller(request.extensions())?
+            .act_for(&id.host_id)
+            .map_err(ApiError::from)?;
         let previous = self
             .store
             .release(&id)
@@ -170,7 +241,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::AuthorizeRequest>,
     ) -> Result<Response<api::AuthorizeResponse>, Status> {
-        let (host_id, args) = edge::authorize_args(request.into_inner())?;
+        let (_, ext, req) = request.into_parts();
+        let (host_id, args) = edge::authorize_args(req)?;
+        security::caller(&ext)?
+            .act_for(&host_id)
+            .map_err(ApiError::from)?;
         let answer = self
             .store
             .authorize(&host_id, args)
@@ -186,6 +261,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::SettleResponse>, Status> {
         let req = request.get_ref();
         let (step, usage) = edge::settle_args(req)?;
+        security::caller(request.extensions())?
+            .act_for(&req.host_id)
+            .map_err(ApiError::from)?;
         let replay = self
             .store
             .settle(&req.host_id, &req.run_id, step, usage)
@@ -201,6 +279,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::AuthAttemptResponse>, Status> {
         let req = request.get_ref();
         let rule = edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        security::caller(request.extensions())?
+            .use_auth_buckets()
+            .map_err(ApiError::from)?;
         let decision = self
             .store
             .auth_attempt(&req.endpoint, &req.identity, rule)
@@ -218,6 +299,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::AuthResetResponse>, Status> {
         let req = request.get_ref();
         edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        security::caller(request.extensions())?
+            .use_auth_buckets()
+            .map_err(ApiError::from)?;
         let cleared = self
             .store
             .auth_reset(&req.endpoint, &req.identity)
@@ -234,6 +318,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::Stats>, Status> {
         let host_id = &request.get_ref().host_id;
         edge::id(host_id, "host_id")?;
+        security::caller(request.extensions())?
+            .read_host(host_id)
+            .map_err(ApiError::from)?;
         let s = self.store.stats(host_id).await.map_err(ApiError::from)?;
         let ledger = self
             .store

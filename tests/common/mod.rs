@@ -24,13 +24,24 @@ pub struct Server {
 impl Server {
     /// Start `serve` on 127.0.0.1 port 0 with extra flags; waits for its "listening on" line.
     pub fn start(args: &[&str]) -> Server {
+        Server::spawn(args, "warn", Stdio::inherit())
+    }
+
+    /// Start `serve` with extra flags (on 127.0.0.1 port 0 unless they say `--listen`), a
+    /// RUST_LOG filter, and stderr going to `stderr`.
+    pub fn spawn(args: &[&str], log: &str, stderr: Stdio) -> Server {
+        let listen: &[&str] = if args.contains(&"--listen") {
+            &[]
+        } else {
+            &["--listen", "127.0.0.1:0"]
+        };
         let mut child = Command::new(BIN)
             .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
+            .args(listen)
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", log)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start the server binary");
         let stdout = child.stdout.take().expect("piped stdout");
@@ -50,9 +61,7 @@ impl Server {
     /// Start `serve` with `yaml` as its config file (written under cargo's test temp dir, named
     /// after `name`) and extra flags.
     pub fn start_with_config(name: &str, yaml: &str, args: &[&str]) -> Server {
-        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{name}-{}.yaml", std::process::id()));
-        std::fs::write(&path, yaml).expect("write the config file");
+        let path = config_file(name, yaml);
         let mut all = vec!["--config", path.to_str().expect("a UTF-8 path")];
         all.extend_from_slice(args);
         Server::start(&all)
@@ -93,6 +102,14 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Write `yaml` to a config file under cargo's test temp dir, named after `name`.
+pub fn config_file(name: &str, yaml: &str) -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}-{}.yaml", std::process::id()));
+    std::fs::write(&path, yaml).expect("write the config file");
+    path
 }
 
 /// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.

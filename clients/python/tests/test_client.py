@@ -9,8 +9,11 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+import grpc
+
 from admission_authority_client import (
     AdmissionClient,
+    AdmissionError,
     AsyncAdmissionClient,
     Busy,
     QueueFull,
@@ -174,5 +177,34 @@ def test_auth_attempts_round_trip(start_server: StartServer) -> None:
         async with AsyncAdmissionClient(server.addr, host_id="h") as client:
             a = await client.check_auth_attempt("approval", "eve")
             assert (a.allowed, a.remaining) == (True, 9)
+
+    asyncio.run(scenario())
+
+
+def test_a_token_is_sent_with_every_call(start_server: StartServer, tmp_path: Path) -> None:
+    import hashlib
+
+    digest = hashlib.sha256(b"py-gw-token").hexdigest()
+    config = tmp_path / "credentials.yaml"
+    config.write_text(
+        "credentials:\n"
+        f"  - {{ name: gw, role: gateway, host_ids: [h], token_sha256: \"{digest}\" }}\n"
+        "scheduling: { total: 1, queue: { total: 2 } }\n"
+    )
+    server = start_server("--config", str(config))
+    with AdmissionClient(server.addr, host_id="h", token="py-gw-token") as client:
+        with client.slot("alice"):
+            assert client.stats().in_flight == 1
+        assert client.check_auth_attempt("approval", "x").allowed
+    with AdmissionClient(server.addr, host_id="h", token="wrong") as intruder:
+        with pytest.raises(AdmissionError) as refused:
+            with intruder.slot("mallory"):
+                pass
+        assert refused.value.code == grpc.StatusCode.UNAUTHENTICATED
+
+    async def scenario() -> None:
+        async with AsyncAdmissionClient(server.addr, host_id="h", token="py-gw-token") as c:
+            async with c.slot("bob"):
+                assert (await c.stats()).in_flight == 1
 
     asyncio.run(scenario())

@@ -116,6 +116,8 @@ export interface ClientOptions {
   credentials?: ChannelCredentials;
   /** Deadline of each unary call, ms (default 10,000). */
   timeoutMs?: number;
+  /** Sent as `authorization: Bearer <token>` on every call. */
+  token?: string;
 }
 
 export interface AcquireOptions {
@@ -246,13 +248,20 @@ export class AdmissionClient {
     this.stubInstance = undefined;
   }
 
+  /** Metadata of every call: the bearer token, if any. */
+  private metadata(): Metadata {
+    const md = new Metadata();
+    if (this.options.token) md.set("authorization", `Bearer ${this.options.token}`);
+    return md;
+  }
+
   /** Call a unary method with the client's deadline; reject with a typed error. */
   call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
     return new Promise((resolve, reject) => {
       method.call(
         this.stub,
         request,
-        new Metadata(),
+        this.metadata(),
         { deadline: Date.now() + this.timeoutMs },
         (err, res) => (err ? reject(translate(err)) : resolve(res)),
       );
@@ -290,7 +299,7 @@ export class AdmissionClient {
 
   private waitAdmitted(ticketId: string, signal: AbortSignal | undefined): Promise<number> {
     return new Promise((resolve, reject) => {
-      const stream = this.stub.wait({ ticketId });
+      const stream = this.stub.wait({ ticketId }, this.metadata());
       let settled = false;
       const finish = (f: () => void) => {
         if (settled) return;

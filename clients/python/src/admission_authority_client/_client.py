@@ -80,6 +80,11 @@ class AuthAttempt:
     reason: str
 
 
+def _metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying a bearer token, if one is given."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
 def _default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
@@ -185,8 +190,9 @@ def _state_name(state: int) -> str:
 class AdmissionClient:
     """A blocking client for one gateway host (``host_id``) and replica (``instance_id``).
 
-    The channel is created lazily on first use; ``close()`` (or ``with AdmissionClient(...)``)
-    closes it.
+    The channel is created lazily on first use (plaintext unless ``channel`` is given, e.g.
+    ``grpc.secure_channel(target, grpc.ssl_channel_credentials(ca))``); ``token`` is sent as
+    ``authorization: Bearer <token>`` on every call. ``close()`` (or ``with``) closes it.
     """
 
     def __init__(
@@ -197,12 +203,14 @@ class AdmissionClient:
         instance_id: str | None = None,
         channel: grpc.Channel | None = None,
         timeout: float = 10.0,
+        token: str | None = None,
     ) -> None:
         self._target = target
         self._channel = channel
         self._stub: pb_grpc.AdmissionStub | None = None
         self._req = _Requests(host_id, instance_id)
         self._timeout = timeout
+        self._md = _metadata(token)
 
     def __enter__(self) -> AdmissionClient:
         return self
@@ -244,7 +252,7 @@ class AdmissionClient:
         try:
             r = self.stub.Submit(
                 self._req.submit(subject, run_id, account_id, mode, rss_mb),
-                timeout=self._timeout,
+                timeout=self._timeout, metadata=self._md,
             )
         except grpc.RpcError as e:
             raise translate(e) from None
@@ -269,7 +277,7 @@ class AdmissionClient:
 
     def _wait(self, ticket_id: str, timeout: float | None) -> int:
         try:
-            for event in self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout):
+            for event in self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout, metadata=self._md):
                 if event.state == pb.TICKET_STATE_ADMITTED:
                     return event.grant
                 if event.state != pb.TICKET_STATE_QUEUED:
@@ -284,7 +292,7 @@ class AdmissionClient:
         every = max(slot.lease_ttl_ms / 3000, 0.005)
         while not stop.wait(every):
             try:
-                r = self.stub.Renew(pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every)
+                r = self.stub.Renew(pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every, metadata=self._md)
             except grpc.RpcError as e:
                 log.warning("renewing %s failed (will retry): %s", slot.ticket_id, translate(e))
                 continue
@@ -296,7 +304,7 @@ class AdmissionClient:
 
     def _release(self, ticket_id: str) -> None:
         try:
-            self.stub.Release(pb.ReleaseRequest(ticket_id=ticket_id), timeout=self._timeout)
+            self.stub.Release(pb.ReleaseRequest(ticket_id=ticket_id), timeout=self._timeout, metadata=self._md)
         except grpc.RpcError as e:
             # The lease frees the slot within lease_ttl anyway.
             log.warning("releasing %s failed; its lease will expire: %s", ticket_id, translate(e))
@@ -319,7 +327,7 @@ class AdmissionClient:
             requested_output_tokens, estimated_input_tokens, estimated_cost_usd,
         )
         try:
-            return _authorization(self.stub.Authorize(req, timeout=self._timeout))
+            return _authorization(self.stub.Authorize(req, timeout=self._timeout, metadata=self._md))
         except grpc.RpcError as e:
             raise translate(e) from None
 
@@ -336,7 +344,7 @@ class AdmissionClient:
         """Record what a step used; returns True when this repeated an identical Settle."""
         req = self._req.settle(run_id, step, input_tokens, output_tokens, cost_usd, coverage)
         try:
-            return self.stub.Settle(req, timeout=self._timeout).replay
+            return self.stub.Settle(req, timeout=self._timeout, metadata=self._md).replay
         except grpc.RpcError as e:
             raise translate(e) from None
 
@@ -344,7 +352,7 @@ class AdmissionClient:
         """Count one attempt against ``endpoint``'s bucket for ``identity``."""
         req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity)
         try:
-            return _auth_attempt(self.stub.CheckAuthAttempt(req, timeout=self._timeout))
+            return _auth_attempt(self.stub.CheckAuthAttempt(req, timeout=self._timeout, metadata=self._md))
         except grpc.RpcError as e:
             raise translate(e) from None
 
@@ -352,7 +360,7 @@ class AdmissionClient:
         """Clear a bucket after a verified success; True when there was one."""
         req = pb.AuthResetRequest(endpoint=endpoint, identity=identity)
         try:
-            return self.stub.ResetAuthAttempts(req, timeout=self._timeout).cleared
+            return self.stub.ResetAuthAttempts(req, timeout=self._timeout, metadata=self._md).cleared
         except grpc.RpcError as e:
             raise translate(e) from None
 
@@ -360,7 +368,7 @@ class AdmissionClient:
         """Live counters of this client's host."""
         try:
             return self.stub.GetStats(
-                pb.GetStatsRequest(host_id=self._req.host_id), timeout=self._timeout
+                pb.GetStatsRequest(host_id=self._req.host_id), timeout=self._timeout, metadata=self._md
             )
         except grpc.RpcError as e:
             raise translate(e) from None
@@ -377,12 +385,14 @@ class AsyncAdmissionClient:
         instance_id: str | None = None,
         channel: grpc.aio.Channel | None = None,
         timeout: float = 10.0,
+        token: str | None = None,
     ) -> None:
         self._target = target
         self._channel = channel
         self._stub: pb_grpc.AdmissionAsyncStub | None = None
         self._req = _Requests(host_id, instance_id)
         self._timeout = timeout
+        self._md = _metadata(token)
 
     async def __aenter__(self) -> AsyncAdmissionClient:
         return self
@@ -423,7 +433,7 @@ class AsyncAdmissionClient:
         try:
             r = await self.stub.Submit(
                 self._req.submit(subject, run_id, account_id, mode, rss_mb),
-                timeout=self._timeout,
+                timeout=self._timeout, metadata=self._md,
             )
         except grpc.aio.AioRpcError as e:
             raise translate(e) from None
@@ -446,7 +456,7 @@ class AsyncAdmissionClient:
 
     async def _wait(self, ticket_id: str, timeout: float | None) -> int:
         try:
-            call = self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout)
+            call = self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout, metadata=self._md)
             async for event in call:
                 if event.state == pb.TICKET_STATE_ADMITTED:
                     return int(event.grant)
@@ -464,7 +474,7 @@ class AsyncAdmissionClient:
             await asyncio.sleep(every)
             try:
                 r = await self.stub.Renew(
-                    pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every
+                    pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every, metadata=self._md
                 )
             except grpc.aio.AioRpcError as e:
                 log.warning("renewing %s failed (will retry): %s", slot.ticket_id, translate(e))
@@ -477,7 +487,7 @@ class AsyncAdmissionClient:
 
     async def _release(self, ticket_id: str) -> None:
         try:
-            await self.stub.Release(pb.ReleaseRequest(ticket_id=ticket_id), timeout=self._timeout)
+            await self.stub.Release(pb.ReleaseRequest(ticket_id=ticket_id), timeout=self._timeout, metadata=self._md)
         except grpc.aio.AioRpcError as e:
             log.warning("releasing %s failed; its lease will expire: %s", ticket_id, translate(e))
 
@@ -499,7 +509,7 @@ class AsyncAdmissionClient:
             requested_output_tokens, estimated_input_tokens, estimated_cost_usd,
         )
         try:
-            return _authorization(await self.stub.Authorize(req, timeout=self._timeout))
+            return _authorization(await self.stub.Authorize(req, timeout=self._timeout, metadata=self._md))
         except grpc.aio.AioRpcError as e:
             raise translate(e) from None
 
@@ -516,7 +526,7 @@ class AsyncAdmissionClient:
         """Record what a step used; returns True when this repeated an identical Settle."""
         req = self._req.settle(run_id, step, input_tokens, output_tokens, cost_usd, coverage)
         try:
-            return (await self.stub.Settle(req, timeout=self._timeout)).replay
+            return (await self.stub.Settle(req, timeout=self._timeout, metadata=self._md)).replay
         except grpc.aio.AioRpcError as e:
             raise translate(e) from None
 
@@ -524,7 +534,7 @@ class AsyncAdmissionClient:
         """Count one attempt against ``endpoint``'s bucket for ``identity``."""
         req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity)
         try:
-            return _auth_attempt(await self.stub.CheckAuthAttempt(req, timeout=self._timeout))
+            return _auth_attempt(await self.stub.CheckAuthAttempt(req, timeout=self._timeout, metadata=self._md))
         except grpc.aio.AioRpcError as e:
             raise translate(e) from None
 
@@ -532,7 +542,7 @@ class AsyncAdmissionClient:
         """Clear a bucket after a verified success; True when there was one."""
         req = pb.AuthResetRequest(endpoint=endpoint, identity=identity)
         try:
-            return (await self.stub.ResetAuthAttempts(req, timeout=self._timeout)).cleared
+            return (await self.stub.ResetAuthAttempts(req, timeout=self._timeout, metadata=self._md)).cleared
         except grpc.aio.AioRpcError as e:
             raise translate(e) from None
 
@@ -540,7 +550,7 @@ class AsyncAdmissionClient:
         """Live counters of this client's host."""
         try:
             return await self.stub.GetStats(
-                pb.GetStatsRequest(host_id=self._req.host_id), timeout=self._timeout
+                pb.GetStatsRequest(host_id=self._req.host_id), timeout=self._timeout, metadata=self._md
             )
         except grpc.aio.AioRpcError as e:
             raise translate(e) from None

@@ -6,7 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { AdmissionClient, AdmissionRefusedError } from "../index.js";
+import { status as grpcStatus } from "@grpc/grpc-js";
+
+import { AdmissionClient, AdmissionError, AdmissionRefusedError } from "../index.js";
 import { eventually, startServer } from "./server.js";
 
 test("a slot is acquired and released", async () => {
@@ -154,6 +156,37 @@ test("authorize, settle and auth checks round-trip", async () => {
     assert.equal((await client.checkAuthAttempt("magic_link", "eve")).remaining, 4);
   } finally {
     client.close();
+    await server.stop();
+  }
+});
+
+test("a token is sent with every call", async () => {
+  const { createHash } = await import("node:crypto");
+  const digest = createHash("sha256").update("ts-gw-token").digest("hex");
+  const dir = mkdtempSync(join(tmpdir(), "admission-ts-"));
+  const config = join(dir, "credentials.yaml");
+  writeFileSync(
+    config,
+    `credentials:\n  - { name: gw, role: gateway, host_ids: [h], token_sha256: "${digest}" }\n` +
+      "scheduling: { total: 1, queue: { total: 2 } }\n",
+  );
+  const server = await startServer("--config", config);
+  const client = new AdmissionClient(server.addr, { hostId: "h", token: "ts-gw-token" });
+  const intruder = new AdmissionClient(server.addr, { hostId: "h", token: "wrong" });
+  try {
+    const holder = await client.acquire("alice");
+    const queued = client.acquire("bob"); // its Wait stream carries the token too
+    await eventually("bob to queue", async () => (await client.stats()).queued === 1);
+    await holder.release();
+    await (await queued).release();
+    await assert.rejects(intruder.acquire("mallory"), (e: unknown) => {
+      assert.ok(e instanceof AdmissionError);
+      assert.equal(e.code, grpcStatus.UNAUTHENTICATED);
+      return true;
+    });
+  } finally {
+    client.close();
+    intruder.close();
     await server.stop();
   }
 });

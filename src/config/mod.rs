@@ -5,6 +5,10 @@
 //! every problem of a file in one pass, each with its path
 //! (`scheduling.queue.total: must be >= 0`).
 
+mod access;
+
+pub use access::{GrpcLimits, TlsFiles};
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
@@ -52,6 +56,11 @@ pub struct Config {
     pub auth: AuthPolicy,
     /// Per-run budgets, account allowances and reservation timing.
     pub resources: ResourcePolicy,
+    /// Who may call; empty = open (loopback only, unless --insecure).
+    pub credentials: Vec<crate::security::Credential>,
+    /// TLS (and mTLS with a client CA); `None` = plaintext.
+    pub tls: Option<TlsFiles>,
+    pub grpc: GrpcLimits,
 }
 
 /// Values given on the command line; each wins over the file.
@@ -94,20 +103,34 @@ pub fn load(path: Option<&Path>, overrides: &Overrides) -> Result<Config, Config
             .map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", p.display())]))?,
         None => String::new(),
     };
-    parse(&text, overrides)
+    let base = path.and_then(Path::parent).map(Path::to_path_buf);
+    parse_in(&text, overrides, base)
 }
 
 /// Resolve YAML text (empty = all defaults) with `overrides` on top.
 ///
 /// Fails with every problem found, each naming its path.
 pub fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigErrors> {
+    parse_in(text, overrides, None)
+}
+
+/// As [`parse`], with relative file paths in the text (tls files, token files) taken relative
+/// to `base` (the config file's directory) rather than the working directory.
+fn parse_in(
+    text: &str,
+    overrides: &Overrides,
+    base: Option<std::path::PathBuf>,
+) -> Result<Config, ConfigErrors> {
     let root: Value = if text.trim().is_empty() {
         Value::Null
     } else {
         serde_norway::from_str(text)
             .map_err(|e| ConfigErrors(vec![format!("the file is not valid YAML: {e}")]))?
     };
-    let mut cx = Cx::default();
+    let mut cx = Cx {
+        errors: Vec::new(),
+        base,
+    };
     let file = cx.file(&root);
     let config = cx.resolve(file, overrides);
     if cx.errors.is_empty() {
@@ -128,6 +151,9 @@ struct FileConfig {
     authority_max_rss_mb: Option<u64>,
     auth: AuthPolicy,
     resources: ResourcePolicy,
+    credentials: Vec<crate::security::Credential>,
+    tls: Option<TlsFiles>,
+    grpc: GrpcLimits,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -169,9 +195,10 @@ impl SchedPatch {
     }
 }
 
-#[derive(Default)]
 struct Cx {
     errors: Vec<String>,
+    /// The config file's directory: relative paths in the file are relative to it.
+    base: Option<std::path::PathBuf>,
 }
 
 fn join(path: &str, key: &str) -> String {
@@ -351,6 +378,9 @@ impl Cx {
                 "auth",
                 "resources",
                 "allowances",
+                "credentials",
+                "tls",
+                "grpc",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -427,6 +457,16 @@ impl Cx {
         };
         if let Some(v) = m.get("resources") {
             self.resources(v, &mut f.resources);
+        }
+        if let Some(v) = m.get("tls") {
+            f.tls = self.tls(v);
+        }
+        if let Some(v) = m.get("credentials") {
+            let mtls = f.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+            f.credentials = self.credentials(v, mtls);
+        }
+        if let Some(v) = m.get("grpc") {
+            f.grpc = self.grpc(v);
         }
         if let Some(v) = m.get("allowances") {
             for (account, av) in self.named_entries(v, "allowances") {
@@ -794,6 +834,9 @@ impl Cx {
             authority_max_rss_mb: file.authority_max_rss_mb.unwrap_or(0),
             auth: file.auth,
             resources: file.resources,
+            credentials: file.credentials,
+            tls: file.tls,
+            grpc: file.grpc,
         }
     }
 
@@ -878,10 +921,11 @@ pub fn check_id(s: &str) -> Result<(), &'static str> {
 
 impl Config {
     /// Refuse to serve without authentication on an address other hosts can reach, unless
-    /// `--insecure`. (No credentials exist in this version, so any non-loopback address needs
-    /// the flag.)
+    /// `--insecure`.
+    ///
+    /// Fails for a non-loopback `listen` with no credentials configured and no `--insecure`.
     pub fn check_exposure(&self) -> Result<(), String> {
-        if self.listen.ip().is_loopback() || self.insecure {
+        if self.listen.ip().is_loopback() || self.insecure || !self.credentials.is_empty() {
             Ok(())
         } else {
             Err(format!(
@@ -917,6 +961,7 @@ impl Config {
             self.authority_max_rss_mb
         );
         render_resources(&mut out, &self.resources);
+        access::render(&mut out, self);
         let _ = writeln!(
             out,
             "auth:\n  local_max_keys: {}\n  buckets:",

@@ -1,0 +1,384 @@
+//! The access-control sections of the file: `credentials`, `tls` and `grpc` (message and
+//! stream limits). Tokens given through `token_env` or `token_file` are hashed as they are read;
+//! only digests are kept, and nothing here renders a token or a digest.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use serde_norway::Value;
+
+use super::{Config, Cx, check_id, join, kind, yaml_key};
+use crate::security::{Credential, Proof, Role, sha256};
+
+/// Certificate and key files for TLS, checked to be readable PEM when the file is loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CA that client certificates must chain to; present = mTLS (a certificate is required).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// gRPC-level input limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrpcLimits {
+    /// Largest request message accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Most Wait streams one connection may hold open at once.
+    pub max_wait_streams_per_connection: usize,
+}
+
+impl Default for GrpcLimits {
+    fn default() -> Self {
+        GrpcLimits {
+            max_message_bytes: 256 * 1024,
+            max_wait_streams_per_connection: 10_000,
+        }
+    }
+}
+
+const PROOFS: [&str; 4] = ["token_sha256", "token_env", "token_file", "client_cert_dns"];
+
+impl Cx {
+    /// The `credentials` list; `mtls` says whether client certificates are verified (a
+    /// `client_cert_dns` credential needs them).
+    pub(super) fn credentials(&mut self, v: &Value, mtls: bool) -> Vec<Credential> {
+        let items = match v {
+            Value::Null => return Vec::new(),
+            Value::Sequence(items) => items,
+            other => {
+                self.err(
+                    "credentials",
+                    format_args!("must be a list of credentials, got {}", kind(other)),
+                );
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        let mut names = HashSet::new();
+        let mut digests = HashSet::new();
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("credentials[{i}]");
+            let mut known = vec!["name", "role", "host_ids"];
+            known.extend(PROOFS);
+            let Some(m) = self.mapping(item, &path, &known) else {
+                continue;
+            };
+            let name = match m.get("name").map(|v| (v.as_str(), v)) {
+                Some((Some(n), _)) => match check_id(n) {
+                    Ok(()) if names.insert(n.to_string()) => Some(n.to_string()),
+                    Ok(()) => {
+                        self.err(&join(&path, "name"), format_args!("{n:?} is used twice"));
+                        None
+                    }
+                    Err(rule) => {
+                        self.err(&join(&path, "name"), rule);
+                        None
+                    }
+                },
+                Some((None, v)) => {
+                    self.err(
+                        &join(&path, "name"),
+                        format_args!("must be a string, got {}", kind(v)),
+                    );
+                    None
+                }
+                None => {
+                    self.err(&path, "name is required");
+                    None
+                }
+            };
+            let role = match m.get("role").map(|v| (v.as_str().and_then(Role::parse), v)) {
+                Some((Some(r), _)) => Some(r),
+                Some((None, v)) => {
+                    let got = v
+                        .as_str()
+                        .map_or_else(|| kind(v).to_string(), |s| format!("{s:?}"));
+                    self.err(
+                        &join(&path, "role"),
+                        format_args!("must be one of {}, got {got}", Role::NAMES.join(", ")),
+                    );
+                    None
+                }
+                None => {
+                    self.err(&path, "role is required (gateway or operator)");
+                    None
+                }
+            };
+            let host_ids = self.host_ids(m.get("host_ids"), &path, role);
+            let proof = self.proof(m, &path);
+            if matches!(proof, Some(Proof::ClientCertDns(_))) && !mtls {
+                self.err(
+                    &join(&path, "client_cert_dns"),
+                    "needs tls.client_ca: client certificates are only verified under mTLS",
+                );
+            }
+            if let Some(Proof::TokenSha256(d)) = &proof
+                && !digests.insert(*d)
+            {
+                self.err(&path, "has the same token as an earlier credential");
+                continue;
+            }
+            if let (Some(name), Some(role), Some(host_ids), Some(proof)) =
+                (name, role, host_ids, proof)
+            {
+                out.push(Credential {
+                    name,
+                    role,
+                    host_ids,
+                    proof,
+                });
+            }
+        }
+        out
+    }
+
+    fn host_ids(
+        &mut self,
+        v: Option<&Value>,
+        path: &str,
+        role: Option<Role>,
+    ) -> Option<BTreeSet<String>> {
+        let hpath = join(path, "host_ids");
+        match (v, role) {
+            (None, Some(Role::Gateway)) => {
+                self.err(path, "host_ids is required for a gateway credential");
+                None
+            }
+            (None, _) => Some(BTreeSet::new()),
+            (Some(_), Some(Role::Operator)) => {
+                self.err(
+                    &hpath,
+                    "operator credentials act for no host; leave host_ids out",
+                );
+                None
+            }
+            (Some(Value::Sequence(items)), _) if !items.is_empty() => {
+                let mut out = BTreeSet::new();
+                for (i, h) in items.iter().enumerate() {
+                    match h.as_str().map(|s| (s, check_id(s))) {
+                        Some((s, Ok(()))) => {
+                            out.insert(s.to_string());
+                        }
+                        Some((_, Err(rule))) => self.err(&format!("{hpath}[{i}]"), rule),
+                        None => self.err(
+                            &format!("{hpath}[{i}]"),
+                            format_args!("must be a string, got {}", kind(h)),
+                        ),
+                    }
+                }
+                (out.len() == items.len()).then_some(out)
+            }
+            (Some(_), _) => {
+                self.err(&hpath, "must be a non-empty list of host ids");
+                None
+            }
+        }
+    }
+
+    /// Exactly one of the proofs, read and hashed.
+    fn proof(&mut self, m: &serde_norway::Mapping, path: &str) -> Option<Proof> {
+        let given: Vec<&str> = PROOFS.into_iter().filter(|k| m.contains_key(*k)).collect();
+        let key = match given.as_slice() {
+            [one] => *one,
+            [] => {
+                self.err(path, format_args!("give one of {}", PROOFS.join(", ")));
+                return None;
+            }
+            many => {
+                self.err(
+                    path,
+                    format_args!(
+                        "give only one of {} (got {})",
+                        PROOFS.join(", "),
+                        many.join(", ")
+                    ),
+                );
+                return None;
+            }
+        };
+        let kpath = join(path, key);
+        let Some(text) = m.get(key).and_then(Value::as_str) else {
+            self.err(&kpath, "must be a string");
+            return None;
+        };
+        match key {
+            "token_sha256" => match parse_hex32(text) {
+                Some(d) => Some(Proof::TokenSha256(d)),
+                None => {
+                    self.err(
+                        &kpath,
+                        "must be 64 hex digits: the SHA-256 of the token \
+                         (admission-authority hash-token prints it)",
+                    );
+                    None
+                }
+            },
+            "token_env" => match std::env::var(text) {
+                Ok(t) if !t.trim().is_empty() => {
+                    Some(Proof::TokenSha256(sha256(t.trim().as_bytes())))
+                }
+                _ => {
+                    self.err(
+                        &kpath,
+                        format_args!("environment variable {text} is not set or empty"),
+                    );
+                    None
+                }
+            },
+            "token_file" => match std::fs::read_to_string(self.file_path(text)) {
+                Ok(t) if !t.trim().is_empty() => {
+                    Some(Proof::TokenSha256(sha256(t.trim().as_bytes())))
+                }
+                Ok(_) => {
+                    self.err(&kpath, format_args!("{text} is empty"));
+                    None
+                }
+                Err(e) => {
+                    self.err(&kpath, format_args!("cannot read {text}: {e}"));
+                    None
+                }
+            },
+            _ => match rustls_pki_types::ServerName::try_from(text) {
+                Ok(rustls_pki_types::ServerName::DnsName(_)) => {
+                    Some(Proof::ClientCertDns(text.to_string()))
+                }
+                _ => {
+                    self.err(&kpath, format_args!("must be a DNS name, got {text:?}"));
+                    None
+                }
+            },
+        }
+    }
+
+    /// A path from the file: relative ones are relative to the file's directory.
+    fn file_path(&self, path: &str) -> PathBuf {
+        match &self.base {
+            Some(base) if std::path::Path::new(path).is_relative() => base.join(path),
+            _ => PathBuf::from(path),
+        }
+    }
+
+    /// The `tls` section.
+    pub(super) fn tls(&mut self, v: &Value) -> Option<TlsFiles> {
+        let m = self.mapping(v, "tls", &["cert", "key", "client_ca"])?;
+        let mut pem = |key: &str, required: bool| -> Option<PathBuf> {
+            let path = join("tls", key);
+            let Some(v) = m.get(key) else {
+                if required {
+                    self.err("tls", format_args!("{key} is required"));
+                }
+                return None;
+            };
+            let Some(file) = v.as_str() else {
+                self.err(&path, format_args!("must be a file path, got {}", kind(v)));
+                return None;
+            };
+            let full = self.file_path(file);
+            match std::fs::read_to_string(&full) {
+                Ok(text) if text.contains("-----BEGIN ") => Some(full),
+                Ok(_) => {
+                    self.err(&path, format_args!("{file} is not a PEM file"));
+                    None
+                }
+                Err(e) => {
+                    self.err(&path, format_args!("cannot read {file}: {e}"));
+                    None
+                }
+            }
+        };
+        let cert = pem("cert", true);
+        let key = pem("key", true);
+        let client_ca = pem("client_ca", false);
+        Some(TlsFiles {
+            cert: cert?,
+            key: key?,
+            client_ca,
+        })
+    }
+
+    /// The `grpc` section.
+    pub(super) fn grpc(&mut self, v: &Value) -> GrpcLimits {
+        let mut g = GrpcLimits::default();
+        let Some(m) = self.mapping(
+            v,
+            "grpc",
+            &["max_message_bytes", "max_wait_streams_per_connection"],
+        ) else {
+            return g;
+        };
+        if let Some(v) = m.get("max_message_bytes")
+            && let Some(n) = self.count(v, "grpc.max_message_bytes", 1024, 64 * 1024 * 1024)
+        {
+            g.max_message_bytes = n as usize;
+        }
+        if let Some(v) = m.get("max_wait_streams_per_connection")
+            && let Some(n) = self.count(v, "grpc.max_wait_streams_per_connection", 1, 1_000_000)
+        {
+            g.max_wait_streams_per_connection = n as usize;
+        }
+        g
+    }
+}
+
+fn parse_hex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The access sections for `check-config`: credentials by name, role, hosts and kind of proof
+/// (never a token or digest).
+pub(super) fn render(out: &mut String, c: &Config) {
+    if c.credentials.is_empty() {
+        let _ = writeln!(out, "credentials: []   # open: no authentication");
+    } else {
+        let _ = writeln!(out, "credentials:");
+        for cr in &c.credentials {
+            let hosts: Vec<String> = cr.host_ids.iter().map(|h| yaml_key(h)).collect();
+            let proof = match &cr.proof {
+                Proof::TokenSha256(_) => "token".to_string(),
+                Proof::ClientCertDns(dns) => format!("client certificate for {dns}"),
+            };
+            let _ = write!(
+                out,
+                "  - {{name: {}, role: {}",
+                yaml_key(&cr.name),
+                cr.role.name()
+            );
+            if !hosts.is_empty() {
+                let _ = write!(out, ", host_ids: [{}]", hosts.join(", "));
+            }
+            let _ = writeln!(out, "}}   # {proof}");
+        }
+    }
+    match &c.tls {
+        Some(t) => {
+            let _ = write!(
+                out,
+                "tls: {{cert: {}, key: {}",
+                t.cert.display(),
+                t.key.display()
+            );
+            if let Some(ca) = &t.client_ca {
+                let _ = write!(out, ", client_ca: {}", ca.display());
+            }
+            let _ = writeln!(out, "}}");
+        }
+        None => {
+            let _ = writeln!(out, "tls: null   # plaintext");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "grpc: {{max_message_bytes: {}, max_wait_streams_per_connection: {}}}",
+        c.grpc.max_message_bytes, c.grpc.max_wait_streams_per_connection
+    );
+}
