@@ -16,11 +16,13 @@ use admission_authority::scheduler::{
     Limits, LimitsTable, Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView,
 };
 use admission_authority::store::memory::MemoryStore;
-use admission_authority::store::{Policy, Store, TicketId, TicketWatch};
+use admission_authority::store::{
+    AuthStore, LedgerStore, Policy, TicketId, TicketStore, TicketWatch,
+};
 
 /// A store under test and its clock.
 pub trait Harness: Sized + Send + Sync {
-    type S: Store;
+    type S: Send + Sync + 'static;
     fn build(policy: impl Into<Policy> + Send) -> impl Future<Output = Self> + Send;
     fn store(&self) -> &Self::S;
     /// Move the store's time forward by `ms`.
@@ -72,7 +74,7 @@ fn args(subject: &str, account: Option<&str>, run: &str, mode: SubmitMode) -> Su
     }
 }
 
-async fn submit<S: Store>(
+async fn submit<S: TicketStore>(
     store: &S,
     host: &str,
     subject: &str,
@@ -84,7 +86,7 @@ async fn submit<S: Store>(
         .expect("store reachable")
 }
 
-async fn state<S: Store>(store: &S, id: &TicketId) -> Option<TicketState> {
+async fn state<S: TicketStore>(store: &S, id: &TicketId) -> Option<TicketState> {
     store
         .ticket(id)
         .await
@@ -92,7 +94,10 @@ async fn state<S: Store>(store: &S, id: &TicketId) -> Option<TicketState> {
         .map(|v| v.state)
 }
 
-pub async fn admits_to_the_cap_then_queues_then_refuses<H: Harness>() {
+pub async fn admits_to_the_cap_then_queues_then_refuses<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(limits(2, 2, 1))).await;
     let s = h.store();
     let a = submit(s, "h", "alice", "r1").await.unwrap();
@@ -124,7 +129,10 @@ pub async fn admits_to_the_cap_then_queues_then_refuses<H: Harness>() {
     assert_eq!(stats.counters.admitted, 2);
 }
 
-pub async fn round_robin_across_subjects<H: Harness>() {
+pub async fn round_robin_across_subjects<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(Limits {
         queue_per_subject: 8,
         ..limits(1, 1, 12)
@@ -163,7 +171,10 @@ pub async fn round_robin_across_subjects<H: Harness>() {
     assert_eq!(order, ["a1", "b1", "a2", "b2", "a3"]);
 }
 
-pub async fn accounts_are_keyed_per_host<H: Harness>() {
+pub async fn accounts_are_keyed_per_host<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(Limits {
         per_account: Some(1),
         ..limits(4, 4, 0)
@@ -191,7 +202,10 @@ pub async fn accounts_are_keyed_per_host<H: Harness>() {
     );
 }
 
-pub async fn release_dispatches_and_wakes_the_waiter<H: Harness>() {
+pub async fn release_dispatches_and_wakes_the_waiter<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(limits(1, 1, 4))).await;
     let s = h.store();
     let (holder, _) = submit(s, "h", "alice", "hold").await.unwrap();
@@ -207,7 +221,10 @@ pub async fn release_dispatches_and_wakes_the_waiter<H: Harness>() {
     assert!(now.grant > 0);
 }
 
-pub async fn renew_extends_leases_and_reports_unknown_ids<H: Harness>() {
+pub async fn renew_extends_leases_and_reports_unknown_ids<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(limits(2, 2, 0))).await;
     let s = h.store();
     let (a, _) = submit(s, "h", "alice", "r1").await.unwrap();
@@ -231,7 +248,10 @@ pub async fn renew_extends_leases_and_reports_unknown_ids<H: Harness>() {
     );
 }
 
-pub async fn an_expired_lease_frees_its_slot_for_the_next_waiter<H: Harness>() {
+pub async fn an_expired_lease_frees_its_slot_for_the_next_waiter<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(limits(1, 1, 4))).await;
     let s = h.store();
     let (holder, _) = submit(s, "h", "alice", "hold").await.unwrap();
@@ -239,14 +259,17 @@ pub async fn an_expired_lease_frees_its_slot_for_the_next_waiter<H: Harness>() {
     h.advance(600).await;
     s.renew(std::slice::from_ref(&waiter), None).await.unwrap();
     h.advance(500).await;
-    s.sweep().await.unwrap();
+    s.sweep_tickets().await.unwrap();
     assert_eq!(state(s, &holder).await, Some(TicketState::Expired));
     assert_eq!(state(s, &waiter).await, Some(TicketState::Admitted));
     let stats = s.stats("h").await.unwrap();
     assert_eq!((stats.counters.expired, stats.in_flight), (1, 1));
 }
 
-pub async fn repeated_run_ids_are_idempotent_until_retention_ends<H: Harness>() {
+pub async fn repeated_run_ids_are_idempotent_until_retention_ends<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(limits(2, 2, 0))).await;
     let s = h.store();
     let (first, _) = submit(s, "h", "alice", "run-1").await.unwrap();
@@ -268,14 +291,17 @@ pub async fn repeated_run_ids_are_idempotent_until_retention_ends<H: Harness>() 
     let (late, v) = submit(s, "h", "alice", "run-1").await.unwrap();
     assert_eq!((late, v.state), (first.clone(), TicketState::Released));
     h.advance(5_000).await;
-    s.sweep().await.unwrap();
+    s.sweep_tickets().await.unwrap();
     assert_eq!(state(s, &first).await, None, "forgotten after retention");
     let (fresh, v) = submit(s, "h", "alice", "run-1").await.unwrap();
     assert_ne!(fresh, first);
     assert_eq!(v.state, TicketState::Admitted);
 }
 
-pub async fn stats_and_listing_show_live_tickets<H: Harness>() {
+pub async fn stats_and_listing_show_live_tickets<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(limits(1, 1, 4))).await;
     let s = h.store();
     let (holder, _) = submit(s, "h", "alice", "hold").await.unwrap();
@@ -305,7 +331,10 @@ pub async fn stats_and_listing_show_live_tickets<H: Harness>() {
     assert_eq!((empty.in_flight, empty.queued), (0, 0));
 }
 
-pub async fn ticket_ids_are_distinct_and_name_their_host<H: Harness>() {
+pub async fn ticket_ids_are_distinct_and_name_their_host<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let h = H::build(LimitsTable::uniform(limits(100, 100, 0))).await;
     let s = h.store();
     let mut seen = std::collections::HashSet::new();
@@ -324,7 +353,10 @@ pub async fn ticket_ids_are_distinct_and_name_their_host<H: Harness>() {
     assert_eq!(s.ticket(&TicketId::random("other")).await.unwrap(), None);
 }
 
-pub async fn per_host_limits_apply_to_their_host_only<H: Harness>() {
+pub async fn per_host_limits_apply_to_their_host_only<H: Harness>()
+where
+    H::S: TicketStore,
+{
     let mut table = LimitsTable::uniform(limits(2, 2, 0));
     table.hosts.insert("small".into(), limits(1, 1, 0));
     let h = H::build(table).await;
@@ -352,7 +384,12 @@ fn auth_policy(buckets: &[(&str, BucketRule)], max_keys: usize) -> Policy {
 }
 
 /// `n` attempts of `identity` on `endpoint`; the verdict of each.
-async fn attempts<S: Store>(s: &S, endpoint: &str, identity: &str, n: usize) -> Vec<AuthVerdict> {
+async fn attempts<S: AuthStore>(
+    s: &S,
+    endpoint: &str,
+    identity: &str,
+    n: usize,
+) -> Vec<AuthVerdict> {
     let rule = s
         .auth_policy()
         .bucket(endpoint)
@@ -370,7 +407,10 @@ use AuthVerdict::{Allowed, AttemptsExhausted, KeyTableFull, LockedOut};
 
 const LOGIN: BucketRule = BucketRule::new(3, 1_000, 5_000);
 
-pub async fn auth_allows_max_attempts_then_locks_out<H: Harness>() {
+pub async fn auth_allows_max_attempts_then_locks_out<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
     let s = h.store();
     let rule = s.auth_policy().bucket("login").unwrap();
@@ -395,7 +435,10 @@ pub async fn auth_allows_max_attempts_then_locks_out<H: Harness>() {
     assert!(fourth.locked() && !fourth.allowed());
 }
 
-pub async fn auth_identities_and_endpoints_are_independent<H: Harness>() {
+pub async fn auth_identities_and_endpoints_are_independent<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(auth_policy(&[("login", LOGIN), ("pair", LOGIN)], 100)).await;
     let s = h.store();
     assert_eq!(
@@ -407,7 +450,10 @@ pub async fn auth_identities_and_endpoints_are_independent<H: Harness>() {
     assert_eq!(attempts(s, "login", "alice", 1).await, [LockedOut]);
 }
 
-pub async fn auth_window_expiry_opens_a_fresh_window<H: Harness>() {
+pub async fn auth_window_expiry_opens_a_fresh_window<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
     let s = h.store();
     assert_eq!(attempts(s, "login", "u", 2).await, [Allowed; 2]);
@@ -421,7 +467,10 @@ pub async fn auth_window_expiry_opens_a_fresh_window<H: Harness>() {
     );
 }
 
-pub async fn auth_lockout_outlasts_the_window_and_is_not_extended<H: Harness>() {
+pub async fn auth_lockout_outlasts_the_window_and_is_not_extended<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
     let s = h.store();
     let rule = s.auth_policy().bucket("login").unwrap();
@@ -447,7 +496,10 @@ pub async fn auth_lockout_outlasts_the_window_and_is_not_extended<H: Harness>() 
     );
 }
 
-pub async fn auth_without_lockout_refuses_until_the_window_ends<H: Harness>() {
+pub async fn auth_without_lockout_refuses_until_the_window_ends<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(auth_policy(&[("login", BucketRule::new(2, 1_000, 0))], 100)).await;
     let s = h.store();
     let rule = s.auth_policy().bucket("login").unwrap();
@@ -468,7 +520,10 @@ pub async fn auth_without_lockout_refuses_until_the_window_ends<H: Harness>() {
     assert_eq!(attempts(s, "login", "u", 2).await, [Allowed; 2]);
 }
 
-pub async fn auth_reset_clears_bucket_and_lockout<H: Harness>() {
+pub async fn auth_reset_clears_bucket_and_lockout<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
     let s = h.store();
     assert_eq!(
@@ -485,7 +540,10 @@ pub async fn auth_reset_clears_bucket_and_lockout<H: Harness>() {
     assert!(!none.existed && !none.was_locked);
 }
 
-pub async fn auth_default_budgets_are_built_in<H: Harness>() {
+pub async fn auth_default_budgets_are_built_in<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(LimitsTable::default()).await;
     let s = h.store();
     let mut approval = vec![Allowed; 10];
@@ -502,7 +560,10 @@ pub async fn auth_default_budgets_are_built_in<H: Harness>() {
     assert_eq!(d.retry_after_ms, 300_000, "a five-minute lockout");
 }
 
-pub async fn auth_key_table_saturation_fails_closed_and_prunes<H: Harness>() {
+pub async fn auth_key_table_saturation_fails_closed_and_prunes<H: Harness>()
+where
+    H::S: AuthStore,
+{
     let h = H::build(auth_policy(&[("login", LOGIN)], 3)).await;
     let s = h.store();
     for who in ["a", "b", "c"] {
@@ -520,7 +581,7 @@ pub async fn auth_key_table_saturation_fails_closed_and_prunes<H: Harness>() {
         "known keys work"
     );
     h.advance(500).await; // every window has ended
-    s.sweep().await.unwrap();
+    s.sweep_auth().await.unwrap();
     assert_eq!(
         attempts(s, "login", "d", 1).await,
         [Allowed],
@@ -573,14 +634,19 @@ fn used(input: u64, output: u64, coverage: Coverage) -> Usage {
     }
 }
 
-async fn authorize<S: Store>(s: &S, args: AuthorizeArgs) -> Authorization {
+async fn authorize<S: LedgerStore>(s: &S, args: AuthorizeArgs) -> Authorization {
     s.authorize("h", args)
         .await
         .expect("store reachable")
         .expect("a decision")
 }
 
-async fn settle<S: Store>(s: &S, run: &str, n: u32, usage: Usage) -> Result<bool, LedgerError> {
+async fn settle<S: LedgerStore>(
+    s: &S,
+    run: &str,
+    n: u32,
+    usage: Usage,
+) -> Result<bool, LedgerError> {
     s.settle("h", run, n, usage).await.expect("store reachable")
 }
 
@@ -591,7 +657,10 @@ fn verdict(a: &Authorization) -> (Decision, Option<Reason>, u64) {
 const ALLOW: Decision = Decision::Allow;
 const DENY: Decision = Decision::Deny;
 
-pub async fn reservations_allow_and_lower_the_grant<H: Harness>() {
+pub async fn reservations_allow_and_lower_the_grant<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     let h = H::build(budgets(ResourcePolicy {
         default: Some(tokens_cap(1_000, UnknownUsage::Reject)),
         ..ResourcePolicy::default()
@@ -617,7 +686,10 @@ pub async fn reservations_allow_and_lower_the_grant<H: Harness>() {
     assert_eq!((free.remaining_tokens, free.remaining_cost), (None, None));
 }
 
-pub async fn reservations_deny_at_and_past_the_per_run_cap<H: Harness>() {
+pub async fn reservations_deny_at_and_past_the_per_run_cap<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     let h = H::build(budgets(ResourcePolicy {
         default: Some(tokens_cap(1_000, UnknownUsage::Reject)),
         ..ResourcePolicy::default()
@@ -654,7 +726,10 @@ pub async fn reservations_deny_at_and_past_the_per_run_cap<H: Harness>() {
     assert_eq!((stats.denied, stats.open), (3, 0));
 }
 
-pub async fn reservations_intersect_default_subject_and_account_budgets<H: Harness>() {
+pub async fn reservations_intersect_default_subject_and_account_budgets<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     let mut p = ResourcePolicy {
         default: Some(tokens_cap(1_000, UnknownUsage::Allow)),
         ..ResourcePolicy::default()
@@ -687,7 +762,10 @@ pub async fn reservations_intersect_default_subject_and_account_budgets<H: Harne
     );
 }
 
-pub async fn reservations_allowances_run_out_and_roll_over<H: Harness>() {
+pub async fn reservations_allowances_run_out_and_roll_over<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     let mut p = ResourcePolicy::default();
     p.allowances.insert(
         "acct".into(),
@@ -731,7 +809,10 @@ pub async fn reservations_allowances_run_out_and_roll_over<H: Harness>() {
     );
 }
 
-pub async fn reservations_replay_authorize_and_settle<H: Harness>() {
+pub async fn reservations_replay_authorize_and_settle<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     let h = H::build(budgets(ResourcePolicy {
         default: Some(tokens_cap(1_000, UnknownUsage::Reject)),
         ..ResourcePolicy::default()
@@ -776,7 +857,10 @@ pub async fn reservations_replay_authorize_and_settle<H: Harness>() {
     assert_eq!(s.ledger_stats("h").await.unwrap().settled, 1);
 }
 
-pub async fn reservations_unknown_usage_follows_the_budget_policy<H: Harness>() {
+pub async fn reservations_unknown_usage_follows_the_budget_policy<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     for (policy, expected) in [
         (
             UnknownUsage::Reject,
@@ -841,7 +925,10 @@ pub async fn reservations_unknown_usage_follows_the_budget_policy<H: Harness>() 
     );
 }
 
-pub async fn reservations_turn_uncertain_and_are_resolved_by_an_operator<H: Harness>() {
+pub async fn reservations_turn_uncertain_and_are_resolved_by_an_operator<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     let h = H::build(budgets(ResourcePolicy {
         default: Some(tokens_cap(1_000, UnknownUsage::Allow)),
         reservation_ttl_ms: 5_000,
@@ -852,11 +939,11 @@ pub async fn reservations_turn_uncertain_and_are_resolved_by_an_operator<H: Harn
     authorize(s, step("a", 1, 400, 100)).await;
     authorize(s, step("b", 1, 400, 100)).await;
     h.advance(4_999).await;
-    s.sweep().await.unwrap();
+    s.sweep_ledger().await.unwrap();
     let (list, _) = s.reservations("h", 10).await.unwrap();
     assert!(list.iter().all(|r| r.state == StepState::Reserved));
     h.advance(1).await;
-    s.sweep().await.unwrap();
+    s.sweep_ledger().await.unwrap();
     let (list, truncated) = s.reservations("h", 10).await.unwrap();
     assert!(!truncated);
     let rows: Vec<_> = list
@@ -915,7 +1002,10 @@ pub async fn reservations_turn_uncertain_and_are_resolved_by_an_operator<H: Harn
     );
 }
 
-pub async fn reservations_count_fractional_dollars_exactly<H: Harness>() {
+pub async fn reservations_count_fractional_dollars_exactly<H: Harness>()
+where
+    H::S: LedgerStore,
+{
     let usd = |x: f64| usd_to_micros(x).unwrap();
     let mut p = ResourcePolicy {
         default: Some(Budget {

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
 
-use super::{LedgerResult, Policy, Store, StoreError, TicketId, TicketWatch};
+use super::{
+    AuthStore, LedgerResult, LedgerStore, Policy, StoreError, TicketId, TicketStore, TicketWatch,
+};
 use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, AuthTable, BucketRule};
 use crate::clock::Clock;
 use crate::ledger::{
@@ -129,6 +131,15 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
+    fn all_hosts(&self) -> Vec<(String, Arc<Host>)> {
+        self.hosts
+            .read()
+            .expect("hosts lock")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// Run `op` on a host's ledger under its lock.
     fn with_ledger<R>(
         &self,
@@ -140,7 +151,7 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+impl TicketStore for MemoryStore {
     type Watch = MemoryWatch;
 
     fn limits(&self, host_id: &str) -> &Limits {
@@ -217,24 +228,12 @@ impl Store for MemoryStore {
         MemoryWatch { rx: Some(rx) }
     }
 
-    async fn sweep(&self) -> Result<(), StoreError> {
-        let hosts: Vec<(String, Arc<Host>)> = self
-            .hosts
-            .read()
-            .expect("hosts lock")
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (host_id, host) in hosts {
+    async fn sweep_tickets(&self) -> Result<(), StoreError> {
+        for (host_id, host) in self.all_hosts() {
             self.with_host(&host, &host_id, |state, limits, now| {
                 state.housekeeping(limits, now)
             });
-            self.with_ledger(&host, |ledger, policy, now| {
-                ledger.housekeeping(policy, now)
-            });
         }
-        let now = self.clock.now_ms();
-        self.auth.lock().expect("auth lock").prune(now);
         Ok(())
     }
 
@@ -268,7 +267,9 @@ impl Store for MemoryStore {
         self.with_host(&host, host_id, |state, _, _| state.count_rejection());
         Ok(())
     }
+}
 
+impl LedgerStore for MemoryStore {
     async fn authorize(&self, host_id: &str, args: AuthorizeArgs) -> LedgerResult<Authorization> {
         let host = self.host(host_id);
         Ok(self.with_ledger(&host, |ledger, policy, now| {
@@ -330,6 +331,17 @@ impl Store for MemoryStore {
         }))
     }
 
+    async fn sweep_ledger(&self) -> Result<(), StoreError> {
+        for (_, host) in self.all_hosts() {
+            self.with_ledger(&host, |ledger, policy, now| {
+                ledger.housekeeping(policy, now)
+            });
+        }
+        Ok(())
+    }
+}
+
+impl AuthStore for MemoryStore {
     fn auth_policy(&self) -> &AuthPolicy {
         &self.policy.auth
     }
@@ -347,5 +359,11 @@ impl Store for MemoryStore {
     async fn auth_reset(&self, endpoint: &str, identity: &str) -> Result<AuthCleared, StoreError> {
         let mut table = self.auth.lock().expect("auth lock");
         Ok(table.reset(endpoint, identity, self.clock.now_ms()))
+    }
+
+    async fn sweep_auth(&self) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        self.auth.lock().expect("auth lock").prune(now);
+        Ok(())
     }
 }

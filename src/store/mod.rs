@@ -115,9 +115,9 @@ pub trait TicketWatch: Send + 'static {
     fn changed(&mut self) -> impl Future<Output = ()> + Send;
 }
 
-/// The authority's shared state: scheduler tickets, resource reservations and auth buckets. Each method is one atomic
-/// operation: no caller ever reads, decides and writes in separate steps.
-pub trait Store: Send + Sync + 'static {
+/// The scheduler's tickets. Each method is one atomic operation: no caller ever reads, decides
+/// and writes in separate steps.
+pub trait TicketStore: Send + Sync + 'static {
     type Watch: TicketWatch;
 
     /// The limits a host is scheduled under.
@@ -152,8 +152,8 @@ pub trait Store: Send + Sync + 'static {
     /// Subscribe to changes of one ticket. Subscribe before reading, so no change is missed.
     fn watch(&self, id: &TicketId) -> Self::Watch;
 
-    /// Expire due leases and forget old tickets on every host (the periodic sweep).
-    fn sweep(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Expire due leases and forget old tickets on every host.
+    fn sweep_tickets(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Gauges and counters of a host.
     fn stats(&self, host_id: &str) -> impl Future<Output = Result<HostStats, StoreError>> + Send;
@@ -168,7 +168,10 @@ pub trait Store: Send + Sync + 'static {
     /// Count a Submit refused before it reached the store (the authority's own memory).
     fn count_rejection(&self, host_id: &str)
     -> impl Future<Output = Result<(), StoreError>> + Send;
+}
 
+/// The resource ledger: reservations of model steps against budgets and allowances.
+pub trait LedgerStore: Send + Sync + 'static {
     /// Decide one model step of a run on `host_id`: allow with a reservation, deny, or defer.
     fn authorize(
         &self,
@@ -208,10 +211,18 @@ pub trait Store: Send + Sync + 'static {
         host_id: &str,
     ) -> impl Future<Output = Result<LedgerStats, StoreError>> + Send;
 
+    /// Mark reservations past their TTL uncertain and forget idle runs, on every host.
+    fn sweep_ledger(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Auth buckets, installation-wide.
+pub trait AuthStore: Send + Sync + 'static {
     /// The auth buckets this store enforces.
     fn auth_policy(&self) -> &AuthPolicy;
 
     /// Count one attempt of `identity` against `endpoint`'s bucket, whose rule is `rule`.
+    /// Never fails: a store that cannot reach its shared state decides with a local bucket
+    /// (`degraded`), and never fails open.
     fn auth_attempt(
         &self,
         endpoint: &str,
@@ -225,7 +236,25 @@ pub trait Store: Send + Sync + 'static {
         endpoint: &str,
         identity: &str,
     ) -> impl Future<Output = Result<AuthCleared, StoreError>> + Send;
+
+    /// Drop local buckets whose window and lockout have ended.
+    fn sweep_auth(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
+
+/// The authority's whole shared state: tickets, reservations and auth buckets. Every store the
+/// server runs on implements all three parts.
+pub trait Store: TicketStore + LedgerStore + AuthStore {
+    /// The periodic sweep of all three parts.
+    fn sweep(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async {
+            self.sweep_tickets().await?;
+            self.sweep_ledger().await?;
+            self.sweep_auth().await
+        }
+    }
+}
+
+impl<T: TicketStore + LedgerStore + AuthStore> Store for T {}
 
 #[cfg(test)]
 mod tests {
