@@ -281,6 +281,15 @@ impl AuthTable {
         decision
     }
 
+    /// When the key's lockout ends, if it is locked out at `now`.
+    pub fn locked_until(&self, endpoint: &str, identity: &str, now: Millis) -> Option<Millis> {
+        self.endpoints
+            .get(endpoint)?
+            .get(identity)
+            .map(|e| e.locked_until)
+            .filter(|until| *until > now)
+    }
+
     /// Clear the bucket and any lockout of a key.
     pub fn reset(&mut self, endpoint: &str, identity: &str, now: Millis) -> AuthCleared {
         let removed = self

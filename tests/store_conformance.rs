@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use admission_authority::auth::{AuthPolicy, AuthVerdict, BucketRule};
-use admission_authority::clock::ManualClock;
+use admission_authority::clock::{Clock, ManualClock};
 use admission_authority::ledger::{
     Allowance, Authorization, AuthorizeArgs, Budget, Coverage, Decision, LedgerError, Reason,
     Resolution, ResourcePolicy, StepState, UnknownUsage, Usage, usd_to_micros,
@@ -16,6 +16,7 @@ use admission_authority::scheduler::{
     Limits, LimitsTable, Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView,
 };
 use admission_authority::store::memory::MemoryStore;
+use admission_authority::store::redis::RedisStore;
 use admission_authority::store::{
     AuthStore, LedgerStore, Policy, TicketId, TicketStore, TicketWatch,
 };
@@ -48,6 +49,40 @@ impl Harness for Memory {
     }
     async fn advance(&self, ms: u64) {
         self.clock.advance(ms);
+    }
+}
+
+/// The Redis store on the test command's redis-server (`ADMISSION_TEST_REDIS_URL`), under a
+/// prefix of its own per harness so that tests sharing the server never see each other's keys.
+/// The scripts' time is frozen to the harness clock (which the replica's local auth fallback
+/// reads too), so time moves only when a scenario advances it.
+pub struct Redis {
+    store: RedisStore,
+    clock: ManualClock,
+}
+
+impl Harness for Redis {
+    type S = RedisStore;
+    async fn build(policy: impl Into<Policy> + Send) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let url = std::env::var("ADMISSION_TEST_REDIS_URL").expect(
+            "ADMISSION_TEST_REDIS_URL names the redis-server to test against; \
+             scripts/test starts one and sets it",
+        );
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let prefix = format!("conformance-{}-{n}:", std::process::id());
+        let clock = ManualClock::new(1_000);
+        let store = RedisStore::new(&url, &prefix, 4, policy.into(), Arc::new(clock.clone()))
+            .expect("a redis url");
+        store.freeze_time_for_tests(clock.now_ms());
+        Redis { store, clock }
+    }
+    fn store(&self) -> &RedisStore {
+        &self.store
+    }
+    async fn advance(&self, ms: u64) {
+        self.clock.advance(ms);
+        self.store.freeze_time_for_tests(self.clock.now_ms());
     }
 }
 
@@ -1095,5 +1130,19 @@ mod memory {
         reservations_unknown_usage_follows_the_budget_policy,
         reservations_turn_uncertain_and_are_resolved_by_an_operator,
         reservations_count_fractional_dollars_exactly,
+    );
+}
+
+/// Redis holds the auth buckets so far; tickets and reservations join as they land. The key
+/// table bound is the local fallback's, tested with Redis unreachable in tests/redis.rs.
+mod redis {
+    conformance!(super::Redis:
+        auth_allows_max_attempts_then_locks_out,
+        auth_identities_and_endpoints_are_independent,
+        auth_window_expiry_opens_a_fresh_window,
+        auth_lockout_outlasts_the_window_and_is_not_extended,
+        auth_without_lockout_refuses_until_the_window_ends,
+        auth_reset_clears_bucket_and_lockout,
+        auth_default_budgets_are_built_in,
     );
 }

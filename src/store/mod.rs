@@ -6,6 +6,7 @@
 //! against every store.
 
 pub mod memory;
+pub mod redis;
 
 use std::fmt;
 use std::future::Future;

@@ -1,0 +1,50 @@
+//! Every Redis key the store uses, built in one place.
+//!
+//! Keys start with the configured prefix (default `admission:`), so environments sharing one
+//! Redis never collide. The part in `{...}` is the Redis Cluster hash tag: every key one
+//! decision touches shares it, so each script runs on one slot. Auth bucket keys are tagged by
+//! `endpoint:identity` (buckets are installation-wide); ticket and ledger keys by host_id.
+
+/// Key builder for one prefix.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    /// `{prefix}authrl:{<endpoint>:<identity>}:b`: the bucket (hash: `c` attempts counted,
+    /// `e` end of the window in ms), expiring when its window ends.
+    pub fn auth_bucket(&self, endpoint: &str, identity: &str) -> String {
+        format!("{}authrl:{{{endpoint}:{identity}}}:b", self.prefix)
+    }
+
+    /// `{prefix}authrl:{<endpoint>:<identity>}:l`: the lockout (its end in ms), expiring when
+    /// the lockout ends.
+    pub fn auth_lockout(&self, endpoint: &str, identity: &str) -> String {
+        format!("{}authrl:{{{endpoint}:{identity}}}:l", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_keys_of_a_bucket_share_one_hash_tag() {
+        let k = Keys::new("admission:");
+        assert_eq!(
+            k.auth_bucket("approval", "203.0.113.7"),
+            "admission:authrl:{approval:203.0.113.7}:b"
+        );
+        assert_eq!(
+            k.auth_lockout("approval", "203.0.113.7"),
+            "admission:authrl:{approval:203.0.113.7}:l"
+        );
+    }
+}
