@@ -1133,7 +1133,7 @@ mod memory {
     );
 }
 
-/// Redis holds the auth buckets so far; tickets and reservations join as they land. The key
+/// Redis holds the auth buckets and the ledger so far; tickets join when they land. The key
 /// table bound is the local fallback's, tested with Redis unreachable in tests/redis.rs.
 mod redis {
     conformance!(super::Redis:
@@ -1144,5 +1144,13 @@ mod redis {
         auth_without_lockout_refuses_until_the_window_ends,
         auth_reset_clears_bucket_and_lockout,
         auth_default_budgets_are_built_in,
+        reservations_allow_and_lower_the_grant,
+        reservations_deny_at_and_past_the_per_run_cap,
+        reservations_intersect_default_subject_and_account_budgets,
+        reservations_allowances_run_out_and_roll_over,
+        reservations_replay_authorize_and_settle,
+        reservations_unknown_usage_follows_the_budget_policy,
+        reservations_turn_uncertain_and_are_resolved_by_an_operator,
+        reservations_count_fractional_dollars_exactly,
     );
 }

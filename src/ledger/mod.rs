@@ -133,15 +133,17 @@ impl Default for ResourcePolicy {
 
 /// The budgets that apply to one run, intersected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Effective {
-    max_tokens: Option<u64>,
-    max_cost: Option<Micros>,
+pub struct Effective {
+    pub max_tokens: Option<u64>,
+    pub max_cost: Option<Micros>,
     /// `None` when no block applies: then unknown usage does not stop a run.
-    unknown_usage: Option<UnknownUsage>,
+    pub unknown_usage: Option<UnknownUsage>,
 }
 
 impl ResourcePolicy {
-    fn effective(&self, subject: &str, account: Option<&str>) -> Effective {
+    /// The per-run budget of a run of `subject` spending `account`: every block that applies,
+    /// intersected (configuration only; no state).
+    pub fn effective(&self, subject: &str, account: Option<&str>) -> Effective {
         let blocks = [
             self.default.as_ref(),
             self.subjects.get(subject),
@@ -326,7 +328,6 @@ pub struct LedgerStats {
     pub denied: u64,
     pub deferred: u64,
     pub settled: u64,
-    pub runs: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -420,18 +421,15 @@ impl Ledger {
         let run = self
             .runs
             .entry(Box::from(args.run_id.as_str()))
-            .or_insert_with(|| {
-                self.stats.runs += 1;
-                Run {
-                    subject: Box::from(args.subject.as_str()),
-                    account: args.account_id.as_deref().map(Box::from),
-                    used_tokens: 0,
-                    used_cost: 0,
-                    partial_steps: 0,
-                    open_steps: BTreeSet::new(),
-                    steps: HashMap::new(),
-                    last_touched: now,
-                }
+            .or_insert_with(|| Run {
+                subject: Box::from(args.subject.as_str()),
+                account: args.account_id.as_deref().map(Box::from),
+                used_tokens: 0,
+                used_cost: 0,
+                partial_steps: 0,
+                open_steps: BTreeSet::new(),
+                steps: HashMap::new(),
+                last_touched: now,
             });
         let window = allowance
             .map(|(account, al)| (al, current_window(&mut self.windows, account, al, now)));
@@ -705,11 +703,9 @@ impl Ledger {
         }
         if now >= self.next_forget {
             self.next_forget = now + 60_000;
-            let before = self.runs.len();
             self.runs.retain(|_, r| {
                 !r.open_steps.is_empty() || now < r.last_touched + policy.run_retention_ms
             });
-            self.stats.runs -= (before - self.runs.len()) as u64;
             self.windows.retain(|_, w| now < w.end);
         }
     }
@@ -758,6 +754,11 @@ impl Ledger {
 
     pub fn stats(&self) -> LedgerStats {
         self.stats
+    }
+
+    /// Runs remembered (for replays and per-run usage).
+    pub fn run_count(&self) -> usize {
+        self.runs.len()
     }
 }
 

@@ -121,7 +121,7 @@ fn reservations_turn_uncertain_after_their_ttl_and_runs_are_forgotten_after_rete
     // Past retention (and the once-a-minute forget pass), the settled run is forgotten; the
     // run holding an uncertain reservation is not.
     l.housekeeping(&p, 61_000);
-    assert_eq!(l.stats().runs, 1);
+    assert_eq!(l.run_count(), 1);
     let (open, more) = l.open_reservations(10, 61_000);
     assert!(!more);
     assert_eq!(

@@ -31,6 +31,43 @@ impl Keys {
     }
 }
 
+impl Keys {
+    /// `{prefix}hosts`: the set of host_ids with ledger state, for the sweep (not per host:
+    /// it is read by one command, never inside a script).
+    pub fn hosts(&self) -> String {
+        format!("{}hosts", self.prefix)
+    }
+
+    /// `{prefix}ledger:{<host>}:run:`: the prefix of a host's run hashes (`...:run:<run_id>`;
+    /// fields `subject`, `account`, `ut`/`uc` usage, `partial`, `open` steps, `aw` allowance
+    /// window, and `s<step>` per step). Expires `run_retention` after its last call unless a
+    /// reservation is open.
+    pub fn ledger_run_prefix(&self, host: &str) -> String {
+        format!("{}ledger:{{{host}}}:run:", self.prefix)
+    }
+
+    /// `{prefix}ledger:{<host>}:win:`: the prefix of a host's allowance windows
+    /// (`...:win:<account>`; fields `start`, `end`, `ut`, `uc`), expiring when the window ends.
+    pub fn ledger_window_prefix(&self, host: &str) -> String {
+        format!("{}ledger:{{{host}}}:win:", self.prefix)
+    }
+
+    /// `{prefix}ledger:{<host>}:reserved`: reserved steps by when they were authorized.
+    pub fn ledger_reserved(&self, host: &str) -> String {
+        format!("{}ledger:{{{host}}}:reserved", self.prefix)
+    }
+
+    /// `{prefix}ledger:{<host>}:uncertain`: uncertain steps by when they were authorized.
+    pub fn ledger_uncertain(&self, host: &str) -> String {
+        format!("{}ledger:{{{host}}}:uncertain", self.prefix)
+    }
+
+    /// `{prefix}ledger:{<host>}:stats`: decision and settlement counters.
+    pub fn ledger_stats(&self, host: &str) -> String {
+        format!("{}ledger:{{{host}}}:stats", self.prefix)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

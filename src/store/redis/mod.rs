@@ -23,9 +23,13 @@ use std::time::Duration;
 use bb8_redis::RedisConnectionManager;
 use redis::aio::MultiplexedConnection;
 
-use super::{AuthStore, Policy, StoreError};
+use super::{AuthStore, LedgerResult, LedgerStore, Policy, StoreError};
 use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, AuthTable, AuthVerdict, BucketRule};
 use crate::clock::Clock;
+use crate::ledger::{
+    Authorization, AuthorizeArgs, Coverage, Decision, LedgerError, LedgerStats, Reason,
+    ReservationInfo, Resolution, StepState, UnknownUsage, Usage,
+};
 use keys::Keys;
 
 /// How long auth calls skip Redis after it failed, so an outage cannot stall every call.
@@ -50,6 +54,13 @@ pub struct RedisStore {
     frozen_now_ms: AtomicU64,
     auth_attempt: redis::Script,
     auth_reset: redis::Script,
+    authorize: redis::Script,
+    settle: redis::Script,
+    resolve: redis::Script,
+    open_reservations: redis::Script,
+    /// Hosts this replica has registered in the `hosts` set (for the sweep), so the set is
+    /// written once per host and replica, not once per call.
+    registered_hosts: Mutex<std::collections::HashSet<String>>,
 }
 
 impl RedisStore {
@@ -82,6 +93,11 @@ impl RedisStore {
             frozen_now_ms: AtomicU64::new(0),
             auth_attempt: redis::Script::new(scripts::AUTH_ATTEMPT),
             auth_reset: redis::Script::new(scripts::AUTH_RESET),
+            authorize: redis::Script::new(&scripts::authorize()),
+            settle: redis::Script::new(&scripts::settle()),
+            resolve: redis::Script::new(&scripts::resolve()),
+            open_reservations: redis::Script::new(&scripts::open_reservations()),
+            registered_hosts: Mutex::default(),
         })
     }
 
@@ -170,6 +186,288 @@ impl RedisStore {
             retry_after_ms,
             degraded: false,
         })
+    }
+}
+
+impl RedisStore {
+    /// Add `host` to the hosts the sweep visits, once per replica.
+    async fn register_host(&self, host: &str) -> Result<(), StoreError> {
+        if self
+            .registered_hosts
+            .lock()
+            .expect("hosts lock")
+            .contains(host)
+        {
+            return Ok(());
+        }
+        let (mut conn, _) = self.conn().await?;
+        let added: Result<i64, _> = redis::cmd("SADD")
+            .arg(self.keys.hosts())
+            .arg(host)
+            .query_async(&mut conn)
+            .await;
+        added.map_err(|e| StoreError(format!("redis: {e}")))?;
+        self.registered_hosts
+            .lock()
+            .expect("hosts lock")
+            .insert(host.to_string());
+        Ok(())
+    }
+
+    /// Housekeeping of a host's ledger, and up to `limit` of its open reservations.
+    async fn open_steps(
+        &self,
+        host: &str,
+        limit: usize,
+    ) -> Result<(u64, u64, u64, Vec<ReservationInfo>), StoreError> {
+        let mut inv = self.open_reservations.prepare_invoke();
+        inv.key(self.keys.ledger_reserved(host))
+            .key(self.keys.ledger_uncertain(host))
+            .arg(self.policy.resources.reservation_ttl_ms)
+            .arg(self.keys.ledger_run_prefix(host))
+            .arg(limit)
+            .arg(self.now_arg());
+        let out: Vec<String> = self.run(inv).await?;
+        let num = |s: &str| s.parse::<u64>().unwrap_or(0);
+        if out.len() < 3 || !(out.len() - 3).is_multiple_of(9) {
+            return Err(StoreError("redis: malformed reservation listing".into()));
+        }
+        let now = num(&out[0]);
+        let rows = out[3..]
+            .chunks(9)
+            .map(|r| ReservationInfo {
+                run_id: r[0].clone(),
+                step: r[1].parse().unwrap_or(0),
+                state: if r[2] == "U" {
+                    StepState::Uncertain
+                } else {
+                    StepState::Reserved
+                },
+                subject: r[3].clone(),
+                account_id: (!r[4].is_empty()).then(|| r[4].clone()),
+                model: r[5].clone(),
+                reserved_tokens: num(&r[6]),
+                reserved_cost: num(&r[7]),
+                age_ms: now.saturating_sub(num(&r[8])),
+            })
+            .collect();
+        Ok((now, num(&out[1]), num(&out[2]), rows))
+    }
+}
+
+fn opt_num(s: &str) -> Option<u64> {
+    if s.is_empty() { None } else { s.parse().ok() }
+}
+
+fn opt_arg(v: Option<u64>) -> String {
+    v.map_or_else(String::new, |n| n.to_string())
+}
+
+impl LedgerStore for RedisStore {
+    async fn authorize(&self, host_id: &str, args: AuthorizeArgs) -> LedgerResult<Authorization> {
+        self.register_host(host_id).await?;
+        let policy = &self.policy.resources;
+        let budget = policy.effective(&args.subject, args.account_id.as_deref());
+        let allowance = args
+            .account_id
+            .as_deref()
+            .and_then(|a| policy.allowances.get(a));
+        let window_key = match (&args.account_id, allowance) {
+            (Some(a), Some(_)) => format!("{}{a}", self.keys.ledger_window_prefix(host_id)),
+            // Any key of the host, so the script's keys stay on one slot.
+            _ => self.keys.ledger_stats(host_id),
+        };
+        let mut inv = self.authorize.prepare_invoke();
+        inv.key(format!(
+            "{}{}",
+            self.keys.ledger_run_prefix(host_id),
+            args.run_id
+        ))
+        .key(window_key)
+        .key(self.keys.ledger_reserved(host_id))
+        .key(self.keys.ledger_uncertain(host_id))
+        .key(self.keys.ledger_stats(host_id))
+        .arg(&args.run_id)
+        .arg(args.step)
+        .arg(&args.subject)
+        .arg(args.account_id.as_deref().unwrap_or(""))
+        .arg(&args.model)
+        .arg(args.requested_output_tokens)
+        .arg(args.estimated_input_tokens)
+        .arg(args.estimated_cost)
+        .arg(opt_arg(budget.max_tokens))
+        .arg(opt_arg(budget.max_cost))
+        .arg(budget.unknown_usage.map_or("", UnknownUsage::name))
+        .arg(opt_arg(allowance.and_then(|a| a.tokens)))
+        .arg(opt_arg(allowance.and_then(|a| a.cost)))
+        .arg(opt_arg(allowance.map(|a| a.window_ms)))
+        .arg(policy.reservation_ttl_ms)
+        .arg(policy.run_retention_ms)
+        .arg(self.keys.ledger_run_prefix(host_id))
+        .arg(self.now_arg());
+        let out: Vec<String> = self.run(inv).await?;
+        match out.first().map(String::as_str) {
+            Some("conflict") => {
+                let field = if out.get(1).map(String::as_str) == Some("subject") {
+                    "subject"
+                } else {
+                    "account_id"
+                };
+                return Ok(Err(LedgerError::RunConflict { field }));
+            }
+            Some("ok") if out.len() == 7 => {}
+            _ => return Err(StoreError(format!("redis: authorize answered {out:?}"))),
+        }
+        let decision = match out[1].as_str() {
+            "A" => Decision::Allow,
+            "U" => Decision::Unknown,
+            _ => Decision::Deny,
+        };
+        let reason = match out[2].as_str() {
+            "RESOURCE_LIMIT" => Some(Reason::ResourceLimit),
+            "QUOTA_EXHAUSTED" => Some(Reason::QuotaExhausted),
+            "RESOURCE_USAGE_UNKNOWN" => Some(Reason::ResourceUsageUnknown),
+            _ => None,
+        };
+        Ok(Ok(Authorization {
+            decision,
+            reason,
+            granted_output_tokens: out[3].parse().unwrap_or(0),
+            remaining_tokens: opt_num(&out[4]),
+            remaining_cost: opt_num(&out[5]),
+            replay: out[6] == "1",
+        }))
+    }
+
+    async fn settle(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        usage: Usage,
+    ) -> LedgerResult<bool> {
+        let policy = &self.policy.resources;
+        let coverage = match usage.coverage {
+            Coverage::Complete => "C",
+            Coverage::Partial => "P",
+            Coverage::Unknown => "U",
+        };
+        let mut inv = self.settle.prepare_invoke();
+        inv.key(format!("{}{run_id}", self.keys.ledger_run_prefix(host_id)))
+            .key(self.keys.ledger_reserved(host_id))
+            .key(self.keys.ledger_uncertain(host_id))
+            .key(self.keys.ledger_stats(host_id))
+            .arg(run_id)
+            .arg(step)
+            .arg(usage.input_tokens)
+            .arg(usage.output_tokens)
+            .arg(usage.cost)
+            .arg(coverage)
+            .arg(self.keys.ledger_window_prefix(host_id))
+            .arg(policy.reservation_ttl_ms)
+            .arg(policy.run_retention_ms)
+            .arg(self.keys.ledger_run_prefix(host_id))
+            .arg(self.now_arg());
+        let out: Vec<String> = self.run(inv).await?;
+        Ok(match out.first().map(String::as_str) {
+            Some("ok") => Ok(false),
+            Some("replay") => Ok(true),
+            Some("not_authorized") => Err(LedgerError::NotAuthorized),
+            Some("conflict") => Err(LedgerError::SettleConflict),
+            Some("resolved") => Err(LedgerError::AlreadyResolved),
+            _ => return Err(StoreError(format!("redis: settle answered {out:?}"))),
+        })
+    }
+
+    async fn resolve(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        resolution: Resolution,
+    ) -> LedgerResult<()> {
+        let policy = &self.policy.resources;
+        let mut inv = self.resolve.prepare_invoke();
+        inv.key(format!("{}{run_id}", self.keys.ledger_run_prefix(host_id)))
+            .key(self.keys.ledger_reserved(host_id))
+            .key(self.keys.ledger_uncertain(host_id))
+            .key(self.keys.ledger_stats(host_id))
+            .arg(run_id)
+            .arg(step)
+            .arg(match resolution {
+                Resolution::Consumed => "X",
+                Resolution::Released => "Y",
+            })
+            .arg(self.keys.ledger_window_prefix(host_id))
+            .arg(policy.reservation_ttl_ms)
+            .arg(policy.run_retention_ms)
+            .arg(self.keys.ledger_run_prefix(host_id))
+            .arg(self.now_arg());
+        let out: Vec<String> = self.run(inv).await?;
+        Ok(match out.first().map(String::as_str) {
+            Some("ok") => Ok(()),
+            Some("no_such") => Err(LedgerError::NoSuchReservation),
+            Some("not_uncertain") => Err(LedgerError::NotUncertain {
+                state: crate::ledger::state_name(match out.get(1).map(String::as_str) {
+                    Some("R") => StepState::Reserved,
+                    Some("X") => StepState::Resolved(Resolution::Consumed),
+                    Some("Y") => StepState::Resolved(Resolution::Released),
+                    Some("C") => StepState::Closed,
+                    _ => StepState::Settled(Usage {
+                        input_tokens: 0,
+                        output_tokens: 0,
+                        cost: 0,
+                        coverage: Coverage::Complete,
+                    }),
+                }),
+            }),
+            _ => return Err(StoreError(format!("redis: resolve answered {out:?}"))),
+        })
+    }
+
+    async fn reservations(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> Result<(Vec<ReservationInfo>, bool), StoreError> {
+        if limit == 0 {
+            return Ok((Vec::new(), false));
+        }
+        let (_, _, _, mut rows) = self.open_steps(host_id, limit).await?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        Ok((rows, more))
+    }
+
+    async fn ledger_stats(&self, host_id: &str) -> Result<LedgerStats, StoreError> {
+        let (_, uncertain, reserved, _) = self.open_steps(host_id, 0).await?;
+        let (mut conn, _) = self.conn().await?;
+        let counters: Result<std::collections::HashMap<String, u64>, _> = redis::cmd("HGETALL")
+            .arg(self.keys.ledger_stats(host_id))
+            .query_async(&mut conn)
+            .await;
+        let c = counters.map_err(|e| StoreError(format!("redis: {e}")))?;
+        let get = |k: &str| c.get(k).copied().unwrap_or(0);
+        Ok(LedgerStats {
+            open: uncertain + reserved,
+            uncertain,
+            allowed: get("allowed"),
+            denied: get("denied"),
+            deferred: get("deferred"),
+            settled: get("settled"),
+        })
+    }
+
+    async fn sweep_ledger(&self) -> Result<(), StoreError> {
+        let (mut conn, _) = self.conn().await?;
+        let hosts: Result<Vec<String>, _> = redis::cmd("SMEMBERS")
+            .arg(self.keys.hosts())
+            .query_async(&mut conn)
+            .await;
+        for host in hosts.map_err(|e| StoreError(format!("redis: {e}")))? {
+            self.open_steps(&host, 0).await?;
+        }
+        Ok(())
     }
 }
 

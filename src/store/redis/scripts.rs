@@ -63,3 +63,367 @@ local was_locked = locked > now and 1 or 0
 local existed = (was_locked == 1 or wend > now) and 1 or 0
 return {existed, was_locked}
 "#;
+
+/// The prelude of every ledger script: `now`, number formatting, the step record codec, and
+/// the housekeeping that turns reserved steps past their TTL uncertain.
+///
+/// A step is one field `s<step>` of its run's hash, packed as
+/// `state|decision|reason|granted|remaining_tokens|remaining_cost|tokens|cost|window|at|
+/// input|output|usage_cost|coverage|model` (numbers as integers, `''` for none; the model last,
+/// as it may hold `|`). States: R reserved, U uncertain, S settled, X resolved consumed,
+/// Y resolved released, C closed (denied or deferred). Reserved and uncertain steps are indexed
+/// in the host's `reserved` and `uncertain` sorted sets (member `<run_id>\n<step>`, score the
+/// time they were authorized).
+///
+/// Expects `now_arg`, `ttl` (reservation_ttl ms), `run_prefix` (key prefix of run hashes),
+/// `k_reserved`, `k_uncertain`, `k_stats` to be set by the script body.
+const LEDGER_PRELUDE: &str = r#"
+local function fmt(x) return string.format('%.0f', x) end
+local function now_of(arg)
+  local n = tonumber(arg)
+  if n == 0 then
+    local t = redis.call('TIME')
+    n = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return n
+end
+local function unpack_step(raw)
+  local t, i = {}, 1
+  for k = 1, 14 do
+    local j = string.find(raw, '|', i, true)
+    t[k] = string.sub(raw, i, j - 1)
+    i = j + 1
+  end
+  t[15] = string.sub(raw, i)
+  return {st = t[1], d = t[2], r = t[3], g = t[4], rt = t[5], rc = t[6], tok = t[7],
+          cost = t[8], win = t[9], at = t[10], ui = t[11], uo = t[12], uc = t[13],
+          cov = t[14], model = t[15]}
+end
+local function pack_step(s)
+  return table.concat({s.st, s.d, s.r, s.g, s.rt, s.rc, s.tok, s.cost, s.win, s.at, s.ui,
+                       s.uo, s.uc, s.cov, s.model}, '|')
+end
+local function housekeeping(now, ttl, run_prefix, k_reserved, k_uncertain)
+  local due = redis.call('ZRANGEBYSCORE', k_reserved, '-inf', now - ttl, 'WITHSCORES')
+  for i = 1, #due, 2 do
+    local m = due[i]
+    local sep = string.find(m, '\n', 1, true)
+    local rk, field = run_prefix .. string.sub(m, 1, sep - 1), 's' .. string.sub(m, sep + 1)
+    local raw = redis.call('HGET', rk, field)
+    if raw then
+      local s = unpack_step(raw)
+      s.st = 'U'
+      redis.call('HSET', rk, field, pack_step(s))
+    end
+    redis.call('ZREM', k_reserved, m)
+    redis.call('ZADD', k_uncertain, due[i + 1], m)
+  end
+end
+local function open_list_has_before(open, step)
+  for n in string.gmatch(open, '%d+') do
+    if tonumber(n) < step then return true end
+  end
+  return false
+end
+local function open_remove(open, step)
+  local out = {}
+  for n in string.gmatch(open, '%d+') do
+    if tonumber(n) ~= step then table.insert(out, n) end
+  end
+  return table.concat(out, ',')
+end
+local function keep_run(run, open, retention)
+  if open == '' then
+    redis.call('PEXPIRE', run, retention)
+  else
+    redis.call('PERSIST', run)
+  end
+end
+local function current_window(key, window, now)
+  local w = redis.call('HMGET', key, 'start', 'end', 'ut', 'uc')
+  local wend = tonumber(w[2] or '0')
+  if wend <= now then
+    redis.call('HSET', key, 'start', fmt(now), 'end', fmt(now + window), 'ut', 0, 'uc', 0)
+    redis.call('PEXPIRE', key, window)
+    return now, 0, 0
+  end
+  return tonumber(w[1]), tonumber(w[3]), tonumber(w[4])
+end
+"#;
+
+/// Authorize one model step (DESIGN.md section 4), as [`crate::ledger::Ledger::authorize`].
+///
+/// KEYS[1] the run's hash, KEYS[2] the account's allowance window hash (any key of the host
+/// when there is no allowance), KEYS[3] reserved index, KEYS[4] uncertain index, KEYS[5] stats.
+/// ARGV[1] run_id, ARGV[2] step, ARGV[3] subject, ARGV[4] account ('' none), ARGV[5] model,
+/// ARGV[6] requested output tokens, ARGV[7] estimated input tokens, ARGV[8] estimated cost
+/// (micro-dollars), ARGV[9] per-run max tokens ('' none), ARGV[10] per-run max cost ('' none),
+/// ARGV[11] unknown_usage ('' no budget block, 'reject', 'allow', 'defer'), ARGV[12] allowance
+/// tokens (''), ARGV[13] allowance cost (''), ARGV[14] allowance window ms ('' no allowance),
+/// ARGV[15] reservation_ttl ms, ARGV[16] run_retention ms, ARGV[17] run key prefix,
+/// ARGV[18] now (0 = Redis TIME).
+/// Returns {'ok', decision (A/D/U), reason, granted, remaining_tokens, remaining_cost, replay}
+/// or {'conflict', field}.
+pub fn authorize() -> String {
+    format!("{LEDGER_PRELUDE}{AUTHORIZE_BODY}")
+}
+
+const AUTHORIZE_BODY: &str = r#"
+local now = now_of(ARGV[18])
+local run, step = KEYS[1], tonumber(ARGV[2])
+housekeeping(now, tonumber(ARGV[15]), ARGV[17], KEYS[3], KEYS[4])
+local r = redis.call('HMGET', run, 'subject', 'account', 'ut', 'uc', 'partial', 'open')
+if r[1] then
+  if r[1] ~= ARGV[3] then return {'conflict', 'subject'} end
+  if r[2] ~= ARGV[4] then return {'conflict', 'account_id'} end
+  local prev = redis.call('HGET', run, 's' .. ARGV[2])
+  if prev then
+    local p = unpack_step(prev)
+    keep_run(run, r[6], tonumber(ARGV[16]))
+    return {'ok', p.d, p.r, p.g, p.rt, p.rc, '1'}
+  end
+else
+  redis.call('HSET', run, 'subject', ARGV[3], 'account', ARGV[4], 'ut', 0, 'uc', 0,
+             'partial', 0, 'open', '', 'aw', ARGV[14])
+end
+local ut, uc = tonumber(r[3] or '0'), tonumber(r[4] or '0')
+local partial, open = tonumber(r[5] or '0'), r[6] or ''
+local has_allowance = ARGV[14] ~= ''
+local wstart, wut, wuc = nil, 0, 0
+if has_allowance then
+  wstart, wut, wuc = current_window(KEYS[2], tonumber(ARGV[14]), now)
+end
+local tl, cl = {}, {}
+if ARGV[9] ~= '' then table.insert(tl, {tonumber(ARGV[9]), ut, 'RESOURCE_LIMIT'}) end
+if ARGV[10] ~= '' then table.insert(cl, {tonumber(ARGV[10]), uc, 'RESOURCE_LIMIT'}) end
+if has_allowance and ARGV[12] ~= '' then
+  table.insert(tl, {tonumber(ARGV[12]), wut, 'QUOTA_EXHAUSTED'})
+end
+if has_allowance and ARGV[13] ~= '' then
+  table.insert(cl, {tonumber(ARGV[13]), wuc, 'QUOTA_EXHAUSTED'})
+end
+local function remaining(l, extra)
+  local m = nil
+  for _, x in ipairs(l) do
+    local v = x[1] - (x[2] + extra)
+    if v < 0 then v = 0 end
+    if m == nil or v < m then m = v end
+  end
+  return m
+end
+local function opt(x) if x == nil then return '' end return fmt(x) end
+-- The first reason among the limits for which test(limit, used) holds, per-run caps first.
+local function reason_where(test, input_t, input_c)
+  local found = nil
+  for _, x in ipairs(tl) do
+    if test(x[1], x[2], input_t) then
+      if x[3] == 'RESOURCE_LIMIT' then return x[3] end
+      found = found or x[3]
+    end
+  end
+  for _, x in ipairs(cl) do
+    if test(x[1], x[2], input_c) then
+      if x[3] == 'RESOURCE_LIMIT' then return x[3] end
+      found = found or x[3]
+    end
+  end
+  return found
+end
+local decision, reason = nil, nil
+local spent = reason_where(function(limit, used, _) return used >= limit end, 0, 0)
+if spent then
+  decision, reason = 'D', spent
+elseif ARGV[11] ~= '' and (partial > 0 or open_list_has_before(open, step)) then
+  if ARGV[11] == 'reject' then
+    decision, reason = 'D', 'RESOURCE_USAGE_UNKNOWN'
+  elseif ARGV[11] == 'defer' then
+    decision, reason = 'U', 'RESOURCE_USAGE_UNKNOWN'
+  end
+end
+local input, est_cost = tonumber(ARGV[7]), tonumber(ARGV[8])
+if decision == nil then
+  local tight = nil
+  for _, x in ipairs(tl) do
+    if x[2] + input >= x[1] then
+      if x[3] == 'RESOURCE_LIMIT' then tight = x[3] break end
+      tight = tight or x[3]
+    end
+  end
+  if tight ~= 'RESOURCE_LIMIT' then
+    for _, x in ipairs(cl) do
+      if x[2] + est_cost > x[1] then
+        if x[3] == 'RESOURCE_LIMIT' then tight = x[3] break end
+        tight = tight or x[3]
+      end
+    end
+  end
+  if tight then decision, reason = 'D', tight end
+end
+local s = {st = 'C', d = '', r = reason or '', g = '0', rt = '', rc = '', tok = '0', cost = '0',
+           win = '', at = fmt(now), ui = '', uo = '', uc = '', cov = '', model = ARGV[5]}
+local m = ARGV[1] .. '\n' .. ARGV[2]
+if decision then
+  s.d, s.rt, s.rc = decision, opt(remaining(tl, 0)), opt(remaining(cl, 0))
+  redis.call('HINCRBY', KEYS[5], decision == 'U' and 'deferred' or 'denied', 1)
+else
+  local room = remaining(tl, input)
+  local granted = tonumber(ARGV[6])
+  if room ~= nil and room < granted then granted = room end
+  local tokens = input + granted
+  s.d, s.g, s.tok, s.cost = 'A', fmt(granted), fmt(tokens), fmt(est_cost)
+  s.rt, s.rc = opt(remaining(tl, tokens)), opt(remaining(cl, est_cost))
+  redis.call('HSET', run, 'ut', fmt(ut + tokens), 'uc', fmt(uc + est_cost))
+  open = open == '' and ARGV[2] or (open .. ',' .. ARGV[2])
+  redis.call('HSET', run, 'open', open)
+  if has_allowance then
+    s.win = fmt(wstart)
+    redis.call('HSET', KEYS[2], 'ut', fmt(wut + tokens), 'uc', fmt(wuc + est_cost))
+  end
+  s.st = 'R'
+  redis.call('ZADD', KEYS[3], now, m)
+  redis.call('HINCRBY', KEYS[5], 'allowed', 1)
+end
+redis.call('HSET', run, 's' .. ARGV[2], pack_step(s))
+keep_run(run, open, tonumber(ARGV[16]))
+return {'ok', s.d, s.r, s.g, s.rt, s.rc, '0'}
+"#;
+
+/// Settle one step: replace its reservation with the reported usage, exactly once.
+///
+/// KEYS[1] the run's hash, KEYS[2] reserved index, KEYS[3] uncertain index, KEYS[4] stats.
+/// ARGV[1] run_id, ARGV[2] step, ARGV[3] input tokens, ARGV[4] output tokens, ARGV[5] cost
+/// (micro-dollars), ARGV[6] coverage (C complete, P partial, U unknown), ARGV[7] window key
+/// prefix, ARGV[8] reservation_ttl ms, ARGV[9] run_retention ms, ARGV[10] run key prefix,
+/// ARGV[11] now (0 = Redis TIME). The run's account and allowance window (recorded by
+/// Authorize) name its window key, which shares the host's hash tag.
+/// Returns {'ok'}, {'replay'}, {'not_authorized'}, {'conflict'} or {'resolved'}.
+pub fn settle() -> String {
+    format!("{LEDGER_PRELUDE}{SETTLE_BODY}")
+}
+
+const SETTLE_BODY: &str = r#"
+local now = now_of(ARGV[11])
+local run, step = KEYS[1], tonumber(ARGV[2])
+housekeeping(now, tonumber(ARGV[8]), ARGV[10], KEYS[2], KEYS[3])
+local raw = redis.call('HGET', run, 's' .. ARGV[2])
+if not raw then return {'not_authorized'} end
+local s = unpack_step(raw)
+if s.st == 'S' then
+  if s.ui == ARGV[3] and s.uo == ARGV[4] and s.uc == ARGV[5] and s.cov == ARGV[6] then
+    return {'replay'}
+  end
+  return {'conflict'}
+end
+if s.st == 'X' or s.st == 'Y' then return {'resolved'} end
+local r = redis.call('HMGET', run, 'ut', 'uc', 'partial', 'open', 'account', 'aw')
+local ut, uc, partial, open = tonumber(r[1]), tonumber(r[2]), tonumber(r[3]), r[4] or ''
+local rt, rcost = 0, 0
+local m = ARGV[1] .. '\n' .. ARGV[2]
+if s.st == 'R' or s.st == 'U' then
+  rt, rcost = tonumber(s.tok), tonumber(s.cost)
+  open = open_remove(open, step)
+  redis.call('ZREM', s.st == 'R' and KEYS[2] or KEYS[3], m)
+end
+local used_t = tonumber(ARGV[3]) + tonumber(ARGV[4])
+local used_c = tonumber(ARGV[5])
+ut = math.max(ut - rt, 0) + used_t
+uc = math.max(uc - rcost, 0) + used_c
+if ARGV[6] ~= 'C' then partial = partial + 1 end
+redis.call('HSET', run, 'ut', fmt(ut), 'uc', fmt(uc), 'partial', partial, 'open', open)
+if r[6] and r[6] ~= '' then
+  local wkey = ARGV[7] .. r[5]
+  local wstart, wut, wuc = current_window(wkey, tonumber(r[6]), now)
+  if s.win == '' or tonumber(s.win) == wstart then
+    redis.call('HSET', wkey, 'ut', fmt(math.max(wut - rt, 0) + used_t),
+               'uc', fmt(math.max(wuc - rcost, 0) + used_c))
+  end
+end
+s.st, s.ui, s.uo, s.uc, s.cov = 'S', ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+redis.call('HSET', run, 's' .. ARGV[2], pack_step(s))
+redis.call('HINCRBY', KEYS[4], 'settled', 1)
+keep_run(run, open, tonumber(ARGV[9]))
+return {'ok'}
+"#;
+
+/// An operator's resolution of an uncertain reservation.
+///
+/// KEYS as for settle. ARGV[1] run_id, ARGV[2] step, ARGV[3] resolution (X consumed,
+/// Y released), ARGV[4] window key prefix, ARGV[5] reservation_ttl ms, ARGV[6] run_retention
+/// ms, ARGV[7] run key prefix, ARGV[8] now (0 = Redis TIME).
+/// Returns {'ok'}, {'no_such'} or {'not_uncertain', state}.
+pub fn resolve() -> String {
+    format!("{LEDGER_PRELUDE}{RESOLVE_BODY}")
+}
+
+const RESOLVE_BODY: &str = r#"
+local now = now_of(ARGV[8])
+local run, step = KEYS[1], tonumber(ARGV[2])
+housekeeping(now, tonumber(ARGV[5]), ARGV[7], KEYS[2], KEYS[3])
+local raw = redis.call('HGET', run, 's' .. ARGV[2])
+if not raw then return {'no_such'} end
+local s = unpack_step(raw)
+if s.st ~= 'U' then return {'not_uncertain', s.st} end
+local r = redis.call('HMGET', run, 'ut', 'uc', 'open', 'account')
+local open = open_remove(r[3] or '', step)
+redis.call('ZREM', KEYS[3], ARGV[1] .. '\n' .. ARGV[2])
+if ARGV[3] == 'Y' then
+  local rt, rcost = tonumber(s.tok), tonumber(s.cost)
+  redis.call('HSET', run, 'ut', fmt(math.max(tonumber(r[1]) - rt, 0)),
+             'uc', fmt(math.max(tonumber(r[2]) - rcost, 0)))
+  if s.win ~= '' then
+    local wkey = ARGV[4] .. r[4]
+    local w = redis.call('HMGET', wkey, 'start', 'end', 'ut', 'uc')
+    if w[1] and tonumber(w[1]) == tonumber(s.win) and now < tonumber(w[2]) then
+      redis.call('HSET', wkey, 'ut', fmt(math.max(tonumber(w[3]) - rt, 0)),
+                 'uc', fmt(math.max(tonumber(w[4]) - rcost, 0)))
+    end
+  end
+end
+redis.call('HSET', run, 'open', open)
+s.st = ARGV[3]
+redis.call('HSET', run, 's' .. ARGV[2], pack_step(s))
+keep_run(run, open, tonumber(ARGV[6]))
+return {'ok'}
+"#;
+
+/// Housekeeping alone (the periodic sweep), and the host's open reservations for listing:
+/// uncertain ones first, then reserved ones, oldest first within each, at most ARGV[3] + 1.
+///
+/// KEYS[1] reserved index, KEYS[2] uncertain index. ARGV[1] reservation_ttl ms, ARGV[2] run
+/// key prefix, ARGV[3] limit (0 = housekeeping only), ARGV[4] now (0 = Redis TIME).
+/// Returns {now, uncertain count, reserved count, then per listed step: run_id, step, state,
+/// subject, account, model, tokens, cost, authorized_at}.
+pub fn open_reservations() -> String {
+    format!("{LEDGER_PRELUDE}{OPEN_BODY}")
+}
+
+const OPEN_BODY: &str = r#"
+local now = now_of(ARGV[4])
+housekeeping(now, tonumber(ARGV[1]), ARGV[2], KEYS[1], KEYS[2])
+local out = {fmt(now), tostring(redis.call('ZCARD', KEYS[2])),
+             tostring(redis.call('ZCARD', KEYS[1]))}
+local limit = tonumber(ARGV[3])
+if limit == 0 then return out end
+local listed = 0
+for _, key in ipairs({KEYS[2], KEYS[1]}) do
+  if listed > limit then break end
+  local members = redis.call('ZRANGE', key, 0, limit - listed)
+  for _, m in ipairs(members) do
+    if listed > limit then break end
+    local sep = string.find(m, '\n', 1, true)
+    local run_id, step = string.sub(m, 1, sep - 1), string.sub(m, sep + 1)
+    local rk = ARGV[2] .. run_id
+    local raw = redis.call('HGET', rk, 's' .. step)
+    if raw then
+      local s = unpack_step(raw)
+      local r = redis.call('HMGET', rk, 'subject', 'account')
+      for _, v in ipairs({run_id, step, s.st, r[1] or '', r[2] or '', s.model, s.tok, s.cost,
+                          s.at}) do
+        table.insert(out, v)
+      end
+      listed = listed + 1
+    end
+  end
+end
+return out
+"#;
