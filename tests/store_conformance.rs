@@ -1133,10 +1133,20 @@ mod memory {
     );
 }
 
-/// Redis holds the auth buckets and the ledger so far; tickets join when they land. The key
-/// table bound is the local fallback's, tested with Redis unreachable in tests/redis.rs.
+/// Every scenario runs on Redis too, except the auth key-table bound: on Redis it is the local
+/// fallback's, tested with Redis unreachable in tests/redis.rs.
 mod redis {
     conformance!(super::Redis:
+        admits_to_the_cap_then_queues_then_refuses,
+        round_robin_across_subjects,
+        accounts_are_keyed_per_host,
+        release_dispatches_and_wakes_the_waiter,
+        renew_extends_leases_and_reports_unknown_ids,
+        an_expired_lease_frees_its_slot_for_the_next_waiter,
+        repeated_run_ids_are_idempotent_until_retention_ends,
+        stats_and_listing_show_live_tickets,
+        ticket_ids_are_distinct_and_name_their_host,
+        per_host_limits_apply_to_their_host_only,
         auth_allows_max_attempts_then_locks_out,
         auth_identities_and_endpoints_are_independent,
         auth_window_expiry_opens_a_fresh_window,

@@ -38,6 +38,25 @@ impl Keys {
         format!("{}hosts", self.prefix)
     }
 
+    /// `{prefix}sched:{<host>}:`: the prefix of every scheduling key of a host (see
+    /// `scripts::TICKET_PRELUDE` for the keys under it).
+    pub fn sched(&self, host: &str) -> String {
+        format!("{}sched:{{{host}}}:", self.prefix)
+    }
+
+    /// The pattern of every host's change channel (`<sched prefix>changes`).
+    pub fn sched_changes_pattern(&self) -> String {
+        format!("{}sched:*changes", self.prefix)
+    }
+
+    /// The host whose change channel `channel` is, if it is one.
+    pub fn host_of_changes<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        channel
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix("sched:{")?
+            .strip_suffix("}:changes")
+    }
+
     /// `{prefix}ledger:{<host>}:run:`: the prefix of a host's run hashes (`...:run:<run_id>`;
     /// fields `subject`, `account`, `ut`/`uc` usage, `partial`, `open` steps, `aw` allowance
     /// window, and `s<step>` per step). Expires `run_retention` after its last call unless a

@@ -10,11 +10,14 @@
 //! (`degraded`, a log line, Redis skipped for [`AUTH_SKIP_MS`]); a lockout earned locally is
 //! checked before every call and outlives Redis' recovery. Nothing fails open.
 //!
-//! This version holds the auth buckets; tickets and reservations follow, and only then can the
-//! server run on it.
+//! Tickets live in [`tickets`]: the scheduling rules run in Lua, and a ticket's change is
+//! published so a Wait stream on any replica wakes at once.
 
 pub mod keys;
 pub mod scripts;
+mod tickets;
+
+pub use tickets::RedisWatch;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,6 +64,27 @@ pub struct RedisStore {
     /// Hosts this replica has registered in the `hosts` set (for the sweep), so the set is
     /// written once per host and replica, not once per call.
     registered_hosts: Mutex<std::collections::HashSet<String>>,
+    submit: redis::Script,
+    renew: redis::Script,
+    release: redis::Script,
+    ticket: redis::Script,
+    stats: redis::Script,
+    list: redis::Script,
+    /// Each host's limits as the scripts read them, computed once.
+    default_limits_json: String,
+    limits_json: std::collections::HashMap<String, String>,
+    url: String,
+    /// This replica's Wait streams, woken by the change listener.
+    watchers: Arc<tickets::Watchers>,
+    listener: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        if let Some(l) = self.listener.get() {
+            l.abort();
+        }
+    }
 }
 
 impl RedisStore {
@@ -77,6 +101,13 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let manager = RedisConnectionManager::new(url)
             .map_err(|e| StoreError(format!("redis url {url:?}: {e}")))?;
+        let default_limits_json = tickets::limits_json(&policy.limits.default);
+        let limits_json = policy
+            .limits
+            .hosts
+            .iter()
+            .map(|(h, l)| (h.clone(), tickets::limits_json(l)))
+            .collect();
         let pool = bb8::Pool::builder()
             .max_size(pool_size.max(1))
             .connection_timeout(REDIS_TIMEOUT)
@@ -98,6 +129,17 @@ impl RedisStore {
             resolve: redis::Script::new(&scripts::resolve()),
             open_reservations: redis::Script::new(&scripts::open_reservations()),
             registered_hosts: Mutex::default(),
+            submit: redis::Script::new(&scripts::submit()),
+            renew: redis::Script::new(&scripts::renew()),
+            release: redis::Script::new(&scripts::release()),
+            ticket: redis::Script::new(&scripts::ticket()),
+            stats: redis::Script::new(&scripts::stats()),
+            list: redis::Script::new(&scripts::list()),
+            default_limits_json,
+            limits_json,
+            url: url.to_string(),
+            watchers: Arc::default(),
+            listener: std::sync::OnceLock::new(),
         })
     }
 
@@ -212,6 +254,27 @@ impl RedisStore {
             .expect("hosts lock")
             .insert(host.to_string());
         Ok(())
+    }
+
+    /// Start the listener that wakes this replica's Wait streams, once.
+    fn ensure_listener(&self) {
+        self.listener.get_or_init(|| {
+            tokio::spawn(tickets::listen(
+                self.url.clone(),
+                self.keys.clone(),
+                self.watchers.clone(),
+            ))
+        });
+    }
+
+    /// Every host with state, from the `hosts` set.
+    async fn hosts(&self) -> Result<Vec<String>, StoreError> {
+        let (mut conn, _) = self.conn().await?;
+        let hosts: Result<Vec<String>, _> = redis::cmd("SMEMBERS")
+            .arg(self.keys.hosts())
+            .query_async(&mut conn)
+            .await;
+        hosts.map_err(|e| StoreError(format!("redis: {e}")))
     }
 
     /// Housekeeping of a host's ledger, and up to `limit` of its open reservations.
@@ -459,12 +522,7 @@ impl LedgerStore for RedisStore {
     }
 
     async fn sweep_ledger(&self) -> Result<(), StoreError> {
-        let (mut conn, _) = self.conn().await?;
-        let hosts: Result<Vec<String>, _> = redis::cmd("SMEMBERS")
-            .arg(self.keys.hosts())
-            .query_async(&mut conn)
-            .await;
-        for host in hosts.map_err(|e| StoreError(format!("redis: {e}")))? {
+        for host in self.hosts().await? {
             self.open_steps(&host, 0).await?;
         }
         Ok(())

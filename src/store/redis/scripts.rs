@@ -427,3 +427,426 @@ for _, key in ipairs({KEYS[2], KEYS[1]}) do
 end
 return out
 "#;
+
+/// The prelude of every ticket script: the scheduling rules of [`crate::scheduler`] in Lua.
+///
+/// ARGV[1] the host's key prefix `B` (`{prefix}sched:{<host>}:`; every key below starts with
+/// it, so all of a host's keys share its hash tag and slot), ARGV[2] the host's limits as JSON,
+/// ARGV[3] now (0 = Redis TIME). KEYS[1] is `B c` (the counters), named so Redis routes the
+/// script to the host's slot; the other keys are derived from `B`.
+///
+/// Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
+/// deadline, order); `run:<run_id>` → ticket; `leases` zset of live tickets by deadline;
+/// `retained` zset of ended tickets by the time they are forgotten; `q:<subject>` zset of a
+/// subject's waiters by order; `rot` list, the round-robin rotation of subjects with waiters;
+/// `depth` zset of subjects by queue depth; `dc` hash, depth → subjects with more waiters than
+/// that; `sf`, `af`, `aq` hashes of subject in-flight, account in-flight and account queued;
+/// `rss` hash instance → `mb|at`; `c` counters. Every change of a ticket's state is published on
+/// `B changes` (the ticket's key) for Wait streams on any replica.
+const TICKET_PRELUDE: &str = r#"
+local function fmt(x) return string.format('%.0f', x) end
+local B = ARGV[1]
+local L = cjson.decode(ARGV[2])
+local now = tonumber(ARGV[3])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local C, LEASES, RET, ROT = B .. 'c', B .. 'leases', B .. 'retained', B .. 'rot'
+local DEPTH, DC, SF, AF, AQ, RSS = B .. 'depth', B .. 'dc', B .. 'sf', B .. 'af', B .. 'aq', B .. 'rss'
+local function tkey(k) return B .. 't:' .. k end
+local function qkey(s) return B .. 'q:' .. s end
+local function runkey(r) return B .. 'run:' .. r end
+local function num(v) return tonumber(v or '0') or 0 end
+local function cnt(f) return num(redis.call('HGET', C, f)) end
+local function incr(f, by) redis.call('HINCRBY', C, f, by or 1) end
+local function hincr(h, f, by)
+  local v = redis.call('HINCRBY', h, f, by)
+  if v == 0 then redis.call('HDEL', h, f) end
+end
+local function changed(k) redis.call('PUBLISH', B .. 'changes', k) end
+local function subject_cap(s) return L.subjects[s] or L.per_subject end
+local function account_cap(a)
+  if a == '' then return nil end
+  local v = L.accounts[a]
+  if v then return v end
+  if L.per_account >= 0 then return L.per_account end
+  return nil
+end
+local function account_has_room(a)
+  local cap = account_cap(a)
+  return cap == nil or num(redis.call('HGET', AF, a)) < cap
+end
+local function rss_of(inst)
+  local r = redis.call('HGET', RSS, inst)
+  if not r then return nil end
+  local sep = string.find(r, '|', 1, true)
+  local mb, at = tonumber(string.sub(r, 1, sep - 1)), tonumber(string.sub(r, sep + 1))
+  if now - at >= L.lease then return nil end
+  return mb
+end
+local function instance_soft(inst)
+  if L.max_rss == 0 then return false end
+  local mb = rss_of(inst)
+  return mb ~= nil and mb >= L.soft_rss
+end
+local function report_rss(inst, mb)
+  if L.max_rss > 0 then redis.call('HSET', RSS, inst, fmt(mb) .. '|' .. fmt(now)) end
+end
+local function ticket(k)
+  local t = redis.call('HMGET', tkey(k), 'subject', 'account', 'instance', 'run', 'state',
+                       'grant', 'deadline', 'order')
+  if not t[5] then return nil end
+  return {subject = t[1], account = t[2], instance = t[3], run = t[4], state = t[5],
+          grant = num(t[6]), deadline = num(t[7]), order = num(t[8])}
+end
+local function live(state) return state == 'Q' or state == 'A' or state == 'P' end
+local function fits(s, a)
+  if cnt('in_flight') >= L.total then return false end
+  return num(redis.call('HGET', SF, s)) < subject_cap(s) and account_has_room(a)
+end
+local function set_lease(k, deadline)
+  redis.call('HSET', tkey(k), 'deadline', fmt(deadline))
+  redis.call('ZADD', LEASES, deadline, k)
+end
+local function admit(k, t)
+  local g = redis.call('HINCRBY', C, 'grant', 1)
+  redis.call('HSET', tkey(k), 'state', 'A', 'grant', g)
+  set_lease(k, now + L.lease)
+  incr('in_flight')
+  hincr(SF, t.subject, 1)
+  if t.account ~= '' then hincr(AF, t.account, 1) end
+  incr('admitted')
+  changed(k)
+end
+local function enqueue(k, t)
+  local order = redis.call('HINCRBY', C, 'next_order', 1)
+  redis.call('HSET', tkey(k), 'state', 'Q', 'order', order)
+  set_lease(k, now + L.lease)
+  if t.account ~= '' then hincr(AQ, t.account, 1) end
+  incr('queued')
+  local q = qkey(t.subject)
+  local depth = redis.call('ZCARD', q)
+  redis.call('ZADD', q, order, k)
+  if depth == 0 then redis.call('RPUSH', ROT, t.subject) end
+  redis.call('ZADD', DEPTH, depth + 1, t.subject)
+  hincr(DC, tostring(depth), 1)
+  changed(k)
+end
+-- Take a waiter out of its subject's queue; `popped` when dispatch already took the subject
+-- off the rotation.
+local function dequeue(k, t, popped)
+  if t.account ~= '' then hincr(AQ, t.account, -1) end
+  incr('queued', -1)
+  local q = qkey(t.subject)
+  local depth = redis.call('ZCARD', q)
+  redis.call('ZREM', q, k)
+  hincr(DC, tostring(depth - 1), -1)
+  if depth > 1 then
+    redis.call('ZADD', DEPTH, depth - 1, t.subject)
+  else
+    redis.call('ZREM', DEPTH, t.subject)
+    if not popped then redis.call('LREM', ROT, 1, t.subject) end
+  end
+end
+local function finish(k, t, state)
+  if t.state == 'Q' then
+    dequeue(k, t, false)
+  elseif t.state == 'A' then
+    incr('in_flight', -1)
+    hincr(SF, t.subject, -1)
+    if t.account ~= '' then hincr(AF, t.account, -1) end
+  elseif t.state == 'P' then
+    incr('parked', -1)
+  else
+    return
+  end
+  redis.call('ZREM', LEASES, k)
+  local forget = now + L.retention
+  redis.call('HSET', tkey(k), 'state', state, 'deadline', fmt(forget))
+  redis.call('ZADD', RET, forget, k)
+  -- Real-time TTLs only collect garbage a little after the retention has passed.
+  redis.call('PEXPIRE', tkey(k), L.retention + 60000)
+  redis.call('PEXPIRE', runkey(t.run), L.retention + 60000)
+  changed(k)
+end
+local function dispatch()
+  local idle = 0
+  while cnt('in_flight') < L.total and idle < redis.call('LLEN', ROT) do
+    local s = redis.call('LPOP', ROT)
+    if not s then break end
+    local q = qkey(s)
+    local pick, pt = nil, nil
+    if num(redis.call('HGET', SF, s)) < subject_cap(s) then
+      for _, k in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+        local t = ticket(k)
+        if account_has_room(t.account) and not instance_soft(t.instance) then
+          pick, pt = k, t
+          break
+        end
+      end
+    end
+    if not pick then
+      idle = idle + 1
+      redis.call('RPUSH', ROT, s)
+    else
+      dequeue(pick, pt, true)
+      admit(pick, pt)
+      if redis.call('ZCARD', q) > 0 then redis.call('RPUSH', ROT, s) end
+      idle = 0
+    end
+  end
+end
+local function housekeeping()
+  local freed = false
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now)) do
+    local t = ticket(k)
+    if t then
+      finish(k, t, 'E')
+      incr('expired')
+      freed = true
+    else
+      redis.call('ZREM', LEASES, k)
+    end
+  end
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', RET, '-inf', now)) do
+    local run = redis.call('HGET', tkey(k), 'run')
+    redis.call('DEL', tkey(k))
+    if run and redis.call('GET', runkey(run)) == k then redis.call('DEL', runkey(run)) end
+    redis.call('ZREM', RET, k)
+  end
+  if L.max_rss > 0 then
+    local r = redis.call('HGETALL', RSS)
+    for i = 1, #r, 2 do
+      local sep = string.find(r[i + 1], '|', 1, true)
+      if now - tonumber(string.sub(r[i + 1], sep + 1)) >= L.lease then
+        redis.call('HDEL', RSS, r[i])
+        freed = true
+      end
+    end
+  end
+  if freed then dispatch() end
+end
+local function position(k, t)
+  local depth = redis.call('ZCOUNT', qkey(t.subject), '-inf', '(' .. fmt(t.order))
+  local before = 0
+  for d = 0, depth - 1 do before = before + num(redis.call('HGET', DC, tostring(d))) end
+  if redis.call('LLEN', ROT) <= 1024 then
+    for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
+      if s == t.subject then break end
+      if redis.call('ZCARD', qkey(s)) > depth then before = before + 1 end
+    end
+  end
+  return before
+end
+-- {state, position, grant, lease remaining}, or false for an unknown ticket.
+local function view(k)
+  local t = ticket(k)
+  if not t then return false end
+  local pos, lease = 0, 0
+  if t.state == 'Q' then pos = position(k, t) end
+  if live(t.state) then lease = math.max(t.deadline - now, 0) end
+  return {t.state, pos, t.grant, lease}
+end
+"#;
+
+/// Submit a ticket. ARGV[4] ticket key (32 hex digits, fresh), ARGV[5] instance, ARGV[6]
+/// subject, ARGV[7] account ('' none), ARGV[8] run_id, ARGV[9] mode (Q queue, T try),
+/// ARGV[10] rss_mb ('' none).
+/// Returns {'ok', key, state, position, grant, lease}, {'refused', reason},
+/// {'conflict', field} or {'collision'} (the key is taken: draw another).
+pub fn submit() -> String {
+    format!("{TICKET_PRELUDE}{SUBMIT_BODY}")
+}
+
+const SUBMIT_BODY: &str = r#"
+housekeeping()
+local key, inst, subject, account, run = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local existing = redis.call('GET', runkey(run))
+if existing then
+  local t = ticket(existing)
+  if t then
+    if t.subject ~= subject then return {'conflict', 'subject'} end
+    if t.account ~= account then return {'conflict', 'account_id'} end
+    local v = view(existing)
+    return {'ok', existing, v[1], v[2], v[3], v[4]}
+  end
+end
+local rss = tonumber(ARGV[10])
+if rss then report_rss(inst, rss) end
+if L.max_rss > 0 and rss and rss >= L.max_rss then
+  incr('rejected')
+  return {'refused', 'MEMORY_PRESSURE'}
+end
+dispatch()
+local eligible = (not instance_soft(inst)) and fits(subject, account)
+if not eligible then
+  if ARGV[9] == 'T' or L.queue_total == 0 then
+    incr('rejected')
+    return {'refused', 'BUSY'}
+  end
+  local depth = redis.call('ZCARD', qkey(subject))
+  local subject_full = L.queue_per_subject > 0 and depth >= L.queue_per_subject
+  local total_full = cnt('queued') >= L.queue_total
+  if subject_full or total_full then
+    if L.overflow == 'reject' then
+      incr('rejected')
+      return {'refused', 'QUEUE_FULL'}
+    elseif L.overflow == 'queue' then
+      if subject_full or cnt('queued') >= L.queue_hard_total then
+        incr('rejected')
+        return {'refused', 'QUEUE_FULL'}
+      end
+    else
+      local victim_subject = subject
+      if not subject_full then
+        victim_subject = redis.call('ZREVRANGE', DEPTH, 0, 0)[1]
+      end
+      local victim = victim_subject and redis.call('ZRANGE', qkey(victim_subject), 0, 0)[1]
+      if not victim then
+        incr('rejected')
+        return {'refused', 'QUEUE_FULL'}
+      end
+      finish(victim, ticket(victim), 'S')
+      incr('shed')
+    end
+  end
+end
+if redis.call('EXISTS', tkey(key)) == 1 then return {'collision'} end
+redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
+           'run', run, 'state', 'N', 'grant', 0, 'deadline', 0, 'order', 0)
+redis.call('SET', runkey(run), key)
+incr('submitted')
+local t = ticket(key)
+if eligible then admit(key, t) else enqueue(key, t) end
+local v = view(key)
+return {'ok', key, v[1], v[2], v[3], v[4]}
+"#;
+
+/// Renew leases. ARGV[4] rss_mb ('' none), ARGV[5..] ticket keys.
+/// Returns per key {state, position, grant, lease}, or false when unknown.
+pub fn renew() -> String {
+    format!("{TICKET_PRELUDE}{RENEW_BODY}")
+}
+
+const RENEW_BODY: &str = r#"
+housekeeping()
+local rss = tonumber(ARGV[4])
+local out = {}
+for i = 5, #ARGV do
+  local k = ARGV[i]
+  local t = ticket(k)
+  if t then
+    if live(t.state) then set_lease(k, now + L.lease) end
+    if rss then
+      local was_soft = instance_soft(t.instance)
+      report_rss(t.instance, rss)
+      if was_soft and not instance_soft(t.instance) then dispatch() end
+    end
+  end
+  table.insert(out, view(k))
+end
+return out
+"#;
+
+/// Release or withdraw a ticket. ARGV[4] ticket key. Returns the previous state, or false.
+pub fn release() -> String {
+    format!("{TICKET_PRELUDE}{RELEASE_BODY}")
+}
+
+const RELEASE_BODY: &str = r#"
+housekeeping()
+local k = ARGV[4]
+local t = ticket(k)
+if not t then return false end
+if t.state == 'A' or t.state == 'P' then
+  finish(k, t, 'R')
+  incr('released')
+  dispatch()
+elseif t.state == 'Q' then
+  finish(k, t, 'C')
+  incr('cancelled')
+  dispatch()
+end
+return t.state
+"#;
+
+/// Read one ticket (after housekeeping). ARGV[4] ticket key. Returns its view or false.
+pub fn ticket() -> String {
+    format!("{TICKET_PRELUDE}{TICKET_BODY}")
+}
+
+const TICKET_BODY: &str = r#"
+housekeeping()
+return view(ARGV[4])
+"#;
+
+/// Housekeeping, then the host's gauges, counters and rows. ARGV[4] 'rejected' to count one
+/// rejection first (the authority's own memory), else ''.
+/// Returns {in_flight, queued, parked, submitted, admitted, rejected, released, cancelled,
+/// shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
+/// (account, in_flight, queued) x n}.
+pub fn stats() -> String {
+    format!("{TICKET_PRELUDE}{STATS_BODY}")
+}
+
+const STATS_BODY: &str = r#"
+housekeeping()
+if ARGV[4] == 'rejected' then incr('rejected') end
+local out = {}
+for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
+                    'released', 'cancelled', 'shed', 'expired'}) do
+  table.insert(out, cnt(f))
+end
+local rss = 0
+for _, inst in ipairs(redis.call('HKEYS', RSS)) do
+  local mb = rss_of(inst)
+  if mb and mb > rss then rss = mb end
+end
+table.insert(out, rss)
+local subjects, seen = {}, {}
+for _, s in ipairs(redis.call('HKEYS', SF)) do seen[s] = true; table.insert(subjects, s) end
+for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
+  if not seen[s] then seen[s] = true; table.insert(subjects, s) end
+end
+table.insert(out, #subjects)
+for _, s in ipairs(subjects) do
+  table.insert(out, s)
+  table.insert(out, num(redis.call('HGET', SF, s)))
+  table.insert(out, redis.call('ZCARD', qkey(s)))
+end
+local accounts, aseen = {}, {}
+for _, h in ipairs({AF, AQ}) do
+  for _, a in ipairs(redis.call('HKEYS', h)) do
+    if not aseen[a] then aseen[a] = true; table.insert(accounts, a) end
+  end
+end
+table.insert(out, #accounts)
+for _, a in ipairs(accounts) do
+  table.insert(out, a)
+  table.insert(out, num(redis.call('HGET', AF, a)))
+  table.insert(out, num(redis.call('HGET', AQ, a)))
+end
+return out
+"#;
+
+/// Housekeeping, then every live ticket: {key, state, subject, account, run, instance, grant,
+/// deadline, order} per ticket (sorted by the caller).
+pub fn list() -> String {
+    format!("{TICKET_PRELUDE}{LIST_BODY}")
+}
+
+const LIST_BODY: &str = r#"
+housekeeping()
+local out = {fmt(now)}
+for _, k in ipairs(redis.call('ZRANGE', LEASES, 0, -1)) do
+  local t = ticket(k)
+  if t then
+    for _, v in ipairs({k, t.state, t.subject, t.account, t.run, t.instance, fmt(t.grant),
+                        fmt(t.deadline), fmt(t.order)}) do
+      table.insert(out, v)
+    end
+  end
+end
+return out
+"#;

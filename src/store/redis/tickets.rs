@@ -1,0 +1,435 @@
+//! Scheduler tickets on Redis: the [`TicketStore`] half of [`RedisStore`], and the Wait
+//! wake-ups that cross replicas (Redis pub/sub, with the Wait stream's own periodic re-check
+//! as the safety net for a lost message).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use redis::Value;
+use tokio::sync::watch;
+
+use super::RedisStore;
+use crate::scheduler::{
+    Counters, HostStats, Limits, OverflowPolicy, SubmitArgs, SubmitError, SubmitMode, TicketInfo,
+    TicketKey, TicketState, TicketView, UsageRow,
+};
+use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
+
+/// Wait streams of this replica waiting for changes, by host and ticket.
+pub(super) type Watchers = std::sync::Mutex<HashMap<(String, TicketKey), watch::Sender<()>>>;
+
+/// A Wait stream's subscription to one ticket of the Redis store.
+pub struct RedisWatch {
+    rx: Option<watch::Receiver<()>>,
+}
+
+impl TicketWatch for RedisWatch {
+    async fn changed(&mut self) {
+        match &mut self.rx {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    self.rx = None;
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// The limits of a host as the scripts read them (JSON; names are printable ASCII).
+pub(super) fn limits_json(l: &Limits) -> String {
+    let map = |m: &HashMap<String, u32>| {
+        let mut out = String::from("{");
+        for (i, (k, v)) in m.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                "\"{}\":{v}",
+                k.replace('\\', "\\\\").replace('"', "\\\"")
+            );
+        }
+        out.push('}');
+        out
+    };
+    format!(
+        "{{\"total\":{},\"per_subject\":{},\"per_account\":{},\"subjects\":{},\"accounts\":{},\
+         \"queue_total\":{},\"queue_per_subject\":{},\"queue_hard_total\":{},\"overflow\":\"{}\",\
+         \"lease\":{},\"retention\":{},\"max_rss\":{},\"soft_rss\":{}}}",
+        l.total,
+        l.per_subject,
+        l.per_account.map_or(-1, i64::from),
+        map(&l.subjects),
+        map(&l.accounts),
+        l.queue_total,
+        l.queue_per_subject,
+        l.queue_hard_total,
+        match l.overflow {
+            OverflowPolicy::Reject => "reject",
+            OverflowPolicy::ShedOldest => "shed_oldest",
+            OverflowPolicy::Queue => "queue",
+        },
+        l.lease_ttl_ms,
+        l.retention_ms,
+        l.memory.max_rss_mb,
+        l.memory.soft_rss_mb,
+    )
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Okay => "OK".into(),
+        _ => String::new(),
+    }
+}
+
+fn int(v: &Value) -> u64 {
+    match v {
+        Value::Int(i) => u64::try_from(*i).unwrap_or(0),
+        other => text(other).parse().unwrap_or(0),
+    }
+}
+
+fn state(code: &str) -> Option<TicketState> {
+    Some(match code {
+        "Q" => TicketState::Queued,
+        "A" => TicketState::Admitted,
+        "R" => TicketState::Released,
+        "C" => TicketState::Cancelled,
+        "S" => TicketState::Shed,
+        "E" => TicketState::Expired,
+        "P" => TicketState::Parked,
+        _ => return None,
+    })
+}
+
+fn hex(key: TicketKey) -> String {
+    format!("{key:032x}")
+}
+
+/// A `{state, position, grant, lease}` reply (or nil) as a view.
+fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::Array(f) if f.len() == 4 => Ok(Some(TicketView {
+            key,
+            state: state(&text(&f[0]))
+                .ok_or_else(|| StoreError(format!("redis: unknown ticket state {:?}", f[0])))?,
+            position: u32::try_from(int(&f[1])).unwrap_or(u32::MAX),
+            grant: int(&f[2]),
+            lease_remaining_ms: int(&f[3]),
+        })),
+        other => Err(StoreError(format!(
+            "redis: malformed ticket view {other:?}"
+        ))),
+    }
+}
+
+impl RedisStore {
+    /// A ticket script on `host`: KEYS[1] the host's counters, ARGV the host prefix, limits,
+    /// now, then `args`.
+    async fn sched(
+        &self,
+        script: &redis::Script,
+        host: &str,
+        args: &[String],
+    ) -> Result<Value, StoreError> {
+        let prefix = self.keys.sched(host);
+        let mut inv = script.prepare_invoke();
+        inv.key(format!("{prefix}c"))
+            .arg(&prefix)
+            .arg(self.limits_json_of(host))
+            .arg(self.now_arg());
+        for a in args {
+            inv.arg(a);
+        }
+        self.run(inv).await
+    }
+
+    fn limits_json_of(&self, host: &str) -> &str {
+        self.limits_json
+            .get(host)
+            .unwrap_or(&self.default_limits_json)
+    }
+
+    /// Wake this replica's Wait streams on a ticket that changed.
+    pub(super) fn notify(watchers: &Watchers, host: &str, key: TicketKey) {
+        let mut w = watchers.lock().expect("watchers lock");
+        if let Some(tx) = w.get(&(host.to_string(), key)) {
+            tx.send_replace(());
+            if tx.receiver_count() == 0 {
+                w.remove(&(host.to_string(), key));
+            }
+        }
+    }
+}
+
+impl TicketStore for RedisStore {
+    type Watch = RedisWatch;
+
+    fn limits(&self, host_id: &str) -> &Limits {
+        self.policy.limits.for_host(host_id)
+    }
+
+    async fn submit(
+        &self,
+        host_id: &str,
+        args: SubmitArgs,
+    ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
+        self.register_host(host_id).await?;
+        loop {
+            let key = TicketId::random_key();
+            let reply = self
+                .sched(
+                    &self.submit,
+                    host_id,
+                    &[
+                        hex(key),
+                        args.instance_id.clone(),
+                        args.subject.clone(),
+                        args.account_id.clone().unwrap_or_default(),
+                        args.run_id.clone(),
+                        match args.mode {
+                            SubmitMode::Queue => "Q".into(),
+                            SubmitMode::Try => "T".into(),
+                        },
+                        args.rss_mb.map_or_else(String::new, |r| r.to_string()),
+                    ],
+                )
+                .await?;
+            let Value::Array(f) = &reply else {
+                return Err(StoreError(format!("redis: submit answered {reply:?}")));
+            };
+            let tag = f.first().map(text).unwrap_or_default();
+            match tag.as_str() {
+                "collision" => continue,
+                "conflict" => {
+                    let field = if f.get(1).map(text).as_deref() == Some("subject") {
+                        "subject"
+                    } else {
+                        "account_id"
+                    };
+                    return Ok(Err(SubmitError::RunIdConflict { field }));
+                }
+                "refused" => {
+                    use crate::scheduler::Refusal;
+                    let refusal = match f.get(1).map(text).as_deref() {
+                        Some("MEMORY_PRESSURE") => Refusal::MemoryPressure,
+                        Some("QUEUE_FULL") => Refusal::QueueFull,
+                        _ => Refusal::Busy,
+                    };
+                    return Ok(Err(SubmitError::Refused(refusal)));
+                }
+                "ok" if f.len() == 6 => {
+                    let key = u128::from_str_radix(&text(&f[1]), 16)
+                        .map_err(|_| StoreError("redis: malformed ticket key".into()))?;
+                    let v = view(key, &Value::Array(f[2..6].to_vec()))?
+                        .ok_or_else(|| StoreError("redis: submit lost its ticket".into()))?;
+                    let id = TicketId {
+                        host_id: host_id.to_string(),
+                        key,
+                    };
+                    return Ok(Ok((id, v)));
+                }
+                _ => return Err(StoreError(format!("redis: submit answered {reply:?}"))),
+            }
+        }
+    }
+
+    async fn renew(
+        &self,
+        ids: &[TicketId],
+        rss_mb: Option<u32>,
+    ) -> Result<Vec<Option<TicketView>>, StoreError> {
+        // One script per host, in the order hosts first appear; answers go back in id order.
+        let mut by_host: Vec<(&str, Vec<usize>)> = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            match by_host.iter_mut().find(|(h, _)| *h == id.host_id) {
+                Some((_, idx)) => idx.push(i),
+                None => by_host.push((&id.host_id, vec![i])),
+            }
+        }
+        let mut out = vec![None; ids.len()];
+        for (host, idx) in by_host {
+            let mut args = vec![rss_mb.map_or_else(String::new, |r| r.to_string())];
+            args.extend(idx.iter().map(|&i| hex(ids[i].key)));
+            let reply = self.sched(&self.renew, host, &args).await?;
+            let Value::Array(views) = reply else {
+                return Err(StoreError("redis: malformed renew answer".into()));
+            };
+            for (&i, v) in idx.iter().zip(&views) {
+                out[i] = view(ids[i].key, v)?;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn release(&self, id: &TicketId) -> Result<Option<TicketState>, StoreError> {
+        let reply = self
+            .sched(&self.release, &id.host_id, &[hex(id.key)])
+            .await?;
+        Ok(match reply {
+            Value::Nil => None,
+            other => state(&text(&other)),
+        })
+    }
+
+    async fn ticket(&self, id: &TicketId) -> Result<Option<TicketView>, StoreError> {
+        let reply = self
+            .sched(&self.ticket, &id.host_id, &[hex(id.key)])
+            .await?;
+        view(id.key, &reply)
+    }
+
+    fn watch(&self, id: &TicketId) -> RedisWatch {
+        self.ensure_listener();
+        let mut w = self.watchers.lock().expect("watchers lock");
+        let rx = w
+            .entry((id.host_id.clone(), id.key))
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe();
+        RedisWatch { rx: Some(rx) }
+    }
+
+    async fn sweep_tickets(&self) -> Result<(), StoreError> {
+        for host in self.hosts().await? {
+            self.sched(&self.ticket, &host, &[hex(0)]).await?;
+        }
+        self.watchers
+            .lock()
+            .expect("watchers lock")
+            .retain(|_, tx| tx.receiver_count() > 0);
+        Ok(())
+    }
+
+    async fn stats(&self, host_id: &str) -> Result<HostStats, StoreError> {
+        let reply = self.sched(&self.stats, host_id, &[String::new()]).await?;
+        stats_of(self.limits(host_id), &reply)
+    }
+
+    async fn list(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> Result<(Vec<TicketInfo>, bool), StoreError> {
+        let reply = self.sched(&self.list, host_id, &[]).await?;
+        let Value::Array(f) = reply else {
+            return Err(StoreError("redis: malformed listing".into()));
+        };
+        let now = f.first().map(int).unwrap_or(0);
+        let mut rows: Vec<(TicketInfo, u64)> = f
+            .get(1..)
+            .unwrap_or_default()
+            .chunks(9)
+            .filter(|r| r.len() == 9)
+            .filter_map(|r| {
+                let info = TicketInfo {
+                    key: u128::from_str_radix(&text(&r[0]), 16).ok()?,
+                    state: state(&text(&r[1]))?,
+                    subject: text(&r[2]),
+                    account_id: Some(text(&r[3])).filter(|a| !a.is_empty()),
+                    run_id: text(&r[4]),
+                    instance_id: text(&r[5]),
+                    grant: int(&r[6]),
+                    lease_remaining_ms: int(&r[7]).saturating_sub(now),
+                };
+                Some((info, int(&r[8])))
+            })
+            .collect();
+        rows.sort_by_key(|(t, order)| (t.state == TicketState::Queued, t.grant, *order));
+        let truncated = rows.len() > limit;
+        Ok((
+            rows.into_iter().take(limit).map(|(t, _)| t).collect(),
+            truncated,
+        ))
+    }
+
+    async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
+        self.sched(&self.stats, host_id, &["rejected".into()])
+            .await
+            .map(drop)
+    }
+}
+
+fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
+    let Value::Array(f) = reply else {
+        return Err(StoreError("redis: malformed stats".into()));
+    };
+    let bad = || StoreError("redis: malformed stats".into());
+    let n = |i: usize| f.get(i).map(int).ok_or_else(bad);
+    let u32_of = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    let counters = Counters {
+        submitted: n(3)?,
+        admitted: n(4)?,
+        rejected: n(5)?,
+        released: n(6)?,
+        cancelled: n(7)?,
+        shed: n(8)?,
+        expired: n(9)?,
+    };
+    let mut i = 11;
+    let mut rows = |cap: &dyn Fn(&str) -> u32| -> Result<Vec<UsageRow>, StoreError> {
+        let count = n(i)? as usize;
+        i += 1;
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            let name = f.get(i).map(text).ok_or_else(bad)?;
+            out.push(UsageRow {
+                cap: cap(&name),
+                in_flight: u32_of(n(i + 1)?),
+                queued: u32_of(n(i + 2)?),
+                name,
+            });
+            i += 3;
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    };
+    let subjects = rows(&|s| limits.subject_cap(s))?;
+    let accounts = rows(&|a| limits.account_cap(a).unwrap_or(0))?;
+    Ok(HostStats {
+        in_flight: u32_of(n(0)?),
+        queued: u32_of(n(1)?),
+        parked: u32_of(n(2)?),
+        counters,
+        reported_rss_mb: u32_of(n(10)?),
+        subjects,
+        accounts,
+    })
+}
+
+/// Listen for ticket changes published by any replica and wake the Wait streams of this one,
+/// reconnecting after a second when the subscription drops (the Wait streams re-check their
+/// tickets every second meanwhile, so a lost message only delays them).
+pub(super) async fn listen(url: String, keys: super::keys::Keys, watchers: Arc<Watchers>) {
+    use tokio_stream::StreamExt;
+    loop {
+        let subscribed = async {
+            let client = redis::Client::open(url.as_str())?;
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.psubscribe(keys.sched_changes_pattern()).await?;
+            let mut messages = pubsub.on_message();
+            while let Some(msg) = messages.next().await {
+                let channel = msg.get_channel_name().to_string();
+                let Some(host) = keys.host_of_changes(&channel) else {
+                    continue;
+                };
+                let payload: String = msg.get_payload().unwrap_or_default();
+                if let Ok(key) = u128::from_str_radix(&payload, 16) {
+                    RedisStore::notify(&watchers, host, key);
+                }
+            }
+            Ok::<(), redis::RedisError>(())
+        };
+        if let Err(e) = subscribed.await {
+            tracing::warn!("redis change subscription lost, resubscribing: {e}");
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
