@@ -181,3 +181,160 @@ async fn a_custom_bucket_counts_once_across_two_replicas_of_the_store() {
         "another prefix is another environment"
     );
 }
+
+mod differential {
+    //! Random operation sequences run on the memory store and on the Redis store side by side:
+    //! every answer must be the same. The memory store's rules are the reference (they are
+    //! property-tested in properties.rs); this catches any place where the Lua port differs.
+
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use admission_authority::clock::{Clock, ManualClock};
+    use admission_authority::scheduler::{
+        Limits, LimitsTable, MemoryLimits, OverflowPolicy, SubmitArgs, SubmitMode,
+    };
+    use admission_authority::store::memory::MemoryStore;
+    use admission_authority::store::redis::RedisStore;
+    use admission_authority::store::{Policy, TicketId, TicketStore};
+    use proptest::prelude::*;
+
+    const SUBJECTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
+    const ACCOUNTS: [Option<&str>; 3] = [None, Some("acct-1"), Some("acct-2")];
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Submit(usize, usize, bool, Option<u32>),
+        Release(usize),
+        Renew(usize, Option<u32>),
+        Advance(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let rss = prop_oneof![Just(None), (0u32..1200).prop_map(Some)];
+        prop_oneof![
+            4 => (0..SUBJECTS.len(), 0..ACCOUNTS.len(), any::<bool>(), rss.clone())
+                .prop_map(|(s, a, t, r)| Op::Submit(s, a, t, r)),
+            3 => any::<usize>().prop_map(Op::Release),
+            2 => (any::<usize>(), rss).prop_map(|(p, r)| Op::Renew(p, r)),
+            1 => (1u64..400).prop_map(Op::Advance),
+        ]
+    }
+
+    fn limits() -> impl Strategy<Value = Limits> {
+        (
+            1u32..5,
+            1u32..3,
+            prop_oneof![Just(None), (1u32..3).prop_map(Some)],
+            0u32..6,
+            0u32..3,
+            prop_oneof![
+                Just(OverflowPolicy::Reject),
+                Just(OverflowPolicy::ShedOldest),
+                Just(OverflowPolicy::Queue)
+            ],
+            any::<bool>(),
+        )
+            .prop_map(
+                |(total, per_subject, per_account, qt, qps, overflow, memory)| Limits {
+                    total,
+                    per_subject,
+                    per_account,
+                    subjects: [("dave".to_string(), 1)].into(),
+                    accounts: HashMap::new(),
+                    queue_total: qt,
+                    queue_per_subject: qps,
+                    queue_hard_total: qt * 2,
+                    overflow,
+                    lease_ttl_ms: 500,
+                    retention_ms: 800,
+                    memory: if memory {
+                        MemoryLimits::from_ratio(1000, 0.9)
+                    } else {
+                        MemoryLimits::OFF
+                    },
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn memory_and_redis_answer_alike(limits in limits(), ops in proptest::collection::vec(op(), 1..60)) {
+            let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+                .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let policy: Policy = LimitsTable::uniform(limits).into();
+                let clock = ManualClock::new(1_000);
+                let memory = MemoryStore::new(policy.clone(), Arc::new(clock.clone()));
+                let prefix = format!("diff-{}-{n}:", std::process::id());
+                let redis = RedisStore::new(&url, &prefix, 2, policy, Arc::new(clock.clone())).unwrap();
+                redis.freeze_time_for_tests(clock.now_ms());
+                let mut made: Vec<(TicketId, TicketId)> = Vec::new();
+                for (i, op) in ops.into_iter().enumerate() {
+                    match op {
+                        Op::Submit(s, a, t, rss_mb) => {
+                            let args = SubmitArgs {
+                                instance_id: format!("replica-{}", i % 2),
+                                subject: SUBJECTS[s].into(),
+                                account_id: ACCOUNTS[a].map(str::to_string),
+                                run_id: format!("run-{i}"),
+                                mode: if t { SubmitMode::Try } else { SubmitMode::Queue },
+                                rss_mb,
+                            };
+                            let m = memory.submit("h", args.clone()).await.unwrap();
+                            let r = redis.submit("h", args).await.unwrap();
+                            match (m, r) {
+                                (Ok((mi, mv)), Ok((ri, rv))) => {
+                                    prop_assert_eq!(
+                                        (mv.state, mv.position, mv.grant, mv.lease_remaining_ms),
+                                        (rv.state, rv.position, rv.grant, rv.lease_remaining_ms),
+                                        "op {}: submit", i
+                                    );
+                                    made.push((mi, ri));
+                                }
+                                (m, r) => prop_assert_eq!(m.err(), r.err(), "op {}: submit", i),
+                            }
+                        }
+                        Op::Release(p) if !made.is_empty() => {
+                            let (mi, ri) = &made[p % made.len()];
+                            prop_assert_eq!(
+                                memory.release(mi).await.unwrap(),
+                                redis.release(ri).await.unwrap(),
+                                "op {}: release", i
+                            );
+                        }
+                        Op::Renew(p, rss_mb) if !made.is_empty() => {
+                            let (mi, ri) = &made[p % made.len()];
+                            let m = memory.renew(std::slice::from_ref(mi), rss_mb).await.unwrap();
+                            let r = redis.renew(std::slice::from_ref(ri), rss_mb).await.unwrap();
+                            let strip = |v: &Option<admission_authority::scheduler::TicketView>| {
+                                v.as_ref().map(|v| (v.state, v.position, v.grant, v.lease_remaining_ms))
+                            };
+                            prop_assert_eq!(strip(&m[0]), strip(&r[0]), "op {}: renew", i);
+                        }
+                        Op::Advance(ms) => {
+                            clock.advance(ms);
+                            redis.freeze_time_for_tests(clock.now_ms());
+                            memory.sweep_tickets().await.unwrap();
+                            redis.sweep_tickets().await.unwrap();
+                        }
+                        _ => {}
+                    }
+                    let (ms, rs) = (memory.stats("h").await.unwrap(), redis.stats("h").await.unwrap());
+                    prop_assert_eq!(ms, rs, "op {}: stats", i);
+                    for (j, (mi, ri)) in made.iter().enumerate() {
+                        let m = memory.ticket(mi).await.unwrap().map(|v| (v.state, v.position, v.grant));
+                        let r = redis.ticket(ri).await.unwrap().map(|v| (v.state, v.position, v.grant));
+                        prop_assert_eq!(m, r, "op {}: ticket {}", i, j);
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
+}

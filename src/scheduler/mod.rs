@@ -223,8 +223,9 @@ struct SubjectState {
     in_flight: u32,
     /// Queued tickets by order key: oldest first.
     queue: BTreeMap<i64, TicketKey>,
-    /// Whether an entry for this subject stands in `rotation` (possibly stale, see there).
-    in_rotation: bool,
+    /// The generation of this subject's live entry in `rotation`; 0 while it has none (no
+    /// waiters). Entries of other generations are stale.
+    entry: u64,
 }
 
 #[derive(Debug, Default)]
@@ -253,8 +254,13 @@ pub struct HostState {
     accounts: HashMap<Arc<str>, AccountState>,
     /// Subjects in round-robin order, head first. An entry whose subject has no queued ticket
     /// is stale: it is dropped when it reaches the head (or by compaction), so withdrawing a
-    /// subject's last waiter costs O(1) instead of a search through the rotation.
-    rotation: VecDeque<Arc<str>>,
+    /// subject's last waiter costs O(1) instead of a search through the rotation. A subject
+    /// that gains a first waiter again joins at the tail with a new generation, so a stale
+    /// entry never gives it back an earlier place.
+    rotation: VecDeque<(Arc<str>, u64)>,
+    /// The last rotation generation handed out (per host, so never reused by a subject that
+    /// was forgotten and came back).
+    next_generation: u64,
     /// Number of rotation entries whose subject has queued tickets.
     rotation_live: usize,
     /// Subjects with queued tickets by depth, for shedding from the deepest queue (ties go to
@@ -614,7 +620,7 @@ impl HostState {
             if f > limits.subject_cap(name) {
                 return Err(format!("subject {name}: in_flight {f} over its cap"));
             }
-            if q > 0 && !s.in_rotation {
+            if q > 0 && s.entry == 0 {
                 return Err(format!("subject {name}: queued but not in the rotation"));
             }
             if (q > 0) != self.by_depth.contains(&(q, Interned(name.clone()))) {
@@ -650,10 +656,10 @@ impl HostState {
         let live = self
             .rotation
             .iter()
-            .filter(|s| {
+            .filter(|(name, generation)| {
                 self.subjects
-                    .get(&***s)
-                    .is_some_and(|s| !s.queue.is_empty())
+                    .get(&**name)
+                    .is_some_and(|s| s.entry == *generation && !s.queue.is_empty())
             })
             .count();
         if live != self.rotation_live {
@@ -671,7 +677,7 @@ impl HostState {
         if c.admitted < u64::from(in_flight) + c.released {
             return Err("fewer admissions than admitted and released tickets".into());
         }
-        for name in &self.rotation {
+        for (name, _) in &self.rotation {
             if let Some(key) = self.first_fitting(limits, name, now) {
                 return Err(format!("waiter {key:x} of {name} fits but is still queued"));
             }
@@ -781,13 +787,12 @@ impl HostState {
         if depth > 0 {
             self.by_depth.remove(&(depth, Interned(subject.clone())));
         } else {
-            // A subject that gains its first waiter joins the rotation (at the tail), unless a
-            // stale entry of it still stands there: then it keeps that place.
+            // A subject that gains its first waiter joins the rotation at the tail.
             self.rotation_live += 1;
-            if !s.in_rotation {
-                s.in_rotation = true;
-                self.rotation.push_back(subject.clone());
-            }
+            self.next_generation += 1;
+            s.entry = self.next_generation;
+            self.rotation
+                .push_back((subject.clone(), self.next_generation));
         }
         self.by_depth.insert((depth + 1, Interned(subject)));
         if self.depth_counts.len() <= depth as usize {
@@ -831,18 +836,20 @@ impl HostState {
         if depth > 1 {
             self.by_depth.insert((depth - 1, Interned(subject)));
         } else {
+            // Its rotation entry goes stale.
             self.rotation_live -= 1;
+            if let Some(s) = self.subjects.get_mut(&subject) {
+                s.entry = 0;
+            }
         }
     }
 
     /// Drop stale rotation entries once they outnumber live ones: amortised O(1) per removal.
     fn compact_rotation(&mut self) {
         if self.rotation.len() > 2 * self.rotation_live + 16 {
-            let subjects = &mut self.subjects;
-            self.rotation.retain(|name| {
-                let s = subjects.get_mut(name).expect("interned");
-                s.in_rotation = !s.queue.is_empty();
-                s.in_rotation
+            let subjects = &self.subjects;
+            self.rotation.retain(|(name, generation)| {
+                subjects.get(name).is_some_and(|s| s.entry == *generation)
             });
         }
     }
@@ -879,12 +886,11 @@ impl HostState {
     }
 
     /// Drop per-name state that holds nothing, so a stream of one-off subjects does not grow
-    /// the maps. A subject still in the rotation stays until the rotation drops it.
+    /// the maps. (A stale rotation entry of a forgotten subject is skipped where it is met.)
     fn forget_idle_names(&mut self, subject: &Arc<str>, account: Option<&str>) {
         if let Some(s) = self.subjects.get(subject)
             && s.in_flight == 0
             && s.queue.is_empty()
-            && !s.in_rotation
         {
             self.subjects.remove(subject);
         }
@@ -952,18 +958,19 @@ impl HostState {
     fn dispatch(&mut self, limits: &Limits, now: Millis) {
         let mut idle_visits = 0usize;
         while self.in_flight < limits.total && idle_visits < self.rotation_live {
-            let Some(subject) = self.rotation.pop_front() else {
+            let Some((subject, generation)) = self.rotation.pop_front() else {
                 break;
             };
             // One lookup of the subject serves the whole visit: this loop runs in every release
             // on a crowded host, where the subject map is large and lookups miss the cache.
-            let s = self.subjects.get_mut(&subject).expect("interned");
-            if s.queue.is_empty() {
+            let Some(s) = self
+                .subjects
+                .get_mut(&subject)
+                .filter(|s| s.entry == generation)
+            else {
                 // Stale entry: the subject's waiters left by other ways than dispatch.
-                s.in_rotation = false;
-                self.forget_idle_names(&subject, None);
                 continue;
-            }
+            };
             let (tickets, accounts, instances) = (&self.tickets, &self.accounts, &self.instances);
             let pick = if s.in_flight < limits.subject_cap(&subject) {
                 s.queue
@@ -979,22 +986,19 @@ impl HostState {
             };
             let Some((order, key)) = pick else {
                 idle_visits += 1;
-                self.rotation.push_back(subject);
+                self.rotation.push_back((subject, generation));
                 continue;
             };
             let depth = s.queue.len() as u32;
             s.queue.remove(&order);
             s.in_flight += 1;
             let emptied = s.queue.is_empty();
-            if emptied {
-                s.in_rotation = false;
-            }
             self.uncount_queued(key);
             self.shrink_depth(subject.clone(), depth);
             self.admit_except_subject(limits, key, now);
             idle_visits = 0;
             if !emptied {
-                self.rotation.push_back(subject);
+                self.rotation.push_back((subject, generation));
             }
         }
     }
@@ -1032,17 +1036,14 @@ impl HostState {
             .map(|&c| u64::from(c))
             .sum();
         if self.rotation_live <= EXACT_POSITION_SUBJECTS {
-            for name in &self.rotation {
-                // Names are interned per host and a subject in the rotation stays in the map,
-                // so pointer equality identifies the ticket's own subject.
-                if Arc::ptr_eq(name, &t.subject) {
+            for (name, generation) in &self.rotation {
+                let Some(s) = self.subjects.get(name).filter(|s| s.entry == *generation) else {
+                    continue; // stale
+                };
+                if **name == *t.subject {
                     break;
                 }
-                if self
-                    .subjects
-                    .get(name)
-                    .is_some_and(|s| s.queue.len() > depth)
-                {
+                if s.queue.len() > depth {
                     before += 1;
                 }
             }
