@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve gRPC (embedded in-memory store).
+    /// Serve gRPC (embedded in-memory store, or Redis with --redis-url / store.redis).
     Serve(ServeArgs),
     /// Print the resolved configuration, or every problem of FILE (exit 2).
     CheckConfig {
@@ -71,6 +71,9 @@ struct ServeArgs {
     /// Per-replica memory ceiling in MiB from reported rss_mb (0 = off).
     #[arg(long, value_name = "MIB")]
     max_rss_mb: Option<u32>,
+    /// Share state with other replicas in this Redis (e.g. redis://127.0.0.1:6379/0).
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -128,6 +131,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         overflow_policy: args.overflow_policy,
         lease_ttl: args.lease_ttl,
         max_rss_mb: args.max_rss_mb,
+        redis_url: args.redis_url,
     };
     let config = match config::load(args.config.as_deref(), &overrides) {
         Ok(c) => c,
@@ -158,7 +162,12 @@ fn serve(args: ServeArgs) -> ExitCode {
         let addr = listener.local_addr().map_or(config.listen, |a| a);
         // One plain line on stdout, for scripts and tests that start the server on port 0.
         println!("listening on {addr}");
-        tracing::info!(%addr, "admission-authority serving (embedded store)");
+        let store = if config.redis.is_some() {
+            "redis"
+        } else {
+            "embedded"
+        };
+        tracing::info!(%addr, store, "admission-authority serving");
         match server::run(config, listener, shutdown_signal()).await {
             Ok(()) => {
                 tracing::info!("stopped");

@@ -19,6 +19,7 @@ use crate::config::{Config, TlsFiles};
 use crate::security::Authenticator;
 use crate::service::{AdmissionService, Gates, OperatorService};
 use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
 use crate::store::{Policy, Store};
 
 /// Why the server could not start or stopped with an error.
@@ -43,13 +44,38 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     config.check_exposure().map_err(ServeError::Config)?;
-    let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let policy = Policy {
         limits: config.limits.clone(),
         auth: config.auth.clone(),
         resources: config.resources.clone(),
     };
-    let store = Arc::new(MemoryStore::new(policy, Arc::new(SystemClock::new())));
+    let clock = Arc::new(SystemClock::new());
+    match &config.redis {
+        None => {
+            serve(
+                Arc::new(MemoryStore::new(policy, clock)),
+                config,
+                listener,
+                shutdown,
+            )
+            .await
+        }
+        Some(r) => {
+            let store = RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock)
+                .map_err(|e| ServeError::Config(e.to_string()))?;
+            serve(Arc::new(store), config, listener, shutdown).await
+        }
+    }
+}
+
+/// Serve on one store: the part of [`run`] that does not care which store it is.
+async fn serve<S: Store>(
+    store: Arc<S>,
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let gates = Arc::new(Gates::default());
     let background = [
         tokio::spawn(sweep(store.clone(), sweep_every)),
@@ -58,10 +84,10 @@ pub async fn run(
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
-        .set_serving::<AdmissionServer<AdmissionService<MemoryStore>>>()
+        .set_serving::<AdmissionServer<AdmissionService<S>>>()
         .await;
     health
-        .set_serving::<OperatorServer<OperatorService<MemoryStore>>>()
+        .set_serving::<OperatorServer<OperatorService<S>>>()
         .await;
 
     let reflection = || {

@@ -1,6 +1,8 @@
 //! The Redis store against a redis-server this test starts, stops and restarts itself (by PID):
 //! what only a real outage shows. The scenarios every store shares are in store_conformance.rs.
 
+mod common;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -180,6 +182,86 @@ async fn a_custom_bucket_counts_once_across_two_replicas_of_the_store() {
         d.allowed() && d.remaining == 2,
         "another prefix is another environment"
     );
+}
+
+#[tokio::test]
+async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_it() {
+    use admission_authority::api;
+    use common::{Server, config_file, eventually, submit_req};
+    use tonic::Code;
+
+    let port = RedisServer::free_port();
+    let mut redis = RedisServer::start(port);
+    let config = config_file(
+        "outage-server",
+        &format!(
+            "store:\n  redis: {{ url: \"{}\" }}\nallowances:\n  acct: {{ tokens: 1000, window: 1h }}\n",
+            redis.url()
+        ),
+    );
+    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let mut c = server.client().await;
+    let held = c
+        .submit(submit_req("h", "alice", "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(held.state, api::TicketState::Admitted as i32);
+    let authorize = |run: &str| api::AuthorizeRequest {
+        host_id: "h".into(),
+        run_id: run.into(),
+        step: 1,
+        subject: "alice".into(),
+        account_id: "acct".into(),
+        model: String::new(),
+        requested_output_tokens: 10,
+        estimated_input_tokens: 0,
+        estimated_cost_usd: 0.0,
+    };
+    let attempt = || api::AuthAttemptRequest {
+        endpoint: "approval".into(),
+        identity: "203.0.113.5".into(),
+    };
+
+    redis.stop();
+    let submit = c.submit(submit_req("h", "bob", "r2")).await.unwrap_err();
+    assert_eq!(submit.code(), Code::Unavailable, "nothing admitted blind");
+    let auth = c.authorize(authorize("run-1")).await.unwrap_err();
+    assert_eq!(auth.code(), Code::Unavailable);
+    let release = c
+        .release(api::ReleaseRequest {
+            ticket_id: held.ticket_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(release.code(), Code::Unavailable);
+    let a = c.check_auth_attempt(attempt()).await.unwrap().into_inner();
+    assert!(
+        a.allowed && a.degraded,
+        "auth decided by the local bucket: {a:?}"
+    );
+
+    // Redis returns (empty: its data is gone with the process); the authority recovers by
+    // itself, without a restart.
+    let _redis = RedisServer::start(port);
+    let r = eventually("Submit to work again", Duration::from_secs(10), || {
+        let mut c = c.clone();
+        async move { c.submit(submit_req("h", "bob", "r2")).await.ok() }
+    })
+    .await
+    .into_inner();
+    assert_eq!(r.state, api::TicketState::Admitted as i32);
+    let ok = c.authorize(authorize("run-2")).await.unwrap().into_inner();
+    assert_eq!(ok.decision, api::Decision::Allow as i32);
+    // Auth buckets return to Redis once the 5 s skip has passed.
+    eventually("auth to use Redis again", Duration::from_secs(10), || {
+        let mut c = c.clone();
+        async move {
+            let a = c.check_auth_attempt(attempt()).await.ok()?.into_inner();
+            (!a.degraded).then_some(())
+        }
+    })
+    .await;
 }
 
 mod differential {

@@ -376,6 +376,26 @@ pub(super) fn render(out: &mut String, c: &Config) {
             let _ = writeln!(out, "tls: null   # plaintext");
         }
     }
+    match &c.redis {
+        Some(r) => {
+            // The URL may carry a password: show only where it points.
+            let at = r.url.rsplit('@').next().unwrap_or(&r.url);
+            let _ = writeln!(
+                out,
+                "store:\n  redis: {{url: {}, prefix: {:?}, pool_size: {}}}",
+                if at.len() < r.url.len() {
+                    format!("redis://…@{at}")
+                } else {
+                    r.url.clone()
+                },
+                r.prefix,
+                r.pool_size
+            );
+        }
+        None => {
+            let _ = writeln!(out, "store: {{}}   # embedded in-memory store");
+        }
+    }
     let _ = writeln!(
         out,
         "grpc: {{max_message_bytes: {}, max_wait_streams_per_connection: {}}}",

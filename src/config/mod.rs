@@ -22,6 +22,11 @@ use crate::ledger::{
 };
 use crate::scheduler::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
 
+/// Key prefix in Redis when the file names none.
+pub const DEFAULT_REDIS_PREFIX: &str = "admission:";
+/// Redis connections when the file names no pool_size.
+pub const DEFAULT_REDIS_POOL: u32 = 16;
+
 /// The address `serve` listens on when neither file nor flag names one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
 
@@ -61,6 +66,18 @@ pub struct Config {
     /// TLS (and mTLS with a client CA); `None` = plaintext.
     pub tls: Option<TlsFiles>,
     pub grpc: GrpcLimits,
+    /// The shared store; `None` = the embedded in-memory store.
+    pub redis: Option<RedisConfig>,
+}
+
+/// `store.redis`: several authority replicas share their state in one Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Start of every key, so environments sharing one Redis never collide.
+    pub prefix: String,
+    /// Multiplexed connections kept open.
+    pub pool_size: u32,
 }
 
 /// Values given on the command line; each wins over the file.
@@ -76,6 +93,7 @@ pub struct Overrides {
     pub overflow_policy: Option<String>,
     pub lease_ttl: Option<String>,
     pub max_rss_mb: Option<u32>,
+    pub redis_url: Option<String>,
 }
 
 /// Every problem found, one per line, each starting with its YAML path (or flag).
@@ -154,6 +172,7 @@ struct FileConfig {
     credentials: Vec<crate::security::Credential>,
     tls: Option<TlsFiles>,
     grpc: GrpcLimits,
+    redis: Option<RedisConfig>,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -381,6 +400,7 @@ impl Cx {
                 "credentials",
                 "tls",
                 "grpc",
+                "store",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -461,6 +481,12 @@ impl Cx {
         if let Some(v) = m.get("tls") {
             f.tls = self.tls(v);
         }
+        if let Some(v) = m.get("store")
+            && let Some(sm) = self.mapping(v, "store", &["redis"])
+            && let Some(rv) = sm.get("redis")
+        {
+            f.redis = self.redis(rv);
+        }
         if let Some(v) = m.get("credentials") {
             let mtls = f.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
             f.credentials = self.credentials(v, mtls);
@@ -477,6 +503,68 @@ impl Cx {
             }
         }
         f
+    }
+
+    /// `store.redis`.
+    fn redis(&mut self, v: &Value) -> Option<RedisConfig> {
+        let m = self.mapping(v, "store.redis", &["url", "prefix", "pool_size"])?;
+        let url = match m.get("url").map(|v| (v.as_str(), v)) {
+            Some((Some(u), _)) => Some(u.to_string()),
+            Some((None, v)) => {
+                self.err(
+                    "store.redis.url",
+                    format_args!("must be a string, got {}", kind(v)),
+                );
+                None
+            }
+            None => {
+                self.err(
+                    "store.redis",
+                    "url is required (e.g. redis://127.0.0.1:6379/0)",
+                );
+                None
+            }
+        };
+        let url = url.and_then(|u| self.redis_url(&u, "store.redis.url"));
+        let prefix = match m.get("prefix") {
+            None => Some(DEFAULT_REDIS_PREFIX.to_string()),
+            Some(v) => match v.as_str() {
+                Some(p) if p.len() <= 64 && !p.contains(['{', '}']) && check_id(p).is_ok() => {
+                    Some(p.to_string())
+                }
+                _ => {
+                    self.err(
+                        "store.redis.prefix",
+                        "must be 1..64 printable ASCII characters without { or }",
+                    );
+                    None
+                }
+            },
+        };
+        let pool_size = match m.get("pool_size") {
+            None => Some(DEFAULT_REDIS_POOL),
+            Some(v) => self
+                .count(v, "store.redis.pool_size", 1, 256)
+                .map(|n| n as u32),
+        };
+        Some(RedisConfig {
+            url: url?,
+            prefix: prefix?,
+            pool_size: pool_size?,
+        })
+    }
+
+    /// A Redis URL, checked for its scheme.
+    fn redis_url(&mut self, url: &str, path: &str) -> Option<String> {
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            Some(url.to_string())
+        } else {
+            self.err(
+                path,
+                format_args!("must be a redis:// or rediss:// URL, got {url:?}"),
+            );
+            None
+        }
     }
 
     /// The `resources` section into `p`.
@@ -837,6 +925,17 @@ impl Cx {
             credentials: file.credentials,
             tls: file.tls,
             grpc: file.grpc,
+            redis: match &o.redis_url {
+                Some(url) => self.redis_url(url, "--redis-url").map(|url| RedisConfig {
+                    url,
+                    ..file.redis.clone().unwrap_or(RedisConfig {
+                        url: String::new(),
+                        prefix: DEFAULT_REDIS_PREFIX.to_string(),
+                        pool_size: DEFAULT_REDIS_POOL,
+                    })
+                }),
+                None => file.redis,
+            },
         }
     }
 
