@@ -559,10 +559,8 @@ impl Cx {
         if url.starts_with("redis://") || url.starts_with("rediss://") {
             Some(url.to_string())
         } else {
-            self.err(
-                path,
-                format_args!("must be a redis:// or rediss:// URL, got {url:?}"),
-            );
+            // Not echoed: a URL may carry a password.
+            self.err(path, "must be a redis:// or rediss:// URL");
             None
         }
     }
