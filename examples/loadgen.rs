@@ -56,6 +56,8 @@ struct Args {
     rounds: usize,
     concurrency: Vec<usize>,
     streams: usize,
+    /// Also measure a server on this Redis against the in-memory one.
+    redis_url: Option<String>,
 }
 
 fn args() -> Args {
@@ -64,6 +66,7 @@ fn args() -> Args {
         rounds: 3,
         concurrency: vec![1, 16, 64, 256],
         streams: 10_000,
+        redis_url: None,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -79,8 +82,9 @@ fn args() -> Args {
             }
             "--streams" => a.streams = value.parse().expect("--streams N"),
             "--rounds" => a.rounds = value.parse().expect("--rounds N"),
+            "--redis-url" => a.redis_url = Some(value),
             _ => panic!(
-                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000]"
+                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL]"
             ),
         }
     }
@@ -94,6 +98,10 @@ struct Server {
 
 impl Server {
     fn start(config: &std::path::Path) -> Server {
+        Server::start_with(config, &[])
+    }
+
+    fn start_with(config: &std::path::Path, extra: &[&str]) -> Server {
         let exe = std::env::current_exe().unwrap();
         let bin: PathBuf = exe
             .parent()
@@ -103,6 +111,7 @@ impl Server {
         let mut child = Command::new(&bin)
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(config)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
@@ -650,6 +659,34 @@ async fn wait_streams(
     (rss_before, rss_open, f)
 }
 
+/// Total commands and EVALSHA calls the Redis server has run, from INFO commandstats.
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let mut all = 0;
+    let mut evalsha = 0;
+    for line in info.lines() {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let calls: u64 = rest
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        if name.starts_with("cmdstat_") && name != "cmdstat_info" {
+            all += calls;
+        }
+        if name == "cmdstat_evalsha" {
+            evalsha = calls;
+        }
+    }
+    (all, evalsha)
+}
+
 /// The round whose ratio is the median, so one noisy round does not decide a figure.
 fn median<T>(mut rounds: Vec<(f64, T)>) -> (f64, T) {
     rounds.sort_by(|x, y| x.0.total_cmp(&y.0));
@@ -741,6 +778,57 @@ async fn main() {
         if c == 64 {
             at64 = Some((check, cycle));
         }
+    }
+
+    // The same Submit+Release cycles on a server whose store is Redis, each round measured right
+    // after the in-memory server's, and the Redis commands each RPC costs.
+    let mut redis_summary = None;
+    if let Some(url) = &a.redis_url {
+        let prefix = format!("loadgen-{}:", std::process::id());
+        let redis_config = dir.join("bench-redis.yaml");
+        std::fs::write(
+            &redis_config,
+            format!("{CONFIG}store:\n  redis: {{ url: \"{url}\", prefix: \"{prefix}\" }}\n"),
+        )
+        .unwrap();
+        let on_redis = Server::start_with(&redis_config, &[]);
+        let redis_chans = channels(&on_redis.addr, 2).await;
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let mut rounds = Vec::new();
+        for _ in 0..a.rounds {
+            let (_, mem) =
+                submit_release(&chans, "free", api::SubmitMode::Queue, 64, a.seconds, "m").await;
+            let before = command_calls(&mut conn).await;
+            let (_, red) = metered(
+                &on_redis,
+                submit_release(
+                    &redis_chans,
+                    "free",
+                    api::SubmitMode::Queue,
+                    64,
+                    a.seconds,
+                    "r",
+                ),
+                |(_, f)| f.rate * a.seconds,
+                |(_, f), u| f.cpu_us = Some(u),
+            )
+            .await;
+            let after = command_calls(&mut conn).await;
+            let rpcs = 2.0 * red.rate * a.seconds;
+            let per_rpc = (
+                (after.0 - before.0) as f64 / rpcs,
+                (after.1 - before.1) as f64 / rpcs,
+            );
+            rounds.push((red.rate / mem.rate, (mem, red, per_rpc)));
+        }
+        let (ratio, (mem, red, per_rpc)) = median(rounds);
+        row("Submit+Release cycle, in-memory store", 64, &mem);
+        row("Submit+Release cycle, Redis store", 64, &red);
+        redis_summary = Some((ratio, per_rpc));
     }
 
     // Crowded queues: 100,000 waiters across 10,000 subjects on one host. Each figure is
@@ -893,6 +981,11 @@ async fn main() {
         let _ = cycle;
         println!(
             "100k queued: rotation {rotation_ratio:.2} × the small-queue rate; TRY on a free host {try_ratio:.2} × the empty-queue rate (targets ≥ 0.8; both relative to Check measured beside them)"
+        );
+    }
+    if let Some((ratio, (all, scripts))) = redis_summary {
+        println!(
+            "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's (target ≥ 0.35); {scripts:.2} EVALSHA per RPC (one round trip each; {all:.1} commands per RPC run inside the scripts)"
         );
     }
     println!(

@@ -15,7 +15,7 @@ mod tests;
 
 pub use limits::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
 
-use std::cmp::Ordering;
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -45,30 +45,6 @@ impl Hasher for TicketKeyHasher {
 
 /// A map keyed by ticket, hashed with [`TicketKeyHasher`].
 pub type TicketMap<V> = HashMap<TicketKey, V, BuildHasherDefault<TicketKeyHasher>>;
-
-/// A subject name ordered by the address of its interned string: names are interned per host,
-/// so this identifies the subject without comparing strings.
-#[derive(Clone, Debug)]
-struct Interned(Arc<str>);
-
-impl PartialEq for Interned {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-impl Eq for Interned {}
-impl PartialOrd for Interned {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Interned {
-    fn cmp(&self, other: &Self) -> Ordering {
-        Arc::as_ptr(&self.0)
-            .cast::<u8>()
-            .cmp(&Arc::as_ptr(&other.0).cast::<u8>())
-    }
-}
 
 /// Milliseconds on the store's clock (monotonic for the memory store, Redis `TIME` for Redis).
 pub type Millis = u64;
@@ -263,9 +239,9 @@ pub struct HostState {
     next_generation: u64,
     /// Number of rotation entries whose subject has queued tickets.
     rotation_live: usize,
-    /// Subjects with queued tickets by depth, for shedding from the deepest queue (ties go to
-    /// an arbitrary but fixed one of the deepest).
-    by_depth: BTreeSet<(u32, Interned)>,
+    /// Subjects with queued tickets by depth, for shedding from the deepest queue; the last is
+    /// the deepest, and of equally deep ones the first by name (the Redis store picks the same).
+    by_depth: BTreeSet<(u32, Reverse<Arc<str>>)>,
     /// `depth_counts[d]` = number of subjects with more than `d` waiters; its prefix sums give
     /// the waiters of earlier round-robin rounds without visiting every subject.
     depth_counts: Vec<u32>,
@@ -623,7 +599,7 @@ impl HostState {
             if q > 0 && s.entry == 0 {
                 return Err(format!("subject {name}: queued but not in the rotation"));
             }
-            if (q > 0) != self.by_depth.contains(&(q, Interned(name.clone()))) {
+            if (q > 0) != self.by_depth.contains(&(q, Reverse(name.clone()))) {
                 return Err(format!("subject {name}: depth index out of step"));
             }
         }
@@ -785,7 +761,7 @@ impl HostState {
         let depth = s.queue.len() as u32;
         s.queue.insert(order, key);
         if depth > 0 {
-            self.by_depth.remove(&(depth, Interned(subject.clone())));
+            self.by_depth.remove(&(depth, Reverse(subject.clone())));
         } else {
             // A subject that gains its first waiter joins the rotation at the tail.
             self.rotation_live += 1;
@@ -794,7 +770,7 @@ impl HostState {
             self.rotation
                 .push_back((subject.clone(), self.next_generation));
         }
-        self.by_depth.insert((depth + 1, Interned(subject)));
+        self.by_depth.insert((depth + 1, Reverse(subject)));
         if self.depth_counts.len() <= depth as usize {
             self.depth_counts.push(0);
         }
@@ -832,9 +808,9 @@ impl HostState {
         while self.depth_counts.last() == Some(&0) {
             self.depth_counts.pop();
         }
-        self.by_depth.remove(&(depth, Interned(subject.clone())));
+        self.by_depth.remove(&(depth, Reverse(subject.clone())));
         if depth > 1 {
-            self.by_depth.insert((depth - 1, Interned(subject)));
+            self.by_depth.insert((depth - 1, Reverse(subject)));
         } else {
             // Its rotation entry goes stale.
             self.rotation_live -= 1;

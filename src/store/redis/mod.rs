@@ -71,12 +71,14 @@ pub struct RedisStore {
     stats: redis::Script,
     list: redis::Script,
     /// Each host's limits as the scripts read them, computed once.
-    default_limits_json: String,
-    limits_json: std::collections::HashMap<String, String>,
+    default_limits_args: (String, String),
+    limits_args: std::collections::HashMap<String, (String, String)>,
     url: String,
     /// This replica's Wait streams, woken by the change listener.
     watchers: Arc<tickets::Watchers>,
     listener: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
+    /// True while the change listener is subscribed.
+    listening: tokio::sync::watch::Sender<bool>,
 }
 
 impl Drop for RedisStore {
@@ -101,12 +103,12 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let manager = RedisConnectionManager::new(url)
             .map_err(|e| StoreError(format!("redis url {url:?}: {e}")))?;
-        let default_limits_json = tickets::limits_json(&policy.limits.default);
-        let limits_json = policy
+        let default_limits_args = tickets::limits_args(&policy.limits.default);
+        let limits_args = policy
             .limits
             .hosts
             .iter()
-            .map(|(h, l)| (h.clone(), tickets::limits_json(l)))
+            .map(|(h, l)| (h.clone(), tickets::limits_args(l)))
             .collect();
         let pool = bb8::Pool::builder()
             .max_size(pool_size.max(1))
@@ -135,11 +137,12 @@ impl RedisStore {
             ticket: redis::Script::new(&scripts::ticket()),
             stats: redis::Script::new(&scripts::stats()),
             list: redis::Script::new(&scripts::list()),
-            default_limits_json,
-            limits_json,
+            default_limits_args,
+            limits_args,
             url: url.to_string(),
             watchers: Arc::default(),
             listener: std::sync::OnceLock::new(),
+            listening: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -263,8 +266,18 @@ impl RedisStore {
                 self.url.clone(),
                 self.keys.clone(),
                 self.watchers.clone(),
+                self.listening.clone(),
             ))
         });
+    }
+
+    /// Start the listener and wait (at most a second) until it is subscribed, so a change made
+    /// after this returns reaches this replica's Wait streams. Past the second, Wait streams
+    /// still see every change through their periodic re-check.
+    async fn listener_ready(&self) {
+        self.ensure_listener();
+        let mut rx = self.listening.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(1), rx.wait_for(|on| *on)).await;
     }
 
     /// Every host with state, from the `hosts` set.

@@ -431,8 +431,10 @@ return out
 /// The prelude of every ticket script: the scheduling rules of [`crate::scheduler`] in Lua.
 ///
 /// ARGV[1] the host's key prefix `B` (`{prefix}sched:{<host>}:`; every key below starts with
-/// it, so all of a host's keys share its hash tag and slot), ARGV[2] the host's limits as JSON,
-/// ARGV[3] now (0 = Redis TIME). KEYS[1] is `B c` (the counters), named so Redis routes the
+/// it, so all of a host's keys share its hash tag and slot), ARGV[2] the host's limits as
+/// `total,per_subject,per_account(-1 none),queue_total,queue_per_subject,queue_hard_total,
+/// overflow,lease,retention,max_rss,soft_rss`, ARGV[3] now (0 = Redis TIME), ARGV[4] the
+/// per-subject and per-account caps as JSON (`''` when there are none). KEYS[1] is `B c` (the counters), named so Redis routes the
 /// script to the host's slot; the other keys are derived from `B`.
 ///
 /// Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
@@ -441,12 +443,27 @@ return out
 /// subject's waiters by order; `rot` list, the round-robin rotation of subjects with waiters;
 /// `depth` zset of subjects by queue depth; `dc` hash, depth → subjects with more waiters than
 /// that; `sf`, `af`, `aq` hashes of subject in-flight, account in-flight and account queued;
-/// `rss` hash instance → `mb|at`; `c` counters. Every change of a ticket's state is published on
-/// `B changes` (the ticket's key) for Wait streams on any replica.
+/// `rss` hash instance → `mb|at`; `c` counters. Every change a Wait stream can see (a queued
+/// ticket admitted, shed, cancelled or expired) is published on `B changes` (the ticket's key)
+/// for Wait streams on any replica.
 const TICKET_PRELUDE: &str = r#"
 local function fmt(x) return string.format('%.0f', x) end
 local B = ARGV[1]
-local L = cjson.decode(ARGV[2])
+local L = {}
+do
+  local f = {}
+  for v in string.gmatch(ARGV[2], '[^,]+') do table.insert(f, v) end
+  L.total, L.per_subject, L.per_account = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
+  L.queue_total, L.queue_per_subject = tonumber(f[4]), tonumber(f[5])
+  L.queue_hard_total, L.overflow = tonumber(f[6]), f[7]
+  L.lease, L.retention, L.max_rss, L.soft_rss = tonumber(f[8]), tonumber(f[9]), tonumber(f[10]), tonumber(f[11])
+  if ARGV[4] ~= '' then
+    local maps = cjson.decode(ARGV[4])
+    L.subjects, L.accounts = maps.subjects, maps.accounts
+  else
+    L.subjects, L.accounts = {}, {}
+  end
+end
 local now = tonumber(ARGV[3])
 if now == 0 then
   local t = redis.call('TIME')
@@ -509,14 +526,15 @@ local function set_lease(k, deadline)
   redis.call('HSET', tkey(k), 'deadline', fmt(deadline))
   redis.call('ZADD', LEASES, deadline, k)
 end
+-- Admit a waiter that dispatch took out of its queue.
 local function admit(k, t)
   local g = redis.call('HINCRBY', C, 'grant', 1)
-  redis.call('HSET', tkey(k), 'state', 'A', 'grant', g)
-  set_lease(k, now + L.lease)
-  incr('in_flight')
+  redis.call('HSET', tkey(k), 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease))
+  redis.call('ZADD', LEASES, now + L.lease, k)
+  redis.call('HINCRBY', C, 'in_flight', 1)
+  redis.call('HINCRBY', C, 'admitted', 1)
   hincr(SF, t.subject, 1)
   if t.account ~= '' then hincr(AF, t.account, 1) end
-  incr('admitted')
   changed(k)
 end
 local function enqueue(k, t)
@@ -531,7 +549,6 @@ local function enqueue(k, t)
   if depth == 0 then redis.call('RPUSH', ROT, t.subject) end
   redis.call('ZADD', DEPTH, depth + 1, t.subject)
   hincr(DC, tostring(depth), 1)
-  changed(k)
 end
 -- Take a waiter out of its subject's queue; `popped` when dispatch already took the subject
 -- off the rotation.
@@ -550,7 +567,8 @@ local function dequeue(k, t, popped)
   end
 end
 local function finish(k, t, state)
-  if t.state == 'Q' then
+  local was_queued = t.state == 'Q'
+  if was_queued then
     dequeue(k, t, false)
   elseif t.state == 'A' then
     incr('in_flight', -1)
@@ -568,11 +586,12 @@ local function finish(k, t, state)
   -- Real-time TTLs only collect garbage a little after the retention has passed.
   redis.call('PEXPIRE', tkey(k), L.retention + 60000)
   redis.call('PEXPIRE', runkey(t.run), L.retention + 60000)
-  changed(k)
+  -- A Wait stream follows a ticket only while it is queued.
+  if was_queued then changed(k) end
 end
 local function dispatch()
   local idle = 0
-  while cnt('in_flight') < L.total and idle < redis.call('LLEN', ROT) do
+  while redis.call('LLEN', ROT) > idle and cnt('in_flight') < L.total do
     local s = redis.call('LPOP', ROT)
     if not s then break end
     local q = qkey(s)
@@ -650,9 +669,9 @@ local function view(k)
 end
 "#;
 
-/// Submit a ticket. ARGV[4] ticket key (32 hex digits, fresh), ARGV[5] instance, ARGV[6]
-/// subject, ARGV[7] account ('' none), ARGV[8] run_id, ARGV[9] mode (Q queue, T try),
-/// ARGV[10] rss_mb ('' none).
+/// Submit a ticket. ARGV[5] ticket key (32 hex digits, fresh), ARGV[6] instance, ARGV[7]
+/// subject, ARGV[8] account ('' none), ARGV[9] run_id, ARGV[10] mode (Q queue, T try),
+/// ARGV[11] rss_mb ('' none).
 /// Returns {'ok', key, state, position, grant, lease}, {'refused', reason},
 /// {'conflict', field} or {'collision'} (the key is taken: draw another).
 pub fn submit() -> String {
@@ -661,7 +680,7 @@ pub fn submit() -> String {
 
 const SUBMIT_BODY: &str = r#"
 housekeeping()
-local key, inst, subject, account, run = ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local existing = redis.call('GET', runkey(run))
 if existing then
   local t = ticket(existing)
@@ -672,7 +691,7 @@ if existing then
     return {'ok', existing, v[1], v[2], v[3], v[4]}
   end
 end
-local rss = tonumber(ARGV[10])
+local rss = tonumber(ARGV[11])
 if rss then report_rss(inst, rss) end
 if L.max_rss > 0 and rss and rss >= L.max_rss then
   incr('rejected')
@@ -681,7 +700,7 @@ end
 dispatch()
 local eligible = (not instance_soft(inst)) and fits(subject, account)
 if not eligible then
-  if ARGV[9] == 'T' or L.queue_total == 0 then
+  if ARGV[10] == 'T' or L.queue_total == 0 then
     incr('rejected')
     return {'refused', 'BUSY'}
   end
@@ -700,7 +719,13 @@ if not eligible then
     else
       local victim_subject = subject
       if not subject_full then
-        victim_subject = redis.call('ZREVRANGE', DEPTH, 0, 0)[1]
+        -- The deepest subject; of equally deep ones the first by name.
+        local top = redis.call('ZREVRANGE', DEPTH, 0, 0, 'WITHSCORES')
+        if top[2] then
+          victim_subject = redis.call('ZRANGEBYSCORE', DEPTH, top[2], top[2], 'LIMIT', 0, 1)[1]
+        else
+          victim_subject = nil
+        end
       end
       local victim = victim_subject and redis.call('ZRANGE', qkey(victim_subject), 0, 0)[1]
       if not victim then
@@ -713,17 +738,30 @@ if not eligible then
   end
 end
 if redis.call('EXISTS', tkey(key)) == 1 then return {'collision'} end
+redis.call('SET', runkey(run), key)
+if eligible then
+  -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
+  -- published (no Wait stream can follow a ticket before its id is answered).
+  local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted')
+  local g = num(c[1]) + 1
+  redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
+             'run', run, 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease), 'order', 0)
+  redis.call('ZADD', LEASES, now + L.lease, key)
+  redis.call('HSET', C, 'grant', g, 'in_flight', num(c[2]) + 1, 'submitted', num(c[3]) + 1,
+             'admitted', num(c[4]) + 1)
+  hincr(SF, subject, 1)
+  if account ~= '' then hincr(AF, account, 1) end
+  return {'ok', key, 'A', 0, g, L.lease}
+end
 redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
            'run', run, 'state', 'N', 'grant', 0, 'deadline', 0, 'order', 0)
-redis.call('SET', runkey(run), key)
 incr('submitted')
-local t = ticket(key)
-if eligible then admit(key, t) else enqueue(key, t) end
+enqueue(key, {subject = subject, account = account, instance = inst, run = run})
 local v = view(key)
 return {'ok', key, v[1], v[2], v[3], v[4]}
 "#;
 
-/// Renew leases. ARGV[4] rss_mb ('' none), ARGV[5..] ticket keys.
+/// Renew leases. ARGV[5] rss_mb ('' none), ARGV[6..] ticket keys.
 /// Returns per key {state, position, grant, lease}, or false when unknown.
 pub fn renew() -> String {
     format!("{TICKET_PRELUDE}{RENEW_BODY}")
@@ -731,9 +769,9 @@ pub fn renew() -> String {
 
 const RENEW_BODY: &str = r#"
 housekeeping()
-local rss = tonumber(ARGV[4])
+local rss = tonumber(ARGV[5])
 local out = {}
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   local k = ARGV[i]
   local t = ticket(k)
   if t then
@@ -749,14 +787,14 @@ end
 return out
 "#;
 
-/// Release or withdraw a ticket. ARGV[4] ticket key. Returns the previous state, or false.
+/// Release or withdraw a ticket. ARGV[5] ticket key. Returns the previous state, or false.
 pub fn release() -> String {
     format!("{TICKET_PRELUDE}{RELEASE_BODY}")
 }
 
 const RELEASE_BODY: &str = r#"
 housekeeping()
-local k = ARGV[4]
+local k = ARGV[5]
 local t = ticket(k)
 if not t then return false end
 if t.state == 'A' or t.state == 'P' then
@@ -771,17 +809,17 @@ end
 return t.state
 "#;
 
-/// Read one ticket (after housekeeping). ARGV[4] ticket key. Returns its view or false.
+/// Read one ticket (after housekeeping). ARGV[5] ticket key. Returns its view or false.
 pub fn ticket() -> String {
     format!("{TICKET_PRELUDE}{TICKET_BODY}")
 }
 
 const TICKET_BODY: &str = r#"
 housekeeping()
-return view(ARGV[4])
+return view(ARGV[5])
 "#;
 
-/// Housekeeping, then the host's gauges, counters and rows. ARGV[4] 'rejected' to count one
+/// Housekeeping, then the host's gauges, counters and rows. ARGV[5] 'rejected' to count one
 /// rejection first (the authority's own memory), else ''.
 /// Returns {in_flight, queued, parked, submitted, admitted, rejected, released, cancelled,
 /// shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
@@ -792,7 +830,7 @@ pub fn stats() -> String {
 
 const STATS_BODY: &str = r#"
 housekeeping()
-if ARGV[4] == 'rejected' then incr('rejected') end
+if ARGV[5] == 'rejected' then incr('rejected') end
 local out = {}
 for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
                     'released', 'cancelled', 'shed', 'expired'}) do

@@ -38,8 +38,9 @@ impl TicketWatch for RedisWatch {
     }
 }
 
-/// The limits of a host as the scripts read them (JSON; names are printable ASCII).
-pub(super) fn limits_json(l: &Limits) -> String {
+/// The limits of a host as the scripts read them: the scalars, and the per-subject and
+/// per-account caps as JSON (`""` when there are none; names are printable ASCII).
+pub(super) fn limits_args(l: &Limits) -> (String, String) {
     let map = |m: &HashMap<String, u32>| {
         let mut out = String::from("{");
         for (i, (k, v)) in m.iter().enumerate() {
@@ -55,15 +56,11 @@ pub(super) fn limits_json(l: &Limits) -> String {
         out.push('}');
         out
     };
-    format!(
-        "{{\"total\":{},\"per_subject\":{},\"per_account\":{},\"subjects\":{},\"accounts\":{},\
-         \"queue_total\":{},\"queue_per_subject\":{},\"queue_hard_total\":{},\"overflow\":\"{}\",\
-         \"lease\":{},\"retention\":{},\"max_rss\":{},\"soft_rss\":{}}}",
+    let scalars = format!(
+        "{},{},{},{},{},{},{},{},{},{},{}",
         l.total,
         l.per_subject,
         l.per_account.map_or(-1, i64::from),
-        map(&l.subjects),
-        map(&l.accounts),
         l.queue_total,
         l.queue_per_subject,
         l.queue_hard_total,
@@ -76,7 +73,17 @@ pub(super) fn limits_json(l: &Limits) -> String {
         l.retention_ms,
         l.memory.max_rss_mb,
         l.memory.soft_rss_mb,
-    )
+    );
+    let maps = if l.subjects.is_empty() && l.accounts.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "{{\"subjects\":{},\"accounts\":{}}}",
+            map(&l.subjects),
+            map(&l.accounts)
+        )
+    };
+    (scalars, maps)
 }
 
 fn text(v: &Value) -> String {
@@ -133,7 +140,7 @@ fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
 
 impl RedisStore {
     /// A ticket script on `host`: KEYS[1] the host's counters, ARGV the host prefix, limits,
-    /// now, then `args`.
+    /// now, cap maps, then `args` (from ARGV[5]).
     async fn sched(
         &self,
         script: &redis::Script,
@@ -141,21 +148,23 @@ impl RedisStore {
         args: &[String],
     ) -> Result<Value, StoreError> {
         let prefix = self.keys.sched(host);
+        let (scalars, maps) = self.limits_args_of(host);
         let mut inv = script.prepare_invoke();
         inv.key(format!("{prefix}c"))
             .arg(&prefix)
-            .arg(self.limits_json_of(host))
-            .arg(self.now_arg());
+            .arg(scalars)
+            .arg(self.now_arg())
+            .arg(maps);
         for a in args {
             inv.arg(a);
         }
         self.run(inv).await
     }
 
-    fn limits_json_of(&self, host: &str) -> &str {
-        self.limits_json
+    fn limits_args_of(&self, host: &str) -> &(String, String) {
+        self.limits_args
             .get(host)
-            .unwrap_or(&self.default_limits_json)
+            .unwrap_or(&self.default_limits_args)
     }
 
     /// Wake this replica's Wait streams on a ticket that changed.
@@ -183,6 +192,7 @@ impl TicketStore for RedisStore {
         args: SubmitArgs,
     ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
         self.register_host(host_id).await?;
+        self.listener_ready().await;
         loop {
             let key = TicketId::random_key();
             let reply = self
@@ -281,6 +291,7 @@ impl TicketStore for RedisStore {
     }
 
     async fn ticket(&self, id: &TicketId) -> Result<Option<TicketView>, StoreError> {
+        self.listener_ready().await;
         let reply = self
             .sched(&self.ticket, &id.host_id, &[hex(id.key)])
             .await?;
@@ -407,13 +418,19 @@ fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
 /// Listen for ticket changes published by any replica and wake the Wait streams of this one,
 /// reconnecting after a second when the subscription drops (the Wait streams re-check their
 /// tickets every second meanwhile, so a lost message only delays them).
-pub(super) async fn listen(url: String, keys: super::keys::Keys, watchers: Arc<Watchers>) {
+pub(super) async fn listen(
+    url: String,
+    keys: super::keys::Keys,
+    watchers: Arc<Watchers>,
+    listening: watch::Sender<bool>,
+) {
     use tokio_stream::StreamExt;
     loop {
         let subscribed = async {
             let client = redis::Client::open(url.as_str())?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.psubscribe(keys.sched_changes_pattern()).await?;
+            listening.send_replace(true);
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
                 let channel = msg.get_channel_name().to_string();
@@ -430,6 +447,7 @@ pub(super) async fn listen(url: String, keys: super::keys::Keys, watchers: Arc<W
         if let Err(e) = subscribed.await {
             tracing::warn!("redis change subscription lost, resubscribing: {e}");
         }
+        listening.send_replace(false);
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
