@@ -518,10 +518,6 @@ local function ticket(k)
           grant = num(t[6]), deadline = num(t[7]), order = num(t[8])}
 end
 local function live(state) return state == 'Q' or state == 'A' or state == 'P' end
-local function fits(s, a)
-  if cnt('in_flight') >= L.total then return false end
-  return num(redis.call('HGET', SF, s)) < subject_cap(s) and account_has_room(a)
-end
 local function set_lease(k, deadline)
   redis.call('HSET', tkey(k), 'deadline', fmt(deadline))
   redis.call('ZADD', LEASES, deadline, k)
@@ -616,7 +612,9 @@ local function dispatch()
     end
   end
 end
-local function housekeeping()
+-- Expire due leases (and drop stale rss reports); with `forget`, also forget ended tickets
+-- past their retention (the sweep does; Submit forgets a run's own old ticket itself).
+local function housekeeping(forget)
   local freed = false
   for _, k in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now)) do
     local t = ticket(k)
@@ -628,11 +626,13 @@ local function housekeeping()
       redis.call('ZREM', LEASES, k)
     end
   end
-  for _, k in ipairs(redis.call('ZRANGEBYSCORE', RET, '-inf', now)) do
-    local run = redis.call('HGET', tkey(k), 'run')
-    redis.call('DEL', tkey(k))
-    if run and redis.call('GET', runkey(run)) == k then redis.call('DEL', runkey(run)) end
-    redis.call('ZREM', RET, k)
+  if forget then
+    for _, k in ipairs(redis.call('ZRANGEBYSCORE', RET, '-inf', now)) do
+      local run = redis.call('HGET', tkey(k), 'run')
+      redis.call('DEL', tkey(k))
+      if run and redis.call('GET', runkey(run)) == k then redis.call('DEL', runkey(run)) end
+      redis.call('ZREM', RET, k)
+    end
   end
   if L.max_rss > 0 then
     local r = redis.call('HGETALL', RSS)
@@ -679,11 +679,17 @@ pub fn submit() -> String {
 }
 
 const SUBMIT_BODY: &str = r#"
-housekeeping()
+housekeeping(false)
 local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local existing = redis.call('GET', runkey(run))
 if existing then
   local t = ticket(existing)
+  if t and not live(t.state) and t.deadline <= now then
+    -- Past its retention: forgotten, as the sweep would have.
+    redis.call('DEL', tkey(existing), runkey(run))
+    redis.call('ZREM', RET, existing)
+    t = nil
+  end
   if t then
     if t.subject ~= subject then return {'conflict', 'subject'} end
     if t.account ~= account then return {'conflict', 'account_id'} end
@@ -698,7 +704,9 @@ if L.max_rss > 0 and rss and rss >= L.max_rss then
   return {'refused', 'MEMORY_PRESSURE'}
 end
 dispatch()
-local eligible = (not instance_soft(inst)) and fits(subject, account)
+local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted')
+local eligible = (not instance_soft(inst)) and num(c[2]) < L.total
+  and num(redis.call('HGET', SF, subject)) < subject_cap(subject) and account_has_room(account)
 if not eligible then
   if ARGV[10] == 'T' or L.queue_total == 0 then
     incr('rejected')
@@ -742,7 +750,6 @@ redis.call('SET', runkey(run), key)
 if eligible then
   -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
   -- published (no Wait stream can follow a ticket before its id is answered).
-  local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted')
   local g = num(c[1]) + 1
   redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
              'run', run, 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease), 'order', 0)
@@ -768,7 +775,7 @@ pub fn renew() -> String {
 }
 
 const RENEW_BODY: &str = r#"
-housekeeping()
+housekeeping(false)
 local rss = tonumber(ARGV[5])
 local out = {}
 for i = 6, #ARGV do
@@ -793,7 +800,7 @@ pub fn release() -> String {
 }
 
 const RELEASE_BODY: &str = r#"
-housekeeping()
+housekeeping(false)
 local k = ARGV[5]
 local t = ticket(k)
 if not t then return false end
@@ -809,13 +816,14 @@ end
 return t.state
 "#;
 
-/// Read one ticket (after housekeeping). ARGV[5] ticket key. Returns its view or false.
+/// Read one ticket (after housekeeping). ARGV[5] ticket key, ARGV[6] 'sweep' to also forget
+/// tickets past retention. Returns its view or false.
 pub fn ticket() -> String {
     format!("{TICKET_PRELUDE}{TICKET_BODY}")
 }
 
 const TICKET_BODY: &str = r#"
-housekeeping()
+housekeeping(ARGV[6] == 'sweep')
 return view(ARGV[5])
 "#;
 
@@ -829,7 +837,7 @@ pub fn stats() -> String {
 }
 
 const STATS_BODY: &str = r#"
-housekeeping()
+housekeeping(false)
 if ARGV[5] == 'rejected' then incr('rejected') end
 local out = {}
 for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
@@ -875,7 +883,7 @@ pub fn list() -> String {
 }
 
 const LIST_BODY: &str = r#"
-housekeeping()
+housekeeping(false)
 local out = {fmt(now)}
 for _, k in ipairs(redis.call('ZRANGE', LEASES, 0, -1)) do
   local t = ticket(k)

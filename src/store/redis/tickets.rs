@@ -310,7 +310,8 @@ impl TicketStore for RedisStore {
 
     async fn sweep_tickets(&self) -> Result<(), StoreError> {
         for host in self.hosts().await? {
-            self.sched(&self.ticket, &host, &[hex(0)]).await?;
+            self.sched(&self.ticket, &host, &[hex(0), "sweep".into()])
+                .await?;
         }
         self.watchers
             .lock()
