@@ -61,8 +61,12 @@ pub async fn run(
             .await
         }
         Some(r) => {
-            let store = RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock)
-                .map_err(|e| ServeError::Config(e.to_string()))?;
+            let store = if r.cluster {
+                RedisStore::new_cluster(&[r.url.as_str()], &r.prefix, policy, clock)
+            } else {
+                RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock)
+            }
+            .map_err(|e| ServeError::Config(e.to_string()))?;
             serve(Arc::new(store), config, listener, shutdown).await
         }
     }

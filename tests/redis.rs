@@ -420,3 +420,183 @@ mod differential {
         }
     }
 }
+
+/// Three redis-server nodes on loopback ports joined into a Redis Cluster (no replicas),
+/// stopped by PID when dropped.
+struct Cluster {
+    nodes: Vec<RedisServer>,
+    _dir: std::path::PathBuf,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = RedisServer::free_port();
+            let child = Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--port", &port.to_string(), "--cluster-enabled", "yes"])
+                .arg("--cluster-config-file")
+                .arg(dir.join(format!("nodes-{port}.conf")))
+                .current_dir(&dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "a cluster node did not start");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            nodes.push(RedisServer {
+                child: Some(child),
+                port,
+            });
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli on PATH");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // Wait until every node agrees the cluster is up.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in &nodes {
+            loop {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &n.port.to_string(), "cluster", "info"])
+                    .output()
+                    .unwrap();
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the cluster did not come up");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Cluster { nodes, _dir: dir }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+#[tokio::test]
+async fn the_store_works_on_a_three_node_redis_cluster() {
+    use admission_authority::ledger::{AuthorizeArgs, Coverage, Decision, Usage};
+    use admission_authority::scheduler::{LimitsTable, SubmitArgs, SubmitMode, TicketState};
+    use admission_authority::store::{LedgerStore, TicketStore, TicketWatch};
+
+    let cluster = Cluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let limits = admission_authority::scheduler::Limits {
+        total: 1,
+        per_subject: 1,
+        queue_total: 10,
+        queue_hard_total: 10,
+        ..Default::default()
+    };
+    let store = RedisStore::new_cluster(
+        &nodes,
+        "cluster:",
+        Policy {
+            limits: LimitsTable::uniform(limits),
+            ..Policy::default()
+        },
+        Arc::new(ManualClock::new(1_000)),
+    )
+    .unwrap();
+    let args = |subject: &str, run: &str| SubmitArgs {
+        instance_id: "replica".into(),
+        subject: subject.into(),
+        account_id: None,
+        run_id: run.into(),
+        mode: SubmitMode::Queue,
+        rss_mb: None,
+    };
+    // Several hosts, so their keys land on different nodes.
+    for host in ["host-a", "host-b", "host-c", "host-d"] {
+        let (holder, v) = store
+            .submit(host, args("alice", "r1"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(v.state, TicketState::Admitted);
+        let (waiter, v) = store
+            .submit(host, args("bob", "r2"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(v.state, TicketState::Queued);
+        let mut watch = store.watch(&waiter);
+        assert_eq!(
+            store.release(&holder).await.unwrap(),
+            Some(TicketState::Admitted)
+        );
+        tokio::time::timeout(Duration::from_secs(5), watch.changed())
+            .await
+            .expect("the waiter is woken through the cluster's pub/sub");
+        let now = store.ticket(&waiter).await.unwrap().unwrap();
+        assert_eq!(now.state, TicketState::Admitted, "{host}");
+        let stats = store.stats(host).await.unwrap();
+        assert_eq!((stats.in_flight, stats.counters.released), (1, 1));
+
+        let a = store
+            .authorize(
+                host,
+                AuthorizeArgs {
+                    run_id: "run".into(),
+                    step: 1,
+                    subject: "alice".into(),
+                    account_id: None,
+                    model: String::new(),
+                    requested_output_tokens: 10,
+                    estimated_input_tokens: 5,
+                    estimated_cost: 0,
+                },
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.decision, Decision::Allow);
+        let usage = Usage {
+            input_tokens: 5,
+            output_tokens: 3,
+            cost: 0,
+            coverage: Coverage::Complete,
+        };
+        assert_eq!(
+            store.settle(host, "run", 1, usage).await.unwrap(),
+            Ok(false)
+        );
+    }
+    let rule = store.auth_policy().bucket("magic_link").unwrap();
+    let mut allowed = 0;
+    for _ in 0..6 {
+        if store
+            .auth_attempt("magic_link", "eve", rule)
+            .await
+            .unwrap()
+            .allowed()
+        {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 5);
+    store.sweep_tickets().await.unwrap();
+    store.sweep_ledger().await.unwrap();
+}

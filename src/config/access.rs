@@ -382,14 +382,15 @@ pub(super) fn render(out: &mut String, c: &Config) {
             let at = r.url.rsplit('@').next().unwrap_or(&r.url);
             let _ = writeln!(
                 out,
-                "store:\n  redis: {{url: {}, prefix: {:?}, pool_size: {}}}",
+                "store:\n  redis: {{url: {}, prefix: {:?}, pool_size: {}, cluster: {}}}",
                 if at.len() < r.url.len() {
                     format!("redis://…@{at}")
                 } else {
                     r.url.clone()
                 },
                 r.prefix,
-                r.pool_size
+                r.pool_size,
+                r.cluster
             );
         }
         None => {

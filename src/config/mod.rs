@@ -78,6 +78,8 @@ pub struct RedisConfig {
     pub prefix: String,
     /// Multiplexed connections kept open.
     pub pool_size: u32,
+    /// `url` is a node of a Redis Cluster (the rest are found from it).
+    pub cluster: bool,
 }
 
 /// Values given on the command line; each wins over the file.
@@ -507,7 +509,7 @@ impl Cx {
 
     /// `store.redis`.
     fn redis(&mut self, v: &Value) -> Option<RedisConfig> {
-        let m = self.mapping(v, "store.redis", &["url", "prefix", "pool_size"])?;
+        let m = self.mapping(v, "store.redis", &["url", "prefix", "pool_size", "cluster"])?;
         let url = match m.get("url").map(|v| (v.as_str(), v)) {
             Some((Some(u), _)) => Some(u.to_string()),
             Some((None, v)) => {
@@ -547,10 +549,22 @@ impl Cx {
                 .count(v, "store.redis.pool_size", 1, 256)
                 .map(|n| n as u32),
         };
+        let cluster = match m.get("cluster") {
+            None => Some(false),
+            Some(Value::Bool(b)) => Some(*b),
+            Some(v) => {
+                self.err(
+                    "store.redis.cluster",
+                    format_args!("must be true or false, got {}", kind(v)),
+                );
+                None
+            }
+        };
         Some(RedisConfig {
             url: url?,
             prefix: prefix?,
             pool_size: pool_size?,
+            cluster: cluster?,
         })
     }
 
@@ -930,6 +944,7 @@ impl Cx {
                         url: String::new(),
                         prefix: DEFAULT_REDIS_PREFIX.to_string(),
                         pool_size: DEFAULT_REDIS_POOL,
+                        cluster: false,
                     })
                 }),
                 None => file.redis,

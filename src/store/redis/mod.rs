@@ -40,8 +40,50 @@ pub const AUTH_SKIP_MS: u64 = 5_000;
 /// Longest wait for a connection or an answer before Redis counts as unreachable.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// A connection for one call: multiplexed to one Redis, or to a Redis Cluster (which routes
+/// each script to the node that serves its first key's slot).
+#[derive(Clone)]
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 pub struct RedisStore {
     pool: bb8::Pool<RedisConnectionManager>,
+    /// Set for a Redis Cluster: then connections come from here and `pool` is not used.
+    cluster: Option<redis::cluster::ClusterClient>,
+    cluster_conn: Mutex<Option<redis::cluster_async::ClusterConnection>>,
     /// Multiplexed connections in use, taken round robin; `None` until (re)filled from `pool`.
     slots: Vec<Mutex<Option<MultiplexedConnection>>>,
     next_slot: AtomicU64,
@@ -116,6 +158,8 @@ impl RedisStore {
             .build_unchecked(manager);
         Ok(RedisStore {
             pool,
+            cluster: None,
+            cluster_conn: Mutex::new(None),
             slots: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
             next_slot: AtomicU64::new(0),
             keys: Keys::new(prefix),
@@ -146,6 +190,27 @@ impl RedisStore {
         })
     }
 
+    /// A store on the Redis Cluster that `nodes` (any of its nodes; one is enough) belong to.
+    /// Every decision touches one slot (keys share a hash tag), so each script runs on one
+    /// node. Nothing is connected yet.
+    ///
+    /// Fails when a node is not a Redis URL.
+    pub fn new_cluster(
+        nodes: &[&str],
+        prefix: &str,
+        policy: Policy,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
+        let first = nodes
+            .first()
+            .ok_or_else(|| StoreError("redis cluster: no node given".into()))?;
+        let client = redis::cluster::ClusterClient::new(nodes.to_vec())
+            .map_err(|e| StoreError(format!("redis cluster: {e}")))?;
+        let mut store = RedisStore::new(first, prefix, 1, policy, clock)?;
+        store.cluster = Some(client);
+        Ok(store)
+    }
+
     /// Freeze the time every script sees at `now_ms` instead of Redis `TIME` (tests only:
     /// lets windows and leases pass without sleeping, and durations come out exact).
     #[doc(hidden)]
@@ -158,12 +223,23 @@ impl RedisStore {
         self.frozen_now_ms.load(Ordering::Relaxed)
     }
 
-    /// A connection from the next slot, filling the slot from the pool if it is empty; true
-    /// when it was already in the slot (and so may have gone stale since).
-    async fn conn(&self) -> Result<(MultiplexedConnection, bool), StoreError> {
+    /// A connection from the next slot, filling the slot from the pool if it is empty (or the
+    /// cluster connection); true when it was kept from before (and so may have gone stale).
+    async fn conn(&self) -> Result<(Conn, bool), StoreError> {
+        if let Some(client) = &self.cluster {
+            if let Some(c) = self.cluster_conn.lock().expect("cluster lock").clone() {
+                return Ok((Conn::Cluster(c), true));
+            }
+            let c = tokio::time::timeout(REDIS_TIMEOUT, client.get_async_connection())
+                .await
+                .map_err(|_| StoreError("redis cluster: no answer".into()))?
+                .map_err(|e| StoreError(format!("redis cluster: {e}")))?;
+            *self.cluster_conn.lock().expect("cluster lock") = Some(c.clone());
+            return Ok((Conn::Cluster(c), false));
+        }
         let i = (self.next_slot.fetch_add(1, Ordering::Relaxed) as usize) % self.slots.len();
         if let Some(c) = self.slots[i].lock().expect("slot lock").clone() {
-            return Ok((c, true));
+            return Ok((Conn::Single(c), true));
         }
         let c = self
             .pool
@@ -172,7 +248,7 @@ impl RedisStore {
             .map_err(|e| StoreError(format!("redis: {e}")))?
             .clone();
         *self.slots[i].lock().expect("slot lock") = Some(c.clone());
-        Ok((c, false))
+        Ok((Conn::Single(c), false))
     }
 
     /// Run a script with a deadline; any failure is the store being unreachable. A failure
@@ -195,6 +271,7 @@ impl RedisStore {
             for slot in &self.slots {
                 *slot.lock().expect("slot lock") = None;
             }
+            *self.cluster_conn.lock().expect("cluster lock") = None;
             if !kept {
                 return Err(StoreError(err));
             }
