@@ -477,10 +477,9 @@ local function runkey(r) return B .. 'run:' .. r end
 local function num(v) return tonumber(v or '0') or 0 end
 local function cnt(f) return num(redis.call('HGET', C, f)) end
 local function incr(f, by) redis.call('HINCRBY', C, f, by or 1) end
-local function hincr(h, f, by)
-  local v = redis.call('HINCRBY', h, f, by)
-  if v == 0 then redis.call('HDEL', h, f) end
-end
+-- Counts per name stay at 0 when they reach it (the sweep drops zeros), saving a command on
+-- the hot path.
+local function hincr(h, f, by) redis.call('HINCRBY', h, f, by) end
 local function changed(k) redis.call('PUBLISH', B .. 'changes', k) end
 local function subject_cap(s) return L.subjects[s] or L.per_subject end
 local function account_cap(a)
@@ -627,6 +626,12 @@ local function housekeeping(forget)
     end
   end
   if forget then
+    for _, h in ipairs({SF, AF, AQ, DC}) do
+      local all = redis.call('HGETALL', h)
+      for i = 1, #all, 2 do
+        if tonumber(all[i + 1]) == 0 then redis.call('HDEL', h, all[i]) end
+      end
+    end
     for _, k in ipairs(redis.call('ZRANGEBYSCORE', RET, '-inf', now)) do
       local run = redis.call('HGET', tkey(k), 'run')
       redis.call('DEL', tkey(k))
@@ -672,8 +677,9 @@ end
 /// Submit a ticket. ARGV[5] ticket key (32 hex digits, fresh), ARGV[6] instance, ARGV[7]
 /// subject, ARGV[8] account ('' none), ARGV[9] run_id, ARGV[10] mode (Q queue, T try),
 /// ARGV[11] rss_mb ('' none).
-/// Returns {'ok', key, state, position, grant, lease}, {'refused', reason},
-/// {'conflict', field} or {'collision'} (the key is taken: draw another).
+/// Returns {'ok', key, state, position, grant, lease}, {'refused', reason} or
+/// {'conflict', field}. The key is not checked for a collision: it is 128 random bits, and
+/// finding a taken one is as likely as guessing one.
 pub fn submit() -> String {
     format!("{TICKET_PRELUDE}{SUBMIT_BODY}")
 }
@@ -681,12 +687,13 @@ pub fn submit() -> String {
 const SUBMIT_BODY: &str = r#"
 housekeeping(false)
 local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local existing = redis.call('GET', runkey(run))
+-- Claim the run_id for the new ticket in one command; a refusal below gives it back.
+local existing = redis.call('SET', runkey(run), key, 'NX', 'GET')
 if existing then
   local t = ticket(existing)
   if t and not live(t.state) and t.deadline <= now then
     -- Past its retention: forgotten, as the sweep would have.
-    redis.call('DEL', tkey(existing), runkey(run))
+    redis.call('DEL', tkey(existing))
     redis.call('ZREM', RET, existing)
     t = nil
   end
@@ -696,12 +703,17 @@ if existing then
     local v = view(existing)
     return {'ok', existing, v[1], v[2], v[3], v[4]}
   end
+  redis.call('SET', runkey(run), key)
+end
+local function refuse(reason)
+  redis.call('DEL', runkey(run))
+  incr('rejected')
+  return {'refused', reason}
 end
 local rss = tonumber(ARGV[11])
 if rss then report_rss(inst, rss) end
 if L.max_rss > 0 and rss and rss >= L.max_rss then
-  incr('rejected')
-  return {'refused', 'MEMORY_PRESSURE'}
+  return refuse('MEMORY_PRESSURE')
 end
 dispatch()
 local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted')
@@ -709,20 +721,17 @@ local eligible = (not instance_soft(inst)) and num(c[2]) < L.total
   and num(redis.call('HGET', SF, subject)) < subject_cap(subject) and account_has_room(account)
 if not eligible then
   if ARGV[10] == 'T' or L.queue_total == 0 then
-    incr('rejected')
-    return {'refused', 'BUSY'}
+    return refuse('BUSY')
   end
   local depth = redis.call('ZCARD', qkey(subject))
   local subject_full = L.queue_per_subject > 0 and depth >= L.queue_per_subject
   local total_full = cnt('queued') >= L.queue_total
   if subject_full or total_full then
     if L.overflow == 'reject' then
-      incr('rejected')
-      return {'refused', 'QUEUE_FULL'}
+      return refuse('QUEUE_FULL')
     elseif L.overflow == 'queue' then
       if subject_full or cnt('queued') >= L.queue_hard_total then
-        incr('rejected')
-        return {'refused', 'QUEUE_FULL'}
+        return refuse('QUEUE_FULL')
       end
     else
       local victim_subject = subject
@@ -737,16 +746,13 @@ if not eligible then
       end
       local victim = victim_subject and redis.call('ZRANGE', qkey(victim_subject), 0, 0)[1]
       if not victim then
-        incr('rejected')
-        return {'refused', 'QUEUE_FULL'}
+        return refuse('QUEUE_FULL')
       end
       finish(victim, ticket(victim), 'S')
       incr('shed')
     end
   end
 end
-if redis.call('EXISTS', tkey(key)) == 1 then return {'collision'} end
-redis.call('SET', runkey(run), key)
 if eligible then
   -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
   -- published (no Wait stream can follow a ticket before its id is answered).
@@ -855,24 +861,30 @@ for _, s in ipairs(redis.call('HKEYS', SF)) do seen[s] = true; table.insert(subj
 for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
   if not seen[s] then seen[s] = true; table.insert(subjects, s) end
 end
-table.insert(out, #subjects)
+local rows = {}
 for _, s in ipairs(subjects) do
-  table.insert(out, s)
-  table.insert(out, num(redis.call('HGET', SF, s)))
-  table.insert(out, redis.call('ZCARD', qkey(s)))
+  local f, q = num(redis.call('HGET', SF, s)), redis.call('ZCARD', qkey(s))
+  if f > 0 or q > 0 then
+    table.insert(rows, s); table.insert(rows, f); table.insert(rows, q)
+  end
 end
+table.insert(out, #rows / 3)
+for _, v in ipairs(rows) do table.insert(out, v) end
 local accounts, aseen = {}, {}
 for _, h in ipairs({AF, AQ}) do
   for _, a in ipairs(redis.call('HKEYS', h)) do
     if not aseen[a] then aseen[a] = true; table.insert(accounts, a) end
   end
 end
-table.insert(out, #accounts)
+rows = {}
 for _, a in ipairs(accounts) do
-  table.insert(out, a)
-  table.insert(out, num(redis.call('HGET', AF, a)))
-  table.insert(out, num(redis.call('HGET', AQ, a)))
+  local f, q = num(redis.call('HGET', AF, a)), num(redis.call('HGET', AQ, a))
+  if f > 0 or q > 0 then
+    table.insert(rows, a); table.insert(rows, f); table.insert(rows, q)
+  end
 end
+table.insert(out, #rows / 3)
+for _, v in ipairs(rows) do table.insert(out, v) end
 return out
 "#;
 

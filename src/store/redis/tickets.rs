@@ -193,62 +193,58 @@ impl TicketStore for RedisStore {
     ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
         self.register_host(host_id).await?;
         self.listener_ready().await;
-        loop {
-            let key = TicketId::random_key();
-            let reply = self
-                .sched(
-                    &self.submit,
-                    host_id,
-                    &[
-                        hex(key),
-                        args.instance_id.clone(),
-                        args.subject.clone(),
-                        args.account_id.clone().unwrap_or_default(),
-                        args.run_id.clone(),
-                        match args.mode {
-                            SubmitMode::Queue => "Q".into(),
-                            SubmitMode::Try => "T".into(),
-                        },
-                        args.rss_mb.map_or_else(String::new, |r| r.to_string()),
-                    ],
-                )
-                .await?;
-            let Value::Array(f) = &reply else {
-                return Err(StoreError(format!("redis: submit answered {reply:?}")));
-            };
-            let tag = f.first().map(text).unwrap_or_default();
-            match tag.as_str() {
-                "collision" => continue,
-                "conflict" => {
-                    let field = if f.get(1).map(text).as_deref() == Some("subject") {
-                        "subject"
-                    } else {
-                        "account_id"
-                    };
-                    return Ok(Err(SubmitError::RunIdConflict { field }));
-                }
-                "refused" => {
-                    use crate::scheduler::Refusal;
-                    let refusal = match f.get(1).map(text).as_deref() {
-                        Some("MEMORY_PRESSURE") => Refusal::MemoryPressure,
-                        Some("QUEUE_FULL") => Refusal::QueueFull,
-                        _ => Refusal::Busy,
-                    };
-                    return Ok(Err(SubmitError::Refused(refusal)));
-                }
-                "ok" if f.len() == 6 => {
-                    let key = u128::from_str_radix(&text(&f[1]), 16)
-                        .map_err(|_| StoreError("redis: malformed ticket key".into()))?;
-                    let v = view(key, &Value::Array(f[2..6].to_vec()))?
-                        .ok_or_else(|| StoreError("redis: submit lost its ticket".into()))?;
-                    let id = TicketId {
-                        host_id: host_id.to_string(),
-                        key,
-                    };
-                    return Ok(Ok((id, v)));
-                }
-                _ => return Err(StoreError(format!("redis: submit answered {reply:?}"))),
+        let key = TicketId::random_key();
+        let mode = match args.mode {
+            SubmitMode::Queue => "Q",
+            SubmitMode::Try => "T",
+        };
+        let reply = self
+            .sched(
+                &self.submit,
+                host_id,
+                &[
+                    hex(key),
+                    args.instance_id,
+                    args.subject,
+                    args.account_id.unwrap_or_default(),
+                    args.run_id,
+                    mode.into(),
+                    args.rss_mb.map_or_else(String::new, |r| r.to_string()),
+                ],
+            )
+            .await?;
+        let malformed = || StoreError(format!("redis: submit answered {reply:?}"));
+        let Value::Array(f) = &reply else {
+            return Err(malformed());
+        };
+        let tag = f.first().map(text).unwrap_or_default();
+        let detail = f.get(1).map(text);
+        match tag.as_str() {
+            "conflict" => Ok(Err(SubmitError::RunIdConflict {
+                field: if detail.as_deref() == Some("subject") {
+                    "subject"
+                } else {
+                    "account_id"
+                },
+            })),
+            "refused" => {
+                use crate::scheduler::Refusal;
+                Ok(Err(SubmitError::Refused(match detail.as_deref() {
+                    Some("MEMORY_PRESSURE") => Refusal::MemoryPressure,
+                    Some("QUEUE_FULL") => Refusal::QueueFull,
+                    _ => Refusal::Busy,
+                })))
             }
+            "ok" if f.len() == 6 => {
+                let key = u128::from_str_radix(&text(&f[1]), 16).map_err(|_| malformed())?;
+                let v = view(key, &Value::Array(f[2..6].to_vec()))?.ok_or_else(malformed)?;
+                let id = TicketId {
+                    host_id: host_id.to_string(),
+                    key,
+                };
+                Ok(Ok((id, v)))
+            }
+            _ => Err(malformed()),
         }
     }
 
