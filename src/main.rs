@@ -74,6 +74,9 @@ struct ServeArgs {
     /// Share state with other replicas in this Redis (e.g. redis://127.0.0.1:6379/0).
     #[arg(long, value_name = "URL")]
     redis_url: Option<String>,
+    /// After SIGTERM, how long admitted tickets may keep running before exit (default 30s).
+    #[arg(long, value_name = "DURATION")]
+    drain_grace: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -132,6 +135,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         lease_ttl: args.lease_ttl,
         max_rss_mb: args.max_rss_mb,
         redis_url: args.redis_url,
+        drain_grace: args.drain_grace,
     };
     let config = match config::load(args.config.as_deref(), &overrides) {
         Ok(c) => c,

@@ -93,6 +93,29 @@ async fn serve<S: Store>(
     health
         .set_serving::<OperatorServer<OperatorService<S>>>()
         .await;
+    // Draining (SIGTERM or the Drain RPC) turns health NOT_SERVING, so load balancers move
+    // new work to other replicas while admitted tickets finish here.
+    let health_on_drain = {
+        let (gates, health) = (gates.clone(), health.clone());
+        tokio::spawn(async move {
+            gates.drain_started().await;
+            health
+                .set_not_serving::<AdmissionServer<AdmissionService<S>>>()
+                .await;
+            health
+                .set_not_serving::<OperatorServer<OperatorService<S>>>()
+                .await;
+            health
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+        })
+    };
+    let shutdown = drain_then_stop(
+        shutdown,
+        store.clone(),
+        gates.clone(),
+        Duration::from_millis(config.drain_grace_ms),
+    );
 
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -147,7 +170,39 @@ async fn serve<S: Store>(
     for task in background {
         task.abort();
     }
+    health_on_drain.abort();
     result.map_err(ServeError::from)
+}
+
+/// After `signal` (SIGTERM or ctrl-c): drain, let admitted tickets finish (they keep renewing
+/// and releasing as usual) until none is left here or `grace` has passed, then end the open
+/// Wait streams and let the server stop.
+async fn drain_then_stop<S: Store>(
+    signal: impl Future<Output = ()>,
+    store: Arc<S>,
+    gates: Arc<Gates>,
+    grace: Duration,
+) {
+    signal.await;
+    gates.start_drain();
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let left = store.in_flight_here().await.unwrap_or(0);
+        if left == 0 {
+            tracing::info!("drained: no admitted ticket left");
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                left,
+                grace_ms = grace.as_millis() as u64,
+                "drain grace over with tickets still admitted; stopping"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gates.close_streams();
 }
 
 /// The server's TLS settings from the configured files; with a client CA, every client must

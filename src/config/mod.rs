@@ -22,6 +22,10 @@ use crate::ledger::{
 };
 use crate::scheduler::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
 
+/// How long a draining authority waits for admitted tickets, unless told otherwise.
+pub const DEFAULT_DRAIN_MS: u64 = 30_000;
+const MAX_DRAIN_MS: u64 = 3_600_000;
+
 /// Key prefix in Redis when the file names none.
 pub const DEFAULT_REDIS_PREFIX: &str = "admission:";
 /// Redis connections when the file names no pool_size.
@@ -68,6 +72,8 @@ pub struct Config {
     pub grpc: GrpcLimits,
     /// The shared store; `None` = the embedded in-memory store.
     pub redis: Option<RedisConfig>,
+    /// After SIGTERM, how long admitted tickets may keep running before the process exits.
+    pub drain_grace_ms: u64,
 }
 
 /// `store.redis`: several authority replicas share their state in one Redis.
@@ -96,6 +102,7 @@ pub struct Overrides {
     pub lease_ttl: Option<String>,
     pub max_rss_mb: Option<u32>,
     pub redis_url: Option<String>,
+    pub drain_grace: Option<String>,
 }
 
 /// Every problem found, one per line, each starting with its YAML path (or flag).
@@ -175,6 +182,7 @@ struct FileConfig {
     tls: Option<TlsFiles>,
     grpc: GrpcLimits,
     redis: Option<RedisConfig>,
+    drain_grace_ms: Option<u64>,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -403,6 +411,7 @@ impl Cx {
                 "tls",
                 "grpc",
                 "store",
+                "drain_grace",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -482,6 +491,9 @@ impl Cx {
         }
         if let Some(v) = m.get("tls") {
             f.tls = self.tls(v);
+        }
+        if let Some(v) = m.get("drain_grace") {
+            f.drain_grace_ms = self.duration(v, "drain_grace", 0, MAX_DRAIN_MS);
         }
         if let Some(v) = m.get("store")
             && let Some(sm) = self.mapping(v, "store", &["redis"])
@@ -937,6 +949,12 @@ impl Cx {
             credentials: file.credentials,
             tls: file.tls,
             grpc: file.grpc,
+            drain_grace_ms: match &o.drain_grace {
+                Some(d) => self
+                    .duration_str(d, "--drain-grace", 0, MAX_DRAIN_MS)
+                    .unwrap_or(DEFAULT_DRAIN_MS),
+                None => file.drain_grace_ms.unwrap_or(DEFAULT_DRAIN_MS),
+            },
             redis: match &o.redis_url {
                 Some(url) => self.redis_url(url, "--redis-url").map(|url| RedisConfig {
                     url,
@@ -1052,6 +1070,7 @@ impl Config {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "listen: {}", self.listen);
+        let _ = writeln!(out, "drain_grace: {}", format_ms(self.drain_grace_ms));
         let _ = writeln!(out, "scheduling:");
         render_limits(&mut out, &self.limits.default, "  ");
         if !self.limits.hosts.is_empty() {

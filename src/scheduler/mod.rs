@@ -509,6 +509,11 @@ impl HostState {
         }
     }
 
+    /// Admitted tickets.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
     /// Count a Submit refused before it reached the core (the authority's own memory).
     pub fn count_rejection(&mut self) {
         self.counters.rejected += 1;

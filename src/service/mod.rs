@@ -29,12 +29,59 @@ use edge::{ApiError, ms32};
 pub const POSITION_REFRESH: Duration = Duration::from_secs(1);
 
 /// Process-wide switches that refuse new tickets before they reach the store.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Gates {
-    /// Set by `Drain` (and later SIGTERM): new Submits get DRAINING.
+    /// Set by `Drain` and SIGTERM: new Submits get DRAINING.
     pub draining: AtomicBool,
     /// Set by the memory monitor while the authority's own RSS is at its ceiling.
     pub authority_memory_full: AtomicBool,
+    /// Turns true when draining starts, for whoever waits on it (the health status).
+    drain_started: tokio::sync::watch::Sender<bool>,
+    /// Turns true when the process stops serving: open Wait streams end with UNAVAILABLE, so
+    /// their clients follow their tickets on another replica (or after the restart).
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Gates {
+    fn default() -> Self {
+        Gates {
+            draining: AtomicBool::new(false),
+            authority_memory_full: AtomicBool::new(false),
+            drain_started: tokio::sync::watch::Sender::new(false),
+            closing: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl Gates {
+    /// Stop admitting new tickets; true when this call started the drain.
+    pub fn start_drain(&self) -> bool {
+        let started = !self.draining.swap(true, Ordering::SeqCst);
+        if started {
+            tracing::warn!("draining: new tickets are refused from now on");
+            self.drain_started.send_replace(true);
+        }
+        started
+    }
+
+    /// Resolves once draining has started.
+    pub async fn drain_started(&self) {
+        let mut rx = self.drain_started.subscribe();
+        while !*rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// End every open Wait stream (the process is about to stop).
+    pub fn close_streams(&self) {
+        self.closing.send_replace(true);
+    }
+
+    fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
 }
 
 /// The `Admission` service over a store.
@@ -177,8 +224,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let (tx, rx) = mpsc::channel(4);
         let lease_ttl_ms = self.store.limits(&id.host_id).lease_ttl_ms;
         let store = self.store.clone();
+        let closing = self.gates.closing();
         tokio::spawn(async move {
-            follow(store, id, watch, view, tx, lease_ttl_ms).await;
+            follow(store, id, watch, view, tx, lease_ttl_ms, closing).await;
             drop(stream_slot);
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -417,6 +465,7 @@ async fn follow<S: Store>(
     first: TicketView,
     tx: mpsc::Sender<Result<api::WaitEvent, Status>>,
     lease_ttl_ms: u64,
+    mut closing: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut last = first;
     if tx.send(Ok(edge::wait_event(&id, &last))).await.is_err() {
@@ -436,6 +485,15 @@ async fn follow<S: Store>(
     while last.state == TicketState::Queued {
         tokio::select! {
             _ = tx.closed() => return,
+            _ = closing.changed() => {
+                let _ = tx
+                    .send(Err(Status::unavailable(
+                        "the authority is shutting down: Wait again (on another replica, or after \
+                         the restart)",
+                    )))
+                    .await;
+                return;
+            }
             _ = watch.changed() => {}
             _ = refresh.tick() => {}
             _ = keepalive.tick() => {
@@ -509,11 +567,8 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         &self,
         _request: Request<api::DrainRequest>,
     ) -> Result<Response<api::DrainResponse>, Status> {
-        let was = self.gates.draining.swap(true, Ordering::SeqCst);
-        if !was {
-            tracing::warn!("draining: new tickets are refused from now on");
-        }
-        Ok(Response::new(api::DrainResponse { started: !was }))
+        let started = self.gates.start_drain();
+        Ok(Response::new(api::DrainResponse { started }))
     }
 
     async fn list_reservations(

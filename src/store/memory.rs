@@ -262,6 +262,14 @@ impl TicketStore for MemoryStore {
         }))
     }
 
+    async fn in_flight_here(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .all_hosts()
+            .iter()
+            .map(|(_, h)| u64::from(h.inner.lock().expect("host lock").state.in_flight()))
+            .sum())
+    }
+
     async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
         let host = self.host(host_id);
         self.with_host(&host, host_id, |state, _, _| state.count_rejection());

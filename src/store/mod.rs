@@ -169,6 +169,10 @@ pub trait TicketStore: Send + Sync + 'static {
     /// Count a Submit refused before it reached the store (the authority's own memory).
     fn count_rejection(&self, host_id: &str)
     -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Admitted tickets whose state ends with this process: a draining authority waits for
+    /// them. 0 for a shared store, whose tickets other replicas keep serving.
+    fn in_flight_here(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
 /// The resource ledger: reservations of model steps against budgets and allowances.

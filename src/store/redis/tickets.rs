@@ -358,6 +358,11 @@ impl TicketStore for RedisStore {
         ))
     }
 
+    async fn in_flight_here(&self) -> Result<u64, StoreError> {
+        // Tickets live in Redis: other replicas keep renewing and releasing them.
+        Ok(0)
+    }
+
     async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
         self.sched(&self.stats, host_id, &["rejected".into()])
             .await
