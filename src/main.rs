@@ -77,6 +77,9 @@ struct ServeArgs {
     /// After SIGTERM, how long admitted tickets may keep running before exit (default 30s).
     #[arg(long, value_name = "DURATION")]
     drain_grace: Option<String>,
+    /// Log lines as text (default) or as JSON objects, one per line.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 fn main() -> ExitCode {
@@ -116,13 +119,19 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // With RUST_LOG=debug, every RPC's span (rpc, host_id, subject, decision) is logged when it
+    // closes, with its duration.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
     let overrides = Overrides {
         listen: args.listen,
         insecure: args.insecure,

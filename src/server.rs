@@ -160,6 +160,17 @@ async fn serve<S: Store>(
         // Thousands of Wait streams on one connection need a wide connection window, or h2
         // answers a burst of new streams with GOAWAY (ENHANCE_YOUR_CALM).
         .initial_connection_window_size(16 * 1024 * 1024)
+        // One span per RPC; handlers fill in host_id, subject and decision (never a token or
+        // an auth identity).
+        .trace_fn(|req| {
+            tracing::debug_span!(
+                "rpc",
+                rpc = %req.uri().path(),
+                host_id = tracing::field::Empty,
+                subject = tracing::field::Empty,
+                decision = tracing::field::Empty,
+            )
+        })
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -664,3 +664,42 @@ async fn the_authority_refuses_new_tickets_at_its_own_memory_ceiling() {
     assert!(stats(&mut c, "h").await.rejected >= 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn json_logs_carry_a_span_per_rpc_with_host_subject_and_decision() {
+    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("json-log-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    let server = Server::spawn(
+        &["--log-format", "json", "--total", "1"],
+        "debug,h2=info,hyper=info,tower=info",
+        std::process::Stdio::from(file),
+    );
+    let mut c = server.client().await;
+    c.submit(submit_req("h", "alice", "r1")).await.unwrap();
+    let mut try_req = submit_req("h", "bob", "r2");
+    try_req.mode = api::SubmitMode::Try as i32;
+    c.submit(try_req).await.unwrap_err();
+    drop(c);
+    drop(server);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let spans: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"name\":\"rpc\"") && l.contains("/Submit"))
+        .collect();
+    assert_eq!(spans.len(), 2, "{text}");
+    for line in text.lines() {
+        assert!(
+            line.starts_with('{') && line.ends_with('}'),
+            "not JSON: {line}"
+        );
+    }
+    assert!(
+        spans[0].contains("\"host_id\":\"h\"")
+            && spans[0].contains("\"subject\":\"alice\"")
+            && spans[0].contains("\"decision\":\"Admitted\""),
+        "{}",
+        spans[0]
+    );
+    assert!(spans[1].contains("\"decision\":\"BUSY\""), "{}", spans[1]);
+}

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::api;
 use crate::auth::AuthVerdict;
 use crate::ledger::{StepState, micros_to_usd};
-use crate::scheduler::{Refusal, TicketState, TicketView};
+use crate::scheduler::{Refusal, SubmitError, TicketState, TicketView};
 use crate::security;
 use crate::store::{Store, TicketId, TicketWatch};
 use edge::{ApiError, ms32};
@@ -174,6 +174,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::SubmitResponse>, Status> {
         let (_, ext, req) = request.into_parts();
         let (host_id, args) = edge::submit_args(req)?;
+        record("host_id", &host_id);
+        record("subject", &args.subject);
         security::caller(&ext)?
             .act_for(&host_id)
             .map_err(ApiError::from)?;
@@ -192,7 +194,13 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .submit(&host_id, args)
             .await
             .map_err(ApiError::from)?
-            .map_err(ApiError::from)?;
+            .map_err(|e| {
+                if let SubmitError::Refused(r) = &e {
+                    record("decision", &edge::refusal_reason(*r));
+                }
+                ApiError::from(e)
+            })?;
+        record("decision", &format_args!("{:?}", view.state));
         Ok(Response::new(api::SubmitResponse {
             ticket_id: id.to_string(),
             state: api::TicketState::from(view.state) as i32,
@@ -291,6 +299,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::AuthorizeResponse>, Status> {
         let (_, ext, req) = request.into_parts();
         let (host_id, args) = edge::authorize_args(req)?;
+        record("host_id", &host_id);
+        record("subject", &args.subject);
         security::caller(&ext)?
             .act_for(&host_id)
             .map_err(ApiError::from)?;
@@ -300,6 +310,14 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .await
             .map_err(ApiError::from)?
             .map_err(ApiError::from)?;
+        record(
+            "decision",
+            &format_args!(
+                "{:?} {}",
+                answer.decision,
+                answer.reason.map_or("", |r| r.code())
+            ),
+        );
         Ok(Response::new(answer.into()))
     }
 
@@ -335,6 +353,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .auth_attempt(&req.endpoint, &req.identity, rule)
             .await
             .map_err(ApiError::from)?;
+        record("decision", &format_args!("{:?}", decision.verdict));
         if decision.verdict == AuthVerdict::KeyTableFull {
             warn_table_full();
         }
@@ -421,6 +440,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             settled: ledger.settled,
         }))
     }
+}
+
+/// Record a field of the current RPC's span (see `server::serve`).
+fn record(field: &'static str, value: &dyn std::fmt::Display) {
+    tracing::Span::current().record(field, tracing::field::display(value));
 }
 
 /// The `limit` of a listing: 0 means the maximum.
