@@ -18,6 +18,7 @@
 //! * [`api`]: the generated protobuf types and services.
 //! * [`service`]: the gRPC services; the one place where proto and domain types meet
 //!   ([`service::edge`]) and where refusals become statuses.
+//! * [`metrics`]: Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`, `/readyz`).
 //! * [`security`]: credentials, the authenticated [`security::Caller`] and what it may do.
 //! * [`server`]: the composition root: builds the store and services, serves until shutdown.
 //!   `main` and the tests both start the server through it.
@@ -28,6 +29,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod ledger;
+pub mod metrics;
 pub mod scheduler;
 pub mod security;
 pub mod server;

@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve gRPC (embedded in-memory store, or Redis with --redis-url / store.redis).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Print the resolved configuration, or every problem of FILE (exit 2).
     CheckConfig {
         /// The YAML file to check.
@@ -77,6 +77,9 @@ struct ServeArgs {
     /// After SIGTERM, how long admitted tickets may keep running before exit (default 30s).
     #[arg(long, value_name = "DURATION")]
     drain_grace: Option<String>,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<String>,
     /// Log lines as text (default) or as JSON objects, one per line.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -95,7 +98,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::HashToken => {
             let mut token = String::new();
             if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut token) {
@@ -145,6 +148,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         max_rss_mb: args.max_rss_mb,
         redis_url: args.redis_url,
         drain_grace: args.drain_grace,
+        admin_listen: args.admin_listen,
     };
     let config = match config::load(args.config.as_deref(), &overrides) {
         Ok(c) => c,

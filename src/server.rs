@@ -16,6 +16,7 @@ use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use crate::api::{admission_server::AdmissionServer, operator_server::OperatorServer};
 use crate::clock::SystemClock;
 use crate::config::{Config, TlsFiles};
+use crate::metrics::Metrics;
 use crate::security::Authenticator;
 use crate::service::{AdmissionService, Gates, OperatorService};
 use crate::store::memory::MemoryStore;
@@ -81,6 +82,22 @@ async fn serve<S: Store>(
 ) -> Result<(), ServeError> {
     let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let gates = Arc::new(Gates::default());
+    let metrics = Arc::new(Metrics::default());
+    let admin = match config.admin_listen {
+        Some(addr) => {
+            let l = crate::metrics::bind(addr).await.map_err(|e| {
+                ServeError::Config(format!("admin_listen: cannot bind {addr}: {e}"))
+            })?;
+            tracing::info!(addr = %l.local_addr().map_or(addr, |a| a), "admin endpoint: /metrics /healthz /readyz");
+            Some(tokio::spawn(crate::metrics::serve_admin(
+                l,
+                store.clone(),
+                gates.clone(),
+                metrics.clone(),
+            )))
+        }
+        None => None,
+    };
     let background = [
         tokio::spawn(sweep(store.clone(), sweep_every)),
         tokio::spawn(watch_own_memory(gates.clone(), config.authority_max_rss_mb)),
@@ -139,6 +156,7 @@ async fn serve<S: Store>(
             store.clone(),
             gates.clone(),
             config.grpc.max_wait_streams_per_connection,
+            metrics.clone(),
         );
         InterceptedService::new(
             AdmissionServer::new(service).max_decoding_message_size(config.grpc.max_message_bytes),
@@ -182,6 +200,9 @@ async fn serve<S: Store>(
         task.abort();
     }
     health_on_drain.abort();
+    if let Some(a) = admin {
+        a.abort();
+    }
     result.map_err(ServeError::from)
 }
 

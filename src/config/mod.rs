@@ -74,6 +74,8 @@ pub struct Config {
     pub redis: Option<RedisConfig>,
     /// After SIGTERM, how long admitted tickets may keep running before the process exits.
     pub drain_grace_ms: u64,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; `None` = off.
+    pub admin_listen: Option<SocketAddr>,
 }
 
 /// `store.redis`: several authority replicas share their state in one Redis.
@@ -103,6 +105,7 @@ pub struct Overrides {
     pub max_rss_mb: Option<u32>,
     pub redis_url: Option<String>,
     pub drain_grace: Option<String>,
+    pub admin_listen: Option<String>,
 }
 
 /// Every problem found, one per line, each starting with its YAML path (or flag).
@@ -183,6 +186,7 @@ struct FileConfig {
     grpc: GrpcLimits,
     redis: Option<RedisConfig>,
     drain_grace_ms: Option<u64>,
+    admin_listen: Option<String>,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -412,6 +416,7 @@ impl Cx {
                 "grpc",
                 "store",
                 "drain_grace",
+                "admin_listen",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -491,6 +496,12 @@ impl Cx {
         }
         if let Some(v) = m.get("tls") {
             f.tls = self.tls(v);
+        }
+        if let Some(v) = m.get("admin_listen") {
+            match v.as_str() {
+                Some(a) => f.admin_listen = Some(a.to_string()),
+                None => self.err("admin_listen", "must be an address like 127.0.0.1:9464"),
+            }
         }
         if let Some(v) = m.get("drain_grace") {
             f.drain_grace_ms = self.duration(v, "drain_grace", 0, MAX_DRAIN_MS);
@@ -949,6 +960,23 @@ impl Cx {
             credentials: file.credentials,
             tls: file.tls,
             grpc: file.grpc,
+            admin_listen: {
+                let (text, path) = match (&o.admin_listen, &file.admin_listen) {
+                    (Some(a), _) => (Some(a.clone()), "--admin-listen"),
+                    (None, Some(a)) => (Some(a.clone()), "admin_listen"),
+                    (None, None) => (None, ""),
+                };
+                text.and_then(|t| match t.parse::<SocketAddr>() {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        self.err(
+                            path,
+                            format_args!("must be an address like 127.0.0.1:9464, got {t:?}"),
+                        );
+                        None
+                    }
+                })
+            },
             drain_grace_ms: match &o.drain_grace {
                 Some(d) => self
                     .duration_str(d, "--drain-grace", 0, MAX_DRAIN_MS)
@@ -1071,6 +1099,14 @@ impl Config {
         let mut out = String::new();
         let _ = writeln!(out, "listen: {}", self.listen);
         let _ = writeln!(out, "drain_grace: {}", format_ms(self.drain_grace_ms));
+        match self.admin_listen {
+            Some(a) => {
+                let _ = writeln!(out, "admin_listen: {a}");
+            }
+            None => {
+                let _ = writeln!(out, "admin_listen: null   # no /metrics");
+            }
+        }
         let _ = writeln!(out, "scheduling:");
         render_limits(&mut out, &self.limits.default, "  ");
         if !self.limits.hosts.is_empty() {

@@ -131,7 +131,10 @@ impl From<ApiError> for Status {
                 details.set_retry_info(Some(Duration::from_secs(1)));
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
-            ApiError::Unavailable(_) => Status::unavailable(message),
+            ApiError::Unavailable(_) => {
+                crate::metrics::STORE_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Status::unavailable(message)
+            }
         }
     }
 }

@@ -89,14 +89,21 @@ pub struct AdmissionService<S> {
     store: Arc<S>,
     gates: Arc<Gates>,
     wait_streams: WaitStreams,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl<S> AdmissionService<S> {
     /// `max_wait_streams` bounds the Wait streams one connection may hold open at once.
-    pub fn new(store: Arc<S>, gates: Arc<Gates>, max_wait_streams: usize) -> Self {
+    pub fn new(
+        store: Arc<S>,
+        gates: Arc<Gates>,
+        max_wait_streams: usize,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
         AdmissionService {
             store,
             gates,
+            metrics,
             wait_streams: WaitStreams {
                 max: max_wait_streams,
                 open: Arc::default(),
@@ -180,6 +187,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .act_for(&host_id)
             .map_err(ApiError::from)?;
         if self.gates.draining.load(Ordering::Relaxed) {
+            self.metrics.decision("Submit", "refused", "DRAINING");
             return Err(ApiError::Refused(Refusal::Draining).into());
         }
         if self.gates.authority_memory_full.load(Ordering::Relaxed) {
@@ -187,6 +195,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                 .count_rejection(&host_id)
                 .await
                 .map_err(ApiError::from)?;
+            self.metrics
+                .decision("Submit", "refused", "MEMORY_PRESSURE");
             return Err(ApiError::Refused(Refusal::MemoryPressure).into());
         }
         let (id, view) = self
@@ -197,10 +207,21 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .map_err(|e| {
                 if let SubmitError::Refused(r) = &e {
                     record("decision", &edge::refusal_reason(*r));
+                    self.metrics
+                        .decision("Submit", "refused", edge::refusal_reason(*r));
                 }
                 ApiError::from(e)
             })?;
         record("decision", &format_args!("{:?}", view.state));
+        self.metrics.decision(
+            "Submit",
+            if view.state == TicketState::Queued {
+                "queued"
+            } else {
+                "admitted"
+            },
+            "",
+        );
         Ok(Response::new(api::SubmitResponse {
             ticket_id: id.to_string(),
             state: api::TicketState::from(view.state) as i32,
@@ -318,6 +339,15 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                 answer.reason.map_or("", |r| r.code())
             ),
         );
+        self.metrics.decision(
+            "Authorize",
+            match answer.decision {
+                crate::ledger::Decision::Allow => "allow",
+                crate::ledger::Decision::Deny => "deny",
+                crate::ledger::Decision::Unknown => "unknown",
+            },
+            answer.reason.map_or("", |r| r.code()),
+        );
         Ok(Response::new(answer.into()))
     }
 
@@ -354,6 +384,15 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .await
             .map_err(ApiError::from)?;
         record("decision", &format_args!("{:?}", decision.verdict));
+        self.metrics.auth_attempt(
+            &req.endpoint,
+            match decision.verdict {
+                AuthVerdict::Allowed => "allowed",
+                AuthVerdict::LockedOut => "locked_out",
+                AuthVerdict::AttemptsExhausted => "attempts_exhausted",
+                AuthVerdict::KeyTableFull => "key_table_full",
+            },
+        );
         if decision.verdict == AuthVerdict::KeyTableFull {
             warn_table_full();
         }

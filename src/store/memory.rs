@@ -262,6 +262,12 @@ impl TicketStore for MemoryStore {
         }))
     }
 
+    async fn host_ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut hosts: Vec<String> = self.all_hosts().into_iter().map(|(h, _)| h).collect();
+        hosts.sort();
+        Ok(hosts)
+    }
+
     async fn in_flight_here(&self) -> Result<u64, StoreError> {
         Ok(self
             .all_hosts()

@@ -173,6 +173,9 @@ pub trait TicketStore: Send + Sync + 'static {
     /// Admitted tickets whose state ends with this process: a draining authority waits for
     /// them. 0 for a shared store, whose tickets other replicas keep serving.
     fn in_flight_here(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// The hosts with state, for metrics.
+    fn host_ids(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 }
 
 /// The resource ledger: reservations of model steps against budgets and allowances.
@@ -244,6 +247,12 @@ pub trait AuthStore: Send + Sync + 'static {
 
     /// Drop local buckets whose window and lockout have ended.
     fn sweep_auth(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// True while attempts are decided by a local fallback because the shared store is
+    /// unreachable.
+    fn auth_degraded(&self) -> bool {
+        false
+    }
 }
 
 /// The authority's whole shared state: tickets, reservations and auth buckets. Every store the

@@ -681,6 +681,10 @@ impl AuthStore for RedisStore {
         })
     }
 
+    fn auth_degraded(&self) -> bool {
+        self.clock.now_ms() < self.skip_redis_until.load(Ordering::Relaxed)
+    }
+
     async fn sweep_auth(&self) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         self.local_auth.lock().expect("auth lock").prune(now);

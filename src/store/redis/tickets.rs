@@ -358,6 +358,12 @@ impl TicketStore for RedisStore {
         ))
     }
 
+    async fn host_ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut hosts = self.hosts().await?;
+        hosts.sort();
+        Ok(hosts)
+    }
+
     async fn in_flight_here(&self) -> Result<u64, StoreError> {
         // Tickets live in Redis: other replicas keep renewing and releasing them.
         Ok(0)
