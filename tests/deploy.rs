@@ -1,0 +1,208 @@
+//! The deploy files parse, and name the same ports, probes, paths and config keys as the code:
+//! the configuration they ship passes `check-config`, the compose file and the Kubernetes
+//! manifests expose the ports it listens on, and the systemd unit passes
+//! `systemd-analyze verify` where systemd is installed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::BIN;
+use serde_norway::Value;
+
+fn deploy(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file)
+}
+
+fn yaml(file: &str) -> Value {
+    let text = std::fs::read_to_string(deploy(file)).unwrap();
+    serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// `check-config` on a configuration text, with the tokens its credentials read set.
+fn check_config(name: &str, text: &str) -> String {
+    let path =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}.yaml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .env("ADMISSION_GATEWAY_TOKEN", "test-gateway-token")
+        .env("ADMISSION_OPERATOR_TOKEN", "test-operator-token")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+const CONFIG_PATH: &str = "/etc/admission/admission.yaml";
+
+#[test]
+fn the_shipped_configuration_passes_check_config_and_listens_where_the_files_say() {
+    let text = std::fs::read_to_string(deploy("admission.yaml")).unwrap();
+    let resolved = check_config("deploy-admission", &text);
+    assert!(resolved.contains("listen: 0.0.0.0:50051"), "{resolved}");
+    assert!(
+        resolved.contains("admin_listen: 0.0.0.0:9464"),
+        "{resolved}"
+    );
+    // The ConfigMap carries the same configuration.
+    let cm = yaml("k8s/configmap.yaml");
+    let embedded = cm["data"]["admission.yaml"].as_str().unwrap();
+    assert_eq!(check_config("deploy-configmap", embedded), resolved);
+}
+
+#[test]
+fn the_container_image_runs_the_shipped_configuration() {
+    let dockerfile = std::fs::read_to_string(deploy("Dockerfile")).unwrap();
+    assert!(
+        dockerfile.contains("FROM rust:1.95"),
+        "builder on the project's toolchain"
+    );
+    assert!(dockerfile.contains(&format!("COPY deploy/admission.yaml {CONFIG_PATH}")));
+    assert!(dockerfile.contains(&format!(
+        "ENTRYPOINT [\"admission-authority\", \"serve\", \"--config\", \"{CONFIG_PATH}\"]"
+    )));
+    assert!(dockerfile.contains("EXPOSE 50051 9464"));
+}
+
+#[test]
+fn compose_runs_redis_and_two_replicas_on_the_configured_ports() {
+    let c = yaml("compose.yaml");
+    let services = c["services"].as_mapping().unwrap();
+    assert!(services.contains_key("redis"));
+    let config = yaml("admission.yaml");
+    assert_eq!(
+        config["store"]["redis"]["url"].as_str(),
+        Some("redis://redis:6379/0"),
+        "the config reaches the compose service named redis"
+    );
+    for (name, ports) in [
+        ("authority-1", ["50051:50051", "9464:9464"]),
+        ("authority-2", ["50052:50051", "9465:9464"]),
+    ] {
+        let s = &services[name];
+        let published: Vec<&str> = s["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(published, ports, "{name}");
+        let volume = s["volumes"][0].as_str().unwrap();
+        assert_eq!(
+            volume,
+            format!("./admission.yaml:{CONFIG_PATH}:ro"),
+            "{name}"
+        );
+        assert_eq!(s["build"]["dockerfile"].as_str(), Some("deploy/Dockerfile"));
+        for token in ["ADMISSION_GATEWAY_TOKEN", "ADMISSION_OPERATOR_TOKEN"] {
+            assert!(s["environment"].get(token).is_some(), "{name} sets {token}");
+        }
+    }
+}
+
+#[test]
+fn kubernetes_manifests_probe_grpc_health_on_the_configured_ports() {
+    let d = yaml("k8s/deployment.yaml");
+    assert_eq!(d["kind"].as_str(), Some("Deployment"));
+    let pod = &d["spec"]["template"]["spec"];
+    assert!(
+        pod["terminationGracePeriodSeconds"].as_u64().unwrap() > 30,
+        "longer than drain_grace"
+    );
+    let c = &pod["containers"][0];
+    let ports: Vec<(String, u64)> = c["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["containerPort"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        [("grpc".to_string(), 50051), ("admin".to_string(), 9464)]
+    );
+    assert_eq!(c["readinessProbe"]["grpc"]["port"].as_u64(), Some(50051));
+    assert_eq!(
+        c["readinessProbe"]["grpc"]["service"].as_str(),
+        Some("admission.v1.Admission"),
+        "a service the health reporter knows"
+    );
+    assert_eq!(c["livenessProbe"]["grpc"]["port"].as_u64(), Some(50051));
+    assert_eq!(
+        c["volumeMounts"][0]["mountPath"].as_str(),
+        Some("/etc/admission")
+    );
+    assert_eq!(c["args"][2].as_str(), Some(CONFIG_PATH));
+    assert_eq!(
+        c["envFrom"][0]["secretRef"]["name"].as_str(),
+        Some("admission-authority-tokens")
+    );
+    let secret = yaml("k8s/secret.yaml");
+    assert_eq!(
+        secret["metadata"]["name"].as_str(),
+        Some("admission-authority-tokens")
+    );
+    for token in ["ADMISSION_GATEWAY_TOKEN", "ADMISSION_OPERATOR_TOKEN"] {
+        assert!(secret["stringData"].get(token).is_some());
+    }
+    let svc = yaml("k8s/service.yaml");
+    let svc_ports: Vec<u64> = svc["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p["port"].as_u64().unwrap())
+        .collect();
+    assert_eq!(svc_ports, [50051, 9464]);
+    let pdb = yaml("k8s/pdb.yaml");
+    assert_eq!(pdb["kind"].as_str(), Some("PodDisruptionBudget"));
+    assert_eq!(pdb["spec"]["selector"], d["spec"]["selector"]);
+}
+
+#[test]
+fn the_systemd_unit_is_valid_and_runs_the_shipped_configuration() {
+    let unit = std::fs::read_to_string(deploy("admission-authority.service")).unwrap();
+    for section in ["[Unit]", "[Service]", "[Install]"] {
+        assert!(unit.contains(section), "{section}");
+    }
+    assert!(unit.contains(&format!(
+        "ExecStart=/usr/local/bin/admission-authority serve --config {CONFIG_PATH}"
+    )));
+    assert!(unit.contains("KillSignal=SIGTERM"));
+    // systemd-analyze checks the unit's syntax and that ExecStart exists: point it at the
+    // binary under test.
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join("admission-authority.service");
+        std::fs::write(
+            &copy,
+            unit.replace("/usr/local/bin/admission-authority", BIN),
+        )
+        .unwrap();
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&copy)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
