@@ -99,6 +99,7 @@ pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> St
     let mut gauges = String::new();
     let mut totals = String::new();
     let mut reservations = String::new();
+    let mut waits = String::new();
     if let Ok(hosts) = &hosts {
         for host in hosts {
             let h = escape(host);
@@ -111,6 +112,25 @@ pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> St
                     s.in_flight, s.queued, s.parked
                 );
                 let c = s.counters;
+                let mut cumulative = 0;
+                for (i, n) in c.queue_wait.buckets.iter().enumerate() {
+                    cumulative += n;
+                    let le = crate::scheduler::QUEUE_WAIT_BOUNDS_MS.get(i).map_or_else(
+                        || "+Inf".to_string(),
+                        |ms| format!("{}", *ms as f64 / 1000.0),
+                    );
+                    let _ = writeln!(
+                        waits,
+                        "admission_queue_wait_seconds_bucket{{host_id=\"{h}\",le=\"{le}\"}} {cumulative}"
+                    );
+                }
+                let _ = writeln!(
+                    waits,
+                    "admission_queue_wait_seconds_sum{{host_id=\"{h}\"}} {}\n\
+                     admission_queue_wait_seconds_count{{host_id=\"{h}\"}} {}",
+                    c.queue_wait.sum_ms as f64 / 1000.0,
+                    c.queue_wait.count()
+                );
                 for (outcome, n) in [
                     ("admitted", c.admitted),
                     ("rejected", c.rejected),
@@ -162,6 +182,13 @@ pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> St
         &mut out,
     );
     out.push_str(&totals);
+    family(
+        "admission_queue_wait_seconds",
+        "histogram",
+        "Time queued tickets waited from Submit to admission, per host.",
+        &mut out,
+    );
+    out.push_str(&waits);
     family(
         "admission_reservations_open",
         "gauge",

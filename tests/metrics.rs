@@ -91,6 +91,8 @@ async fn metrics_count_a_known_sequence_of_rpcs() {
         "admission_auth_attempts_total{endpoint=\"magic_link\",outcome=\"allowed\"} 5",
         "admission_auth_attempts_total{endpoint=\"magic_link\",outcome=\"locked_out\"} 1",
         "admission_tickets_in_flight{host_id=\"h\"} 1",
+        "admission_queue_wait_seconds_count{host_id=\"h\"} 1",
+        "admission_queue_wait_seconds_bucket{host_id=\"h\",le=\"+Inf\"} 1",
         "admission_tickets_queued{host_id=\"h\"} 0",
         "admission_tickets_total{host_id=\"h\",outcome=\"admitted\"} 2",
         "admission_tickets_total{host_id=\"h\",outcome=\"rejected\"} 2",

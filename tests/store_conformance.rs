@@ -299,6 +299,12 @@ where
     assert_eq!(state(s, &waiter).await, Some(TicketState::Admitted));
     let stats = s.stats("h").await.unwrap();
     assert_eq!((stats.counters.expired, stats.in_flight), (1, 1));
+    let wait = stats.counters.queue_wait;
+    assert_eq!(
+        (wait.count(), wait.sum_ms, wait.buckets[5]),
+        (1, 1_100, 1),
+        "the waiter queued for 1.1 s (the 1..5 s bucket)"
+    );
 }
 
 pub async fn repeated_run_ids_are_idempotent_until_retention_ends<H: Harness>()

@@ -156,6 +156,36 @@ pub struct Counters {
     pub cancelled: u64,
     pub shed: u64,
     pub expired: u64,
+    /// How long tickets that waited in the queue waited before their admission.
+    pub queue_wait: WaitHistogram,
+}
+
+/// Upper bounds (ms) of the queue-wait histogram's buckets; a last bucket takes the rest.
+pub const QUEUE_WAIT_BOUNDS_MS: [u64; 10] = [
+    10, 50, 100, 500, 1_000, 5_000, 10_000, 30_000, 60_000, 300_000,
+];
+
+/// A histogram of waits: counts per bucket of [`QUEUE_WAIT_BOUNDS_MS`] (not cumulative; the
+/// last counts waits above every bound) and the sum in ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitHistogram {
+    pub buckets: [u64; 11],
+    pub sum_ms: u64,
+}
+
+impl WaitHistogram {
+    pub fn observe(&mut self, waited_ms: u64) {
+        let i = QUEUE_WAIT_BOUNDS_MS
+            .iter()
+            .position(|b| waited_ms <= *b)
+            .unwrap_or(QUEUE_WAIT_BOUNDS_MS.len());
+        self.buckets[i] += 1;
+        self.sum_ms += waited_ms;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
 }
 
 /// A per-subject or per-account row of [`HostStats`].
@@ -192,6 +222,8 @@ struct Ticket {
     deadline: Millis,
     /// Key in its subject's queue while queued (smaller = earlier).
     order: i64,
+    /// When it last joined the queue.
+    queued_at: Millis,
 }
 
 #[derive(Debug, Default)]
@@ -692,6 +724,7 @@ impl HostState {
             grant: 0,
             deadline: 0,
             order: 0,
+            queued_at: 0,
         }
     }
 
@@ -754,6 +787,7 @@ impl HostState {
         let t = self.tickets.get_mut(&key).expect("enqueue a known ticket");
         t.state = TicketState::Queued;
         t.order = order;
+        t.queued_at = now;
         self.leases.remove(&(t.deadline, key));
         t.deadline = now + limits.lease_ttl_ms;
         self.leases.insert((t.deadline, key));
@@ -976,6 +1010,8 @@ impl HostState {
             let emptied = s.queue.is_empty();
             self.uncount_queued(key);
             self.shrink_depth(subject.clone(), depth);
+            let waited = now.saturating_sub(self.tickets[&key].queued_at);
+            self.counters.queue_wait.observe(waited);
             self.admit_except_subject(limits, key, now);
             idle_visits = 0;
             if !emptied {

@@ -471,6 +471,9 @@ if now == 0 then
 end
 local C, LEASES, RET, ROT = B .. 'c', B .. 'leases', B .. 'retained', B .. 'rot'
 local DEPTH, DC, SF, AF, AQ, RSS = B .. 'depth', B .. 'dc', B .. 'sf', B .. 'af', B .. 'aq', B .. 'rss'
+local QW = B .. 'qw'
+-- Upper bounds (ms) of the queue-wait histogram (scheduler::QUEUE_WAIT_BOUNDS_MS).
+local QW_BOUNDS = {10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000, 300000}
 local function tkey(k) return B .. 't:' .. k end
 local function qkey(s) return B .. 'q:' .. s end
 local function runkey(r) return B .. 'run:' .. r end
@@ -511,10 +514,10 @@ local function report_rss(inst, mb)
 end
 local function ticket(k)
   local t = redis.call('HMGET', tkey(k), 'subject', 'account', 'instance', 'run', 'state',
-                       'grant', 'deadline', 'order')
+                       'grant', 'deadline', 'order', 'qat')
   if not t[5] then return nil end
   return {subject = t[1], account = t[2], instance = t[3], run = t[4], state = t[5],
-          grant = num(t[6]), deadline = num(t[7]), order = num(t[8])}
+          grant = num(t[6]), deadline = num(t[7]), order = num(t[8]), qat = num(t[9])}
 end
 local function live(state) return state == 'Q' or state == 'A' or state == 'P' end
 local function set_lease(k, deadline)
@@ -534,7 +537,7 @@ local function admit(k, t)
 end
 local function enqueue(k, t)
   local order = redis.call('HINCRBY', C, 'next_order', 1)
-  redis.call('HSET', tkey(k), 'state', 'Q', 'order', order)
+  redis.call('HSET', tkey(k), 'state', 'Q', 'order', order, 'qat', fmt(now))
   set_lease(k, now + L.lease)
   if t.account ~= '' then hincr(AQ, t.account, 1) end
   incr('queued')
@@ -605,6 +608,13 @@ local function dispatch()
       redis.call('RPUSH', ROT, s)
     else
       dequeue(pick, pt, true)
+      local waited = math.max(now - pt.qat, 0)
+      local bucket = #QW_BOUNDS
+      for i, b in ipairs(QW_BOUNDS) do
+        if waited <= b then bucket = i - 1 break end
+      end
+      redis.call('HINCRBY', QW, 'b' .. bucket, 1)
+      redis.call('HINCRBY', QW, 'sum', waited)
       admit(pick, pt)
       if redis.call('ZCARD', q) > 0 then redis.call('RPUSH', ROT, s) end
       idle = 0
@@ -885,6 +895,8 @@ for _, a in ipairs(accounts) do
 end
 table.insert(out, #rows / 3)
 for _, v in ipairs(rows) do table.insert(out, v) end
+for i = 0, #QW_BOUNDS do table.insert(out, num(redis.call('HGET', QW, 'b' .. i))) end
+table.insert(out, num(redis.call('HGET', QW, 'sum')))
 return out
 "#;
 

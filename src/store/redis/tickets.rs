@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use super::RedisStore;
 use crate::scheduler::{
     Counters, HostStats, Limits, OverflowPolicy, SubmitArgs, SubmitError, SubmitMode, TicketInfo,
-    TicketKey, TicketState, TicketView, UsageRow,
+    TicketKey, TicketState, TicketView, UsageRow, WaitHistogram,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -391,6 +391,7 @@ fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
         cancelled: n(7)?,
         shed: n(8)?,
         expired: n(9)?,
+        queue_wait: WaitHistogram::default(),
     };
     let mut i = 11;
     let mut rows = |cap: &dyn Fn(&str) -> u32| -> Result<Vec<UsageRow>, StoreError> {
@@ -412,11 +413,19 @@ fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
     };
     let subjects = rows(&|s| limits.subject_cap(s))?;
     let accounts = rows(&|a| limits.account_cap(a).unwrap_or(0))?;
+    let mut queue_wait = WaitHistogram::default();
+    for (j, b) in queue_wait.buckets.iter_mut().enumerate() {
+        *b = n(i + j)?;
+    }
+    queue_wait.sum_ms = n(i + queue_wait.buckets.len())?;
     Ok(HostStats {
         in_flight: u32_of(n(0)?),
         queued: u32_of(n(1)?),
         parked: u32_of(n(2)?),
-        counters,
+        counters: Counters {
+            queue_wait,
+            ..counters
+        },
         reported_rss_mb: u32_of(n(10)?),
         subjects,
         accounts,
