@@ -20,6 +20,7 @@
 //!   ([`service::edge`]) and where refusals become statuses.
 //! * [`metrics`]: Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`, `/readyz`).
 //! * [`security`]: credentials, the authenticated [`security::Caller`] and what it may do.
+//! * [`telemetry`]: OpenTelemetry export over OTLP, when the `OTEL_*` variables ask for it.
 //! * [`server`]: the composition root: builds the store and services, serves until shutdown.
 //!   `main` and the tests both start the server through it.
 #![forbid(unsafe_code)]
@@ -35,3 +36,4 @@ pub mod security;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod telemetry;

@@ -122,19 +122,53 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let telemetry = if admission_authority::telemetry::requested() {
+        match admission_authority::telemetry::init(runtime.handle()) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        None
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // With RUST_LOG=debug, every RPC's span (rpc, host_id, subject, decision) is logged when it
     // closes, with its duration.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr);
-    if args.log_format == "json" {
-        builder.json().init();
+    let fmt = if args.log_format == "json" {
+        fmt.json().boxed()
     } else {
-        builder.init();
-    }
+        fmt.boxed()
+    };
+    // Traces get every RPC span whatever RUST_LOG says.
+    let otel = telemetry.as_ref().map(|(_, tracer)| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer.clone())
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("admission_authority", tracing::Level::DEBUG),
+            )
+    });
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .init();
     let overrides = Overrides {
         listen: args.listen,
         insecure: args.insecure,
@@ -161,14 +195,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("{e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::bind(config.listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -195,7 +222,11 @@ fn serve(args: ServeArgs) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-    })
+    });
+    if let Some((t, _)) = telemetry {
+        t.shutdown();
+    }
+    code
 }
 
 /// Resolves on SIGTERM or ctrl-c.

@@ -45,6 +45,18 @@ impl Metrics {
             .or_default() += 1;
     }
 
+    /// Every (rpc, decision, reason) count so far.
+    pub fn decision_counts(&self) -> Vec<((&'static str, &'static str, &'static str), u64)> {
+        let d = self.decisions.lock().expect("metrics lock");
+        d.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    /// Every (endpoint, outcome) count so far.
+    pub fn auth_counts(&self) -> Vec<((String, &'static str), u64)> {
+        let a = self.auth.lock().expect("metrics lock");
+        a.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     /// Count one auth attempt on `endpoint` with its outcome (`allowed`, or the refusal's
     /// reason in lower case).
     pub fn auth_attempt(&self, endpoint: &str, outcome: &'static str) {

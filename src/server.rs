@@ -83,6 +83,7 @@ async fn serve<S: Store>(
     let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let gates = Arc::new(Gates::default());
     let metrics = Arc::new(Metrics::default());
+    crate::telemetry::register(metrics.clone());
     let admin = match config.admin_listen {
         Some(addr) => {
             let l = crate::metrics::bind(addr).await.map_err(|e| {

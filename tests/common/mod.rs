@@ -27,6 +27,15 @@ impl Server {
         Server::spawn(args, "warn", Stdio::inherit())
     }
 
+    /// Start a prepared command (it must pipe stdout); waits for its "listening on" line.
+    pub fn from_command(mut cmd: Command) -> Server {
+        let mut child = cmd.spawn().expect("start the server binary");
+        Server::listening(&mut child).map_or_else(
+            |line| panic!("unexpected first line: {line:?}"),
+            |addr| Server { child, addr },
+        )
+    }
+
     /// Start `serve` with extra flags (on 127.0.0.1 port 0 unless they say `--listen`), a
     /// RUST_LOG filter, and stderr going to `stderr`.
     pub fn spawn(args: &[&str], log: &str, stderr: Stdio) -> Server {
@@ -35,27 +44,27 @@ impl Server {
         } else {
             &["--listen", "127.0.0.1:0"]
         };
-        let mut child = Command::new(BIN)
-            .arg("serve")
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
             .args(listen)
             .args(args)
             .env("RUST_LOG", log)
             .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("start the server binary");
+            .stderr(stderr);
+        Server::from_command(cmd)
+    }
+
+    /// The address a started server's first stdout line names, or that line.
+    fn listening(child: &mut Child) -> Result<SocketAddr, String> {
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
         BufReader::new(stdout)
             .read_line(&mut line)
             .expect("read the listening line");
-        let addr = line
-            .trim()
+        line.trim()
             .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .parse()
-            .expect("an address");
-        Server { child, addr }
+            .and_then(|a| a.parse().ok())
+            .ok_or(line)
     }
 
     /// Start `serve` with `yaml` as its config file (written under cargo's test temp dir, named
