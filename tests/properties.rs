@@ -36,6 +36,14 @@ enum Op {
     Advance {
         ms: u64,
     },
+    Park {
+        host: usize,
+        pick: usize,
+    },
+    Unpark {
+        host: usize,
+        pick: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -46,6 +54,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..HOSTS, any::<usize>()).prop_map(|(host, pick)| Op::Release { host, pick }),
         2 => (0..HOSTS, any::<usize>(), rss).prop_map(|(host, pick, rss_mb)| Op::Renew { host, pick, rss_mb }),
         1 => (1u64..400).prop_map(|ms| Op::Advance { ms }),
+        1 => (0..HOSTS, any::<usize>()).prop_map(|(host, pick)| Op::Park { host, pick }),
+        1 => (0..HOSTS, any::<usize>()).prop_map(|(host, pick)| Op::Unpark { host, pick }),
     ]
 }
 
@@ -145,6 +155,22 @@ proptest! {
                     if !made[host].is_empty() {
                         let key = made[host][pick % made[host].len()];
                         hosts[host].renew(&limits[host], key, rss_mb, now);
+                    }
+                }
+                Op::Park { host, pick } => {
+                    if !made[host].is_empty() {
+                        let key = made[host][pick % made[host].len()];
+                        if let Some(Ok(v)) = hosts[host].park(&limits[host], key, now) {
+                            prop_assert_eq!(v.state, TicketState::Parked);
+                        }
+                    }
+                }
+                Op::Unpark { host, pick } => {
+                    if !made[host].is_empty() {
+                        let key = made[host][pick % made[host].len()];
+                        if let Some(Ok(v)) = hosts[host].unpark(&limits[host], key, now) {
+                            prop_assert!(matches!(v.state, TicketState::Admitted | TicketState::Queued));
+                        }
                     }
                 }
                 Op::Advance { ms } => {

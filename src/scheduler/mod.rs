@@ -386,6 +386,77 @@ impl HostState {
         self.view(key, now)
     }
 
+    /// Park an admitted ticket: it stops counting against every cap (its lease runs on) and
+    /// the next waiter is dispatched. Parking a parked ticket changes nothing. Returns the
+    /// ticket after the call; `None` for an unknown key.
+    ///
+    /// Fails with the ticket's state when it is neither admitted nor parked.
+    pub fn park(
+        &mut self,
+        limits: &Limits,
+        key: TicketKey,
+        now: Millis,
+    ) -> Option<Result<TicketView, TicketState>> {
+        self.housekeeping(limits, now);
+        let t = self.tickets.get(&key)?;
+        match t.state {
+            TicketState::Parked => {}
+            TicketState::Admitted => {
+                let (subject, account) = (t.subject.clone(), t.account.clone());
+                self.in_flight -= 1;
+                self.subjects.get_mut(&subject).expect("interned").in_flight -= 1;
+                if let Some(a) = &account {
+                    self.accounts.get_mut(a).expect("interned").in_flight -= 1;
+                }
+                self.parked += 1;
+                self.tickets.get_mut(&key).expect("known").state = TicketState::Parked;
+                self.changes.push(key);
+                self.forget_idle_names(&subject, account.as_deref());
+                self.dispatch(limits, now);
+            }
+            other => return Some(Err(other)),
+        }
+        Some(Ok(self.view(key, now).expect("known")))
+    }
+
+    /// Ask for a slot again for a parked ticket: admitted at once if it fits (a new grant),
+    /// else queued ahead of every other waiter of its subject. Unparking an admitted or queued
+    /// ticket changes nothing. Returns the ticket after the call; `None` for an unknown key.
+    ///
+    /// Fails with the ticket's state when it has ended.
+    pub fn unpark(
+        &mut self,
+        limits: &Limits,
+        key: TicketKey,
+        now: Millis,
+    ) -> Option<Result<TicketView, TicketState>> {
+        self.housekeeping(limits, now);
+        let t = self.tickets.get(&key)?;
+        match t.state {
+            TicketState::Admitted | TicketState::Queued => {}
+            TicketState::Parked => {
+                let (subject, account, instance) =
+                    (t.subject.clone(), t.account.clone(), t.instance.clone());
+                self.parked -= 1;
+                let subject = intern(&mut self.subjects, &subject);
+                if let Some(a) = &account {
+                    intern(&mut self.accounts, a);
+                }
+                // No waiter fits now (dispatch runs after every change), so a free slot that
+                // fits this ticket is its own.
+                let fits = !self.is_soft(limits, &instance, now)
+                    && self.fits(limits, &subject, account.as_deref());
+                if fits {
+                    self.admit(limits, key, now);
+                } else {
+                    self.enqueue(limits, key, true, now);
+                }
+            }
+            other => return Some(Err(other)),
+        }
+        Some(Ok(self.view(key, now).expect("known")))
+    }
+
     /// Free an admitted or parked ticket (RELEASED) or withdraw a queued one (CANCELLED), then
     /// dispatch. Returns the state before the call; `None` for an unknown key. Ended tickets are
     /// left as they are.
