@@ -290,6 +290,8 @@ mod differential {
         Release(usize),
         Renew(usize, Option<u32>),
         Advance(u64),
+        Park(usize),
+        Unpark(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -300,6 +302,8 @@ mod differential {
             3 => any::<usize>().prop_map(Op::Release),
             2 => (any::<usize>(), rss).prop_map(|(p, r)| Op::Renew(p, r)),
             1 => (1u64..400).prop_map(Op::Advance),
+            1 => any::<usize>().prop_map(Op::Park),
+            1 => any::<usize>().prop_map(Op::Unpark),
         ]
     }
 
@@ -398,6 +402,28 @@ mod differential {
                                 v.as_ref().map(|v| (v.state, v.position, v.grant, v.lease_remaining_ms))
                             };
                             prop_assert_eq!(strip(&m[0]), strip(&r[0]), "op {}: renew", i);
+                        }
+                        Op::Park(p) if !made.is_empty() => {
+                            let (mi, ri) = &made[p % made.len()];
+                            let strip = |v: Option<Result<admission_authority::scheduler::TicketView, _>>| {
+                                v.map(|r| r.map(|v| (v.state, v.position, v.grant, v.lease_remaining_ms)))
+                            };
+                            prop_assert_eq!(
+                                strip(memory.park(mi).await.unwrap()),
+                                strip(redis.park(ri).await.unwrap()),
+                                "op {}: park", i
+                            );
+                        }
+                        Op::Unpark(p) if !made.is_empty() => {
+                            let (mi, ri) = &made[p % made.len()];
+                            let strip = |v: Option<Result<admission_authority::scheduler::TicketView, _>>| {
+                                v.map(|r| r.map(|v| (v.state, v.position, v.grant, v.lease_remaining_ms)))
+                            };
+                            prop_assert_eq!(
+                                strip(memory.unpark(mi).await.unwrap()),
+                                strip(redis.unpark(ri).await.unwrap()),
+                                "op {}: unpark", i
+                            );
                         }
                         Op::Advance(ms) => {
                             clock.advance(ms);

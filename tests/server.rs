@@ -703,3 +703,62 @@ async fn json_logs_carry_a_span_per_rpc_with_host_subject_and_decision() {
     );
     assert!(spans[1].contains("\"decision\":\"BUSY\""), "{}", spans[1]);
 }
+
+#[tokio::test]
+async fn park_lends_the_slot_and_unpark_takes_it_back_over_grpc() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4"]);
+    let mut c = server.client().await;
+    let waiting_on_human = c
+        .submit(submit_req("h", "alice", "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    let other = c
+        .submit(submit_req("h", "bob", "r2"))
+        .await
+        .unwrap()
+        .into_inner();
+    let park = |id: &str| api::ParkRequest {
+        ticket_id: id.into(),
+    };
+    let parked = c
+        .park(park(&waiting_on_human.ticket_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(parked.state), TicketState::Parked);
+    assert!(parked.lease_ttl_ms > 0);
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.in_flight, s.parked), (1, 1), "bob got the lent slot");
+    let not_admitted = c.park(park(&other.ticket_id)).await;
+    assert!(not_admitted.is_ok(), "bob is admitted now and may park too");
+    let unpark = |id: &str| api::UnparkRequest {
+        ticket_id: id.into(),
+    };
+    let back = c
+        .unpark(unpark(&waiting_on_human.ticket_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        state_of(back.state),
+        TicketState::Admitted,
+        "the slot was free"
+    );
+    assert!(back.grant > waiting_on_human.grant);
+    release(&mut c, &waiting_on_human.ticket_id).await;
+    let ended = c
+        .unpark(unpark(&waiting_on_human.ticket_id))
+        .await
+        .unwrap_err();
+    assert_eq!(ended.code(), Code::FailedPrecondition);
+    assert_eq!(
+        ended.message(),
+        "ticket_id: the ticket is RELEASED; it has ended; Submit a new ticket"
+    );
+    let unknown = c
+        .park(park("h.0123456789abcdef0123456789abcdef"))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+}

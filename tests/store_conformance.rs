@@ -411,6 +411,53 @@ where
     submit(s, "big", "bob", "r2").await.unwrap();
 }
 
+pub async fn parking_lends_the_slot_and_unparking_queues_ahead<H: Harness>()
+where
+    H::S: TicketStore,
+{
+    let h = H::build(LimitsTable::uniform(limits(1, 1, 4))).await;
+    let s = h.store();
+    let (human, v) = submit(s, "h", "alice", "needs-approval").await.unwrap();
+    let (bob, _) = submit(s, "h", "bob", "b1").await.unwrap();
+    let (alice2, _) = submit(s, "h", "alice", "a2").await.unwrap();
+    let parked = s.park(&human).await.unwrap().unwrap().unwrap();
+    assert_eq!(parked.state, TicketState::Parked);
+    assert_eq!(
+        state(s, &bob).await,
+        Some(TicketState::Admitted),
+        "the slot was lent out"
+    );
+    let stats = s.stats("h").await.unwrap();
+    assert_eq!((stats.in_flight, stats.queued, stats.parked), (1, 1, 1));
+    assert_eq!(
+        s.park(&alice2).await.unwrap().unwrap(),
+        Err(TicketState::Queued),
+        "only an admitted ticket parks"
+    );
+    // The human answered, but bob holds the slot: alice's parked ticket queues ahead of a2.
+    let back = s.unpark(&human).await.unwrap().unwrap().unwrap();
+    assert_eq!((back.state, back.position), (TicketState::Queued, 0));
+    s.release(&bob).await.unwrap();
+    let again = s.ticket(&human).await.unwrap().unwrap();
+    assert_eq!(again.state, TicketState::Admitted);
+    assert!(again.grant > v.grant, "a new admission, a new grant");
+    assert_eq!(state(s, &alice2).await, Some(TicketState::Queued));
+    // Parked tickets keep their lease only while renewed.
+    s.park(&human).await.unwrap().unwrap().unwrap();
+    assert_eq!(state(s, &alice2).await, Some(TicketState::Admitted));
+    h.advance(600).await;
+    s.renew(std::slice::from_ref(&alice2), None).await.unwrap();
+    h.advance(500).await;
+    s.sweep_tickets().await.unwrap();
+    assert_eq!(state(s, &human).await, Some(TicketState::Expired));
+    assert_eq!(
+        s.unpark(&human).await.unwrap().unwrap(),
+        Err(TicketState::Expired)
+    );
+    assert_eq!(s.stats("h").await.unwrap().parked, 0);
+    assert_eq!(s.park(&TicketId::random("h")).await.unwrap(), None);
+}
+
 // ---- auth buckets ----
 
 /// The scheduling defaults with the given auth buckets and table bound.
@@ -1120,6 +1167,7 @@ mod memory {
         stats_and_listing_show_live_tickets,
         ticket_ids_are_distinct_and_name_their_host,
         per_host_limits_apply_to_their_host_only,
+        parking_lends_the_slot_and_unparking_queues_ahead,
         auth_allows_max_attempts_then_locks_out,
         auth_identities_and_endpoints_are_independent,
         auth_window_expiry_opens_a_fresh_window,
@@ -1153,6 +1201,7 @@ mod redis {
         stats_and_listing_show_live_tickets,
         ticket_ids_are_distinct_and_name_their_host,
         per_host_limits_apply_to_their_host_only,
+        parking_lends_the_slot_and_unparking_queues_ahead,
         auth_allows_max_attempts_then_locks_out,
         auth_identities_and_endpoints_are_independent,
         auth_window_expiry_opens_a_fresh_window,

@@ -43,6 +43,11 @@ pub enum ApiError {
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Denied(#[from] crate::security::Denied),
+    #[error("ticket_id: the ticket is {state}; {rule}")]
+    WrongState {
+        state: &'static str,
+        rule: &'static str,
+    },
     #[error("TOO_MANY_STREAMS: this connection already has {max} Wait streams open")]
     TooManyStreams { max: usize },
     #[error(transparent)]
@@ -122,6 +127,7 @@ impl From<ApiError> for Status {
             }
             ApiError::Ledger(_) => Status::failed_precondition(message),
             ApiError::Denied(_) => Status::permission_denied(message),
+            ApiError::WrongState { .. } => Status::failed_precondition(message),
             ApiError::TooManyStreams { .. } => {
                 let mut details = ErrorDetails::with_error_info(
                     "TOO_MANY_STREAMS",

@@ -314,6 +314,56 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         }))
     }
 
+    async fn park(
+        &self,
+        request: Request<api::ParkRequest>,
+    ) -> Result<Response<api::ParkResponse>, Status> {
+        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        security::caller(request.extensions())?
+            .act_for(&id.host_id)
+            .map_err(ApiError::from)?;
+        let v = self
+            .store
+            .park(&id)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| ApiError::NotFound(id.to_string()))?
+            .map_err(|state| ApiError::WrongState {
+                state: state_name(state),
+                rule: "only an admitted ticket can be parked",
+            })?;
+        Ok(Response::new(api::ParkResponse {
+            state: api::TicketState::from(v.state) as i32,
+            lease_ttl_ms: ms32(v.lease_remaining_ms),
+        }))
+    }
+
+    async fn unpark(
+        &self,
+        request: Request<api::UnparkRequest>,
+    ) -> Result<Response<api::UnparkResponse>, Status> {
+        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        security::caller(request.extensions())?
+            .act_for(&id.host_id)
+            .map_err(ApiError::from)?;
+        let v = self
+            .store
+            .unpark(&id)
+            .await
+            .map_err(ApiError::from)?
+            .ok_or_else(|| ApiError::NotFound(id.to_string()))?
+            .map_err(|state| ApiError::WrongState {
+                state: state_name(state),
+                rule: "it has ended; Submit a new ticket",
+            })?;
+        Ok(Response::new(api::UnparkResponse {
+            state: api::TicketState::from(v.state) as i32,
+            position: v.position,
+            grant: v.grant,
+            lease_ttl_ms: ms32(v.lease_remaining_ms),
+        }))
+    }
+
     async fn authorize(
         &self,
         request: Request<api::AuthorizeRequest>,
@@ -478,6 +528,19 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             authorize_deferred: ledger.deferred,
             settled: ledger.settled,
         }))
+    }
+}
+
+/// A ticket state's name in messages.
+fn state_name(s: TicketState) -> &'static str {
+    match s {
+        TicketState::Queued => "QUEUED",
+        TicketState::Admitted => "ADMITTED",
+        TicketState::Released => "RELEASED",
+        TicketState::Cancelled => "CANCELLED",
+        TicketState::Shed => "SHED",
+        TicketState::Expired => "EXPIRED",
+        TicketState::Parked => "PARKED",
     }
 }
 

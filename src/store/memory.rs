@@ -205,6 +205,30 @@ impl TicketStore for MemoryStore {
         }))
     }
 
+    async fn park(
+        &self,
+        id: &TicketId,
+    ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
+            state.park(limits, id.key, now)
+        }))
+    }
+
+    async fn unpark(
+        &self,
+        id: &TicketId,
+    ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
+            state.unpark(limits, id.key, now)
+        }))
+    }
+
     async fn ticket(&self, id: &TicketId) -> Result<Option<TicketView>, StoreError> {
         let Some(host) = self.existing_host(&id.host_id) else {
             return Ok(None);

@@ -144,6 +144,20 @@ pub trait TicketStore: Send + Sync + 'static {
         id: &TicketId,
     ) -> impl Future<Output = Result<Option<TicketState>, StoreError>> + Send;
 
+    /// Park an admitted ticket (parking a parked one changes nothing): the ticket after it,
+    /// `None` if unknown, or the state that forbids it.
+    fn park(
+        &self,
+        id: &TicketId,
+    ) -> impl Future<Output = Result<Option<Result<TicketView, TicketState>>, StoreError>> + Send;
+
+    /// Ask for a slot again for a parked ticket (admitted or queued ones stay as they are):
+    /// the ticket after it, `None` if unknown, or the state that forbids it (it ended).
+    fn unpark(
+        &self,
+        id: &TicketId,
+    ) -> impl Future<Output = Result<Option<Result<TicketView, TicketState>>, StoreError>> + Send;
+
     /// Read one ticket.
     fn ticket(
         &self,

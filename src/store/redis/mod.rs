@@ -107,6 +107,8 @@ pub struct RedisStore {
     /// written once per host and replica, not once per call.
     registered_hosts: Mutex<std::collections::HashSet<String>>,
     submit: redis::Script,
+    park: redis::Script,
+    unpark: redis::Script,
     renew: redis::Script,
     release: redis::Script,
     ticket: redis::Script,
@@ -176,6 +178,8 @@ impl RedisStore {
             open_reservations: redis::Script::new(&scripts::open_reservations()),
             registered_hosts: Mutex::default(),
             submit: redis::Script::new(&scripts::submit()),
+            park: redis::Script::new(&scripts::park()),
+            unpark: redis::Script::new(&scripts::unpark()),
             renew: redis::Script::new(&scripts::renew()),
             release: redis::Script::new(&scripts::release()),
             ticket: redis::Script::new(&scripts::ticket()),

@@ -535,8 +535,13 @@ local function admit(k, t)
   if t.account ~= '' then hincr(AF, t.account, 1) end
   changed(k)
 end
-local function enqueue(k, t)
-  local order = redis.call('HINCRBY', C, 'next_order', 1)
+local function enqueue(k, t, front)
+  local order
+  if front then
+    order = redis.call('HINCRBY', C, 'next_front', -1)
+  else
+    order = redis.call('HINCRBY', C, 'next_order', 1)
+  end
   redis.call('HSET', tkey(k), 'state', 'Q', 'order', order, 'qat', fmt(now))
   set_lease(k, now + L.lease)
   if t.account ~= '' then hincr(AQ, t.account, 1) end
@@ -830,6 +835,67 @@ elseif t.state == 'Q' then
   dispatch()
 end
 return t.state
+"#;
+
+/// Park an admitted ticket (a parked one stays). ARGV[5] ticket key.
+/// Returns {'ok', state, position, grant, lease}, {'state', state} when the ticket may not be
+/// parked, or false when unknown.
+pub fn park() -> String {
+    format!("{TICKET_PRELUDE}{PARK_BODY}")
+}
+
+const PARK_BODY: &str = r#"
+housekeeping(false)
+local k = ARGV[5]
+local t = ticket(k)
+if not t then return false end
+if t.state == 'A' then
+  incr('in_flight', -1)
+  hincr(SF, t.subject, -1)
+  if t.account ~= '' then hincr(AF, t.account, -1) end
+  incr('parked', 1)
+  redis.call('HSET', tkey(k), 'state', 'P')
+  dispatch()
+elseif t.state ~= 'P' then
+  return {'state', t.state}
+end
+local v = view(k)
+return {'ok', v[1], v[2], v[3], v[4]}
+"#;
+
+/// Ask for a slot again for a parked ticket: admitted at once if it fits, else queued ahead
+/// of its subject's waiters (admitted and queued ones stay). ARGV[5] ticket key.
+/// Returns as for park.
+pub fn unpark() -> String {
+    format!("{TICKET_PRELUDE}{UNPARK_BODY}")
+}
+
+const UNPARK_BODY: &str = r#"
+housekeeping(false)
+local k = ARGV[5]
+local t = ticket(k)
+if not t then return false end
+if t.state == 'P' then
+  incr('parked', -1)
+  local fits = (not instance_soft(t.instance)) and cnt('in_flight') < L.total
+    and num(redis.call('HGET', SF, t.subject)) < subject_cap(t.subject)
+    and account_has_room(t.account)
+  if fits then
+    local g = redis.call('HINCRBY', C, 'grant', 1)
+    redis.call('HSET', tkey(k), 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease))
+    redis.call('ZADD', LEASES, now + L.lease, k)
+    redis.call('HINCRBY', C, 'in_flight', 1)
+    redis.call('HINCRBY', C, 'admitted', 1)
+    hincr(SF, t.subject, 1)
+    if t.account ~= '' then hincr(AF, t.account, 1) end
+  else
+    enqueue(k, t, true)
+  end
+elseif t.state ~= 'A' and t.state ~= 'Q' then
+  return {'state', t.state}
+end
+local v = view(k)
+return {'ok', v[1], v[2], v[3], v[4]}
 "#;
 
 /// Read one ticket (after housekeeping). ARGV[5] ticket key, ARGV[6] 'sweep' to also forget

@@ -286,6 +286,24 @@ impl TicketStore for RedisStore {
         })
     }
 
+    async fn park(
+        &self,
+        id: &TicketId,
+    ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+        let reply = self.sched(&self.park, &id.host_id, &[hex(id.key)]).await?;
+        parked(id.key, reply)
+    }
+
+    async fn unpark(
+        &self,
+        id: &TicketId,
+    ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+        let reply = self
+            .sched(&self.unpark, &id.host_id, &[hex(id.key)])
+            .await?;
+        parked(id.key, reply)
+    }
+
     async fn ticket(&self, id: &TicketId) -> Result<Option<TicketView>, StoreError> {
         self.listener_ready().await;
         let reply = self
@@ -373,6 +391,30 @@ impl TicketStore for RedisStore {
         self.sched(&self.stats, host_id, &["rejected".into()])
             .await
             .map(drop)
+    }
+}
+
+/// A park or unpark answer.
+fn parked(
+    key: TicketKey,
+    reply: Value,
+) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+    let malformed = || StoreError(format!("redis: park answered {reply:?}"));
+    let Value::Array(f) = &reply else {
+        return match reply {
+            Value::Nil => Ok(None),
+            _ => Err(malformed()),
+        };
+    };
+    match f.first().map(text).as_deref() {
+        Some("ok") if f.len() == 5 => Ok(Some(Ok(
+            view(key, &Value::Array(f[1..5].to_vec()))?.ok_or_else(malformed)?
+        ))),
+        Some("state") => Ok(Some(Err(f
+            .get(1)
+            .and_then(|s| state(&text(s)))
+            .ok_or_else(malformed)?))),
+        _ => Err(malformed()),
     }
 }
 

@@ -1333,3 +1333,99 @@ class ResolveReservationResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResolveReservationResponse: _TypeAlias = ResolveReservationResponse  # noqa: Y015
+
+@_typing.final
+class ParkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_ID_FIELD_NUMBER: _builtins.int
+    ticket_id: _builtins.str
+    """The admitted ticket to park."""
+    def __init__(
+        self,
+        *,
+        ticket_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ticket_id", b"ticket_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ParkRequest: _TypeAlias = ParkRequest  # noqa: Y015
+
+@_typing.final
+class ParkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
+    state: Global___TicketState.ValueType
+    """PARKED."""
+    lease_ttl_ms: _builtins.int
+    """Milliseconds until its lease runs out (parking does not change it)."""
+    def __init__(
+        self,
+        *,
+        state: Global___TicketState.ValueType = ...,
+        lease_ttl_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ttl_ms", b"lease_ttl_ms", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ParkResponse: _TypeAlias = ParkResponse  # noqa: Y015
+
+@_typing.final
+class UnparkRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_ID_FIELD_NUMBER: _builtins.int
+    ticket_id: _builtins.str
+    """The parked ticket to resume."""
+    def __init__(
+        self,
+        *,
+        ticket_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ticket_id", b"ticket_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnparkRequest: _TypeAlias = UnparkRequest  # noqa: Y015
+
+@_typing.final
+class UnparkResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    GRANT_FIELD_NUMBER: _builtins.int
+    LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
+    state: Global___TicketState.ValueType
+    """ADMITTED or QUEUED."""
+    position: _builtins.int
+    """0-based place in the dispatch order while queued."""
+    grant: _builtins.int
+    """The new admission's fencing number; 0 while queued."""
+    lease_ttl_ms: _builtins.int
+    """Milliseconds until its lease runs out."""
+    def __init__(
+        self,
+        *,
+        state: Global___TicketState.ValueType = ...,
+        position: _builtins.int = ...,
+        grant: _builtins.int = ...,
+        lease_ttl_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnparkResponse: _TypeAlias = UnparkResponse  # noqa: Y015

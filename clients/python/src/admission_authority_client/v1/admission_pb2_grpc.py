@@ -57,6 +57,16 @@ class AdmissionStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.Park = channel.unary_unary(
+                '/admission.v1.Admission/Park',
+                request_serializer=admission_dot_v1_dot_admission__pb2.ParkRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.ParkResponse.FromString,
+                _registered_method=True)
+        self.Unpark = channel.unary_unary(
+                '/admission.v1.Admission/Unpark',
+                request_serializer=admission_dot_v1_dot_admission__pb2.UnparkRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.UnparkResponse.FromString,
+                _registered_method=True)
         self.Authorize = channel.unary_unary(
                 '/admission.v1.Admission/Authorize',
                 request_serializer=admission_dot_v1_dot_admission__pb2.AuthorizeRequest.SerializeToString,
@@ -120,6 +130,26 @@ class AdmissionServicer:
     def Release(self, request, context):
         """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
         ticket that already ended, answers with its current state and changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Park(self, request, context):
+        """Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
+        becomes PARKED, stops counting against every cap, and the next waiter is dispatched. It keeps
+        its lease (Renew it as usual) and is counted in Stats.parked. Parking a parked ticket changes
+        nothing; a ticket in any other state is FAILED_PRECONDITION; unknown is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unpark(self, request, context):
+        """Ask for a slot again for a parked ticket: ADMITTED at once (with a new grant) if it fits,
+        otherwise QUEUED ahead of every other waiter of its subject (it was admitted before); follow
+        it with Wait. An admitted or queued ticket stays as it is; an ended one is
+        FAILED_PRECONDITION; unknown is NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,6 +228,16 @@ def add_AdmissionServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.ReleaseRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.ReleaseResponse.SerializeToString,
+            ),
+            'Park': grpc.unary_unary_rpc_method_handler(
+                    servicer.Park,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.ParkRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.ParkResponse.SerializeToString,
+            ),
+            'Unpark': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unpark,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.UnparkRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.UnparkResponse.SerializeToString,
             ),
             'Authorize': grpc.unary_unary_rpc_method_handler(
                     servicer.Authorize,
@@ -336,6 +376,60 @@ class Admission:
             '/admission.v1.Admission/Release',
             admission_dot_v1_dot_admission__pb2.ReleaseRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Park(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Admission/Park',
+            admission_dot_v1_dot_admission__pb2.ParkRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.ParkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unpark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Admission/Unpark',
+            admission_dot_v1_dot_admission__pb2.UnparkRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.UnparkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,6 +62,18 @@ class AdmissionStub:
     """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
     ticket that already ended, answers with its current state and changes nothing.
     """
+    Park: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ParkRequest, _admission_pb2.ParkResponse]
+    """Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
+    becomes PARKED, stops counting against every cap, and the next waiter is dispatched. It keeps
+    its lease (Renew it as usual) and is counted in Stats.parked. Parking a parked ticket changes
+    nothing; a ticket in any other state is FAILED_PRECONDITION; unknown is NOT_FOUND.
+    """
+    Unpark: _grpc.UnaryUnaryMultiCallable[_admission_pb2.UnparkRequest, _admission_pb2.UnparkResponse]
+    """Ask for a slot again for a parked ticket: ADMITTED at once (with a new grant) if it fits,
+    otherwise QUEUED ahead of every other waiter of its subject (it was admitted before); follow
+    it with Wait. An admitted or queued ticket stays as it is; an ended one is
+    FAILED_PRECONDITION; unknown is NOT_FOUND.
+    """
     Authorize: _grpc.UnaryUnaryMultiCallable[_admission_pb2.AuthorizeRequest, _admission_pb2.AuthorizeResponse]
     """Reserve budget for one model step of a run, keyed (host_id, run_id, step), before the step
     runs. The answer is a decision, never an error: ALLOW with granted_output_tokens lowered to
@@ -119,6 +131,18 @@ class AdmissionAsyncStub(AdmissionStub):
     Release: _aio.UnaryUnaryMultiCallable[_admission_pb2.ReleaseRequest, _admission_pb2.ReleaseResponse]  # type: ignore[assignment]
     """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
     ticket that already ended, answers with its current state and changes nothing.
+    """
+    Park: _aio.UnaryUnaryMultiCallable[_admission_pb2.ParkRequest, _admission_pb2.ParkResponse]  # type: ignore[assignment]
+    """Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
+    becomes PARKED, stops counting against every cap, and the next waiter is dispatched. It keeps
+    its lease (Renew it as usual) and is counted in Stats.parked. Parking a parked ticket changes
+    nothing; a ticket in any other state is FAILED_PRECONDITION; unknown is NOT_FOUND.
+    """
+    Unpark: _aio.UnaryUnaryMultiCallable[_admission_pb2.UnparkRequest, _admission_pb2.UnparkResponse]  # type: ignore[assignment]
+    """Ask for a slot again for a parked ticket: ADMITTED at once (with a new grant) if it fits,
+    otherwise QUEUED ahead of every other waiter of its subject (it was admitted before); follow
+    it with Wait. An admitted or queued ticket stays as it is; an ended one is
+    FAILED_PRECONDITION; unknown is NOT_FOUND.
     """
     Authorize: _aio.UnaryUnaryMultiCallable[_admission_pb2.AuthorizeRequest, _admission_pb2.AuthorizeResponse]  # type: ignore[assignment]
     """Reserve budget for one model step of a run, keyed (host_id, run_id, step), before the step
@@ -198,6 +222,30 @@ class AdmissionServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admission_pb2.ReleaseResponse, _abc.Awaitable[_admission_pb2.ReleaseResponse]]:
         """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
         ticket that already ended, answers with its current state and changes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def Park(
+        self,
+        request: _admission_pb2.ParkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.ParkResponse, _abc.Awaitable[_admission_pb2.ParkResponse]]:
+        """Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
+        becomes PARKED, stops counting against every cap, and the next waiter is dispatched. It keeps
+        its lease (Renew it as usual) and is counted in Stats.parked. Parking a parked ticket changes
+        nothing; a ticket in any other state is FAILED_PRECONDITION; unknown is NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def Unpark(
+        self,
+        request: _admission_pb2.UnparkRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.UnparkResponse, _abc.Awaitable[_admission_pb2.UnparkResponse]]:
+        """Ask for a slot again for a parked ticket: ADMITTED at once (with a new grant) if it fits,
+        otherwise QUEUED ahead of every other waiter of its subject (it was admitted before); follow
+        it with Wait. An admitted or queued ticket stays as it is; an ended one is
+        FAILED_PRECONDITION; unknown is NOT_FOUND.
         """
 
     @_abc_1.abstractmethod

@@ -779,6 +779,34 @@ export interface ResolveReservationRequest {
 export interface ResolveReservationResponse {
 }
 
+export interface ParkRequest {
+  /** The admitted ticket to park. */
+  ticketId: string;
+}
+
+export interface ParkResponse {
+  /** PARKED. */
+  state: TicketState;
+  /** Milliseconds until its lease runs out (parking does not change it). */
+  leaseTtlMs: number;
+}
+
+export interface UnparkRequest {
+  /** The parked ticket to resume. */
+  ticketId: string;
+}
+
+export interface UnparkResponse {
+  /** ADMITTED or QUEUED. */
+  state: TicketState;
+  /** 0-based place in the dispatch order while queued. */
+  position: number;
+  /** The new admission's fencing number; 0 while queued. */
+  grant: number;
+  /** Milliseconds until its lease runs out. */
+  leaseTtlMs: number;
+}
+
 function createBaseSubmitRequest(): SubmitRequest {
   return { hostId: "", instanceId: "", subject: "", accountId: "", runId: "", mode: 0, rssMb: undefined };
 }
@@ -4914,6 +4942,362 @@ export const ResolveReservationResponse: MessageFns<ResolveReservationResponse> 
   },
 };
 
+function createBaseParkRequest(): ParkRequest {
+  return { ticketId: "" };
+}
+
+export const ParkRequest: MessageFns<ParkRequest> = {
+  encode(message: ParkRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ticketId !== "") {
+      writer.uint32(10).string(message.ticketId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ParkRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseParkRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ticketId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ParkRequest {
+    return {
+      ticketId: isSet(object.ticketId)
+        ? globalThis.String(object.ticketId)
+        : isSet(object.ticket_id)
+        ? globalThis.String(object.ticket_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ParkRequest): unknown {
+    const obj: any = {};
+    if (message.ticketId !== "") {
+      obj.ticketId = message.ticketId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ParkRequest>, I>>(base?: I): ParkRequest {
+    return ParkRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ParkRequest>, I>>(object: I): ParkRequest {
+    const message = createBaseParkRequest();
+    message.ticketId = object.ticketId ?? "";
+    return message;
+  },
+};
+
+function createBaseParkResponse(): ParkResponse {
+  return { state: 0, leaseTtlMs: 0 };
+}
+
+export const ParkResponse: MessageFns<ParkResponse> = {
+  encode(message: ParkResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== 0) {
+      writer.uint32(8).int32(message.state);
+    }
+    if (message.leaseTtlMs !== 0) {
+      writer.uint32(16).uint32(message.leaseTtlMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ParkResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseParkResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.leaseTtlMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ParkResponse {
+    return {
+      state: isSet(object.state) ? ticketStateFromJSON(object.state) : 0,
+      leaseTtlMs: isSet(object.leaseTtlMs)
+        ? globalThis.Number(object.leaseTtlMs)
+        : isSet(object.lease_ttl_ms)
+        ? globalThis.Number(object.lease_ttl_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: ParkResponse): unknown {
+    const obj: any = {};
+    if (message.state !== 0) {
+      obj.state = ticketStateToJSON(message.state);
+    }
+    if (message.leaseTtlMs !== 0) {
+      obj.leaseTtlMs = Math.round(message.leaseTtlMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ParkResponse>, I>>(base?: I): ParkResponse {
+    return ParkResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ParkResponse>, I>>(object: I): ParkResponse {
+    const message = createBaseParkResponse();
+    message.state = object.state ?? 0;
+    message.leaseTtlMs = object.leaseTtlMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseUnparkRequest(): UnparkRequest {
+  return { ticketId: "" };
+}
+
+export const UnparkRequest: MessageFns<UnparkRequest> = {
+  encode(message: UnparkRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ticketId !== "") {
+      writer.uint32(10).string(message.ticketId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UnparkRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUnparkRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ticketId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UnparkRequest {
+    return {
+      ticketId: isSet(object.ticketId)
+        ? globalThis.String(object.ticketId)
+        : isSet(object.ticket_id)
+        ? globalThis.String(object.ticket_id)
+        : "",
+    };
+  },
+
+  toJSON(message: UnparkRequest): unknown {
+    const obj: any = {};
+    if (message.ticketId !== "") {
+      obj.ticketId = message.ticketId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UnparkRequest>, I>>(base?: I): UnparkRequest {
+    return UnparkRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UnparkRequest>, I>>(object: I): UnparkRequest {
+    const message = createBaseUnparkRequest();
+    message.ticketId = object.ticketId ?? "";
+    return message;
+  },
+};
+
+function createBaseUnparkResponse(): UnparkResponse {
+  return { state: 0, position: 0, grant: 0, leaseTtlMs: 0 };
+}
+
+export const UnparkResponse: MessageFns<UnparkResponse> = {
+  encode(message: UnparkResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== 0) {
+      writer.uint32(8).int32(message.state);
+    }
+    if (message.position !== 0) {
+      writer.uint32(16).uint32(message.position);
+    }
+    if (message.grant !== 0) {
+      writer.uint32(24).uint64(message.grant);
+    }
+    if (message.leaseTtlMs !== 0) {
+      writer.uint32(32).uint32(message.leaseTtlMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UnparkResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUnparkResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.position = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.grant = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.leaseTtlMs = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UnparkResponse {
+    return {
+      state: isSet(object.state) ? ticketStateFromJSON(object.state) : 0,
+      position: isSet(object.position) ? globalThis.Number(object.position) : 0,
+      grant: isSet(object.grant) ? globalThis.Number(object.grant) : 0,
+      leaseTtlMs: isSet(object.leaseTtlMs)
+        ? globalThis.Number(object.leaseTtlMs)
+        : isSet(object.lease_ttl_ms)
+        ? globalThis.Number(object.lease_ttl_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: UnparkResponse): unknown {
+    const obj: any = {};
+    if (message.state !== 0) {
+      obj.state = ticketStateToJSON(message.state);
+    }
+    if (message.position !== 0) {
+      obj.position = Math.round(message.position);
+    }
+    if (message.grant !== 0) {
+      obj.grant = Math.round(message.grant);
+    }
+    if (message.leaseTtlMs !== 0) {
+      obj.leaseTtlMs = Math.round(message.leaseTtlMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<UnparkResponse>, I>>(base?: I): UnparkResponse {
+    return UnparkResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<UnparkResponse>, I>>(object: I): UnparkResponse {
+    const message = createBaseUnparkResponse();
+    message.state = object.state ?? 0;
+    message.position = object.position ?? 0;
+    message.grant = object.grant ?? 0;
+    message.leaseTtlMs = object.leaseTtlMs ?? 0;
+    return message;
+  },
+};
+
 /**
  * Installation-wide concurrency tickets (Submit, follow with Wait, keep alive with Renew,
  * Release), resource reservations per model step (Authorize, Settle), and brute-force budgets
@@ -4975,6 +5359,36 @@ export const AdmissionService = {
     requestDeserialize: (value: Buffer): ReleaseRequest => ReleaseRequest.decode(value),
     responseSerialize: (value: ReleaseResponse): Buffer => Buffer.from(ReleaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
+  },
+  /**
+   * Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
+   * becomes PARKED, stops counting against every cap, and the next waiter is dispatched. It keeps
+   * its lease (Renew it as usual) and is counted in Stats.parked. Parking a parked ticket changes
+   * nothing; a ticket in any other state is FAILED_PRECONDITION; unknown is NOT_FOUND.
+   */
+  park: {
+    path: "/admission.v1.Admission/Park" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ParkRequest): Buffer => Buffer.from(ParkRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ParkRequest => ParkRequest.decode(value),
+    responseSerialize: (value: ParkResponse): Buffer => Buffer.from(ParkResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ParkResponse => ParkResponse.decode(value),
+  },
+  /**
+   * Ask for a slot again for a parked ticket: ADMITTED at once (with a new grant) if it fits,
+   * otherwise QUEUED ahead of every other waiter of its subject (it was admitted before); follow
+   * it with Wait. An admitted or queued ticket stays as it is; an ended one is
+   * FAILED_PRECONDITION; unknown is NOT_FOUND.
+   */
+  unpark: {
+    path: "/admission.v1.Admission/Unpark" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: UnparkRequest): Buffer => Buffer.from(UnparkRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): UnparkRequest => UnparkRequest.decode(value),
+    responseSerialize: (value: UnparkResponse): Buffer => Buffer.from(UnparkResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): UnparkResponse => UnparkResponse.decode(value),
   },
   /**
    * Reserve budget for one model step of a run, keyed (host_id, run_id, step), before the step
@@ -5077,6 +5491,20 @@ export interface AdmissionServer extends UntypedServiceImplementation {
    */
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
   /**
+   * Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
+   * becomes PARKED, stops counting against every cap, and the next waiter is dispatched. It keeps
+   * its lease (Renew it as usual) and is counted in Stats.parked. Parking a parked ticket changes
+   * nothing; a ticket in any other state is FAILED_PRECONDITION; unknown is NOT_FOUND.
+   */
+  park: handleUnaryCall<ParkRequest, ParkResponse>;
+  /**
+   * Ask for a slot again for a parked ticket: ADMITTED at once (with a new grant) if it fits,
+   * otherwise QUEUED ahead of every other waiter of its subject (it was admitted before); follow
+   * it with Wait. An admitted or queued ticket stays as it is; an ended one is
+   * FAILED_PRECONDITION; unknown is NOT_FOUND.
+   */
+  unpark: handleUnaryCall<UnparkRequest, UnparkResponse>;
+  /**
    * Reserve budget for one model step of a run, keyed (host_id, run_id, step), before the step
    * runs. The answer is a decision, never an error: ALLOW with granted_output_tokens lowered to
    * what the tightest token limit has left; DENY with reason RESOURCE_LIMIT (at or over a
@@ -5178,6 +5606,45 @@ export interface AdmissionClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
+   * becomes PARKED, stops counting against every cap, and the next waiter is dispatched. It keeps
+   * its lease (Renew it as usual) and is counted in Stats.parked. Parking a parked ticket changes
+   * nothing; a ticket in any other state is FAILED_PRECONDITION; unknown is NOT_FOUND.
+   */
+  park(request: ParkRequest, callback: (error: ServiceError | null, response: ParkResponse) => void): ClientUnaryCall;
+  park(
+    request: ParkRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ParkResponse) => void,
+  ): ClientUnaryCall;
+  park(
+    request: ParkRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ParkResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Ask for a slot again for a parked ticket: ADMITTED at once (with a new grant) if it fits,
+   * otherwise QUEUED ahead of every other waiter of its subject (it was admitted before); follow
+   * it with Wait. An admitted or queued ticket stays as it is; an ended one is
+   * FAILED_PRECONDITION; unknown is NOT_FOUND.
+   */
+  unpark(
+    request: UnparkRequest,
+    callback: (error: ServiceError | null, response: UnparkResponse) => void,
+  ): ClientUnaryCall;
+  unpark(
+    request: UnparkRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: UnparkResponse) => void,
+  ): ClientUnaryCall;
+  unpark(
+    request: UnparkRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: UnparkResponse) => void,
   ): ClientUnaryCall;
   /**
    * Reserve budget for one model step of a run, keyed (host_id, run_id, step), before the step
