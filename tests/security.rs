@@ -194,6 +194,32 @@ async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'s
         "UnlockAuth",
         code(op.unlock_auth(authed(unlock, token)).await.map(drop)),
     ));
+    out.push((
+        "Park",
+        code(
+            c.park(authed(
+                api::ParkRequest {
+                    ticket_id: ticket.into(),
+                },
+                token,
+            ))
+            .await
+            .map(drop),
+        ),
+    ));
+    out.push((
+        "Unpark",
+        code(
+            c.unpark(authed(
+                api::UnparkRequest {
+                    ticket_id: ticket.into(),
+                },
+                token,
+            ))
+            .await
+            .map(drop),
+        ),
+    ));
     // Release last, so the ticket lives for the calls above.
     out.push((
         "Release",
@@ -251,6 +277,8 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
         "ListReservations",
         "ResolveReservation",
         "UnlockAuth",
+        "Park",
+        "Unpark",
         "Release",
     ];
     for token in [None, Some("not-a-token")] {
@@ -275,6 +303,8 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "ListReservations",
             "ResolveReservation",
             "UnlockAuth",
+            "Park",
+            "Unpark",
             "Release"
         ]
     );
@@ -305,6 +335,8 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "CheckAuthAttempt",
             "ResetAuthAttempts",
             "GetStats",
+            "Park",
+            "Unpark",
             "Release"
         ]
     );
@@ -332,6 +364,8 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "Settle",
             "CheckAuthAttempt",
             "ResetAuthAttempts",
+            "Park",
+            "Unpark",
             "Release"
         ]
     );
