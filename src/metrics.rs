@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
+
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,8 +30,9 @@ pub static STORE_ERRORS: AtomicU64 = AtomicU64::new(0);
 pub struct Metrics {
     /// (rpc, decision, reason) → count.
     decisions: Mutex<BTreeMap<(&'static str, &'static str, &'static str), u64>>,
-    /// (endpoint, outcome) → count; endpoints are the configured buckets.
-    auth: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// endpoint → outcome → count; endpoints are the configured buckets, so an attempt looks
+    /// its endpoint up without allocating.
+    auth: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
 }
 
 impl Metrics {
@@ -54,19 +55,24 @@ impl Metrics {
     /// Every (endpoint, outcome) count so far.
     pub fn auth_counts(&self) -> Vec<((String, &'static str), u64)> {
         let a = self.auth.lock().expect("metrics lock");
-        a.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        a.iter()
+            .flat_map(|(endpoint, outcomes)| {
+                outcomes
+                    .iter()
+                    .map(move |(outcome, n)| ((endpoint.clone(), *outcome), *n))
+            })
+            .collect()
     }
 
     /// Count one auth attempt on `endpoint` with its outcome (`allowed`, or the refusal's
     /// reason in lower case).
     pub fn auth_attempt(&self, endpoint: &str, outcome: &'static str) {
         let mut auth = self.auth.lock().expect("metrics lock");
-        match auth.get_mut(&(endpoint.to_string(), outcome)) {
-            Some(n) => *n += 1,
-            None => {
-                auth.insert((endpoint.to_string(), outcome), 1);
-            }
-        }
+        let outcomes = match auth.get_mut(endpoint) {
+            Some(o) => o,
+            None => auth.entry(endpoint.to_string()).or_default(),
+        };
+        *outcomes.entry(outcome).or_default() += 1;
     }
 }
 
@@ -100,11 +106,11 @@ pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> St
         "Auth attempts by endpoint and outcome (allowed, locked_out, attempts_exhausted, key_table_full).",
         &mut out,
     );
-    for ((endpoint, outcome), n) in metrics.auth.lock().expect("metrics lock").iter() {
+    for ((endpoint, outcome), n) in metrics.auth_counts() {
         let _ = writeln!(
             out,
             "admission_auth_attempts_total{{endpoint=\"{}\",outcome=\"{outcome}\"}} {n}",
-            escape(endpoint)
+            escape(&endpoint)
         );
     }
     let hosts = store.host_ids().await;
@@ -325,11 +331,4 @@ async fn handle<S: Store>(
         .header("content-type", content_type)
         .body(Full::new(Bytes::from(body)))
         .expect("a valid response")
-}
-
-/// Bind the admin listener (so a bad address fails at start, not later).
-///
-/// Fails when the address cannot be bound.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
 }

@@ -86,7 +86,7 @@ async fn serve<S: Store>(
     crate::telemetry::register(metrics.clone());
     let admin = match config.admin_listen {
         Some(addr) => {
-            let l = crate::metrics::bind(addr).await.map_err(|e| {
+            let l = TcpListener::bind(addr).await.map_err(|e| {
                 ServeError::Config(format!("admin_listen: cannot bind {addr}: {e}"))
             })?;
             tracing::info!(addr = %l.local_addr().map_or(addr, |a| a), "admin endpoint: /metrics /healthz /readyz");

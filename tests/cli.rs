@@ -167,3 +167,22 @@ fn flags_override_the_file_and_hosts_override_the_base() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn hash_token_prints_the_sha256_that_token_sha256_takes() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .arg("hash-token")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"s3cret\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1ec1c26b50d5d3c58d9583181af8076655fe00756bf7285940ba3670f99fcba0",
+        "SHA-256 of the token without its trailing newline"
+    );
+}

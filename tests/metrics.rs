@@ -3,16 +3,7 @@
 mod common;
 
 use admission_authority::api;
-use common::{Server, release, submit_req};
-
-/// A free loopback port for the admin endpoint.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::{Server, free_port, release, submit_req};
 
 /// GET `path` over plain HTTP/1.1; (status, body).
 fn get(port: u16, path: &str) -> (u16, String) {

@@ -37,14 +37,6 @@ impl RedisServer {
         }
     }
 
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    }
-
     fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
@@ -88,7 +80,7 @@ fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
 #[tokio::test(flavor = "current_thread")]
 async fn auth_falls_back_to_a_local_bucket_and_its_lockouts_outlive_the_outage() {
     let (logs, _guard) = capture_logs();
-    let port = RedisServer::free_port();
+    let port = common::free_port();
     let mut redis = RedisServer::start(port);
     let clock = ManualClock::new(1_000);
     let policy = Policy {
@@ -151,7 +143,7 @@ async fn auth_falls_back_to_a_local_bucket_and_its_lockouts_outlive_the_outage()
 
 #[tokio::test]
 async fn a_custom_bucket_counts_once_across_two_replicas_of_the_store() {
-    let redis = RedisServer::start(RedisServer::free_port());
+    let redis = RedisServer::start(common::free_port());
     let rule = BucketRule::new(3, 60_000, 60_000);
     let policy = || Policy {
         auth: AuthPolicy {
@@ -190,7 +182,7 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
     use common::{Server, config_file, eventually, submit_req};
     use tonic::Code;
 
-    let port = RedisServer::free_port();
+    let port = common::free_port();
     let mut redis = RedisServer::start(port);
     let config = config_file(
         "outage-server",
@@ -461,7 +453,7 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            let port = RedisServer::free_port();
+            let port = common::free_port();
             let child = Command::new("redis-server")
                 .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .args(["--port", &port.to_string(), "--cluster-enabled", "yes"])

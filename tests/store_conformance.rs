@@ -1155,67 +1155,50 @@ macro_rules! conformance {
     };
 }
 
+/// Every scenario every store must pass, then any of the store's own.
+macro_rules! every_scenario {
+    ($harness:ty $(, $own:ident)* $(,)?) => {
+        conformance!($harness:
+            admits_to_the_cap_then_queues_then_refuses,
+            round_robin_across_subjects,
+            accounts_are_keyed_per_host,
+            release_dispatches_and_wakes_the_waiter,
+            renew_extends_leases_and_reports_unknown_ids,
+            an_expired_lease_frees_its_slot_for_the_next_waiter,
+            repeated_run_ids_are_idempotent_until_retention_ends,
+            stats_and_listing_show_live_tickets,
+            ticket_ids_are_distinct_and_name_their_host,
+            per_host_limits_apply_to_their_host_only,
+            parking_lends_the_slot_and_unparking_queues_ahead,
+            auth_allows_max_attempts_then_locks_out,
+            auth_identities_and_endpoints_are_independent,
+            auth_window_expiry_opens_a_fresh_window,
+            auth_lockout_outlasts_the_window_and_is_not_extended,
+            auth_without_lockout_refuses_until_the_window_ends,
+            auth_reset_clears_bucket_and_lockout,
+            auth_default_budgets_are_built_in,
+            reservations_allow_and_lower_the_grant,
+            reservations_deny_at_and_past_the_per_run_cap,
+            reservations_intersect_default_subject_and_account_budgets,
+            reservations_allowances_run_out_and_roll_over,
+            reservations_replay_authorize_and_settle,
+            reservations_unknown_usage_follows_the_budget_policy,
+            reservations_turn_uncertain_and_are_resolved_by_an_operator,
+            reservations_count_fractional_dollars_exactly,
+            $($own,)*
+        );
+    };
+}
+
 mod memory {
-    conformance!(super::Memory:
-        admits_to_the_cap_then_queues_then_refuses,
-        round_robin_across_subjects,
-        accounts_are_keyed_per_host,
-        release_dispatches_and_wakes_the_waiter,
-        renew_extends_leases_and_reports_unknown_ids,
-        an_expired_lease_frees_its_slot_for_the_next_waiter,
-        repeated_run_ids_are_idempotent_until_retention_ends,
-        stats_and_listing_show_live_tickets,
-        ticket_ids_are_distinct_and_name_their_host,
-        per_host_limits_apply_to_their_host_only,
-        parking_lends_the_slot_and_unparking_queues_ahead,
-        auth_allows_max_attempts_then_locks_out,
-        auth_identities_and_endpoints_are_independent,
-        auth_window_expiry_opens_a_fresh_window,
-        auth_lockout_outlasts_the_window_and_is_not_extended,
-        auth_without_lockout_refuses_until_the_window_ends,
-        auth_reset_clears_bucket_and_lockout,
-        auth_default_budgets_are_built_in,
-        auth_key_table_saturation_fails_closed_and_prunes,
-        reservations_allow_and_lower_the_grant,
-        reservations_deny_at_and_past_the_per_run_cap,
-        reservations_intersect_default_subject_and_account_budgets,
-        reservations_allowances_run_out_and_roll_over,
-        reservations_replay_authorize_and_settle,
-        reservations_unknown_usage_follows_the_budget_policy,
-        reservations_turn_uncertain_and_are_resolved_by_an_operator,
-        reservations_count_fractional_dollars_exactly,
+    // The auth key-table bound is the embedded store's own: on Redis it is the local
+    // fallback's, tested with Redis unreachable in tests/redis.rs.
+    every_scenario!(
+        super::Memory,
+        auth_key_table_saturation_fails_closed_and_prunes
     );
 }
 
-/// Every scenario runs on Redis too, except the auth key-table bound: on Redis it is the local
-/// fallback's, tested with Redis unreachable in tests/redis.rs.
 mod redis {
-    conformance!(super::Redis:
-        admits_to_the_cap_then_queues_then_refuses,
-        round_robin_across_subjects,
-        accounts_are_keyed_per_host,
-        release_dispatches_and_wakes_the_waiter,
-        renew_extends_leases_and_reports_unknown_ids,
-        an_expired_lease_frees_its_slot_for_the_next_waiter,
-        repeated_run_ids_are_idempotent_until_retention_ends,
-        stats_and_listing_show_live_tickets,
-        ticket_ids_are_distinct_and_name_their_host,
-        per_host_limits_apply_to_their_host_only,
-        parking_lends_the_slot_and_unparking_queues_ahead,
-        auth_allows_max_attempts_then_locks_out,
-        auth_identities_and_endpoints_are_independent,
-        auth_window_expiry_opens_a_fresh_window,
-        auth_lockout_outlasts_the_window_and_is_not_extended,
-        auth_without_lockout_refuses_until_the_window_ends,
-        auth_reset_clears_bucket_and_lockout,
-        auth_default_budgets_are_built_in,
-        reservations_allow_and_lower_the_grant,
-        reservations_deny_at_and_past_the_per_run_cap,
-        reservations_intersect_default_subject_and_account_budgets,
-        reservations_allowances_run_out_and_roll_over,
-        reservations_replay_authorize_and_settle,
-        reservations_unknown_usage_follows_the_budget_policy,
-        reservations_turn_uncertain_and_are_resolved_by_an_operator,
-        reservations_count_fractional_dollars_exactly,
-    );
+    every_scenario!(super::Redis);
 }

@@ -531,17 +531,10 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     }
 }
 
-/// A ticket state's name in messages.
+/// A ticket state's name in messages: the wire enum's, without its prefix.
 fn state_name(s: TicketState) -> &'static str {
-    match s {
-        TicketState::Queued => "QUEUED",
-        TicketState::Admitted => "ADMITTED",
-        TicketState::Released => "RELEASED",
-        TicketState::Cancelled => "CANCELLED",
-        TicketState::Shed => "SHED",
-        TicketState::Expired => "EXPIRED",
-        TicketState::Parked => "PARKED",
-    }
+    let name = api::TicketState::from(s).as_str_name();
+    name.strip_prefix("TICKET_STATE_").unwrap_or(name)
 }
 
 /// Record a field of the current RPC's span (see `server::serve`).

@@ -113,6 +113,15 @@ impl Drop for Server {
     }
 }
 
+/// A loopback port that was free a moment ago (for processes that cannot report theirs).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Write `yaml` to a config file under cargo's test temp dir, named after `name`.
 pub fn config_file(name: &str, yaml: &str) -> std::path::PathBuf {
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))

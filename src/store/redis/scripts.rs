@@ -213,16 +213,16 @@ local function remaining(l, extra)
 end
 local function opt(x) if x == nil then return '' end return fmt(x) end
 -- The first reason among the limits for which test(limit, used) holds, per-run caps first.
-local function reason_where(test, input_t, input_c)
+local function reason_where(test)
   local found = nil
   for _, x in ipairs(tl) do
-    if test(x[1], x[2], input_t) then
+    if test(x[1], x[2]) then
       if x[3] == 'RESOURCE_LIMIT' then return x[3] end
       found = found or x[3]
     end
   end
   for _, x in ipairs(cl) do
-    if test(x[1], x[2], input_c) then
+    if test(x[1], x[2]) then
       if x[3] == 'RESOURCE_LIMIT' then return x[3] end
       found = found or x[3]
     end
@@ -230,7 +230,7 @@ local function reason_where(test, input_t, input_c)
   return found
 end
 local decision, reason = nil, nil
-local spent = reason_where(function(limit, used, _) return used >= limit end, 0, 0)
+local spent = reason_where(function(limit, used) return used >= limit end)
 if spent then
   decision, reason = 'D', spent
 elseif ARGV[11] ~= '' and (partial > 0 or open_list_has_before(open, step)) then
@@ -909,8 +909,7 @@ housekeeping(ARGV[6] == 'sweep')
 return view(ARGV[5])
 "#;
 
-/// Housekeeping, then the host's gauges, counters and rows. ARGV[5] 'rejected' to count one
-/// rejection first (the authority's own memory), else ''.
+/// Housekeeping, then the host's gauges, counters and rows.
 /// Returns {in_flight, queued, parked, submitted, admitted, rejected, released, cancelled,
 /// shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
 /// (account, in_flight, queued) x n}.
@@ -920,7 +919,6 @@ pub fn stats() -> String {
 
 const STATS_BODY: &str = r#"
 housekeeping(false)
-if ARGV[5] == 'rejected' then incr('rejected') end
 local out = {}
 for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
                     'released', 'cancelled', 'shed', 'expired'}) do

@@ -335,7 +335,7 @@ impl TicketStore for RedisStore {
     }
 
     async fn stats(&self, host_id: &str) -> Result<HostStats, StoreError> {
-        let reply = self.sched(&self.stats, host_id, &[String::new()]).await?;
+        let reply = self.sched(&self.stats, host_id, &[]).await?;
         stats_of(self.limits(host_id), &reply)
     }
 
@@ -388,9 +388,17 @@ impl TicketStore for RedisStore {
     }
 
     async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
-        self.sched(&self.stats, host_id, &["rejected".into()])
-            .await
+        // One command: nothing is decided, a counter only grows.
+        let (mut conn, _) = self.conn().await?;
+        let counted: Result<i64, _> = redis::cmd("HINCRBY")
+            .arg(format!("{}c", self.keys.sched(host_id)))
+            .arg("rejected")
+            .arg(1)
+            .query_async(&mut conn)
+            .await;
+        counted
             .map(drop)
+            .map_err(|e| StoreError(format!("redis: {e}")))
     }
 }
 
