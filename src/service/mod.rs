@@ -518,6 +518,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                 .collect(),
             released: s.counters.released,
             reported_rss_mb: s.reported_rss_mb,
+            per_subject: limits.per_subject,
             queue_per_subject: limits.queue_per_subject,
             queue_hard_total: limits.queue_hard_total,
             draining: self.gates.draining.load(Ordering::Relaxed),

@@ -190,9 +190,10 @@ def _state_name(state: int) -> str:
 class AdmissionClient:
     """A blocking client for one gateway host (``host_id``) and replica (``instance_id``).
 
-    The channel is created lazily on first use (plaintext unless ``channel`` is given, e.g.
-    ``grpc.secure_channel(target, grpc.ssl_channel_credentials(ca))``); ``token`` is sent as
-    ``authorization: Bearer <token>`` on every call. ``close()`` (or ``with``) closes it.
+    The channel is created lazily on first use: TLS with ``credentials`` (e.g.
+    ``grpc.ssl_channel_credentials(ca)``), plaintext without, or the ``channel`` you pass.
+    ``token`` is sent as ``authorization: Bearer <token>`` on every call. ``close()`` (or
+    ``with``) closes the channel.
     """
 
     def __init__(
@@ -202,15 +203,30 @@ class AdmissionClient:
         host_id: str,
         instance_id: str | None = None,
         channel: grpc.Channel | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
         timeout: float = 10.0,
         token: str | None = None,
     ) -> None:
         self._target = target
         self._channel = channel
+        self._credentials = credentials
         self._stub: pb_grpc.AdmissionStub | None = None
         self._req = _Requests(host_id, instance_id)
         self._timeout = timeout
         self._md = _metadata(token)
+
+    @property
+    def host_id(self) -> str:
+        return self._req.host_id
+
+    @property
+    def instance_id(self) -> str:
+        return self._req.instance_id
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata (the bearer token), for calls made on :attr:`stub` directly."""
+        return self._md
 
     def __enter__(self) -> AdmissionClient:
         return self
@@ -229,7 +245,11 @@ class AdmissionClient:
         """The generated stub, for calls the wrapper does not cover."""
         if self._stub is None:
             if self._channel is None:
-                self._channel = grpc.insecure_channel(self._target)
+                self._channel = (
+                    grpc.secure_channel(self._target, self._credentials)
+                    if self._credentials is not None
+                    else grpc.insecure_channel(self._target)
+                )
             self._stub = pb_grpc.AdmissionStub(self._channel)
         return self._stub
 
@@ -375,7 +395,9 @@ class AdmissionClient:
 
 
 class AsyncAdmissionClient:
-    """The asyncio client: the same calls as :class:`AdmissionClient`, awaited."""
+    """The asyncio client: the same calls as :class:`AdmissionClient`, awaited. Its channel is
+    opened lazily, on the event loop that first uses it, so the client may be built before any
+    loop runs."""
 
     def __init__(
         self,
@@ -384,15 +406,51 @@ class AsyncAdmissionClient:
         host_id: str,
         instance_id: str | None = None,
         channel: grpc.aio.Channel | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
         timeout: float = 10.0,
         token: str | None = None,
     ) -> None:
         self._target = target
         self._channel = channel
+        self._credentials = credentials
+        self._given_channel = channel is not None
+        self._token = token
         self._stub: pb_grpc.AdmissionAsyncStub | None = None
         self._req = _Requests(host_id, instance_id)
         self._timeout = timeout
         self._md = _metadata(token)
+
+    @property
+    def host_id(self) -> str:
+        return self._req.host_id
+
+    @property
+    def instance_id(self) -> str:
+        return self._req.instance_id
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata (the bearer token), for calls made on :attr:`stub` directly."""
+        return self._md
+
+    def blocking(self, *, timeout: float | None = None) -> AdmissionClient:
+        """A blocking client for the same authority, host, replica, credentials and token
+        (e.g. for code that must answer synchronously). Not possible for a client built
+        from a ready ``channel``: pass ``credentials`` instead."""
+        if self._given_channel:
+            raise ValueError("a client built from a channel cannot be copied; pass credentials= instead")
+        return AdmissionClient(
+            self._target,
+            host_id=self._req.host_id,
+            instance_id=self._req.instance_id,
+            credentials=self._credentials,
+            timeout=self._timeout if timeout is None else timeout,
+            token=self._token,
+        )
 
     async def __aenter__(self) -> AsyncAdmissionClient:
         return self
@@ -411,7 +469,11 @@ class AsyncAdmissionClient:
         """The generated asyncio stub, for calls the wrapper does not cover."""
         if self._stub is None:
             if self._channel is None:
-                self._channel = grpc.aio.insecure_channel(self._target)
+                self._channel = (
+                    grpc.aio.secure_channel(self._target, self._credentials)
+                    if self._credentials is not None
+                    else grpc.aio.insecure_channel(self._target)
+                )
             # AdmissionStub on an aio channel is the asyncio stub (AdmissionAsyncStub exists
             # only in the type stubs).
             self._stub = pb_grpc.AdmissionStub(self._channel)

@@ -530,6 +530,7 @@ class Stats(_message.Message):
     AUTHORIZE_DENIED_FIELD_NUMBER: _builtins.int
     AUTHORIZE_DEFERRED_FIELD_NUMBER: _builtins.int
     SETTLED_FIELD_NUMBER: _builtins.int
+    PER_SUBJECT_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The host's total cap on admitted tickets."""
     queue_total: _builtins.int
@@ -576,6 +577,8 @@ class Stats(_message.Message):
     authorize_deferred: _builtins.int
     settled: _builtins.int
     """Steps settled (replays not counted)."""
+    per_subject: _builtins.int
+    """The host's default per-subject cap (subjects named in `subjects` may differ; see their rows)."""
     @_builtins.property
     def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectStats]:
         """Per-subject rows, for subjects with admitted or queued tickets, by subject name."""
@@ -611,10 +614,11 @@ class Stats(_message.Message):
         authorize_denied: _builtins.int = ...,
         authorize_deferred: _builtins.int = ...,
         settled: _builtins.int = ...,
+        per_subject: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "in_flight", b"in_flight", "max_rss_mb", b"max_rss_mb", "parked", b"parked", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "in_flight", b"in_flight", "max_rss_mb", b"max_rss_mb", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -515,6 +515,8 @@ export interface Stats {
   authorizeDeferred: number;
   /** Steps settled (replays not counted). */
   settled: number;
+  /** The host's default per-subject cap (subjects named in `subjects` may differ; see their rows). */
+  perSubject: number;
 }
 
 export interface SubjectStats {
@@ -1845,6 +1847,7 @@ function createBaseStats(): Stats {
     authorizeDenied: 0,
     authorizeDeferred: 0,
     settled: 0,
+    perSubject: 0,
   };
 }
 
@@ -1921,6 +1924,9 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.settled !== 0) {
       writer.uint32(192).uint64(message.settled);
+    }
+    if (message.perSubject !== 0) {
+      writer.uint32(200).uint32(message.perSubject);
     }
     return writer;
   },
@@ -2130,6 +2136,14 @@ export const Stats: MessageFns<Stats> = {
             message.settled = longToNumber(reader.uint64());
             continue;
           }
+          case 25: {
+            if (tag !== 200) {
+              break;
+            }
+
+            message.perSubject = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2216,6 +2230,11 @@ export const Stats: MessageFns<Stats> = {
         ? globalThis.Number(object.authorize_deferred)
         : 0,
       settled: isSet(object.settled) ? globalThis.Number(object.settled) : 0,
+      perSubject: isSet(object.perSubject)
+        ? globalThis.Number(object.perSubject)
+        : isSet(object.per_subject)
+        ? globalThis.Number(object.per_subject)
+        : 0,
     };
   },
 
@@ -2293,6 +2312,9 @@ export const Stats: MessageFns<Stats> = {
     if (message.settled !== 0) {
       obj.settled = Math.round(message.settled);
     }
+    if (message.perSubject !== 0) {
+      obj.perSubject = Math.round(message.perSubject);
+    }
     return obj;
   },
 
@@ -2325,6 +2347,7 @@ export const Stats: MessageFns<Stats> = {
     message.authorizeDenied = object.authorizeDenied ?? 0;
     message.authorizeDeferred = object.authorizeDeferred ?? 0;
     message.settled = object.settled ?? 0;
+    message.perSubject = object.perSubject ?? 0;
     return message;
   },
 };

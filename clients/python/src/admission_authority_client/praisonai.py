@@ -1,0 +1,944 @@
+"""Drop-ins for PraisonAI gateways (``praisonai-bot``): the authority instead of each process's
+own admission gate and auth limiters.
+
+* :class:`AuthorityGate`: PraisonAI's admission-gate contract (``enabled``, ``admit()``,
+  ``stats()``, ``in_flight``, ``queued``) on the authority's tickets. One installation-wide cap
+  for every replica; queued turns wait in the authority's fair queue; a turn waiting on a human
+  approval lends its slot out (Park / Unpark); with ``authorize_output_tokens`` set, the turn's
+  budget is checked with Authorize inside ``admit()`` and settled when the turn ends.
+* :class:`AuthorityAuthLimiter`: PraisonAI's synchronous auth-limiter interface (``allow``,
+  ``reset``, ``time_until_allowed``, ``prune``) on CheckAuthAttempt, with the fallback policy of
+  PraisonAI's own Redis limiter: a local bucket, the authority skipped for 5 s after an error, a
+  lockout earned locally outliving recovery, never failing open.
+* :func:`install` wires both into one ``BotOS`` or ``WebSocketGateway``;
+  :func:`patch_praisonai` replaces PraisonAI's gate and limiter factories process-wide (config-
+  and CLI-driven starts) and returns an undo handle.
+* :class:`UsageSink`: PraisonAI's token-usage sink; usage reported during a turn is settled
+  against that turn's Authorize when it ends.
+
+Needs PraisonAI: ``pip install 'admission-authority-client[praisonai]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import logging
+import os
+import resource
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+import grpc
+import grpc.aio
+
+try:
+    from praisonai_bot.bots import _admission as _praison_admission
+    from praisonai_bot.bots._admission import AdmissionRejected
+    from praisonai_bot.gateway import rate_limiter as _praison_rate_limiter
+    from praisonai_bot.gateway.rate_limiter import AuthRateLimiter
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "admission_authority_client.praisonai needs PraisonAI: "
+        "pip install 'admission-authority-client[praisonai]'"
+    ) from e
+
+from ._client import AdmissionClient, AsyncAdmissionClient
+from .errors import _details
+from .v1 import admission_pb2 as pb
+
+log = logging.getLogger("admission_authority_client.praisonai")
+
+FailureMode = Literal["closed", "local"]
+
+BUSY_MESSAGE = "Busy right now — please resend in a moment."
+UNAVAILABLE_MESSAGE = "Busy right now — please resend in a moment."
+BUDGET_MESSAGE = "This conversation has used up its budget for now."
+
+#: Codes that say the authority could not answer (as opposed to answering no).
+_UNREACHABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+}
+_LIVE = (pb.TICKET_STATE_ADMITTED, pb.TICKET_STATE_PARKED, pb.TICKET_STATE_QUEUED)
+
+
+class AuthorityRejected(AdmissionRejected):  # type: ignore[misc]
+    """A turn the authority (or the gate's failure mode) refused. PraisonAI catches it as its
+    own ``AdmissionRejected`` and sends ``message`` to the user.
+
+    ``reason``: BUSY, QUEUE_FULL, MEMORY_PRESSURE, DRAINING, SHED, EXPIRED, UNAVAILABLE, or the
+    Authorize reason (RESOURCE_LIMIT, QUOTA_EXHAUSTED, RESOURCE_USAGE_UNKNOWN).
+    """
+
+    def __init__(self, message: str, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class _Unreachable(Exception):
+    """The authority did not answer; the gate's failure mode decides."""
+
+
+def process_rss_mb() -> int | None:
+    """This process's resident memory in MiB (Linux: current, from /proc; elsewhere the peak)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") // (1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (OSError, ValueError):  # pragma: no cover - platform without getrusage
+        return None
+    return int(peak / (1024 * 1024 if sys.platform == "darwin" else 1024)) or None
+
+
+def wire_name(name: str) -> str:
+    """``name`` as the authority accepts names (1..128 bytes of printable ASCII): unchanged when
+    it already is, else ``sha256:<hex>`` of it (stable, so the same user stays one subject)."""
+    if name and len(name) <= 128 and name.isascii() and name.isprintable():
+        return name
+    return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+def _state(state: int) -> str:
+    return pb.TicketState.Name(state).removeprefix("TICKET_STATE_")  # type: ignore[arg-type]
+
+
+@dataclass
+class _Turn:
+    """One admitted turn: its ticket, its budget reservation and the usage reported for it."""
+
+    gate: AuthorityGate
+    ticket_id: str
+    run_id: str
+    subject: str
+    account_id: str
+    loop: asyncio.AbstractEventLoop
+    parked: bool = False
+    lost: bool = False
+    closed: bool = False
+    authorized: bool = False
+    waits: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usage_lock: threading.Lock = field(default_factory=threading.Lock)
+    transition: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def add_usage(self, input_tokens: int, output_tokens: int) -> None:
+        with self.usage_lock:
+            self.input_tokens += max(0, input_tokens)
+            self.output_tokens += max(0, output_tokens)
+
+    def human_wait(self) -> _HumanWait:
+        return _HumanWait(self)
+
+
+#: The turn the current task (and the worker threads it copies its context into) runs for.
+_CURRENT_TURN: contextvars.ContextVar[_Turn | None] = contextvars.ContextVar(
+    "admission_authority_turn", default=None
+)
+
+
+class _HumanWait:
+    """PraisonAI's human-wait scope (sync and async): Park the turn's ticket while a person is
+    asked, Unpark it (and wait for a slot if none is free) when the answer comes back."""
+
+    def __init__(self, turn: _Turn) -> None:
+        self._turn = turn
+        self._entered = False
+
+    def _blocking(self, coro: Coroutine[Any, Any, None]) -> bool:
+        """Run ``coro`` on the gate's loop from a worker thread; False on the loop itself,
+        where a synchronous wait cannot block (the slot then stays held)."""
+        loop = self._turn.loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop or loop.is_closed():
+            coro.close()
+            return False
+        try:
+            asyncio.run_coroutine_threadsafe(coro, loop).result()
+            return True
+        except Exception as e:  # never break the approval itself
+            log.warning("human-wait slot transfer failed: %s", e)
+            return False
+
+    def __enter__(self) -> _HumanWait:
+        self._entered = self._blocking(self._turn.gate._suspend(self._turn))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._entered:
+            self._blocking(self._turn.gate._resume(self._turn))
+
+    async def __aenter__(self) -> _HumanWait:
+        if asyncio.get_running_loop() is self._turn.loop:
+            await self._turn.gate._suspend(self._turn)
+            self._entered = True
+        else:
+            self._entered = self._blocking(self._turn.gate._suspend(self._turn))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self._entered:
+            return
+        if asyncio.get_running_loop() is self._turn.loop:
+            await self._turn.gate._resume(self._turn)
+        else:
+            self._blocking(self._turn.gate._resume(self._turn))
+
+
+class _Admission:
+    """What ``AuthorityGate.admit()`` returns: enter to hold a slot for one turn."""
+
+    def __init__(self, gate: AuthorityGate, session_id: str) -> None:
+        self._gate = gate
+        self._session_id = session_id
+        self._turn: _Turn | None = None
+        self._local: Any = None
+        self._tokens: list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]] = []
+
+    async def __aenter__(self) -> _Admission:
+        gate = self._gate
+        try:
+            turn = await gate._enter(self._session_id)
+        except _Unreachable as e:
+            if gate.failure_mode == "closed":
+                gate._count("rejected")
+                log.warning("authority unreachable, refusing the turn (failure_mode closed): %s", e)
+                raise AuthorityRejected(gate.unavailable_message, "UNAVAILABLE") from None
+            log.warning("authority unreachable, admitting through the local gate: %s", e)
+            local = gate._local_gate().admit(session_id=self._session_id)
+            await local.__aenter__()  # raises PraisonAI's own AdmissionRejected when full
+            self._local = local
+            return self
+        self._turn = turn
+        self._tokens.append((_CURRENT_TURN, _CURRENT_TURN.set(turn)))
+        scope = _human_wait_scope()
+        if scope is not None:
+            self._tokens.append((scope, scope.set(turn.human_wait)))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> bool:
+        for var, token in reversed(self._tokens):
+            try:
+                var.reset(token)
+            except ValueError:  # exited in another context than entered
+                pass
+        self._tokens.clear()
+        local, self._local = self._local, None
+        if local is not None:
+            await local.__aexit__(exc_type, exc, tb)
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            # Shielded: a cancelled turn still gives its slot back.
+            await asyncio.shield(self._gate._exit(turn))
+        return False
+
+
+def _human_wait_scope() -> contextvars.ContextVar[Any] | None:
+    try:
+        from praisonaiagents.approval.registry import HUMAN_WAIT_SCOPE
+    except ImportError:  # pragma: no cover - older core without the hook
+        return None
+    scope: contextvars.ContextVar[Any] = HUMAN_WAIT_SCOPE
+    return scope
+
+
+class AuthorityGate:
+    """PraisonAI's admission gate, decided by the authority for every replica at once.
+
+    ``client`` is an :class:`~admission_authority_client.AsyncAdmissionClient` for the
+    installation's ``host_id``; its channel opens lazily on the loop that first admits a turn, so
+    the gate may be built before any loop runs (as ``BotOS`` does). A turn's subject is
+    ``subject(session_id)`` (default: the session id, so the authority's per-subject cap and
+    round robin are per user) and its account ``account(session_id)`` (default: none).
+
+    ``failure_mode`` says what a turn gets when the authority cannot be reached: ``"closed"``
+    (default) refuses it with ``unavailable_message``; ``"local"`` admits it through a bounded
+    local PraisonAI gate of ``local_max_concurrent_runs`` / ``local_queue_depth`` (per replica).
+
+    With ``authorize_output_tokens`` set, ``admit()`` also calls Authorize for step 1 of the
+    turn's run (``requested_output_tokens`` = that number): a DENY refuses the turn with
+    ``budget_message``; UNKNOWN follows ``unknown_usage``. The turn is settled when it ends with
+    the usage reported through :class:`UsageSink` (coverage COMPLETE), or, with no sink
+    installed, as COVERAGE_UNKNOWN so its reservation keeps counting as spent.
+    """
+
+    enabled = True
+
+    def __init__(
+        self,
+        client: AsyncAdmissionClient,
+        *,
+        subject: Callable[[str], str] | None = None,
+        account: Callable[[str], str | None] | None = None,
+        failure_mode: FailureMode = "closed",
+        local_max_concurrent_runs: int = 0,
+        local_queue_depth: int = 0,
+        authorize_output_tokens: int | None = None,
+        model: str = "",
+        unknown_usage: Literal["reject", "allow"] = "reject",
+        busy_message: str = BUSY_MESSAGE,
+        unavailable_message: str = UNAVAILABLE_MESSAGE,
+        budget_message: str = BUDGET_MESSAGE,
+        stats_every: float = 5.0,
+    ) -> None:
+        if failure_mode not in ("closed", "local"):
+            raise ValueError(f"failure_mode: must be 'closed' or 'local', not {failure_mode!r}")
+        if failure_mode == "local" and local_max_concurrent_runs <= 0:
+            raise ValueError("local_max_concurrent_runs: must be at least 1 with failure_mode 'local'")
+        if local_queue_depth < 0:
+            raise ValueError("local_queue_depth: must not be negative")
+        if authorize_output_tokens is not None and authorize_output_tokens < 1:
+            raise ValueError("authorize_output_tokens: must be at least 1 (or None: no Authorize)")
+        if unknown_usage not in ("reject", "allow"):
+            raise ValueError(f"unknown_usage: must be 'reject' or 'allow', not {unknown_usage!r}")
+        self._client = client
+        self._subject = subject or (lambda session_id: session_id or "anonymous")
+        self._account = account or (lambda session_id: None)
+        self.failure_mode: FailureMode = failure_mode
+        self._local_max = local_max_concurrent_runs
+        self._local_queue = local_queue_depth
+        self._local: Any = None
+        self._authorize_tokens = authorize_output_tokens
+        self._model = model
+        self._unknown_usage = unknown_usage
+        self.busy_message = busy_message
+        self.unavailable_message = unavailable_message
+        self.budget_message = budget_message
+        self._stats_every = stats_every
+        #: Whether a UsageSink reports this process's token usage (then Settle is COMPLETE).
+        self.usage_reported = False
+        # This replica's turns (PraisonAI's gate counts per process).
+        self._in_flight = 0
+        self._queued = 0
+        self._awaiting_human = 0
+        self._counters = {"admitted": 0, "rejected": 0, "shed": 0, "local_admitted": 0}
+        self._held: dict[str, _Turn] = {}
+        self._renew_every = 10.0
+        self._renewer: asyncio.Task[None] | None = None
+        self._authority: pb.Stats | None = None
+        self._authority_at = 0.0
+        self._refreshing: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._reachable = True
+
+    # -- PraisonAI's gate contract ----------------------------------------------------------
+
+    def admit(self, *, session_id: str = "") -> _Admission:
+        """An async context manager holding one installation-wide slot for a turn."""
+        return _Admission(self, session_id)
+
+    @property
+    def in_flight(self) -> int:
+        """This replica's turns holding a slot (authority-admitted or local)."""
+        return self._in_flight + (self._local.in_flight if self._local is not None else 0)
+
+    @property
+    def queued(self) -> int:
+        """This replica's turns waiting for a slot."""
+        return self._queued + (self._local.queued if self._local is not None else 0)
+
+    def stats(self) -> dict[str, Any]:
+        """PraisonAI's gate counters, from this replica's turns and the last authority figures
+        the gate's own calls brought back (refreshed every ``stats_every`` seconds while turns
+        run). Never calls the authority."""
+        a = self._authority
+        local = self._local.stats() if self._local is not None else {}
+        return {
+            "max_concurrent_runs": int(a.total) if a is not None else 0,
+            "max_concurrent_runs_per_scope": int(a.per_subject) if a is not None else 0,
+            "queue_depth": int(a.queue_total) if a is not None else 0,
+            "in_flight": self.in_flight,
+            "queued": self.queued,
+            "awaiting_human": self._awaiting_human + int(local.get("awaiting_human", 0)),
+            "admitted": self._counters["admitted"] + int(local.get("admitted", 0)),
+            "rejected": self._counters["rejected"] + int(local.get("rejected", 0)),
+            "shed": self._counters["shed"] + int(local.get("shed", 0)),
+            "max_rss_mb": float(a.max_rss_mb) if a is not None else 0.0,
+            # Beyond PraisonAI's keys: the installation as the authority last reported it.
+            "authority_reachable": self._reachable,
+            "failure_mode": self.failure_mode,
+            "local_admitted": self._counters["local_admitted"],
+            "installation_in_flight": int(a.in_flight) if a is not None else None,
+            "installation_queued": int(a.queued) if a is not None else None,
+            "installation_parked": int(a.parked) if a is not None else None,
+        }
+
+    # -- the turn's life --------------------------------------------------------------------
+
+    def _count(self, name: str) -> None:
+        self._counters[name] += 1
+
+    def _local_gate(self) -> Any:
+        if self._local is None:
+            from praisonaiagents.gateway import ConcurrencyLimitPolicy
+
+            self._local = _praison_admission.AdmissionGate(
+                ConcurrencyLimitPolicy(
+                    max_concurrent_runs=self._local_max, queue_depth=self._local_queue
+                )
+            )
+        return self._local
+
+    async def _call(self, rpc: Any, request: Any, timeout: float | None = None) -> Any:
+        """One unary call; transport failures become :class:`_Unreachable`."""
+        try:
+            response = await rpc(request, timeout=timeout or self._client.timeout,
+                                 metadata=self._client.metadata)
+        except grpc.aio.AioRpcError as e:
+            if e.code() in _UNREACHABLE:
+                self._reachable = False
+                raise _Unreachable(f"{e.code().name}: {e.details()}") from None
+            raise
+        self._reachable = True
+        return response
+
+    async def _enter(self, session_id: str) -> _Turn:
+        stub = self._client.stub
+        subject = wire_name(self._subject(session_id))
+        account = self._account(session_id)
+        account = wire_name(account) if account else ""
+        request = pb.SubmitRequest(
+            host_id=self._client.host_id,
+            instance_id=self._client.instance_id,
+            subject=subject,
+            account_id=account,
+            run_id=uuid.uuid4().hex,
+            mode=pb.SUBMIT_MODE_QUEUE,
+        )
+        rss = process_rss_mb()
+        if rss is not None:
+            request.rss_mb = rss
+        try:
+            r = await self._call(stub.Submit, request)
+        except asyncio.CancelledError:
+            # The Submit may have reached the authority: withdraw whatever it made.
+            self._spawn(self._withdraw(request))
+            raise
+        except grpc.aio.AioRpcError as e:
+            raise self._refusal(e) from None
+        self._refresh_soon()
+        turn = _Turn(self, r.ticket_id, request.run_id, subject, account, asyncio.get_running_loop())
+        self._renew_every = max(r.lease_ttl_ms / 3000, 0.01)
+        if r.state == pb.TICKET_STATE_QUEUED:
+            self._queued += 1
+            try:
+                await self._wait_admitted(turn.ticket_id)
+            except BaseException:
+                await asyncio.shield(self._release(turn.ticket_id))
+                raise
+            finally:
+                self._queued -= 1
+        elif r.state != pb.TICKET_STATE_ADMITTED:  # a fresh run_id: cannot happen
+            self._count("rejected")
+            raise AuthorityRejected(self.busy_message, _state(r.state))
+        self._in_flight += 1
+        self._count("admitted")
+        self._held[turn.ticket_id] = turn
+        self._ensure_renewer()
+        try:
+            await self._authorize(turn)
+        except BaseException:
+            await asyncio.shield(self._exit(turn))
+            raise
+        return turn
+
+    def _refusal(self, e: grpc.aio.AioRpcError) -> Exception:
+        """A Submit refusal as AuthorityRejected; other errors (bad credential, bad input) are
+        logged and treated as the authority being unusable."""
+        reason, retry_after = _details(e)
+        if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            self._count("rejected")
+            return AuthorityRejected(self.busy_message, reason or "BUSY", retry_after)
+        log.error("the authority refused the gate's call (%s: %s)", e.code().name, e.details())
+        return _Unreachable(f"{e.code().name}: {e.details()}")
+
+    async def _wait_admitted(self, ticket_id: str) -> int:
+        """Follow a queued ticket until it is admitted; refusals raise AuthorityRejected."""
+        call = self._client.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), metadata=self._client.metadata)
+        try:
+            async for event in call:
+                if event.state == pb.TICKET_STATE_ADMITTED:
+                    return int(event.grant)
+                if event.state == pb.TICKET_STATE_SHED:
+                    self._count("shed")
+                    raise AuthorityRejected(self.busy_message, "SHED")
+                if event.state != pb.TICKET_STATE_QUEUED:
+                    self._count("rejected")
+                    raise AuthorityRejected(self.busy_message, _state(event.state))
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                self._count("rejected")
+                raise AuthorityRejected(self.busy_message, "EXPIRED") from None
+            raise _Unreachable(f"Wait: {e.code().name}: {e.details()}") from None
+        finally:
+            call.cancel()
+        raise _Unreachable("the Wait stream ended without an answer")
+
+    async def _authorize(self, turn: _Turn) -> None:
+        if self._authorize_tokens is None:
+            return
+        request = pb.AuthorizeRequest(
+            host_id=self._client.host_id,
+            run_id=turn.run_id,
+            step=1,
+            subject=turn.subject,
+            account_id=turn.account_id,
+            model=self._model,
+            requested_output_tokens=self._authorize_tokens,
+        )
+        try:
+            r = await self._call(self._client.stub.Authorize, request)
+        except grpc.aio.AioRpcError as e:
+            raise self._refusal(e) from None
+        if r.decision == pb.DECISION_ALLOW or (
+            r.decision == pb.DECISION_UNKNOWN and self._unknown_usage == "allow"
+        ):
+            turn.authorized = True  # settled when the turn ends
+            return
+        self._count("rejected")
+        raise AuthorityRejected(self.budget_message, r.reason or "RESOURCE_LIMIT")
+
+    async def _exit(self, turn: _Turn) -> None:
+        """End a turn: settle its budget, give its slot back. Safe to call twice."""
+        if turn.closed:
+            return
+        turn.closed = True
+        async with turn.transition:
+            if turn.parked:
+                self._awaiting_human -= 1
+            else:
+                self._in_flight -= 1
+        self._held.pop(turn.ticket_id, None)
+        if turn.authorized:
+            await self._settle(turn)
+        await self._release(turn.ticket_id)
+
+    async def _settle(self, turn: _Turn) -> None:
+        with turn.usage_lock:
+            usage = pb.Usage(
+                input_tokens=turn.input_tokens,
+                output_tokens=turn.output_tokens,
+                coverage=pb.COVERAGE_COMPLETE if self.usage_reported else pb.COVERAGE_UNKNOWN,
+            )
+        request = pb.SettleRequest(host_id=self._client.host_id, run_id=turn.run_id, step=1, usage=usage)
+        try:
+            await self._call(self._client.stub.Settle, request)
+        except (grpc.aio.AioRpcError, _Unreachable) as e:
+            # The reservation keeps counting as spent; an operator can resolve it.
+            log.warning("settling run %s failed: %s", turn.run_id, e)
+
+    async def _release(self, ticket_id: str) -> None:
+        try:
+            await self._call(self._client.stub.Release, pb.ReleaseRequest(ticket_id=ticket_id))
+        except (grpc.aio.AioRpcError, _Unreachable) as e:
+            log.warning("releasing %s failed; its lease will expire: %s", ticket_id, e)
+
+    async def _withdraw(self, request: pb.SubmitRequest) -> None:
+        """Undo a Submit whose answer never arrived: the repeat returns the same ticket."""
+        try:
+            r = await self._call(self._client.stub.Submit, request)
+            await self._release(r.ticket_id)
+        except (grpc.aio.AioRpcError, _Unreachable) as e:
+            log.warning("withdrawing run %s failed; its lease will expire: %s", request.run_id, e)
+
+    # -- human waits ------------------------------------------------------------------------
+
+    async def _suspend(self, turn: _Turn) -> None:
+        async with turn.transition:
+            turn.waits += 1
+            if turn.waits != 1 or turn.parked or turn.closed:
+                return
+            try:
+                await self._call(self._client.stub.Park, pb.ParkRequest(ticket_id=turn.ticket_id))
+            except (grpc.aio.AioRpcError, _Unreachable) as e:
+                log.warning("parking %s failed; the turn keeps its slot: %s", turn.ticket_id, e)
+                return
+            turn.parked = True
+            self._in_flight -= 1
+            self._awaiting_human += 1
+
+    async def _resume(self, turn: _Turn) -> None:
+        async with turn.transition:
+            turn.waits -= 1
+            if turn.waits != 0 or not turn.parked or turn.closed:
+                return
+            try:
+                r = await self._call(self._client.stub.Unpark, pb.UnparkRequest(ticket_id=turn.ticket_id))
+                if r.state == pb.TICKET_STATE_QUEUED:
+                    await self._wait_admitted(turn.ticket_id)
+            except (grpc.aio.AioRpcError, _Unreachable, AuthorityRejected) as e:
+                # The approval already happened; the turn goes on but holds no slot.
+                turn.lost = True
+                log.error("ticket %s could not get its slot back after a human wait: %s", turn.ticket_id, e)
+                return
+            turn.parked = False
+            self._awaiting_human -= 1
+            self._in_flight += 1
+
+    # -- background: renewals and the stats cache ------------------------------------------
+
+    def _ensure_renewer(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = self._spawn(self._renew_loop())
+
+    async def _renew_loop(self) -> None:
+        """Renew every held ticket in one call per interval, with this process's RSS."""
+        while self._held:
+            await asyncio.sleep(self._renew_every)
+            ids = list(self._held)
+            for i in range(0, len(ids), 1000):
+                request = pb.RenewRequest(ticket_ids=ids[i : i + 1000])
+                rss = process_rss_mb()
+                if rss is not None:
+                    request.rss_mb = rss
+                try:
+                    r = await self._call(self._client.stub.Renew, request, timeout=self._renew_every)
+                except (grpc.aio.AioRpcError, _Unreachable) as e:
+                    log.warning("renewing %d tickets failed (will retry): %s", len(ids), e)
+                    continue
+                for t in r.tickets:
+                    turn = self._held.get(t.ticket_id)
+                    if turn is not None and t.state not in _LIVE and not turn.lost:
+                        turn.lost = True
+                        log.error("ticket %s is %s: its turn no longer holds a slot",
+                                  t.ticket_id, _state(t.state))
+            self._refresh_soon()
+
+    def _refresh_soon(self) -> None:
+        """Refresh the cached authority figures in the background when they are old."""
+        if time.monotonic() - self._authority_at < self._stats_every:
+            return
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        self._authority_at = time.monotonic()
+        self._refreshing = self._spawn(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            self._authority = await self._call(
+                self._client.stub.GetStats, pb.GetStatsRequest(host_id=self._client.host_id)
+            )
+        except (grpc.aio.AioRpcError, _Unreachable) as e:
+            log.debug("refreshing the authority's stats failed: %s", e)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A background task, referenced until it ends (the loop keeps only weak references)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def aclose(self) -> None:
+        """Finish background work (withdrawals of interrupted Submits) and stop renewing. Call
+        when the gateway stops; turns still running lose their renewals."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+        pending = [t for t in self._background if t is not self._renewer]
+        await asyncio.gather(*pending, return_exceptions=True)
+        if self._renewer is not None:
+            await asyncio.gather(self._renewer, return_exceptions=True)
+
+    async def refresh_stats(self) -> dict[str, Any]:
+        """Fetch the authority's figures now (``stats()`` itself never calls out)."""
+        self._authority_at = time.monotonic()
+        await self._refresh()
+        return self.stats()
+
+
+# -- auth limiter ---------------------------------------------------------------------------
+
+#: PraisonAI's endpoint names → the authority's built-in buckets (DESIGN 5). The six approval
+#: and pairing endpoints share the `approval` rule (10 / 60 s) but keep a count each, as in
+#: PraisonAI: their identity is prefixed with the endpoint name.
+PRAISONAI_BUCKETS: Mapping[str, str] = {
+    "approval_pending": "approval",
+    "approval_resolve": "approval",
+    "approval_allowlist": "approval",
+    "pairing_pending": "approval",
+    "pairing_approve": "approval",
+    "pairing_revoke": "approval",
+    "ws_upgrade": "ws_upgrade",
+    "magic_link": "magic_link",
+    "pairing_verify": "pairing_verify",
+}
+
+
+class AuthorityAuthLimiter:
+    """PraisonAI's synchronous auth limiter, counted by the authority for every replica.
+
+    ``client`` is a blocking :class:`~admission_authority_client.AdmissionClient`; calls use a
+    ``timeout`` deadline (default 100 ms) because PraisonAI calls the limiter on its event loop.
+    ``buckets`` maps PraisonAI's endpoint names to the authority's buckets (default
+    :data:`PRAISONAI_BUCKETS`; unmapped names are sent as they are).
+
+    When the authority cannot answer, a local PraisonAI ``AuthRateLimiter`` built from the
+    constructor's numbers decides (per replica, as PraisonAI's Redis limiter does), and the
+    authority is skipped for ``retry_after`` seconds. A lockout earned locally is checked before
+    every call and outlives the authority's recovery. Never fails open: an answer the limiter
+    cannot interpret (e.g. an unconfigured bucket) refuses.
+    """
+
+    def __init__(
+        self,
+        client: AdmissionClient,
+        max_attempts: int = 5,
+        window_seconds: float = 60.0,
+        lockout_seconds: float = 300.0,
+        max_keys: int = 10_000,
+        *,
+        buckets: Mapping[str, str] | None = None,
+        timeout: float = 0.1,
+        retry_after: float = 5.0,
+    ) -> None:
+        self._client = client
+        self._buckets = dict(PRAISONAI_BUCKETS if buckets is None else buckets)
+        self._timeout = timeout
+        self._retry_after = retry_after
+        self._down_until = 0.0
+        self._local = AuthRateLimiter(max_attempts, window_seconds, lockout_seconds, max_keys)
+        self._lock = threading.Lock()
+        #: (endpoint, identity) → when the authority said the lockout ends (time.time()).
+        self._remote_locks: dict[tuple[str, str], float] = {}
+        self._max_keys = max_keys
+
+    def _request(self, endpoint: str, identity: str) -> tuple[str, str]:
+        bucket = self._buckets.get(endpoint, endpoint)
+        return bucket, wire_name(identity if bucket == endpoint else f"{endpoint}:{identity}")
+
+    def _remote(self, fn: Callable[[], Any]) -> Any:
+        """Call the authority unless it failed recently; None when it cannot answer."""
+        if time.time() < self._down_until:
+            return None
+        try:
+            return fn()
+        except grpc.RpcError as e:
+            code = e.code()
+            if code in _UNREACHABLE:
+                self._down_until = time.time() + self._retry_after
+                log.warning("Authority auth rate limiter unavailable, using local: %s", code.name)
+                return None
+            raise
+
+    def allow(self, endpoint: str, identity: str) -> bool:
+        # A lockout earned locally during an outage must outlive the authority's recovery.
+        if self._local.time_until_allowed(endpoint, identity) > 0:
+            return False
+        bucket, who = self._request(endpoint, identity)
+        request = pb.AuthAttemptRequest(endpoint=bucket, identity=who)
+        try:
+            r = self._remote(lambda: self._client.stub.CheckAuthAttempt(
+                request, timeout=self._timeout, metadata=self._client.metadata))
+        except grpc.RpcError as e:
+            log.error("the authority refused CheckAuthAttempt for %s (%s: %s); refusing",
+                      endpoint, e.code().name, e.details())
+            return False
+        if r is None:
+            return bool(self._local.allow(endpoint, identity))
+        if not r.allowed and r.retry_after_ms:
+            with self._lock:
+                if len(self._remote_locks) >= self._max_keys:
+                    self._prune_remote(time.time())
+                self._remote_locks[(endpoint, identity)] = time.time() + r.retry_after_ms / 1000
+        return bool(r.allowed)
+
+    def reset(self, endpoint: str, identity: str) -> None:
+        self._local.reset(endpoint, identity)
+        with self._lock:
+            self._remote_locks.pop((endpoint, identity), None)
+        bucket, who = self._request(endpoint, identity)
+        request = pb.AuthResetRequest(endpoint=bucket, identity=who)
+        try:
+            self._remote(lambda: self._client.stub.ResetAuthAttempts(
+                request, timeout=self._timeout, metadata=self._client.metadata))
+        except grpc.RpcError as e:
+            log.error("the authority refused ResetAuthAttempts for %s: %s", endpoint, e.details())
+
+    def time_until_allowed(self, endpoint: str, identity: str) -> float:
+        """Seconds until ``identity`` may try again: the longer of the local lockout and the
+        one the authority last reported to this replica."""
+        now = time.time()
+        with self._lock:
+            remote = max(0.0, self._remote_locks.get((endpoint, identity), 0.0) - now)
+        return max(remote, float(self._local.time_until_allowed(endpoint, identity)))
+
+    def prune(self) -> int:
+        with self._lock:
+            removed = self._prune_remote(time.time())
+        return removed + int(self._local.prune())
+
+    def _prune_remote(self, now: float) -> int:
+        stale = [k for k, until in self._remote_locks.items() if until <= now]
+        for k in stale:
+            del self._remote_locks[k]
+        return len(stale)
+
+
+# -- usage ----------------------------------------------------------------------------------
+
+
+class UsageSink:
+    """PraisonAI's token-usage sink (``get_token_collector().set_sink(...)``): usage tracked
+    while a turn runs is added to that turn, and settled against its Authorize when the turn
+    ends. Never blocks and never raises; reports outside a turn go only to ``previous``."""
+
+    def __init__(self, previous: Any = None) -> None:
+        self.previous = previous
+
+    def persist(self, task_id: str = "", agent_name: str = "", model: str = "",
+                metrics: Any = None, metadata: Any = None, **kwargs: Any) -> None:
+        turn = _CURRENT_TURN.get()
+        if turn is not None and metrics is not None:
+            turn.add_usage(int(getattr(metrics, "input_tokens", 0) or 0),
+                           int(getattr(metrics, "output_tokens", 0) or 0))
+        if self.previous is not None:
+            self.previous.persist(task_id=task_id, agent_name=agent_name, model=model,
+                                  metrics=metrics, metadata=metadata, **kwargs)
+
+
+def _install_usage_sink(gate: AuthorityGate) -> Callable[[], None]:
+    """Route PraisonAI's token usage into turns (process-wide); returns the undo."""
+    from praisonaiagents.telemetry.token_collector import get_token_collector
+
+    collector = get_token_collector()
+    previous = getattr(collector, "_sink", None)
+    if not isinstance(previous, UsageSink):
+        collector.set_sink(UsageSink(previous))
+    gate.usage_reported = True
+
+    def undo() -> None:
+        if isinstance(getattr(collector, "_sink", None), UsageSink) and not isinstance(previous, UsageSink):
+            collector.set_sink(previous)
+        gate.usage_reported = False
+
+    return undo
+
+
+# -- wiring ---------------------------------------------------------------------------------
+
+
+def install(target: Any, client: AsyncAdmissionClient, **gate_options: Any) -> AuthorityGate:
+    """Put the authority in charge of one ``BotOS`` or ``WebSocketGateway`` (before its
+    ``start()``): its admission gate becomes an :class:`AuthorityGate`, and for a gateway its
+    pairing store's verify lockout an :class:`AuthorityAuthLimiter`. Token usage is routed to
+    turns through :class:`UsageSink` (the token collector is process-wide). Returns the gate.
+    For the gateway's HTTP auth limiters (built inside ``start()``) use
+    :func:`patch_praisonai`."""
+    gate = AuthorityGate(client, **gate_options)
+    target._admission_gate = gate
+    pairing = getattr(target, "pairing_store", None)
+    if pairing is not None and hasattr(pairing, "_lockout"):
+        old = pairing._lockout
+        pairing._lockout = AuthorityAuthLimiter(
+            client.blocking(), old._max, old._window, old._lockout, old._max_keys
+        )
+    _install_usage_sink(gate)
+    return gate
+
+
+class Undo:
+    """Restores what :func:`patch_praisonai` replaced; ``undo()`` twice is harmless."""
+
+    def __init__(self, steps: list[Callable[[], None]]) -> None:
+        self._steps = steps
+
+    def undo(self) -> None:
+        while self._steps:
+            self._steps.pop()()
+
+    def __enter__(self) -> Undo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.undo()
+
+
+def patch_praisonai(client: AsyncAdmissionClient, **gate_options: Any) -> Undo:
+    """Process-wide: every admission gate and auth limiter PraisonAI builds from now on (BotOS,
+    config- and CLI-driven gateway starts) is authority-backed, and token usage is routed to
+    turns. Call before the runtime is built; ``undo()`` restores PraisonAI's own factories.
+
+    The gate factory keeps PraisonAI's meaning of the config: no gate when admission is not
+    configured (``max_concurrent_runs`` 0 and no policy), ``ValueError`` on a negative cap;
+    otherwise an :class:`AuthorityGate` whose caps are the authority's, with the configured
+    numbers as the bounds of the local gate when ``failure_mode="local"``.
+    """
+    original_gate = _praison_admission.build_admission_gate
+    original_limiter = _praison_rate_limiter.build_auth_rate_limiter
+    gates: list[AuthorityGate] = []
+    undo_sinks: list[Callable[[], None]] = []
+
+    def build_admission_gate(
+        max_concurrent_runs: int = 0,
+        queue_depth: int = 0,
+        overflow_policy: str = "reject",
+        policy: Any = None,
+        resource_policy: Any = None,
+        max_concurrent_runs_per_scope: int = 0,
+    ) -> AuthorityGate | None:
+        # PraisonAI's own builder validates the config and says whether a gate is wanted.
+        local = original_gate(max_concurrent_runs, queue_depth, overflow_policy, policy,
+                              resource_policy, max_concurrent_runs_per_scope)
+        if local is None:
+            return None
+        options = dict(gate_options)
+        if options.get("failure_mode") == "local":
+            options.setdefault("local_max_concurrent_runs", max(1, int(max_concurrent_runs or 1)))
+            options.setdefault("local_queue_depth", int(queue_depth or 0))
+        gate = AuthorityGate(client, **options)
+        gates.append(gate)
+        undo_sinks.append(_install_usage_sink(gate))
+        return gate
+
+    blocking = client.blocking()
+
+    def build_auth_rate_limiter(redis_config: Any = None, **kwargs: Any) -> AuthorityAuthLimiter:
+        return AuthorityAuthLimiter(blocking, **kwargs)
+
+    _praison_admission.build_admission_gate = build_admission_gate
+    _praison_rate_limiter.build_auth_rate_limiter = build_auth_rate_limiter
+
+    def restore() -> None:
+        _praison_admission.build_admission_gate = original_gate
+        _praison_rate_limiter.build_auth_rate_limiter = original_limiter
+        for u in undo_sinks:
+            u()
+        blocking.close()
+
+    return Undo([restore])
+
+
+__all__ = [
+    "AuthorityAuthLimiter",
+    "AuthorityGate",
+    "AuthorityRejected",
+    "PRAISONAI_BUCKETS",
+    "Undo",
+    "UsageSink",
+    "install",
+    "patch_praisonai",
+    "process_rss_mb",
+]

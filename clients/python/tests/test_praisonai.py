@@ -1,0 +1,506 @@
+"""The PraisonAI drop-ins against the real PraisonAI package and a real authority process.
+
+Two ``BotOS`` replicas with a token-free test channel (INTEGRATIONS.md's harness) share one
+authority through :class:`AuthorityGate`; two real ``WebSocketGateway`` processes-in-a-loop share
+the authority-backed auth limiter through :func:`patch_praisonai`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+# PraisonAI keeps state under $HOME; the tests must not touch the real one.
+os.environ["HOME"] = tempfile.mkdtemp(prefix="praisonai-home-")
+
+from praisonai_bot.bots import Bot, BotOS  # noqa: E402
+from praisonai_bot.bots._admission import AdmissionRejected  # noqa: E402
+from praisonai_bot.bots._registry import register_platform  # noqa: E402
+from praisonai_bot.bots._session import BotSessionManager  # noqa: E402
+from praisonaiagents.approval.registry import _human_wait_scope  # noqa: E402
+from praisonaiagents.telemetry.token_collector import TokenMetrics, get_token_collector  # noqa: E402
+
+from admission_authority_client import AdmissionClient, AsyncAdmissionClient  # noqa: E402
+from admission_authority_client.praisonai import (  # noqa: E402
+    AuthorityAuthLimiter,
+    AuthorityGate,
+    AuthorityRejected,
+    install,
+    patch_praisonai,
+)
+from admission_authority_client.v1 import admission_pb2 as pb  # noqa: E402
+
+from .conftest import Server  # noqa: E402
+
+StartServer = Callable[..., Server]
+T = TypeVar("T")
+BUSY = AdmissionRejected().message  # PraisonAI's own busy reply
+
+
+# -- the harness: a token-free channel, blocking stub agents, replicas --------------------------
+
+
+class Agents:
+    """Stub agents (one per user: a session manager locks per agent for the whole call) whose
+    blocking ``chat`` counts concurrent calls and waits for the test to let it finish."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+        self.go = threading.Event()
+        #: Per user: called inside ``chat`` (in PraisonAI's worker thread) before it waits.
+        self.during: dict[str, Callable[[], None]] = {}
+
+    def agent(self, user: str) -> Any:
+        agents = self
+
+        class StubAgent:
+            name = user
+            chat_history: list[Any] = []
+
+            def chat(self, prompt: str, **_: Any) -> str:
+                with agents.lock:
+                    agents.running += 1
+                    agents.peak = max(agents.peak, agents.running)
+                try:
+                    if user in agents.during:
+                        agents.during[user]()
+                    assert agents.go.wait(20), "the test never let the agent finish"
+                finally:
+                    with agents.lock:
+                        agents.running -= 1
+                return f"done:{prompt}"
+
+        return StubAgent()
+
+
+class TestChannel:
+    """A PraisonAI channel adapter with no platform behind it: the test sends turns directly."""
+
+    def __init__(self, token: str = "", agent: Any = None, config: Any = None, **_: Any) -> None:
+        self.session = BotSessionManager(platform="testchan")
+        self._stop: asyncio.Event | None = None
+        self.is_running = False
+
+    def attach_gateway_runtime(self, seams: Any) -> None:
+        self.session.attach_gateway_runtime(seams)
+
+    async def start(self) -> None:
+        self._stop = asyncio.Event()
+        self.is_running = True
+        await self._stop.wait()
+
+    async def stop(self) -> None:
+        self.is_running = False
+        if self._stop is not None:
+            self._stop.set()
+
+
+register_platform("testchan", TestChannel)
+
+
+class Replica:
+    """One gateway replica: a BotOS running the test channel, its gate installed before start."""
+
+    def __init__(self, agents: Agents) -> None:
+        self.agents = agents
+        self.bos = BotOS(bots=[Bot("testchan", agent=agents.agent("default"))], enable_supervision=False)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.bos.start())
+        bot = self.bos._bots["testchan"]
+        await until("the channel to start", lambda: bot._adapter is not None and bot._adapter.is_running or None)
+        self.channel: TestChannel = bot._adapter
+
+    def send(self, user: str, text: str = "hi") -> asyncio.Task[str]:
+        return asyncio.create_task(self.channel.session.chat(self.agents.agent(user), user, text))
+
+    async def stop(self) -> None:
+        await self.bos.stop()
+        if self._task is not None:
+            self._task.cancel()
+
+
+async def until(what: str, check: Callable[[], T | None], deadline: float = 10.0) -> T:
+    """Poll ``check`` on the loop until it returns something other than None."""
+    end = time.monotonic() + deadline
+    while True:
+        value = check()
+        if value is not None:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline} s waiting for: {what}")
+        await asyncio.sleep(0.02)
+
+
+async def until_async(what: str, check: Callable[[], Awaitable[T | None]], deadline: float = 10.0) -> T:
+    end = time.monotonic() + deadline
+    while True:
+        value = await check()
+        if value is not None:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline} s waiting for: {what}")
+        await asyncio.sleep(0.02)
+
+
+def authority_stats(addr: str, host: str = "gw") -> pb.Stats:
+    with AdmissionClient(addr, host_id=host) as c:
+        return c.stats()
+
+
+def client(server: Server, replica: str) -> AsyncAdmissionClient:
+    return AsyncAdmissionClient(server.addr, host_id="gw", instance_id=replica, timeout=2.0)
+
+
+# -- the gate -----------------------------------------------------------------------------------
+
+
+def test_two_botos_replicas_share_one_cap_and_the_surplus_gets_the_busy_reply(start_server: StartServer) -> None:
+    server = start_server("--total", "2", "--queue-total", "2")
+    agents = Agents()
+
+    async def main() -> None:
+        a, b = Replica(agents), Replica(agents)
+        gate_a = install(a.bos, client(server, "replica-a"))
+        gate_b = install(b.bos, client(server, "replica-b"))
+        await a.start()
+        await b.start()
+        turns = [a.send(f"a{i}") for i in range(4)] + [b.send(f"b{i}") for i in range(4)]
+        # Cap 2 + queue 2 across both replicas: four turns refused, whichever replica they hit.
+        await until("four refusals", lambda: sum(t.done() for t in turns) == 4 or None)
+        s = authority_stats(server.addr)
+        assert (s.in_flight, s.queued) == (2, 2)
+        assert gate_a.in_flight + gate_b.in_flight == 2 and gate_a.queued + gate_b.queued == 2
+        refused = [t.result() for t in turns if t.done()]
+        assert refused == [BUSY] * 4
+        await until("both admitted turns to run", lambda: agents.running == 2 or None)
+        agents.go.set()
+        results = await asyncio.gather(*turns)
+        assert sorted(results).count("done:hi") == 4 and results.count(BUSY) == 4
+        assert agents.peak == 2, "the cap held across both replicas"
+        for gate in (gate_a, gate_b):
+            st = gate.stats()
+            assert (st["in_flight"], st["queued"], st["awaiting_human"]) == (0, 0, 0)
+        assert gate_a.stats()["rejected"] + gate_b.stats()["rejected"] == 4
+        assert gate_a.stats()["admitted"] + gate_b.stats()["admitted"] == 4
+        s = authority_stats(server.addr)
+        assert (s.in_flight, s.queued, s.admitted, s.released, s.rejected) == (0, 0, 4, 4, 4)
+        await a.stop()
+        await b.stop()
+
+    asyncio.run(main())
+
+
+def test_a_turn_waiting_on_a_human_lends_its_slot_and_gets_it_back(start_server: StartServer) -> None:
+    server = start_server("--total", "1", "--queue-total", "4")
+    agents = Agents()
+    answered = threading.Event()
+    asked = threading.Event()
+
+    def ask_a_human() -> None:
+        # What PraisonAI's approval registry does around a backend's blocking human wait.
+        with _human_wait_scope():
+            asked.set()
+            assert answered.wait(20)
+
+    agents.during["asker"] = ask_a_human
+
+    async def main() -> None:
+        replica = Replica(agents)
+        gate = install(replica.bos, client(server, "r"))
+        await replica.start()
+        asker = replica.send("asker")
+        await until("the asker to park", lambda: asked.is_set() or None)
+        await until_async("the ticket to be parked",
+                          lambda: asyncio.to_thread(lambda: authority_stats(server.addr).parked == 1 or None))
+        st = gate.stats()
+        assert (st["in_flight"], st["awaiting_human"]) == (0, 1)
+        # Its slot is lent out: another turn is admitted while the human thinks.
+        holder = replica.send("holder")
+        await until("the holder to run", lambda: agents.running == 2 or None)
+        assert gate.stats()["in_flight"] == 1
+        # The human answers while the holder runs: the asker queues first in line and waits.
+        answered.set()
+        await until_async("the asker to queue behind the holder",
+                          lambda: asyncio.to_thread(lambda: authority_stats(server.addr).queued == 1 or None))
+        assert not asker.done()
+        agents.go.set()
+        assert await holder == "done:hi"
+        assert await asker == "done:hi"
+        st = gate.stats()
+        assert (st["in_flight"], st["queued"], st["awaiting_human"], st["admitted"]) == (0, 0, 0, 2)
+        s = authority_stats(server.addr)
+        assert (s.in_flight, s.queued, s.parked, s.released) == (0, 0, 0, 2)
+        await replica.stop()
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_queued_turn_leaves_no_ticket_behind(start_server: StartServer) -> None:
+    server = start_server("--total", "1", "--queue-total", "4")
+    agents = Agents()
+
+    async def main() -> None:
+        replica = Replica(agents)
+        gate = install(replica.bos, client(server, "r"))
+        await replica.start()
+        holder = replica.send("holder")
+        await until("the holder to run", lambda: agents.running == 1 or None)
+        waiter = replica.send("waiter")
+        await until("the waiter to queue", lambda: gate.queued == 1 or None)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        s = await until_async("the ticket to be withdrawn", lambda: asyncio.to_thread(
+            lambda: (st := authority_stats(server.addr)).cancelled == 1 and st or None))
+        assert (s.queued, s.in_flight) == (0, 1)
+        assert gate.queued == 0
+        agents.go.set()
+        assert await holder == "done:hi"
+        s = authority_stats(server.addr)
+        assert (s.in_flight, s.queued, s.admitted) == (0, 0, 1)
+        await replica.stop()
+
+    asyncio.run(main())
+
+
+def test_a_turn_cancelled_while_it_submits_withdraws_what_the_submit_made(start_server: StartServer) -> None:
+    server = start_server("--total", "4")
+
+    async def main() -> None:
+        gate = AuthorityGate(client(server, "r"))
+        # Cancel at the first await inside admit: the Submit is on its way or already answered.
+        for _ in range(5):
+            entering = asyncio.create_task(gate.admit(session_id="u").__aenter__())
+            await asyncio.sleep(0)
+            entering.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await entering
+        await gate.aclose()  # the withdrawals run in the background; wait for them
+        s = authority_stats(server.addr)
+        assert (s.in_flight, s.queued, gate.in_flight) == (0, 0, 0)
+        assert s.admitted == s.released, "whatever the Submits admitted was released"
+
+    asyncio.run(main())
+
+
+def test_stats_never_calls_out_and_release_is_idempotent(start_server: StartServer) -> None:
+    server = start_server("--total", "3", "--per-subject", "2", "--queue-total", "5")
+    c = client(server, "r")
+    gate = AuthorityGate(c)  # built outside any event loop, as BotOS builds it
+    assert gate.enabled and c._channel is None, "the channel opens lazily, on the loop"
+    keys = {"max_concurrent_runs", "max_concurrent_runs_per_scope", "queue_depth", "in_flight",
+            "queued", "admitted", "rejected", "shed", "max_rss_mb", "awaiting_human"}
+    assert keys <= set(gate.stats())
+
+    async def main() -> None:
+        cm = gate.admit(session_id="alice")
+        await cm.__aenter__()
+        assert gate.in_flight == 1
+        await cm.__aexit__(None, None, None)
+        await cm.__aexit__(RuntimeError, RuntimeError("again"), None)  # twice: harmless
+        assert (gate.in_flight, authority_stats(server.addr).released) == (0, 1)
+        st = await gate.refresh_stats()
+        assert (st["max_concurrent_runs"], st["max_concurrent_runs_per_scope"], st["queue_depth"]) == (3, 2, 5)
+        assert st["admitted"] == 1
+
+    asyncio.run(main())
+    server.stop()
+    started = time.monotonic()
+    assert gate.stats()["max_concurrent_runs"] == 3  # cached, with the authority gone
+    assert time.monotonic() - started < 0.05
+
+
+def test_rss_is_sent_with_submit(start_server: StartServer) -> None:
+    server = start_server("--total", "2", "--max-rss-mb", "1")
+
+    async def main() -> None:
+        gate = AuthorityGate(client(server, "r"))
+        # This Python process is well over 1 MiB: the authority's memory ladder refuses.
+        with pytest.raises(AuthorityRejected) as refused:
+            async with gate.admit(session_id="alice"):
+                pass
+        assert refused.value.reason == "MEMORY_PRESSURE" and refused.value.message == BUSY
+
+    asyncio.run(main())
+
+
+def test_the_authority_stopped_mid_test_gives_each_gate_its_failure_mode(start_server: StartServer) -> None:
+    server = start_server("--total", "4")
+    agents = Agents()
+    agents.go.set()
+
+    async def main() -> None:
+        closed, local = Replica(agents), Replica(agents)
+        install(closed.bos, client(server, "closed"))
+        local_gate = install(local.bos, client(server, "local"), failure_mode="local",
+                             local_max_concurrent_runs=1)
+        await closed.start()
+        await local.start()
+        assert await closed.send("u1") == "done:hi"
+        assert await local.send("u2") == "done:hi"
+        server.stop()
+        # Closed (the default): refused with the busy reply, nothing runs.
+        assert await closed.send("u3") == BUSY
+        # Local: a bounded local gate of one slot and no queue decides.
+        agents.go.clear()
+        first = local.send("u4")
+        await until("the local turn to run", lambda: agents.running == 1 or None)
+        assert await local.send("u5") == BUSY
+        agents.go.set()
+        assert await first == "done:hi"
+        st = local_gate.stats()
+        assert st["authority_reachable"] is False and st["in_flight"] == 0
+        assert agents.peak == 1
+        await closed.stop()
+        await local.stop()
+
+    asyncio.run(main())
+
+
+def test_failure_mode_is_checked_when_the_gate_is_built(start_server: StartServer) -> None:
+    c = AsyncAdmissionClient("127.0.0.1:1", host_id="gw")
+    with pytest.raises(ValueError, match="failure_mode"):
+        AuthorityGate(c, failure_mode="open")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="local_max_concurrent_runs"):
+        AuthorityGate(c, failure_mode="local")
+
+
+# -- budgets: Authorize in admit(), usage settled through PraisonAI's token collector ----------
+
+
+def test_admit_checks_the_budget_and_reported_usage_is_settled(start_server: StartServer, tmp_path: Path) -> None:
+    config = tmp_path / "budget.yaml"
+    config.write_text("scheduling: { total: 4 }\nallowances:\n  acme: { tokens: 500, window: 24h }\n")
+    server = start_server("--config", str(config))
+    agents = Agents()
+    agents.go.set()
+
+    def report_usage() -> None:
+        # What PraisonAI's LLM layer does after every model call.
+        get_token_collector().track_tokens("gpt-test", "agent", TokenMetrics(input_tokens=100, output_tokens=200))
+
+    for user in ("u1", "u2", "u3"):
+        agents.during[user] = report_usage
+
+    async def main() -> None:
+        replica = Replica(agents)
+        gate = install(replica.bos, client(server, "r"), authorize_output_tokens=1000,
+                       account=lambda session: "acme")
+        await replica.start()
+        # Turn 1 reserves 500 (all the allowance), uses 300: 200 remain.
+        assert await replica.send("u1") == "done:hi"
+        # Turn 2 is granted what remains (200) and uses 300: nothing remains. Without the usage
+        # settled, turn 1's reservation would still hold all 500 and turn 2 would be refused.
+        assert await replica.send("u2") == "done:hi"
+        assert await replica.send("u3") == gate.budget_message
+        s = authority_stats(server.addr)
+        assert (s.settled, s.authorize_allowed, s.authorize_denied, s.in_flight) == (2, 2, 1, 0)
+        await replica.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        get_token_collector().set_sink(None)
+
+
+# -- the auth limiter ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+    except (urllib.error.URLError, ConnectionError):
+        return 0  # not listening (yet)
+
+
+def test_two_gateways_share_the_magic_link_budget(start_server: StartServer) -> None:
+    from praisonai_bot.gateway.server import WebSocketGateway
+
+    server = start_server()
+
+    async def main() -> None:
+        undo = patch_praisonai(client(server, "gw"))
+        try:
+            ports = [free_port(), free_port()]
+            gateways = [WebSocketGateway(host="127.0.0.1", port=p) for p in ports]
+            tasks = [asyncio.create_task(g.start()) for g in gateways]
+            for p in ports:
+                health = f"http://127.0.0.1:{p}/health"
+
+                async def serving(url: str = health) -> bool | None:
+                    return await asyncio.to_thread(get_status, url) == 200 or None
+
+                await until_async(f"the gateway on {p}", serving)
+            # magic_link: 5 per minute per client address, counted on every /?link= request,
+            # alternating between the two gateways: 5 in total, not 5 per gateway.
+            codes = [await asyncio.to_thread(get_status, f"http://127.0.0.1:{ports[i % 2]}/?link=nope")
+                     for i in range(8)]
+            assert codes == [401] * 5 + [429] * 3, codes
+            for g in gateways:
+                await g.stop()
+            for t in tasks:
+                t.cancel()
+        finally:
+            undo.undo()
+
+    asyncio.run(main())
+
+
+def test_the_limiter_falls_back_to_a_local_bucket_and_never_fails_open(start_server: StartServer) -> None:
+    server = start_server()
+    limiter = AuthorityAuthLimiter(AdmissionClient(server.addr, host_id="gw"), max_attempts=5)
+    # Shared: the authority counts (approval endpoints map onto its `approval` bucket, 10).
+    assert all(limiter.allow("approval_pending", "10.0.0.1") for _ in range(10))
+    assert not limiter.allow("approval_pending", "10.0.0.1")
+    assert limiter.time_until_allowed("approval_pending", "10.0.0.1") > 250
+    # A verified success clears the bucket (pairing_verify counts failures only).
+    assert all(limiter.allow("pairing_verify", "telegram") for _ in range(5))
+    assert not limiter.allow("pairing_verify", "telegram")
+    limiter.reset("pairing_verify", "telegram")
+    assert limiter.allow("pairing_verify", "telegram")
+
+    server.stop()
+    started = time.monotonic()
+    decisions = [limiter.allow("magic_link", "10.0.0.2") for _ in range(8)]
+    # The local fallback of the constructor's numbers (5): never more, never failing open.
+    assert decisions == [True] * 5 + [False] * 3
+    assert limiter.time_until_allowed("magic_link", "10.0.0.2") > 250, "a lockout earned locally"
+    # One deadline (100 ms) spent on the first call, then the authority is skipped for 5 s.
+    assert time.monotonic() - started < 2.0
+
+
+def test_session_ids_the_authority_would_refuse_are_hashed_into_subjects(start_server: StartServer) -> None:
+    server = start_server("--total", "2")
+
+    async def main() -> None:
+        gate = AuthorityGate(client(server, "r"))
+        async with gate.admit(session_id="telegram:ユーザー" * 20):  # non-ASCII, > 128 bytes
+            s = authority_stats(server.addr)
+            assert s.in_flight == 1 and s.subjects[0].subject.startswith("sha256:")
+        await gate.aclose()
+
+    asyncio.run(main())
