@@ -30,6 +30,7 @@ import { ErrorInfo, RetryInfo } from "./gen/google/rpc/error_details.js";
 import { Status } from "./gen/google/rpc/status.js";
 
 export { gen };
+export * from "./agenticdriver.js";
 
 /** The ErrorInfo domain of every refusal. */
 export const ERROR_DOMAIN = "admission.v1";
@@ -297,7 +298,9 @@ export class AdmissionClient {
     return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs);
   }
 
-  private waitAdmitted(ticketId: string, signal: AbortSignal | undefined): Promise<number> {
+  /** Follow a queued ticket until it is admitted (resolves with its grant); rejects when it
+   * ends otherwise, or with the signal's reason when the signal aborts (the caller withdraws). */
+  waitAdmitted(ticketId: string, signal: AbortSignal | undefined): Promise<number> {
     return new Promise((resolve, reject) => {
       const stream = this.stub.wait({ ticketId }, this.metadata());
       let settled = false;
