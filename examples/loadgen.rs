@@ -317,6 +317,7 @@ fn auth_req(identity: u64) -> api::AuthAttemptRequest {
     api::AuthAttemptRequest {
         endpoint: "bench".into(),
         identity: format!("user-{identity}@example.com"),
+        ..Default::default()
     }
 }
 

@@ -281,6 +281,31 @@ impl AuthTable {
         decision
     }
 
+    /// What an attempt at `now` would meet, without counting it: allowed with the attempts
+    /// left in the window (the whole budget for a key with none), or the refusal it would get.
+    /// One exception: the attempt that would start a lockout is reported as allowed = false,
+    /// ATTEMPTS_EXHAUSTED until the window's end, since nothing is locked yet.
+    pub fn peek(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+        now: Millis,
+    ) -> AuthDecision {
+        match self.endpoints.get(endpoint).and_then(|m| m.get(identity)) {
+            Some(e) if e.locked_until > now => {
+                AuthDecision::refused(AuthVerdict::LockedOut, e.locked_until - now)
+            }
+            Some(e) if e.window_end > now => peek_window(rule, e.count, e.window_end, now),
+            Some(_) => allowed(rule.max_attempts),
+            None if self.len >= self.max_keys => {
+                let soonest = self.expiries.peek().map_or(now + 1, |Reverse(x)| x.0);
+                AuthDecision::refused(AuthVerdict::KeyTableFull, soonest.saturating_sub(now))
+            }
+            None => allowed(rule.max_attempts),
+        }
+    }
+
     /// When the key's lockout ends, if it is locked out at `now`.
     pub fn locked_until(&self, endpoint: &str, identity: &str, now: Millis) -> Option<Millis> {
         self.endpoints
@@ -364,6 +389,16 @@ fn fresh(rule: BucketRule, now: Millis) -> Entry {
         count: 1,
         window_end: now + rule.window_ms,
         locked_until: 0,
+    }
+}
+
+/// [`AuthTable::peek`] for a key whose window is open: `count` attempts so far, ending at
+/// `window_end`. Shared with the Redis store's peek, which reads the same two numbers.
+pub fn peek_window(rule: BucketRule, count: u32, window_end: Millis, now: Millis) -> AuthDecision {
+    if count < rule.max_attempts {
+        allowed(rule.max_attempts - count)
+    } else {
+        AuthDecision::refused(AuthVerdict::AttemptsExhausted, window_end - now)
     }
 }
 

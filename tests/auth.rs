@@ -22,6 +22,7 @@ fn attempt_req(endpoint: &str, identity: &str) -> api::AuthAttemptRequest {
     api::AuthAttemptRequest {
         endpoint: endpoint.into(),
         identity: identity.into(),
+        ..Default::default()
     }
 }
 
@@ -63,6 +64,32 @@ async fn attempts_lock_out_then_a_fresh_window_opens_after_the_lockout() {
     })
     .await;
     assert_eq!(fresh.remaining, 2, "a fresh window with the whole budget");
+}
+
+#[tokio::test]
+async fn a_peek_reports_the_bucket_and_counts_nothing() {
+    let server = Server::start_with_config("auth-peek", CONFIG, &[]);
+    let mut c = server.client().await;
+    let peek = |c: &mut AdmissionClient<Channel>| {
+        let mut c = c.clone();
+        async move {
+            let req = api::AuthAttemptRequest {
+                peek: true,
+                ..attempt_req("login", "mallory")
+            };
+            c.check_auth_attempt(req).await.unwrap().into_inner()
+        }
+    };
+    for _ in 0..5 {
+        let p = peek(&mut c).await;
+        assert!(p.allowed && !p.locked && p.remaining == 3, "{p:?}");
+    }
+    for _ in 0..4 {
+        attempt(&mut c, "login", "mallory").await;
+    }
+    let p = peek(&mut c).await;
+    assert!(!p.allowed && p.locked && p.reason == "LOCKED_OUT", "{p:?}");
+    assert!(p.retry_after_ms > 0 && p.retry_after_ms <= 300, "{p:?}");
 }
 
 #[tokio::test]

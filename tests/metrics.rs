@@ -53,6 +53,7 @@ async fn metrics_count_a_known_sequence_of_rpcs() {
         c.check_auth_attempt(api::AuthAttemptRequest {
             endpoint: "magic_link".into(),
             identity: "mallory@example.com".into(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -111,6 +111,20 @@ async fn auth_falls_back_to_a_local_bucket_and_its_lockouts_outlive_the_outage()
     let mut expected = vec![AuthVerdict::Allowed; 5];
     expected.push(AuthVerdict::LockedOut);
     assert_eq!(verdicts, expected);
+    // A peek during the outage reads the local bucket too.
+    let peek = store
+        .auth_peek("magic_link", "mallory", magic)
+        .await
+        .unwrap();
+    assert_eq!(
+        (peek.verdict, peek.retry_after_ms),
+        (AuthVerdict::LockedOut, 300_000)
+    );
+    let fresh = store.auth_peek("magic_link", "dave", magic).await.unwrap();
+    assert_eq!(
+        (fresh.verdict, fresh.remaining, fresh.degraded),
+        (AuthVerdict::Allowed, 5, true)
+    );
     let said = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
     assert_eq!(
         said.matches("Redis auth rate limiter unavailable, using local: ")
@@ -213,6 +227,7 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
     let attempt = || api::AuthAttemptRequest {
         endpoint: "approval".into(),
         identity: "203.0.113.5".into(),
+        ..Default::default()
     };
 
     redis.stop();

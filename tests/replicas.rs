@@ -153,6 +153,7 @@ async fn auth_attempts_through_both_replicas_share_one_budget() {
             .check_auth_attempt(api::AuthAttemptRequest {
                 endpoint: "magic_link".into(),
                 identity: "mallory@example.com".into(),
+                ..Default::default()
             })
             .await
             .unwrap()

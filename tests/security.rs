@@ -130,6 +130,7 @@ async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'s
     let attempt = api::AuthAttemptRequest {
         endpoint: "approval".into(),
         identity: "203.0.113.9".into(),
+        ..Default::default()
     };
     out.push((
         "CheckAuthAttempt",

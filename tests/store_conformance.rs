@@ -628,6 +628,37 @@ where
     assert!(!none.existed && !none.was_locked);
 }
 
+pub async fn auth_peek_counts_nothing<H: Harness>()
+where
+    H::S: AuthStore,
+{
+    let h = H::build(auth_policy(&[("login", LOGIN)], 100)).await;
+    let s = h.store();
+    let rule = s.auth_policy().bucket("login").unwrap();
+    let peek = || async { s.auth_peek("login", "u", rule).await.unwrap() };
+    for _ in 0..5 {
+        let p = peek().await;
+        assert_eq!((p.verdict, p.remaining, p.degraded), (Allowed, 3, false));
+    }
+    assert_eq!(attempts(s, "login", "u", 2).await, [Allowed; 2]);
+    assert_eq!((peek().await.verdict, peek().await.remaining), (Allowed, 1));
+    assert_eq!(attempts(s, "login", "u", 1).await, [Allowed]);
+    h.advance(200).await;
+    let p = peek().await;
+    assert_eq!(
+        (p.verdict, p.retry_after_ms, p.locked()),
+        (AttemptsExhausted, 800, false),
+        "the next attempt would start the lockout; nothing is locked yet"
+    );
+    assert_eq!(attempts(s, "login", "u", 1).await, [LockedOut]);
+    h.advance(1_000).await;
+    let p = peek().await;
+    assert_eq!((p.verdict, p.retry_after_ms), (LockedOut, 4_000));
+    h.advance(4_000).await;
+    assert_eq!((peek().await.verdict, peek().await.remaining), (Allowed, 3));
+    assert_eq!(attempts(s, "login", "u", 3).await, [Allowed; 3]);
+}
+
 pub async fn auth_default_budgets_are_built_in<H: Harness>()
 where
     H::S: AuthStore,
@@ -1176,6 +1207,7 @@ macro_rules! every_scenario {
             auth_lockout_outlasts_the_window_and_is_not_extended,
             auth_without_lockout_refuses_until_the_window_ends,
             auth_reset_clears_bucket_and_lockout,
+            auth_peek_counts_nothing,
             auth_default_budgets_are_built_in,
             reservations_allow_and_lower_the_grant,
             reservations_deny_at_and_past_the_per_run_cap,

@@ -428,6 +428,15 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         security::caller(request.extensions())?
             .use_auth_buckets()
             .map_err(ApiError::from)?;
+        if req.peek {
+            let decision = self
+                .store
+                .auth_peek(&req.endpoint, &req.identity, rule)
+                .await
+                .map_err(ApiError::from)?;
+            record("decision", &format_args!("peek {:?}", decision.verdict));
+            return Ok(Response::new(decision.into()));
+        }
         let decision = self
             .store
             .auth_attempt(&req.endpoint, &req.identity, rule)

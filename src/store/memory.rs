@@ -394,6 +394,16 @@ impl AuthStore for MemoryStore {
         Ok(table.attempt(endpoint, identity, rule, self.clock.now_ms()))
     }
 
+    async fn auth_peek(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> Result<AuthDecision, StoreError> {
+        let table = self.auth.lock().expect("auth lock");
+        Ok(table.peek(endpoint, identity, rule, self.clock.now_ms()))
+    }
+
     async fn auth_reset(&self, endpoint: &str, identity: &str) -> Result<AuthCleared, StoreError> {
         let mut table = self.auth.lock().expect("auth lock");
         Ok(table.reset(endpoint, identity, self.clock.now_ms()))

@@ -252,6 +252,15 @@ pub trait AuthStore: Send + Sync + 'static {
         rule: BucketRule,
     ) -> impl Future<Output = Result<AuthDecision, StoreError>> + Send;
 
+    /// What an attempt would meet now, counting nothing ([`crate::auth::AuthTable::peek`]).
+    /// Like `auth_attempt`, it falls back to the local bucket when the shared one is unreachable.
+    fn auth_peek(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> impl Future<Output = Result<AuthDecision, StoreError>> + Send;
+
     /// Clear the bucket and any lockout of `(endpoint, identity)`.
     fn auth_reset(
         &self,

@@ -483,8 +483,19 @@ def test_the_limiter_falls_back_to_a_local_bucket_and_never_fails_open(start_ser
     limiter.reset("pairing_verify", "telegram")
     assert limiter.allow("pairing_verify", "telegram")
 
+    # A lockout earned through another replica shows here at once (a peek counts nothing).
+    other = AuthorityAuthLimiter(AdmissionClient(server.addr, host_id="gw"))
+    assert limiter.time_until_allowed("pairing_verify", "slack") == 0.0
+    for _ in range(6):
+        other.allow("pairing_verify", "slack")
+    assert limiter.time_until_allowed("pairing_verify", "slack") > 250
+    assert all(limiter.time_until_allowed("magic_link", "10.0.0.9") == 0.0 for _ in range(10))
+    assert all(limiter.allow("magic_link", "10.0.0.9") for _ in range(5)), "peeks counted nothing"
+
     server.stop()
     started = time.monotonic()
+    # A lockout the authority reported before the outage still holds without it.
+    assert not limiter.allow("approval_pending", "10.0.0.1")
     decisions = [limiter.allow("magic_link", "10.0.0.2") for _ in range(8)]
     # The local fallback of the constructor's numbers (5): never more, never failing open.
     assert decisions == [True] * 5 + [False] * 3
@@ -504,3 +515,21 @@ def test_session_ids_the_authority_would_refuse_are_hashed_into_subjects(start_s
         await gate.aclose()
 
     asyncio.run(main())
+
+
+def test_install_puts_a_gateways_pairing_lockout_on_the_authority(start_server: StartServer) -> None:
+    from praisonai_bot.gateway.server import WebSocketGateway
+
+    server = start_server()
+    a, b = WebSocketGateway(host="127.0.0.1", port=free_port()), WebSocketGateway(host="127.0.0.1", port=free_port())
+    gate = install(a, client(server, "gw-a"))
+    install(b, client(server, "gw-b"))
+    assert a._admission_gate is gate and isinstance(a.pairing_store._lockout, AuthorityAuthLimiter)
+    # Wrong codes through gateway A: five failures pass the budget, the sixth starts the lockout.
+    for _ in range(6):
+        assert not a.pairing_store.verify_and_pair("WRONG123", "chan-1", "telegram")
+    # Gateway B refuses even a valid code for that channel type: the lockout is installation-wide.
+    code = b.pairing_store.generate_code("telegram")
+    assert not b.pairing_store.verify_and_pair(code, "chan-1", "telegram")
+    code = b.pairing_store.generate_code("slack")
+    assert b.pairing_store.verify_and_pair(code, "chan-2", "slack"), "another channel type is not locked"

@@ -99,6 +99,7 @@ pub struct RedisStore {
     frozen_now_ms: AtomicU64,
     auth_attempt: redis::Script,
     auth_reset: redis::Script,
+    auth_peek: redis::Script,
     authorize: redis::Script,
     settle: redis::Script,
     resolve: redis::Script,
@@ -172,6 +173,7 @@ impl RedisStore {
             frozen_now_ms: AtomicU64::new(0),
             auth_attempt: redis::Script::new(scripts::AUTH_ATTEMPT),
             auth_reset: redis::Script::new(scripts::AUTH_RESET),
+            auth_peek: redis::Script::new(scripts::AUTH_PEEK),
             authorize: redis::Script::new(&scripts::authorize()),
             settle: redis::Script::new(&scripts::settle()),
             resolve: redis::Script::new(&scripts::resolve()),
@@ -280,6 +282,80 @@ impl RedisStore {
                 return Err(StoreError(err));
             }
         }
+    }
+
+    /// DESIGN 5's fallback around the shared buckets: a lockout earned locally is checked
+    /// first; Redis decides unless it failed within the last [`AUTH_SKIP_MS`]; otherwise (and
+    /// when it fails now) the local table does, `degraded`. `peek` counts nothing.
+    async fn auth_decide(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+        peek: bool,
+    ) -> Result<AuthDecision, StoreError> {
+        let now = self.clock.now_ms();
+        let local_lockout = self
+            .local_auth
+            .lock()
+            .expect("auth lock")
+            .locked_until(endpoint, identity, now);
+        if let Some(until) = local_lockout {
+            return Ok(AuthDecision {
+                verdict: AuthVerdict::LockedOut,
+                remaining: 0,
+                retry_after_ms: until - now,
+                degraded: false,
+            });
+        }
+        if now >= self.skip_redis_until.load(Ordering::Relaxed) {
+            let shared = if peek {
+                self.shared_peek(endpoint, identity, rule).await
+            } else {
+                self.shared_attempt(endpoint, identity, rule).await
+            };
+            match shared {
+                Ok(d) => return Ok(d),
+                Err(e) => {
+                    tracing::warn!("Redis auth rate limiter unavailable, using local: {e}");
+                    self.skip_redis_until
+                        .store(now + AUTH_SKIP_MS, Ordering::Relaxed);
+                }
+            }
+        }
+        let mut table = self.local_auth.lock().expect("auth lock");
+        let mut d = if peek {
+            table.peek(endpoint, identity, rule, now)
+        } else {
+            table.attempt(endpoint, identity, rule, now)
+        };
+        d.degraded = true;
+        Ok(d)
+    }
+
+    async fn shared_peek(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> Result<AuthDecision, StoreError> {
+        let mut inv = self.auth_peek.prepare_invoke();
+        inv.key(self.keys.auth_bucket(endpoint, identity))
+            .key(self.keys.auth_lockout(endpoint, identity))
+            .arg(self.now_arg());
+        let (lockout_left, count, window_left): (u64, u32, u64) = self.run(inv).await?;
+        Ok(if lockout_left > 0 {
+            AuthDecision {
+                verdict: AuthVerdict::LockedOut,
+                remaining: 0,
+                retry_after_ms: lockout_left,
+                degraded: false,
+            }
+        } else {
+            // Times relative to Redis' now: the window ends `window_left` from 0.
+            let count = if window_left > 0 { count } else { 0 };
+            crate::auth::peek_window(rule, count, window_left, 0)
+        })
     }
 
     async fn shared_attempt(
@@ -634,37 +710,16 @@ impl AuthStore for RedisStore {
         identity: &str,
         rule: BucketRule,
     ) -> Result<AuthDecision, StoreError> {
-        let now = self.clock.now_ms();
-        let local_lockout = self
-            .local_auth
-            .lock()
-            .expect("auth lock")
-            .locked_until(endpoint, identity, now);
-        if let Some(until) = local_lockout {
-            return Ok(AuthDecision {
-                verdict: AuthVerdict::LockedOut,
-                remaining: 0,
-                retry_after_ms: until - now,
-                degraded: false,
-            });
-        }
-        if now >= self.skip_redis_until.load(Ordering::Relaxed) {
-            match self.shared_attempt(endpoint, identity, rule).await {
-                Ok(d) => return Ok(d),
-                Err(e) => {
-                    tracing::warn!("Redis auth rate limiter unavailable, using local: {e}");
-                    self.skip_redis_until
-                        .store(now + AUTH_SKIP_MS, Ordering::Relaxed);
-                }
-            }
-        }
-        let mut d = self
-            .local_auth
-            .lock()
-            .expect("auth lock")
-            .attempt(endpoint, identity, rule, now);
-        d.degraded = true;
-        Ok(d)
+        self.auth_decide(endpoint, identity, rule, false).await
+    }
+
+    async fn auth_peek(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> Result<AuthDecision, StoreError> {
+        self.auth_decide(endpoint, identity, rule, true).await
     }
 
     async fn auth_reset(&self, endpoint: &str, identity: &str) -> Result<AuthCleared, StoreError> {

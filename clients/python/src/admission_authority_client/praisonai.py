@@ -721,7 +721,8 @@ class AuthorityAuthLimiter:
         self._down_until = 0.0
         self._local = AuthRateLimiter(max_attempts, window_seconds, lockout_seconds, max_keys)
         self._lock = threading.Lock()
-        #: (endpoint, identity) → when the authority said the lockout ends (time.time()).
+        #: (endpoint, identity) → when the authority said its lockout ends (time.time()); kept
+        #: for when the authority cannot be asked.
         self._remote_locks: dict[tuple[str, str], float] = {}
         self._max_keys = max_keys
 
@@ -757,6 +758,10 @@ class AuthorityAuthLimiter:
                       endpoint, e.code().name, e.details())
             return False
         if r is None:
+            # The authority cannot answer: a lockout it reported to this replica still holds,
+            # then the local bucket decides.
+            if self._remote_lock_left(endpoint, identity) > 0:
+                return False
             return bool(self._local.allow(endpoint, identity))
         if not r.allowed and r.retry_after_ms:
             with self._lock:
@@ -778,12 +783,28 @@ class AuthorityAuthLimiter:
             log.error("the authority refused ResetAuthAttempts for %s: %s", endpoint, e.details())
 
     def time_until_allowed(self, endpoint: str, identity: str) -> float:
-        """Seconds until ``identity`` may try again: the longer of the local lockout and the
-        one the authority last reported to this replica."""
-        now = time.time()
+        """Seconds until ``identity`` is no longer locked out (0.0 when it is not): the
+        authority's answer, counting nothing (CheckAuthAttempt with ``peek``), so a lockout
+        earned through another replica shows here; and the local fallback's lockout."""
+        local = float(self._local.time_until_allowed(endpoint, identity))
+        bucket, who = self._request(endpoint, identity)
+        request = pb.AuthAttemptRequest(endpoint=bucket, identity=who, peek=True)
+        try:
+            r = self._remote(lambda: self._client.stub.CheckAuthAttempt(
+                request, timeout=self._timeout, metadata=self._client.metadata))
+        except grpc.RpcError as e:
+            log.error("the authority refused CheckAuthAttempt(peek) for %s (%s: %s)",
+                      endpoint, e.code().name, e.details())
+            return max(local, self._remote_lock_left(endpoint, identity), 1.0)  # never fail open
+        if r is None:
+            return max(local, self._remote_lock_left(endpoint, identity))
+        remote = r.retry_after_ms / 1000 if r.locked else 0.0
+        return max(local, remote)
+
+    def _remote_lock_left(self, endpoint: str, identity: str) -> float:
+        """What remains of the last lockout the authority reported to this replica."""
         with self._lock:
-            remote = max(0.0, self._remote_locks.get((endpoint, identity), 0.0) - now)
-        return max(remote, float(self._local.time_until_allowed(endpoint, identity)))
+            return max(0.0, self._remote_locks.get((endpoint, identity), 0.0) - time.time())
 
     def prune(self) -> int:
         with self._lock:

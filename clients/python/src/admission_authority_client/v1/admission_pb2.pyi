@@ -827,6 +827,7 @@ class AuthAttemptRequest(_message.Message):
 
     ENDPOINT_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    PEEK_FIELD_NUMBER: _builtins.int
     endpoint: _builtins.str
     """The auth endpoint's bucket name: one of auth.buckets (built in: approval, ws_upgrade,
     magic_link, pairing_verify). 1..128 bytes of printable ASCII.
@@ -835,15 +836,22 @@ class AuthAttemptRequest(_message.Message):
     """Who is attempting: a user id, email, client address or token fingerprint, as the gateway
     keys the endpoint. 1..128 bytes of printable ASCII (hash longer or non-ASCII identities).
     """
+    peek: _builtins.bool
+    """Only look: count nothing and start no lockout, and answer what an attempt now would meet
+    (for a gateway that asks "is this key locked?" before it checks anything, as PraisonAI's
+    time_until_allowed does). Then `remaining` is the attempts left in the window, and the
+    attempt that would start a lockout shows as refused ATTEMPTS_EXHAUSTED (not yet locked).
+    """
     def __init__(
         self,
         *,
         endpoint: _builtins.str = ...,
         identity: _builtins.str = ...,
+        peek: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint", "identity", b"identity"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint", "identity", b"identity", "peek", b"peek"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -593,6 +593,13 @@ export interface AuthAttemptRequest {
    * keys the endpoint. 1..128 bytes of printable ASCII (hash longer or non-ASCII identities).
    */
   identity: string;
+  /**
+   * Only look: count nothing and start no lockout, and answer what an attempt now would meet
+   * (for a gateway that asks "is this key locked?" before it checks anything, as PraisonAI's
+   * time_until_allowed does). Then `remaining` is the attempts left in the window, and the
+   * attempt that would start a lockout shows as refused ATTEMPTS_EXHAUSTED (not yet locked).
+   */
+  peek: boolean;
 }
 
 export interface AuthAttemptResponse {
@@ -3102,7 +3109,7 @@ export const DrainResponse: MessageFns<DrainResponse> = {
 };
 
 function createBaseAuthAttemptRequest(): AuthAttemptRequest {
-  return { endpoint: "", identity: "" };
+  return { endpoint: "", identity: "", peek: false };
 }
 
 export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
@@ -3112,6 +3119,9 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
     }
     if (message.identity !== "") {
       writer.uint32(18).string(message.identity);
+    }
+    if (message.peek !== false) {
+      writer.uint32(24).bool(message.peek);
     }
     return writer;
   },
@@ -3145,6 +3155,14 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
             message.identity = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.peek = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3161,6 +3179,7 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
     return {
       endpoint: isSet(object.endpoint) ? globalThis.String(object.endpoint) : "",
       identity: isSet(object.identity) ? globalThis.String(object.identity) : "",
+      peek: isSet(object.peek) ? globalThis.Boolean(object.peek) : false,
     };
   },
 
@@ -3172,6 +3191,9 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
     if (message.identity !== "") {
       obj.identity = message.identity;
     }
+    if (message.peek !== false) {
+      obj.peek = message.peek;
+    }
     return obj;
   },
 
@@ -3182,6 +3204,7 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
     const message = createBaseAuthAttemptRequest();
     message.endpoint = object.endpoint ?? "";
     message.identity = object.identity ?? "";
+    message.peek = object.peek ?? false;
     return message;
   },
 };
