@@ -170,6 +170,8 @@ def test_auth_attempts_round_trip(start_server: StartServer) -> None:
         answers = [client.check_auth_attempt("magic_link", "mallory") for _ in range(6)]
         assert [a.allowed for a in answers] == [True] * 5 + [False]
         assert answers[-1].locked and answers[-1].retry_after_ms == 300_000
+        peek = client.check_auth_attempt("magic_link", "mallory", peek=True)
+        assert peek.locked and not peek.allowed
         assert client.reset_auth_attempts("magic_link", "mallory") is True
         assert client.check_auth_attempt("magic_link", "mallory").remaining == 4
 
@@ -177,6 +179,8 @@ def test_auth_attempts_round_trip(start_server: StartServer) -> None:
         async with AsyncAdmissionClient(server.addr, host_id="h") as client:
             a = await client.check_auth_attempt("approval", "eve")
             assert (a.allowed, a.remaining) == (True, 9)
+            p = await client.check_auth_attempt("approval", "eve", peek=True)
+            assert (p.allowed, p.remaining) == (True, 9), "a peek counts nothing"
 
     asyncio.run(scenario())
 

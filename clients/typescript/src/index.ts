@@ -387,9 +387,10 @@ export class AdmissionClient {
     return r.replay;
   }
 
-  /** Count one attempt of `identity` against `endpoint`'s bucket. */
-  checkAuthAttempt(endpoint: string, identity: string): Promise<AuthAttempt> {
-    return this.call(this.stub.checkAuthAttempt, { endpoint, identity });
+  /** Count one attempt of `identity` against `endpoint`'s bucket; with `peek`, count nothing
+   * and answer what an attempt would meet (e.g. whether the key is locked out). */
+  checkAuthAttempt(endpoint: string, identity: string, opts: { peek?: boolean } = {}): Promise<AuthAttempt> {
+    return this.call(this.stub.checkAuthAttempt, { endpoint, identity, peek: opts.peek ?? false });
   }
 
   /** Clear a bucket after a verified success; true when there was one. */

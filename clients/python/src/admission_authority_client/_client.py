@@ -368,9 +368,10 @@ class AdmissionClient:
         except grpc.RpcError as e:
             raise translate(e) from None
 
-    def check_auth_attempt(self, endpoint: str, identity: str) -> AuthAttempt:
-        """Count one attempt against ``endpoint``'s bucket for ``identity``."""
-        req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity)
+    def check_auth_attempt(self, endpoint: str, identity: str, *, peek: bool = False) -> AuthAttempt:
+        """Count one attempt against ``endpoint``'s bucket for ``identity``; with ``peek``,
+        count nothing and answer what an attempt would meet (e.g. whether it is locked out)."""
+        req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity, peek=peek)
         try:
             return _auth_attempt(self.stub.CheckAuthAttempt(req, timeout=self._timeout, metadata=self._md))
         except grpc.RpcError as e:
@@ -592,9 +593,10 @@ class AsyncAdmissionClient:
         except grpc.aio.AioRpcError as e:
             raise translate(e) from None
 
-    async def check_auth_attempt(self, endpoint: str, identity: str) -> AuthAttempt:
-        """Count one attempt against ``endpoint``'s bucket for ``identity``."""
-        req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity)
+    async def check_auth_attempt(self, endpoint: str, identity: str, *, peek: bool = False) -> AuthAttempt:
+        """Count one attempt against ``endpoint``'s bucket for ``identity``; with ``peek``,
+        count nothing and answer what an attempt would meet (e.g. whether it is locked out)."""
+        req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity, peek=peek)
         try:
             return _auth_attempt(await self.stub.CheckAuthAttempt(req, timeout=self._timeout, metadata=self._md))
         except grpc.aio.AioRpcError as e:

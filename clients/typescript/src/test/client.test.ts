@@ -152,7 +152,10 @@ test("authorize, settle and auth checks round-trip", async () => {
       [true, true, true, true, true, false],
     );
     assert.equal(answers[5]!.locked, true);
+    const peek = await client.checkAuthAttempt("magic_link", "eve", { peek: true });
+    assert.deepEqual([peek.allowed, peek.locked, peek.retryAfterMs > 0], [false, true, true]);
     assert.equal(await client.resetAuthAttempts("magic_link", "eve"), true);
+    assert.equal((await client.checkAuthAttempt("magic_link", "eve", { peek: true })).remaining, 5);
     assert.equal((await client.checkAuthAttempt("magic_link", "eve")).remaining, 4);
   } finally {
     client.close();
