@@ -533,3 +533,37 @@ def test_install_puts_a_gateways_pairing_lockout_on_the_authority(start_server: 
     assert not b.pairing_store.verify_and_pair(code, "chan-1", "telegram")
     code = b.pairing_store.generate_code("slack")
     assert b.pairing_store.verify_and_pair(code, "chan-2", "slack"), "another channel type is not locked"
+
+
+def test_patch_praisonai_replaces_the_gate_factory_with_praisonais_meaning_of_the_config(
+    start_server: StartServer,
+) -> None:
+    from praisonai_bot.bots import _admission
+
+    server = start_server("--total", "1")
+    original = _admission.build_admission_gate
+    undo = patch_praisonai(client(server, "gw"), failure_mode="local")
+    try:
+        # BotOS builds its gate through the factory at call time, as config-driven starts do.
+        bos = BotOS(max_concurrent_runs=3, queue_depth=2)
+        assert isinstance(bos._admission_gate, AuthorityGate)
+        assert (bos._admission_gate._local_max, bos._admission_gate._local_queue) == (3, 2)
+        assert BotOS(reliability="off")._admission_gate is None, "unconfigured: no gate, as PraisonAI does"
+        default = BotOS()._admission_gate  # PraisonAI's default preset asks for 8 runs, queue 32
+        assert isinstance(default, AuthorityGate) and (default._local_max, default._local_queue) == (8, 32)
+        with pytest.raises(ValueError, match="max_concurrent_runs"):
+            _admission.build_admission_gate(max_concurrent_runs=-1)
+    finally:
+        undo.undo()
+        undo.undo()  # twice: harmless
+    assert _admission.build_admission_gate is original
+    assert type(BotOS(max_concurrent_runs=3)._admission_gate) is _admission.AdmissionGate
+
+
+def test_the_plain_client_never_imports_praisonai() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, admission_authority_client as a; a.AdmissionClient; print('praisonai_bot' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
