@@ -187,7 +187,33 @@ def _state_name(state: int) -> str:
     return pb.TicketState.Name(state).removeprefix("TICKET_STATE_")  # type: ignore[arg-type]
 
 
-class AdmissionClient:
+class _Connection:
+    """What both clients share: the host and replica they act for, the token, the deadline."""
+
+    _req: _Requests
+    _md: tuple[tuple[str, str], ...]
+    _timeout: float
+
+    @property
+    def host_id(self) -> str:
+        return self._req.host_id
+
+    @property
+    def instance_id(self) -> str:
+        return self._req.instance_id
+
+    @property
+    def timeout(self) -> float:
+        """The deadline of each unary call, seconds."""
+        return self._timeout
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata (the bearer token), for calls made on ``stub`` directly."""
+        return self._md
+
+
+class AdmissionClient(_Connection):
     """A blocking client for one gateway host (``host_id``) and replica (``instance_id``).
 
     The channel is created lazily on first use: TLS with ``credentials`` (e.g.
@@ -214,19 +240,6 @@ class AdmissionClient:
         self._req = _Requests(host_id, instance_id)
         self._timeout = timeout
         self._md = _metadata(token)
-
-    @property
-    def host_id(self) -> str:
-        return self._req.host_id
-
-    @property
-    def instance_id(self) -> str:
-        return self._req.instance_id
-
-    @property
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        """The call metadata (the bearer token), for calls made on :attr:`stub` directly."""
-        return self._md
 
     def __enter__(self) -> AdmissionClient:
         return self
@@ -395,7 +408,7 @@ class AdmissionClient:
             raise translate(e) from None
 
 
-class AsyncAdmissionClient:
+class AsyncAdmissionClient(_Connection):
     """The asyncio client: the same calls as :class:`AdmissionClient`, awaited. Its channel is
     opened lazily, on the event loop that first uses it, so the client may be built before any
     loop runs."""
@@ -421,22 +434,6 @@ class AsyncAdmissionClient:
         self._timeout = timeout
         self._md = _metadata(token)
 
-    @property
-    def host_id(self) -> str:
-        return self._req.host_id
-
-    @property
-    def instance_id(self) -> str:
-        return self._req.instance_id
-
-    @property
-    def timeout(self) -> float:
-        return self._timeout
-
-    @property
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        """The call metadata (the bearer token), for calls made on :attr:`stub` directly."""
-        return self._md
 
     def blocking(self, *, timeout: float | None = None) -> AdmissionClient:
         """A blocking client for the same authority, host, replica, credentials and token
