@@ -751,7 +751,11 @@ async fn main() {
     // Check and Submit+Release alternate, `rounds` times per concurrency; the round with the
     // median ratio is shown, so one noisy second does not decide a figure.
     let mut at64 = None;
-    let concurrency = if a.only_redis { &[][..] } else { &a.concurrency[..] };
+    let concurrency = if a.only_redis {
+        &[][..]
+    } else {
+        &a.concurrency[..]
+    };
     for &c in concurrency {
         let secs = a.seconds;
         let mut rounds = Vec::new();

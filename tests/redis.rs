@@ -633,3 +633,118 @@ async fn the_store_works_on_a_three_node_redis_cluster() {
     store.sweep_tickets().await.unwrap();
     store.sweep_ledger().await.unwrap();
 }
+
+/// Ended tickets are remembered for `retention` and leave nothing behind without a TTL: every
+/// ticket and run key expires, and what stays is the host's fixed set of structures.
+#[tokio::test]
+async fn ended_tickets_leave_only_keys_that_expire() {
+    use admission_authority::scheduler::{
+        Limits, LimitsTable, SubmitArgs, SubmitMode, TicketState,
+    };
+    use admission_authority::store::TicketStore;
+
+    let redis = RedisServer::start(common::free_port());
+    let limits = Limits {
+        total: 1,
+        per_subject: 1,
+        queue_total: 4,
+        queue_hard_total: 4,
+        lease_ttl_ms: 300,
+        retention_ms: 60_000,
+        ..Default::default()
+    };
+    let policy = Policy {
+        limits: LimitsTable::uniform(limits),
+        ..Policy::default()
+    };
+    // Scripts take Redis TIME (nothing frozen): leases and TTLs run in real time.
+    let store = RedisStore::new(
+        &redis.url(),
+        "ttl:",
+        2,
+        policy,
+        Arc::new(ManualClock::new(0)),
+    )
+    .unwrap();
+    let args = |subject: &str, run: &str| SubmitArgs {
+        instance_id: "replica".into(),
+        subject: subject.into(),
+        account_id: None,
+        run_id: run.into(),
+        mode: SubmitMode::Queue,
+        rss_mb: None,
+    };
+    let submit = |subject: &'static str, run: &'static str| {
+        let store = &store;
+        async move {
+            store
+                .submit("h", args(subject, run))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let (holder, _) = submit("alice", "r1").await;
+    let (waiter, v) = submit("bob", "r2").await;
+    assert_eq!(v.state, TicketState::Queued);
+    let (withdrawn, _) = submit("carol", "r3").await;
+    assert_eq!(
+        store.release(&withdrawn).await.unwrap(),
+        Some(TicketState::Queued)
+    );
+    assert_eq!(
+        store.release(&holder).await.unwrap(),
+        Some(TicketState::Admitted)
+    );
+    assert_eq!(
+        store.release(&waiter).await.unwrap(),
+        Some(TicketState::Admitted)
+    );
+    let (abandoned, _) = submit("dave", "r4").await; // never renewed: its lease runs out
+    common::eventually("the lease to expire", Duration::from_secs(5), || async {
+        (store.stats("h").await.unwrap().counters.expired == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        store.ticket(&abandoned).await.unwrap().unwrap().state,
+        TicketState::Expired
+    );
+
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("ttl:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut lasting = Vec::new();
+    let mut expiring = 0;
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if ttl > 0 {
+            assert!(ttl <= 61_000, "{key} expires after retention: {ttl} ms");
+            expiring += 1;
+        } else {
+            lasting.push(
+                key.strip_prefix("ttl:sched:{h}:")
+                    .unwrap_or(key)
+                    .to_string(),
+            );
+        }
+    }
+    assert_eq!(expiring, 8, "four tickets and their four runs: {keys:?}");
+    lasting.sort();
+    for key in &lasting {
+        assert!(
+            ["c", "leases", "sf", "dc", "qw", "ttl:hosts"].contains(&key.as_str()),
+            "{key} has no TTL and is not one of the host's fixed structures: {lasting:?}"
+        );
+    }
+}

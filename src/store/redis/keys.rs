@@ -39,7 +39,7 @@ impl Keys {
     }
 
     /// `{prefix}sched:{<host>}:`: the prefix of every scheduling key of a host (see
-    /// `scripts::TICKET_PRELUDE` for the keys under it).
+    /// `scripts::TICKET_CORE` for the keys under it).
     pub fn sched(&self, host: &str) -> String {
         format!("{}sched:{{{host}}}:", self.prefix)
     }

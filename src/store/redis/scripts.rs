@@ -444,7 +444,8 @@ end
 return out
 "#;
 
-/// The prelude of every ticket script: the scheduling rules of [`crate::scheduler`] in Lua.
+/// The prelude of every ticket script ([`TICKET_CORE`] then [`TICKET_HELPERS`]): the scheduling
+/// rules of [`crate::scheduler`] in Lua.
 ///
 /// ARGV[1] the host's key prefix `B` (`{prefix}sched:{<host>}:`; every key below starts with
 /// it, so all of a host's keys share its hash tag and slot), ARGV[2] the host's limits as
@@ -454,25 +455,28 @@ return out
 /// script to the host's slot; the other keys are derived from `B`.
 ///
 /// Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
-/// deadline, order); `run:<run_id>` → ticket; `leases` zset of live tickets by deadline;
-/// `retained` zset of ended tickets by the time they are forgotten; `q:<subject>` zset of a
-/// subject's waiters by order; `rot` list, the round-robin rotation of subjects with waiters;
+/// deadline, order; an ended ticket's deadline is when it is forgotten, and its key and its
+/// run's expire by TTL just after); `run:<run_id>` → ticket; `leases` zset of live tickets by
+/// deadline; `q:<subject>` zset of a subject's waiters by order; `rot` list, the round-robin rotation of subjects with waiters;
 /// `depth` zset of subjects by queue depth; `dc` hash, depth → subjects with more waiters than
 /// that; `sf`, `af`, `aq` hashes of subject in-flight, account in-flight and account queued;
 /// `rss` hash instance → `mb|at`; `c` counters. Every change a Wait stream can see (a queued
 /// ticket admitted, shed, cancelled or expired) is published on `B changes` (the ticket's key)
 /// for Wait streams on any replica.
-const TICKET_PRELUDE: &str = r#"
+const TICKET_CORE: &str = r#"
 local function fmt(x) return string.format('%.0f', x) end
+local function num(v) return tonumber(v or '0') or 0 end
 local B = ARGV[1]
 local L = {}
 do
-  local f = {}
-  for v in string.gmatch(ARGV[2], '[^,]+') do table.insert(f, v) end
-  L.total, L.per_subject, L.per_account = tonumber(f[1]), tonumber(f[2]), tonumber(f[3])
-  L.queue_total, L.queue_per_subject = tonumber(f[4]), tonumber(f[5])
-  L.queue_hard_total, L.overflow = tonumber(f[6]), f[7]
-  L.lease, L.retention, L.max_rss, L.soft_rss = tonumber(f[8]), tonumber(f[9]), tonumber(f[10]), tonumber(f[11])
+  local total, per_subject, per_account, queue_total, queue_per_subject, queue_hard_total,
+    overflow, lease, retention, max_rss, soft_rss = string.match(ARGV[2],
+    '^(%d+),(%d+),(%-?%d+),(%d+),(%d+),(%d+),([%a_]+),(%d+),(%d+),(%d+),(%d+)$')
+  L.total, L.per_subject, L.per_account = tonumber(total), tonumber(per_subject), tonumber(per_account)
+  L.queue_total, L.queue_per_subject = tonumber(queue_total), tonumber(queue_per_subject)
+  L.queue_hard_total, L.overflow = tonumber(queue_hard_total), overflow
+  L.lease, L.retention = tonumber(lease), tonumber(retention)
+  L.max_rss, L.soft_rss = tonumber(max_rss), tonumber(soft_rss)
   if ARGV[4] ~= '' then
     local maps = cjson.decode(ARGV[4])
     L.subjects, L.accounts = maps.subjects, maps.accounts
@@ -485,15 +489,21 @@ if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local C, LEASES, RET, ROT = B .. 'c', B .. 'leases', B .. 'retained', B .. 'rot'
+local C, LEASES, ROT = B .. 'c', B .. 'leases', B .. 'rot'
 local DEPTH, DC, SF, AF, AQ, RSS = B .. 'depth', B .. 'dc', B .. 'sf', B .. 'af', B .. 'aq', B .. 'rss'
 local QW = B .. 'qw'
+-- Set by a fast path that found no lease due, so the full rules skip that look.
+local nothing_due = false
+"#;
+
+/// The rest of every ticket script's prelude: the scheduling rules as functions. Kept apart from
+/// [`TICKET_CORE`] so that a fast path placed between them returns before Lua builds them.
+const TICKET_HELPERS: &str = r#"
 -- Upper bounds (ms) of the queue-wait histogram (scheduler::QUEUE_WAIT_BOUNDS_MS).
 local QW_BOUNDS = {10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000, 300000}
 local function tkey(k) return B .. 't:' .. k end
 local function qkey(s) return B .. 'q:' .. s end
 local function runkey(r) return B .. 'run:' .. r end
-local function num(v) return tonumber(v or '0') or 0 end
 local function cnt(f) return num(redis.call('HGET', C, f)) end
 local function incr(f, by) redis.call('HINCRBY', C, f, by or 1) end
 -- Counts per name stay at 0 when they reach it (the sweep drops zeros), saving a command on
@@ -532,6 +542,8 @@ local function ticket(k)
   local t = redis.call('HMGET', tkey(k), 'subject', 'account', 'instance', 'run', 'state',
                        'grant', 'deadline', 'order', 'qat')
   if not t[5] then return nil end
+  -- An ended ticket past its retention is forgotten (its keys expire by TTL soon after).
+  if t[5] ~= 'Q' and t[5] ~= 'A' and t[5] ~= 'P' and num(t[7]) <= now then return nil end
   return {subject = t[1], account = t[2], instance = t[3], run = t[4], state = t[5],
           grant = num(t[6]), deadline = num(t[7]), order = num(t[8]), qat = num(t[9])}
 end
@@ -601,10 +613,10 @@ local function finish(k, t, state)
   redis.call('ZREM', LEASES, k)
   local forget = now + L.retention
   redis.call('HSET', tkey(k), 'state', state, 'deadline', fmt(forget))
-  redis.call('ZADD', RET, forget, k)
-  -- Real-time TTLs only collect garbage a little after the retention has passed.
-  redis.call('PEXPIRE', tkey(k), L.retention + 60000)
-  redis.call('PEXPIRE', runkey(t.run), L.retention + 60000)
+  -- Remembered for retention (`ticket` forgets it then, by the scripts' time); the keys
+  -- themselves expire a second later.
+  redis.call('PEXPIRE', tkey(k), L.retention + 1000)
+  redis.call('PEXPIRE', runkey(t.run), L.retention + 1000)
   -- A Wait stream follows a ticket only while it is queued.
   if was_queued then changed(k) end
 end
@@ -642,11 +654,13 @@ local function dispatch()
     end
   end
 end
--- Expire due leases (and drop stale rss reports); with `forget`, also forget ended tickets
--- past their retention (the sweep does; Submit forgets a run's own old ticket itself).
+-- Expire due leases (and drop stale rss reports); with `forget` (the sweep), also drop the
+-- zero counts of subjects and accounts no longer seen.
 local function housekeeping(forget)
   local freed = false
-  for _, k in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now)) do
+  local due = {}
+  if forget or not nothing_due then due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now) end
+  for _, k in ipairs(due) do
     local t = ticket(k)
     if t then
       finish(k, t, 'E')
@@ -662,12 +676,6 @@ local function housekeeping(forget)
       for i = 1, #all, 2 do
         if tonumber(all[i + 1]) == 0 then redis.call('HDEL', h, all[i]) end
       end
-    end
-    for _, k in ipairs(redis.call('ZRANGEBYSCORE', RET, '-inf', now)) do
-      local run = redis.call('HGET', tkey(k), 'run')
-      redis.call('DEL', tkey(k))
-      if run and redis.call('GET', runkey(run)) == k then redis.call('DEL', runkey(run)) end
-      redis.call('ZREM', RET, k)
     end
   end
   if L.max_rss > 0 then
@@ -712,7 +720,7 @@ end
 /// {'conflict', field}. The key is not checked for a collision: it is 128 random bits, and
 /// finding a taken one is as likely as guessing one.
 pub fn submit() -> String {
-    format!("{TICKET_PRELUDE}{SUBMIT_BODY}")
+    format!("{TICKET_CORE}{SUBMIT_FAST}{TICKET_HELPERS}{SUBMIT_BODY}")
 }
 
 const SUBMIT_BODY: &str = r#"
@@ -722,12 +730,6 @@ local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARG
 local existing = redis.call('SET', runkey(run), key, 'NX', 'GET')
 if existing then
   local t = ticket(existing)
-  if t and not live(t.state) and t.deadline <= now then
-    -- Past its retention: forgotten, as the sweep would have.
-    redis.call('DEL', tkey(existing))
-    redis.call('ZREM', RET, existing)
-    t = nil
-  end
   if t then
     if t.subject ~= subject then return {'conflict', 'subject'} end
     if t.account ~= account then return {'conflict', 'account_id'} end
@@ -805,10 +807,41 @@ local v = view(key)
 return {'ok', key, v[1], v[2], v[3], v[4]}
 "#;
 
+/// Submit's common case in few commands, before the helpers are built: no lease due, nothing
+/// queued, no memory ladder, room for the ticket, a new run_id. The answer is what the full
+/// rules give (housekeeping and dispatch have nothing to do then); anything else falls
+/// through to them.
+const SUBMIT_FAST: &str = r#"
+if L.max_rss == 0 and #redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 1) == 0 then
+  nothing_due = true
+  local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+  local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued')
+  local acap = nil
+  if account ~= '' then
+    acap = L.accounts[account]
+    if not acap and L.per_account >= 0 then acap = L.per_account end
+  end
+  if num(c[5]) == 0 and num(c[2]) < L.total
+    and num(redis.call('HGET', SF, subject)) < (L.subjects[subject] or L.per_subject)
+    and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
+    and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
+    local g = num(c[1]) + 1
+    redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account, 'instance', inst,
+               'run', run, 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease), 'order', 0)
+    redis.call('ZADD', LEASES, now + L.lease, key)
+    redis.call('HSET', C, 'grant', g, 'in_flight', num(c[2]) + 1, 'submitted', num(c[3]) + 1,
+               'admitted', num(c[4]) + 1)
+    redis.call('HINCRBY', SF, subject, 1)
+    if account ~= '' then redis.call('HINCRBY', AF, account, 1) end
+    return {'ok', key, 'A', 0, g, L.lease}
+  end
+end
+"#;
+
 /// Renew leases. ARGV[5] rss_mb ('' none), ARGV[6..] ticket keys.
 /// Returns per key {state, position, grant, lease}, or false when unknown.
 pub fn renew() -> String {
-    format!("{TICKET_PRELUDE}{RENEW_BODY}")
+    format!("{TICKET_CORE}{TICKET_HELPERS}{RENEW_BODY}")
 }
 
 const RENEW_BODY: &str = r#"
@@ -833,7 +866,7 @@ return out
 
 /// Release or withdraw a ticket. ARGV[5] ticket key. Returns the previous state, or false.
 pub fn release() -> String {
-    format!("{TICKET_PRELUDE}{RELEASE_BODY}")
+    format!("{TICKET_CORE}{RELEASE_FAST}{TICKET_HELPERS}{RELEASE_BODY}")
 }
 
 const RELEASE_BODY: &str = r#"
@@ -853,11 +886,36 @@ end
 return t.state
 "#;
 
+/// Release's common case in few commands, before the helpers are built: an admitted ticket,
+/// no lease due, nothing queued (so nothing to dispatch). As `finish` and the full rules do it.
+const RELEASE_FAST: &str = r#"
+if #redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 1) == 0 then
+  nothing_due = true
+  local k = ARGV[5]
+  local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued')
+  if num(c[3]) == 0 then
+    local tk = B .. 't:' .. k
+    local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
+    if t[4] == 'A' then
+      redis.call('HSET', C, 'in_flight', num(c[1]) - 1, 'released', num(c[2]) + 1)
+      redis.call('HINCRBY', SF, t[1], -1)
+      if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], -1) end
+      redis.call('ZREM', LEASES, k)
+      local forget = now + L.retention
+      redis.call('HSET', tk, 'state', 'R', 'deadline', fmt(forget))
+      redis.call('PEXPIRE', tk, L.retention + 1000)
+      redis.call('PEXPIRE', B .. 'run:' .. t[3], L.retention + 1000)
+      return 'A'
+    end
+  end
+end
+"#;
+
 /// Park an admitted ticket (a parked one stays). ARGV[5] ticket key.
 /// Returns {'ok', state, position, grant, lease}, {'state', state} when the ticket may not be
 /// parked, or false when unknown.
 pub fn park() -> String {
-    format!("{TICKET_PRELUDE}{PARK_BODY}")
+    format!("{TICKET_CORE}{TICKET_HELPERS}{PARK_BODY}")
 }
 
 const PARK_BODY: &str = r#"
@@ -883,7 +941,7 @@ return {'ok', v[1], v[2], v[3], v[4]}
 /// of its subject's waiters (admitted and queued ones stay). ARGV[5] ticket key.
 /// Returns as for park.
 pub fn unpark() -> String {
-    format!("{TICKET_PRELUDE}{UNPARK_BODY}")
+    format!("{TICKET_CORE}{TICKET_HELPERS}{UNPARK_BODY}")
 }
 
 const UNPARK_BODY: &str = r#"
@@ -914,10 +972,10 @@ local v = view(k)
 return {'ok', v[1], v[2], v[3], v[4]}
 "#;
 
-/// Read one ticket (after housekeeping). ARGV[5] ticket key, ARGV[6] 'sweep' to also forget
-/// tickets past retention. Returns its view or false.
+/// Read one ticket (after housekeeping). ARGV[5] ticket key, ARGV[6] 'sweep' to also drop
+/// zero counts. Returns its view or false.
 pub fn ticket() -> String {
-    format!("{TICKET_PRELUDE}{TICKET_BODY}")
+    format!("{TICKET_CORE}{TICKET_HELPERS}{TICKET_BODY}")
 }
 
 const TICKET_BODY: &str = r#"
@@ -930,7 +988,7 @@ return view(ARGV[5])
 /// shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
 /// (account, in_flight, queued) x n}.
 pub fn stats() -> String {
-    format!("{TICKET_PRELUDE}{STATS_BODY}")
+    format!("{TICKET_CORE}{TICKET_HELPERS}{STATS_BODY}")
 }
 
 const STATS_BODY: &str = r#"
@@ -983,7 +1041,7 @@ return out
 /// Housekeeping, then every live ticket: {key, state, subject, account, run, instance, grant,
 /// deadline, order} per ticket (sorted by the caller).
 pub fn list() -> String {
-    format!("{TICKET_PRELUDE}{LIST_BODY}")
+    format!("{TICKET_CORE}{TICKET_HELPERS}{LIST_BODY}")
 }
 
 const LIST_BODY: &str = r#"
