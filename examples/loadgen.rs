@@ -60,6 +60,8 @@ struct Args {
     redis_url: Option<String>,
     /// Measure only the Redis comparison (`--only redis`), e.g. while tuning the Redis store.
     only_redis: bool,
+    /// `store.redis.pool_size` of the server on Redis (default: the server's default).
+    redis_pool: Option<u32>,
 }
 
 fn args() -> Args {
@@ -70,6 +72,7 @@ fn args() -> Args {
         streams: 10_000,
         redis_url: None,
         only_redis: false,
+        redis_pool: None,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -87,8 +90,9 @@ fn args() -> Args {
             "--rounds" => a.rounds = value.parse().expect("--rounds N"),
             "--redis-url" => a.redis_url = Some(value),
             "--only" if value == "redis" => a.only_redis = true,
+            "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             _ => panic!(
-                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--only redis]"
+                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis]"
             ),
         }
     }
@@ -798,7 +802,12 @@ async fn main() {
         let redis_config = dir.join("bench-redis.yaml");
         std::fs::write(
             &redis_config,
-            format!("{CONFIG}store:\n  redis: {{ url: \"{url}\", prefix: \"{prefix}\" }}\n"),
+            format!(
+                "{CONFIG}store:\n  redis: {{ url: \"{url}\", prefix: \"{prefix}\"{} }}\n",
+                a.redis_pool
+                    .map(|n| format!(", pool_size: {n}"))
+                    .unwrap_or_default()
+            ),
         )
         .unwrap();
         let on_redis = Server::start_with(&redis_config, &[]);

@@ -28,8 +28,12 @@ const MAX_DRAIN_MS: u64 = 3_600_000;
 
 /// Key prefix in Redis when the file names none.
 pub const DEFAULT_REDIS_PREFIX: &str = "admission:";
-/// Redis connections when the file names no pool_size.
-pub const DEFAULT_REDIS_POOL: u32 = 16;
+/// Redis connections when the file names no pool_size. One multiplexed connection pipelines
+/// every concurrent call, so Redis reads many scripts per read and answers them in one write;
+/// measured with `scripts/bench --only redis --redis-pool N` on a 2-core machine, 1 connection
+/// gave 0.35–0.37 × the in-memory cycle rate where 4 and 16 gave 0.30–0.33 (one Redis thread
+/// gains nothing from more). More help only when one client thread cannot parse the replies.
+pub const DEFAULT_REDIS_POOL: u32 = 1;
 
 /// The address `serve` listens on when neither file nor flag names one.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
