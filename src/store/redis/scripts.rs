@@ -457,12 +457,13 @@ return out
 /// Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
 /// deadline, order; an ended ticket's deadline is when it is forgotten, and its key and its
 /// run's expire by TTL just after); `run:<run_id>` → ticket; `leases` zset of live tickets by
-/// deadline; `q:<subject>` zset of a subject's waiters by order; `rot` list, the round-robin rotation of subjects with waiters;
-/// `depth` zset of subjects by queue depth; `dc` hash, depth → subjects with more waiters than
-/// that; `sf`, `af`, `aq` hashes of subject in-flight, account in-flight and account queued;
-/// `rss` hash instance → `mb|at`; `c` counters. Every change a Wait stream can see (a queued
-/// ticket admitted, shed, cancelled or expired) is published on `B changes` (the ticket's key)
-/// for Wait streams on any replica.
+/// deadline; `q:<subject>` zset of a subject's waiters by order; `rot` list, the round-robin
+/// rotation of subjects with waiters; `depth` zset of subjects by queue depth; `dc` hash,
+/// depth → subjects with more waiters than that; `af`, `aq` hashes of account in-flight and
+/// account queued; `rss` hash instance → `mb|at`; `c` counters, with each subject's in-flight
+/// count as field `s:<subject>`. Every change a Wait stream can see (a queued ticket admitted,
+/// shed, cancelled or expired) is published on `B changes` (the ticket's key) for Wait streams
+/// on any replica.
 const TICKET_CORE: &str = r#"
 local function fmt(x) return string.format('%.0f', x) end
 local function num(v) return tonumber(v or '0') or 0 end
@@ -490,15 +491,32 @@ if now == 0 then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local C, LEASES, ROT = B .. 'c', B .. 'leases', B .. 'rot'
-local DEPTH, DC, SF, AF, AQ, RSS = B .. 'depth', B .. 'dc', B .. 'sf', B .. 'af', B .. 'aq', B .. 'rss'
+local DEPTH, DC, AF, AQ, RSS = B .. 'depth', B .. 'dc', B .. 'af', B .. 'aq', B .. 'rss'
+-- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
+-- with the others).
+local function sf(s) return 's:' .. s end
 local QW = B .. 'qw'
 -- Set by a fast path that found no lease due, so the full rules skip that look.
 local nothing_due = false
+-- The fast paths' look for due leases. The counters' `next_due` is a lower bound of every
+-- lease deadline: the fast paths keep it (they add leases at `now + lease`, never below it,
+-- or only remove them), and every other ticket script drops it first thing, before it may
+-- add a lease anywhere. `stored` is its value; with none, or once it has passed, the first
+-- lease is read (`empty`: the bound when there are no leases). Returns the bound: nothing
+-- is due while it is above `now`.
+local function due_bound(stored, empty)
+  local nd = tonumber(stored)
+  if nd and nd > now then return nd end
+  local first = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
+  return tonumber(first[2]) or empty
+end
 "#;
 
 /// The rest of every ticket script's prelude: the scheduling rules as functions. Kept apart from
 /// [`TICKET_CORE`] so that a fast path placed between them returns before Lua builds them.
 const TICKET_HELPERS: &str = r#"
+-- Past the fast paths: this script may add leases, so the fast paths' bound goes.
+redis.call('HDEL', C, 'next_due')
 -- Upper bounds (ms) of the queue-wait histogram (scheduler::QUEUE_WAIT_BOUNDS_MS).
 local QW_BOUNDS = {10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000, 300000}
 local function tkey(k) return B .. 't:' .. k end
@@ -559,7 +577,7 @@ local function admit(k, t)
   redis.call('ZADD', LEASES, now + L.lease, k)
   redis.call('HINCRBY', C, 'in_flight', 1)
   redis.call('HINCRBY', C, 'admitted', 1)
-  hincr(SF, t.subject, 1)
+  hincr(C, sf(t.subject), 1)
   if t.account ~= '' then hincr(AF, t.account, 1) end
   changed(k)
 end
@@ -603,7 +621,7 @@ local function finish(k, t, state)
     dequeue(k, t, false)
   elseif t.state == 'A' then
     incr('in_flight', -1)
-    hincr(SF, t.subject, -1)
+    hincr(C, sf(t.subject), -1)
     if t.account ~= '' then hincr(AF, t.account, -1) end
   elseif t.state == 'P' then
     incr('parked', -1)
@@ -627,7 +645,7 @@ local function dispatch()
     if not s then break end
     local q = qkey(s)
     local pick, pt = nil, nil
-    if num(redis.call('HGET', SF, s)) < subject_cap(s) then
+    if num(redis.call('HGET', C, sf(s))) < subject_cap(s) then
       for _, k in ipairs(redis.call('ZRANGE', q, 0, -1)) do
         local t = ticket(k)
         if account_has_room(t.account) and not instance_soft(t.instance) then
@@ -671,10 +689,13 @@ local function housekeeping(forget)
     end
   end
   if forget then
-    for _, h in ipairs({SF, AF, AQ, DC}) do
+    for _, h in ipairs({C, AF, AQ, DC}) do
       local all = redis.call('HGETALL', h)
       for i = 1, #all, 2 do
-        if tonumber(all[i + 1]) == 0 then redis.call('HDEL', h, all[i]) end
+        -- Of the counters, only subjects' in-flight counts are dropped at 0.
+        if tonumber(all[i + 1]) == 0 and (h ~= C or string.sub(all[i], 1, 2) == 's:') then
+          redis.call('HDEL', h, all[i])
+        end
       end
     end
   end
@@ -749,9 +770,9 @@ if L.max_rss > 0 and rss and rss >= L.max_rss then
   return refuse('MEMORY_PRESSURE')
 end
 dispatch()
-local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted')
+local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', sf(subject))
 local eligible = (not instance_soft(inst)) and num(c[2]) < L.total
-  and num(redis.call('HGET', SF, subject)) < subject_cap(subject) and account_has_room(account)
+  and num(c[5]) < subject_cap(subject) and account_has_room(account)
 if not eligible then
   if ARGV[10] == 'T' or L.queue_total == 0 then
     return refuse('BUSY')
@@ -794,8 +815,7 @@ if eligible then
              'run', run, 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease), 'order', 0)
   redis.call('ZADD', LEASES, now + L.lease, key)
   redis.call('HSET', C, 'grant', g, 'in_flight', num(c[2]) + 1, 'submitted', num(c[3]) + 1,
-             'admitted', num(c[4]) + 1)
-  hincr(SF, subject, 1)
+             'admitted', num(c[4]) + 1, sf(subject), num(c[5]) + 1)
   if account ~= '' then hincr(AF, account, 1) end
   return {'ok', key, 'A', 0, g, L.lease}
 end
@@ -807,33 +827,39 @@ local v = view(key)
 return {'ok', key, v[1], v[2], v[3], v[4]}
 "#;
 
-/// Submit's common case in few commands, before the helpers are built: no lease due, nothing
-/// queued, no memory ladder, room for the ticket, a new run_id. The answer is what the full
+/// Submit's common case in few commands, before the helpers are built: no lease due (known
+/// from the counters' `next_due` bound, see `due_bound`), nothing queued, no memory ladder,
+/// room for the ticket, a new run_id. The answer is what the full
 /// rules give (housekeeping and dispatch have nothing to do then); anything else falls
 /// through to them.
 const SUBMIT_FAST: &str = r#"
-if L.max_rss == 0 and #redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 1) == 0 then
-  nothing_due = true
+if L.max_rss == 0 then
   local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-  local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued')
-  local acap = nil
-  if account ~= '' then
-    acap = L.accounts[account]
-    if not acap and L.per_account >= 0 then acap = L.per_account end
-  end
-  if num(c[5]) == 0 and num(c[2]) < L.total
-    and num(redis.call('HGET', SF, subject)) < (L.subjects[subject] or L.per_subject)
-    and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
-    and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
-    local g = num(c[1]) + 1
-    redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account, 'instance', inst,
-               'run', run, 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease), 'order', 0)
-    redis.call('ZADD', LEASES, now + L.lease, key)
-    redis.call('HSET', C, 'grant', g, 'in_flight', num(c[2]) + 1, 'submitted', num(c[3]) + 1,
-               'admitted', num(c[4]) + 1)
-    redis.call('HINCRBY', SF, subject, 1)
-    if account ~= '' then redis.call('HINCRBY', AF, account, 1) end
-    return {'ok', key, 'A', 0, g, L.lease}
+  local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued',
+                      's:' .. subject, 'next_due')
+  local nd = due_bound(c[7], now + L.lease)
+  if nd > now then
+    nothing_due = true
+    local acap = nil
+    if account ~= '' then
+      acap = L.accounts[account]
+      if not acap and L.per_account >= 0 then acap = L.per_account end
+    end
+    if num(c[5]) == 0 and num(c[2]) < L.total
+      and num(c[6]) < (L.subjects[subject] or L.per_subject)
+      and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
+      and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
+      local g = num(c[1]) + 1
+      redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account,
+                 'instance', inst, 'run', run, 'state', 'A', 'grant', g,
+                 'deadline', fmt(now + L.lease), 'order', 0)
+      redis.call('ZADD', LEASES, now + L.lease, key)
+      redis.call('HSET', C, 'grant', g, 'in_flight', num(c[2]) + 1, 'submitted', num(c[3]) + 1,
+                 'admitted', num(c[4]) + 1, 's:' .. subject, num(c[6]) + 1,
+                 'next_due', fmt(math.min(nd, now + L.lease)))
+      if account ~= '' then redis.call('HINCRBY', AF, account, 1) end
+      return {'ok', key, 'A', 0, g, L.lease}
+    end
   end
 end
 "#;
@@ -887,18 +913,20 @@ return t.state
 "#;
 
 /// Release's common case in few commands, before the helpers are built: an admitted ticket,
-/// no lease due, nothing queued (so nothing to dispatch). As `finish` and the full rules do it.
+/// no lease due (see `due_bound`), nothing queued (so nothing to dispatch). As `finish` and the full rules do it.
 const RELEASE_FAST: &str = r#"
-if #redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 1) == 0 then
-  nothing_due = true
-  local k = ARGV[5]
-  local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued')
-  if num(c[3]) == 0 then
-    local tk = B .. 't:' .. k
-    local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
-    if t[4] == 'A' then
-      redis.call('HSET', C, 'in_flight', num(c[1]) - 1, 'released', num(c[2]) + 1)
-      redis.call('HINCRBY', SF, t[1], -1)
+local k = ARGV[5]
+local tk = B .. 't:' .. k
+local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
+if t[4] == 'A' then
+  local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due')
+  -- This ticket's own lease is in the set, so the bound is never the fallback.
+  local nd = due_bound(c[5], now)
+  if nd > now then
+    nothing_due = true
+    if num(c[3]) == 0 then
+      redis.call('HSET', C, 'in_flight', num(c[1]) - 1, 'released', num(c[2]) + 1,
+                 's:' .. t[1], num(c[4]) - 1, 'next_due', fmt(nd))
       if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], -1) end
       redis.call('ZREM', LEASES, k)
       local forget = now + L.retention
@@ -925,7 +953,7 @@ local t = ticket(k)
 if not t then return false end
 if t.state == 'A' then
   incr('in_flight', -1)
-  hincr(SF, t.subject, -1)
+  hincr(C, sf(t.subject), -1)
   if t.account ~= '' then hincr(AF, t.account, -1) end
   incr('parked', 1)
   redis.call('HSET', tkey(k), 'state', 'P')
@@ -952,7 +980,7 @@ if not t then return false end
 if t.state == 'P' then
   incr('parked', -1)
   local fits = (not instance_soft(t.instance)) and cnt('in_flight') < L.total
-    and num(redis.call('HGET', SF, t.subject)) < subject_cap(t.subject)
+    and num(redis.call('HGET', C, sf(t.subject))) < subject_cap(t.subject)
     and account_has_room(t.account)
   if fits then
     local g = redis.call('HINCRBY', C, 'grant', 1)
@@ -960,7 +988,7 @@ if t.state == 'P' then
     redis.call('ZADD', LEASES, now + L.lease, k)
     redis.call('HINCRBY', C, 'in_flight', 1)
     redis.call('HINCRBY', C, 'admitted', 1)
-    hincr(SF, t.subject, 1)
+    hincr(C, sf(t.subject), 1)
     if t.account ~= '' then hincr(AF, t.account, 1) end
   else
     enqueue(k, t, true)
@@ -1005,13 +1033,18 @@ for _, inst in ipairs(redis.call('HKEYS', RSS)) do
 end
 table.insert(out, rss)
 local subjects, seen = {}, {}
-for _, s in ipairs(redis.call('HKEYS', SF)) do seen[s] = true; table.insert(subjects, s) end
+for _, f in ipairs(redis.call('HKEYS', C)) do
+  if string.sub(f, 1, 2) == 's:' then
+    local s = string.sub(f, 3)
+    seen[s] = true; table.insert(subjects, s)
+  end
+end
 for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
   if not seen[s] then seen[s] = true; table.insert(subjects, s) end
 end
 local rows = {}
 for _, s in ipairs(subjects) do
-  local f, q = num(redis.call('HGET', SF, s)), redis.call('ZCARD', qkey(s))
+  local f, q = num(redis.call('HGET', C, sf(s))), redis.call('ZCARD', qkey(s))
   if f > 0 or q > 0 then
     table.insert(rows, s); table.insert(rows, f); table.insert(rows, q)
   end
