@@ -56,6 +56,18 @@ impl Drop for RedisServer {
 }
 
 /// Log lines written while the guard lives, for checking what the store said.
+/// A queued-mode Submit of `subject` for `run` from one replica.
+fn queue_args(subject: &str, run: &str) -> admission_authority::scheduler::SubmitArgs {
+    admission_authority::scheduler::SubmitArgs {
+        instance_id: "replica".into(),
+        subject: subject.into(),
+        account_id: None,
+        run_id: run.into(),
+        mode: admission_authority::scheduler::SubmitMode::Queue,
+        rss_mb: None,
+    }
+}
+
 fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
     #[derive(Clone)]
     struct Sink(Arc<Mutex<Vec<u8>>>);
@@ -530,7 +542,7 @@ impl Cluster {
 #[tokio::test]
 async fn the_store_works_on_a_three_node_redis_cluster() {
     use admission_authority::ledger::{AuthorizeArgs, Coverage, Decision, Usage};
-    use admission_authority::scheduler::{LimitsTable, SubmitArgs, SubmitMode, TicketState};
+    use admission_authority::scheduler::{LimitsTable, TicketState};
     use admission_authority::store::{LedgerStore, TicketStore, TicketWatch};
 
     let cluster = Cluster::start();
@@ -553,24 +565,16 @@ async fn the_store_works_on_a_three_node_redis_cluster() {
         Arc::new(ManualClock::new(1_000)),
     )
     .unwrap();
-    let args = |subject: &str, run: &str| SubmitArgs {
-        instance_id: "replica".into(),
-        subject: subject.into(),
-        account_id: None,
-        run_id: run.into(),
-        mode: SubmitMode::Queue,
-        rss_mb: None,
-    };
     // Several hosts, so their keys land on different nodes.
     for host in ["host-a", "host-b", "host-c", "host-d"] {
         let (holder, v) = store
-            .submit(host, args("alice", "r1"))
+            .submit(host, queue_args("alice", "r1"))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(v.state, TicketState::Admitted);
         let (waiter, v) = store
-            .submit(host, args("bob", "r2"))
+            .submit(host, queue_args("bob", "r2"))
             .await
             .unwrap()
             .unwrap();
@@ -638,9 +642,7 @@ async fn the_store_works_on_a_three_node_redis_cluster() {
 /// ticket and run key expires, and what stays is the host's fixed set of structures.
 #[tokio::test]
 async fn ended_tickets_leave_only_keys_that_expire() {
-    use admission_authority::scheduler::{
-        Limits, LimitsTable, SubmitArgs, SubmitMode, TicketState,
-    };
+    use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
     use admission_authority::store::TicketStore;
 
     let redis = RedisServer::start(common::free_port());
@@ -666,19 +668,11 @@ async fn ended_tickets_leave_only_keys_that_expire() {
         Arc::new(ManualClock::new(0)),
     )
     .unwrap();
-    let args = |subject: &str, run: &str| SubmitArgs {
-        instance_id: "replica".into(),
-        subject: subject.into(),
-        account_id: None,
-        run_id: run.into(),
-        mode: SubmitMode::Queue,
-        rss_mb: None,
-    };
     let submit = |subject: &'static str, run: &'static str| {
         let store = &store;
         async move {
             store
-                .submit("h", args(subject, run))
+                .submit("h", queue_args(subject, run))
                 .await
                 .unwrap()
                 .unwrap()
