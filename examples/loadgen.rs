@@ -852,7 +852,7 @@ async fn main() {
     if a.only_redis {
         if let Some((ratio, (all, scripts))) = redis_summary {
             println!(
-                "\nRedis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's; {scripts:.2} EVALSHA per RPC ({all:.1} commands per RPC inside the scripts)"
+                "\nRedis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's; {scripts:.2} EVALSHA per RPC ({all:.1} Redis commands per RPC in all, the EVALSHA included)"
             );
         }
         return;
@@ -1012,7 +1012,7 @@ async fn main() {
     }
     if let Some((ratio, (all, scripts))) = redis_summary {
         println!(
-            "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's (target ≥ 0.35); {scripts:.2} EVALSHA per RPC (one round trip each; {all:.1} commands per RPC run inside the scripts)"
+            "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's (target ≥ 0.35); {scripts:.2} EVALSHA per RPC (one round trip each; {all:.1} Redis commands per RPC in all, the EVALSHA included)"
         );
     }
     println!(
