@@ -3,26 +3,7 @@
 mod common;
 
 use admission_authority::api;
-use common::{Server, free_port, release, submit_req};
-
-/// GET `path` over plain HTTP/1.1; (status, body).
-fn get(port: u16, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the admin endpoint");
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
+use common::{Server, free_port, http_get as get, release, submit_req};
 
 #[tokio::test]
 async fn metrics_count_a_known_sequence_of_rpcs() {

@@ -123,6 +123,12 @@ async fn auth_falls_back_to_a_local_bucket_and_its_lockouts_outlive_the_outage()
     let mut expected = vec![AuthVerdict::Allowed; 5];
     expected.push(AuthVerdict::LockedOut);
     assert_eq!(verdicts, expected);
+    let again = attempt("mallory").await.unwrap();
+    assert_eq!(
+        (again.verdict, again.degraded),
+        (AuthVerdict::LockedOut, true),
+        "the local lockout answers, and says the store is being skipped"
+    );
     // A peek during the outage reads the local bucket too.
     let peek = store
         .auth_peek("magic_link", "mallory", magic)
@@ -157,7 +163,10 @@ async fn auth_falls_back_to_a_local_bucket_and_its_lockouts_outlive_the_outage()
     let _redis = RedisServer::start(port);
     clock.advance(AUTH_SKIP_MS);
     let locked = attempt("mallory").await.unwrap();
-    assert_eq!(locked.verdict, AuthVerdict::LockedOut);
+    assert_eq!(
+        (locked.verdict, locked.degraded),
+        (AuthVerdict::LockedOut, false)
+    );
     assert!(locked.retry_after_ms > 0 && locked.retry_after_ms < 300_000);
     let carol = attempt("carol").await.unwrap();
     assert!(
@@ -205,11 +214,16 @@ async fn a_custom_bucket_counts_once_across_two_replicas_of_the_store() {
 #[tokio::test]
 async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_it() {
     use admission_authority::api;
-    use common::{Server, config_file, eventually, submit_req};
+    use common::{Server, config_file, eventually, http_get, submit_req};
     use tonic::Code;
 
     let port = common::free_port();
     let mut redis = RedisServer::start(port);
+    let admin = common::free_port();
+    let fallback_gauge = |value: u8| {
+        let line = format!("admission_auth_fallback_active {value}");
+        http_get(admin, "/metrics").1.lines().any(|l| l == line)
+    };
     let config = config_file(
         "outage-server",
         &format!(
@@ -217,8 +231,19 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
             redis.url()
         ),
     );
-    let server = Server::start(&["--config", config.to_str().unwrap()]);
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let server = Server::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--admin-listen",
+        &admin_addr,
+    ]);
     let mut c = server.client().await;
+    eventually("the admin endpoint", Duration::from_secs(5), || async {
+        std::net::TcpStream::connect(("127.0.0.1", admin)).ok()
+    })
+    .await;
+    assert!(fallback_gauge(0));
     let held = c
         .submit(submit_req("h", "alice", "r1"))
         .await
@@ -259,6 +284,12 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
         a.allowed && a.degraded,
         "auth decided by the local bucket: {a:?}"
     );
+    assert!(fallback_gauge(1), "the fallback shows on /metrics");
+    assert_eq!(
+        http_get(admin, "/readyz").0,
+        503,
+        "not ready without its store"
+    );
 
     // Redis returns (empty: its data is gone with the process); the authority recovers by
     // itself, without a restart.
@@ -272,15 +303,24 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
     assert_eq!(r.state, api::TicketState::Admitted as i32);
     let ok = c.authorize(authorize("run-2")).await.unwrap().into_inner();
     assert_eq!(ok.decision, api::Decision::Allow as i32);
-    // Auth buckets return to Redis once the 5 s skip has passed.
+    // Auth buckets return to Redis once the 5 s skip has passed (a new identity each time, so
+    // no local lockout answers in between).
+    let tries = std::sync::atomic::AtomicU32::new(0);
     eventually("auth to use Redis again", Duration::from_secs(10), || {
         let mut c = c.clone();
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         async move {
-            let a = c.check_auth_attempt(attempt()).await.ok()?.into_inner();
+            let req = api::AuthAttemptRequest {
+                identity: format!("198.51.100.{n}"),
+                ..attempt()
+            };
+            let a = c.check_auth_attempt(req).await.ok()?.into_inner();
             (!a.degraded).then_some(())
         }
     })
     .await;
+    assert!(fallback_gauge(0));
+    assert_eq!(http_get(admin, "/readyz").0, 200);
 }
 
 mod differential {

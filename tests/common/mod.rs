@@ -113,6 +113,25 @@ impl Drop for Server {
     }
 }
 
+/// GET `path` over plain HTTP/1.1; (status, body).
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the admin endpoint");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
 /// A loopback port that was free a moment ago (for processes that cannot report theirs).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -300,15 +300,17 @@ impl RedisStore {
             .lock()
             .expect("auth lock")
             .locked_until(endpoint, identity, now);
+        let skipping = now < self.skip_redis_until.load(Ordering::Relaxed);
         if let Some(until) = local_lockout {
             return Ok(AuthDecision {
                 verdict: AuthVerdict::LockedOut,
                 remaining: 0,
                 retry_after_ms: until - now,
-                degraded: false,
+                // Decided locally; `degraded` says whether the shared store is being skipped.
+                degraded: skipping,
             });
         }
-        if now >= self.skip_redis_until.load(Ordering::Relaxed) {
+        if !skipping {
             let shared = if peek {
                 self.shared_peek(endpoint, identity, rule).await
             } else {
