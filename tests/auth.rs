@@ -210,3 +210,53 @@ async fn bad_auth_input_is_refused_with_the_field_named_and_changes_nothing() {
     // None of them counted: "u" still has its whole budget on login.
     assert_eq!(attempt(&mut c, "login", "u").await.remaining, 2);
 }
+
+/// What an operator reads in the log: a full key table is said once (not per refused attempt),
+/// and every UnlockAuth is logged with its endpoint and whether the key was locked.
+#[tokio::test]
+async fn a_full_key_table_and_an_operator_unlock_are_logged() {
+    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("auth-log-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    let config = common::config_file("auth-log", &format!("{CONFIG}  local_max_keys: 2\n"));
+    let server = Server::spawn(
+        &["--config", config.to_str().unwrap(), "--log-format", "json"],
+        "info",
+        std::process::Stdio::from(file),
+    );
+    let mut c = server.client().await;
+    let mut op = server.operator().await;
+    for who in ["a", "b"] {
+        assert!(attempt(&mut c, "login", who).await.allowed);
+    }
+    for who in ["c", "d", "e"] {
+        let r = attempt(&mut c, "login", who).await;
+        assert_eq!((r.allowed, r.reason.as_str()), (false, "KEY_TABLE_FULL"));
+    }
+    for _ in 0..3 {
+        attempt(&mut c, "login", "a").await;
+    }
+    op.unlock_auth(api::UnlockAuthRequest {
+        endpoint: "login".into(),
+        identity: "a".into(),
+    })
+    .await
+    .unwrap();
+    drop(server);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        logged
+            .matches("auth bucket table is full of live keys")
+            .count(),
+        1,
+        "once, not per refused attempt: {logged}"
+    );
+    let unlock = logged
+        .lines()
+        .find(|l| l.contains("auth bucket unlocked by an operator"))
+        .unwrap_or_else(|| panic!("no unlock line: {logged}"));
+    assert!(
+        unlock.contains(r#""endpoint":"login""#) && unlock.contains(r#""was_locked":true"#),
+        "{unlock}"
+    );
+}
