@@ -40,6 +40,19 @@ pub const AUTH_SKIP_MS: u64 = 5_000;
 /// Longest wait for a connection or an answer before Redis counts as unreachable.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// `url` parsed, with Nagle's algorithm off ([`tcp_settings`]).
+fn connection_info(url: &str) -> Result<redis::ConnectionInfo, StoreError> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|e| StoreError(format!("redis url {url:?}: {e}")))?;
+    Ok(info.set_tcp_settings(tcp_settings()))
+}
+
+/// Nagle's algorithm off: calls share a connection, and with it on a small write can wait
+/// for the answer to the one before.
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 /// A connection for one call: multiplexed to one Redis, or to a Redis Cluster (which routes
 /// each script to the node that serves its first key's slot).
 #[derive(Clone)]
@@ -146,7 +159,7 @@ impl RedisStore {
         policy: Policy,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
-        let manager = RedisConnectionManager::new(url)
+        let manager = RedisConnectionManager::new(connection_info(url)?)
             .map_err(|e| StoreError(format!("redis url {url:?}: {e}")))?;
         let default_limits_args = tickets::limits_args(&policy.limits.default);
         let limits_args = policy
@@ -210,7 +223,9 @@ impl RedisStore {
         let first = nodes
             .first()
             .ok_or_else(|| StoreError("redis cluster: no node given".into()))?;
-        let client = redis::cluster::ClusterClient::new(nodes.to_vec())
+        let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
+            .tcp_settings(tcp_settings())
+            .build()
             .map_err(|e| StoreError(format!("redis cluster: {e}")))?;
         let mut store = RedisStore::new(first, prefix, 1, policy, clock)?;
         store.cluster = Some(client);
