@@ -464,38 +464,41 @@ return out
 /// count as field `s:<subject>`. Every change a Wait stream can see (a queued ticket admitted,
 /// shed, cancelled or expired) is published on `B changes` (the ticket's key) for Wait streams
 /// on any replica.
+///
+/// Times and counts go to Redis through `fmt`, as integers: a Lua number given to `redis.call`
+/// is written with `%.17g`, which costs about twice as much (glibc prints a double digit by
+/// digit), and these scripts pass a dozen numbers on every call.
 const TICKET_CORE: &str = r#"
-local function fmt(x) return string.format('%.0f', x) end
+local format = string.format
+local function fmt(x) return format('%d', x) end
 local function num(v) return tonumber(v or '0') or 0 end
 local B = ARGV[1]
-local L = {}
+local L
 do
   local total, per_subject, per_account, queue_total, queue_per_subject, queue_hard_total,
     overflow, lease, retention, max_rss, soft_rss = string.match(ARGV[2],
     '^(%d+),(%d+),(%-?%d+),(%d+),(%d+),(%d+),([%a_]+),(%d+),(%d+),(%d+),(%d+)$')
-  L.total, L.per_subject, L.per_account = tonumber(total), tonumber(per_subject), tonumber(per_account)
-  L.queue_total, L.queue_per_subject = tonumber(queue_total), tonumber(queue_per_subject)
-  L.queue_hard_total, L.overflow = tonumber(queue_hard_total), overflow
-  L.lease, L.retention = tonumber(lease), tonumber(retention)
-  L.max_rss, L.soft_rss = tonumber(max_rss), tonumber(soft_rss)
-  if ARGV[4] ~= '' then
-    local maps = cjson.decode(ARGV[4])
-    L.subjects, L.accounts = maps.subjects, maps.accounts
-  else
-    L.subjects, L.accounts = {}, {}
-  end
+  -- One constructor: the table is sized once (filling it field by field rehashes it). The
+  -- cap maps are only read, so one empty table stands for both when there are none.
+  local none = {}
+  local maps = ARGV[4] ~= '' and cjson.decode(ARGV[4]) or none
+  L = {total = tonumber(total), per_subject = tonumber(per_subject),
+       per_account = tonumber(per_account), queue_total = tonumber(queue_total),
+       queue_per_subject = tonumber(queue_per_subject),
+       queue_hard_total = tonumber(queue_hard_total), overflow = overflow,
+       lease = tonumber(lease), retention = tonumber(retention), max_rss = tonumber(max_rss),
+       soft_rss = tonumber(soft_rss), subjects = maps.subjects or none,
+       accounts = maps.accounts or none}
 end
 local now = tonumber(ARGV[3])
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local C, LEASES, ROT = B .. 'c', B .. 'leases', B .. 'rot'
-local DEPTH, DC, AF, AQ, RSS = B .. 'depth', B .. 'dc', B .. 'af', B .. 'aq', B .. 'rss'
+local C, LEASES, AF = B .. 'c', B .. 'leases', B .. 'af'
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
 -- with the others).
 local function sf(s) return 's:' .. s end
-local QW = B .. 'qw'
 -- Set by a fast path that found no lease due, so the full rules skip that look.
 local nothing_due = false
 -- The fast paths' look for due leases. The counters' `next_due` is a lower bound of every
@@ -517,6 +520,8 @@ end
 const TICKET_HELPERS: &str = r#"
 -- Past the fast paths: this script may add leases, so the fast paths' bound goes.
 redis.call('HDEL', C, 'next_due')
+local ROT, DEPTH, DC, AQ, RSS = B .. 'rot', B .. 'depth', B .. 'dc', B .. 'aq', B .. 'rss'
+local QW = B .. 'qw'
 -- Upper bounds (ms) of the queue-wait histogram (scheduler::QUEUE_WAIT_BOUNDS_MS).
 local QW_BOUNDS = {10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000, 300000}
 local function tkey(k) return B .. 't:' .. k end
@@ -810,12 +815,14 @@ end
 if eligible then
   -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
   -- published (no Wait stream can follow a ticket before its id is answered).
-  local g = num(c[1]) + 1
+  local g = fmt(num(c[1]) + 1)
+  local deadline = fmt(now + L.lease)
   redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
-             'run', run, 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease), 'order', 0)
-  redis.call('ZADD', LEASES, now + L.lease, key)
-  redis.call('HSET', C, 'grant', g, 'in_flight', num(c[2]) + 1, 'submitted', num(c[3]) + 1,
-             'admitted', num(c[4]) + 1, sf(subject), num(c[5]) + 1)
+             'run', run, 'state', 'A', 'grant', g, 'deadline', deadline, 'order', '0')
+  redis.call('ZADD', LEASES, deadline, key)
+  redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
+             'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
+             sf(subject), fmt(num(c[5]) + 1))
   if account ~= '' then hincr(AF, account, 1) end
   return {'ok', key, 'A', 0, g, L.lease}
 end
@@ -849,15 +856,17 @@ if L.max_rss == 0 then
       and num(c[6]) < (L.subjects[subject] or L.per_subject)
       and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
       and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
-      local g = num(c[1]) + 1
+      local g = fmt(num(c[1]) + 1)
+      local deadline = fmt(now + L.lease)
       redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account,
                  'instance', inst, 'run', run, 'state', 'A', 'grant', g,
-                 'deadline', fmt(now + L.lease), 'order', 0)
-      redis.call('ZADD', LEASES, now + L.lease, key)
-      redis.call('HSET', C, 'grant', g, 'in_flight', num(c[2]) + 1, 'submitted', num(c[3]) + 1,
-                 'admitted', num(c[4]) + 1, 's:' .. subject, num(c[6]) + 1,
-                 'next_due', fmt(math.min(nd, now + L.lease)))
-      if account ~= '' then redis.call('HINCRBY', AF, account, 1) end
+                 'deadline', deadline, 'order', '0')
+      redis.call('ZADD', LEASES, deadline, key)
+      redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
+                 'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
+                 's:' .. subject, fmt(num(c[6]) + 1),
+                 'next_due', nd > now + L.lease and deadline or fmt(nd))
+      if account ~= '' then redis.call('HINCRBY', AF, account, '1') end
       return {'ok', key, 'A', 0, g, L.lease}
     end
   end
@@ -925,14 +934,15 @@ if t[4] == 'A' then
   if nd > now then
     nothing_due = true
     if num(c[3]) == 0 then
-      redis.call('HSET', C, 'in_flight', num(c[1]) - 1, 'released', num(c[2]) + 1,
-                 's:' .. t[1], num(c[4]) - 1, 'next_due', fmt(nd))
-      if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], -1) end
+      redis.call('HSET', C, 'in_flight', fmt(num(c[1]) - 1), 'released', fmt(num(c[2]) + 1),
+                 's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd))
+      if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], '-1') end
       redis.call('ZREM', LEASES, k)
       local forget = now + L.retention
       redis.call('HSET', tk, 'state', 'R', 'deadline', fmt(forget))
-      redis.call('PEXPIRE', tk, L.retention + 1000)
-      redis.call('PEXPIRE', B .. 'run:' .. t[3], L.retention + 1000)
+      local keep = fmt(L.retention + 1000)
+      redis.call('PEXPIRE', tk, keep)
+      redis.call('PEXPIRE', B .. 'run:' .. t[3], keep)
       return 'A'
     end
   end
