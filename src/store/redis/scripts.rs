@@ -467,7 +467,8 @@ return out
 ///
 /// Times and counts go to Redis through `fmt`, as integers: a Lua number given to `redis.call`
 /// is written with `%.17g`, which costs about twice as much (glibc prints a double digit by
-/// digit), and these scripts pass a dozen numbers on every call.
+/// digit), and these scripts pass a dozen numbers on every call. (`%d` goes through a C `long`:
+/// 64 bits on the 64-bit builds of Redis that hold millisecond times; a 32-bit build would not.)
 const TICKET_CORE: &str = r#"
 local format = string.format
 local function fmt(x) return format('%d', x) end
