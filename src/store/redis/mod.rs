@@ -40,6 +40,28 @@ pub const AUTH_SKIP_MS: u64 = 5_000;
 /// Longest wait for a connection or an answer before Redis counts as unreachable.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The oldest Redis the scripts run on: `SET ... NX GET` came in 7.0.
+const MIN_REDIS_VERSION: (u32, u32) = (7, 0);
+
+/// Whether the `INFO server` answer names a Redis the scripts run on; the error says which
+/// Redis it is and what is needed.
+fn check_version(info: &str) -> Result<(), String> {
+    let version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .map(str::trim)
+        .ok_or("redis: INFO server names no redis_version")?;
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if found < MIN_REDIS_VERSION {
+        let (major, minor) = MIN_REDIS_VERSION;
+        return Err(format!(
+            "redis {version}: the store needs Redis {major}.{minor} or newer"
+        ));
+    }
+    Ok(())
+}
+
 /// `url` parsed, with Nagle's algorithm off ([`tcp_settings`]).
 fn connection_info(url: &str) -> Result<redis::ConnectionInfo, StoreError> {
     let info = redis::IntoConnectionInfo::into_connection_info(url)
@@ -262,12 +284,21 @@ impl RedisStore {
         if let Some(c) = self.slots[i].lock().expect("slot lock").clone() {
             return Ok((Conn::Single(c), true));
         }
-        let c = self
+        let mut c = self
             .pool
             .get()
             .await
             .map_err(|e| StoreError(format!("redis: {e}")))?
             .clone();
+        // A new connection: make sure the scripts can run there before any call does.
+        let info: String = tokio::time::timeout(
+            REDIS_TIMEOUT,
+            redis::cmd("INFO").arg("server").query_async(&mut c),
+        )
+        .await
+        .map_err(|_| StoreError("redis: no answer to INFO".into()))?
+        .map_err(|e| StoreError(format!("redis: {e}")))?;
+        check_version(&info).map_err(StoreError)?;
         *self.slots[i].lock().expect("slot lock") = Some(c.clone());
         Ok((Conn::Single(c), false))
     }
@@ -765,5 +796,28 @@ impl AuthStore for RedisStore {
         let now = self.clock.now_ms();
         self.local_auth.lock().expect("auth lock").prune(now);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_version;
+
+    #[test]
+    fn redis_older_than_7_0_is_refused_by_name() {
+        assert_eq!(
+            check_version("# Server\r\nredis_version:7.0.15\r\n"),
+            Ok(())
+        );
+        assert_eq!(
+            check_version("redis_version:7.2.4\nredis_mode:standalone"),
+            Ok(())
+        );
+        assert_eq!(check_version("redis_version:8.0.0"), Ok(()));
+        assert_eq!(
+            check_version("redis_version:6.2.14\r\n"),
+            Err("redis 6.2.14: the store needs Redis 7.0 or newer".to_string())
+        );
+        assert!(check_version("# Server\r\nredis_mode:standalone").is_err());
     }
 }
