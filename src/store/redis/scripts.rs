@@ -514,6 +514,16 @@ local function due_bound(stored, empty)
   local first = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
   return tonumber(first[2]) or empty
 end
+-- A new ticket admitted at once (Submit's fast path and full rules): the ticket and its lease
+-- in one write each; the caller writes the counters. Returns its grant and deadline.
+local function admit_new(key, subject, account, inst, run, grant)
+  local g, deadline = fmt(grant), fmt(now + L.lease)
+  redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account,
+             'instance', inst, 'run', run, 'state', 'A', 'grant', g,
+             'deadline', deadline, 'order', '0')
+  redis.call('ZADD', LEASES, deadline, key)
+  return g, deadline
+end
 "#;
 
 /// The rest of every ticket script's prelude: the scheduling rules as functions. Kept apart from
@@ -816,11 +826,7 @@ end
 if eligible then
   -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
   -- published (no Wait stream can follow a ticket before its id is answered).
-  local g = fmt(num(c[1]) + 1)
-  local deadline = fmt(now + L.lease)
-  redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
-             'run', run, 'state', 'A', 'grant', g, 'deadline', deadline, 'order', '0')
-  redis.call('ZADD', LEASES, deadline, key)
+  local g = admit_new(key, subject, account, inst, run, num(c[1]) + 1)
   redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
              'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
              sf(subject), fmt(num(c[5]) + 1))
@@ -857,12 +863,7 @@ if L.max_rss == 0 then
       and num(c[6]) < (L.subjects[subject] or L.per_subject)
       and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
       and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
-      local g = fmt(num(c[1]) + 1)
-      local deadline = fmt(now + L.lease)
-      redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account,
-                 'instance', inst, 'run', run, 'state', 'A', 'grant', g,
-                 'deadline', deadline, 'order', '0')
-      redis.call('ZADD', LEASES, deadline, key)
+      local g, deadline = admit_new(key, subject, account, inst, run, num(c[1]) + 1)
       redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
                  'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
                  's:' .. subject, fmt(num(c[6]) + 1),
