@@ -72,6 +72,8 @@ fn limits() -> impl Strategy<Value = Limits> {
             Just(OverflowPolicy::Queue)
         ],
         any::<bool>(),
+        // 1 forgets ended tickets early, 32 at a time (scheduler::RETAIN_SLACK).
+        prop_oneof![Just(1u32), Just(100_000)],
     )
         .prop_map(
             |(
@@ -82,6 +84,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                 queue_per_subject,
                 overflow,
                 memory,
+                max_retained,
             )| {
                 Limits {
                     total,
@@ -95,6 +98,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                     overflow,
                     lease_ttl_ms: 500,
                     retention_ms: 800,
+                    max_retained,
                     memory: if memory {
                         MemoryLimits::from_ratio(1000, 0.9)
                     } else {

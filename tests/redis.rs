@@ -379,25 +379,29 @@ mod differential {
                 Just(OverflowPolicy::Queue)
             ],
             any::<bool>(),
+            prop_oneof![Just(1u32), Just(100_000)],
         )
             .prop_map(
-                |(total, per_subject, per_account, qt, qps, overflow, memory)| Limits {
-                    total,
-                    per_subject,
-                    per_account,
-                    subjects: [("dave".to_string(), 1)].into(),
-                    accounts: HashMap::new(),
-                    queue_total: qt,
-                    queue_per_subject: qps,
-                    queue_hard_total: qt * 2,
-                    overflow,
-                    lease_ttl_ms: 500,
-                    retention_ms: 800,
-                    memory: if memory {
-                        MemoryLimits::from_ratio(1000, 0.9)
-                    } else {
-                        MemoryLimits::OFF
-                    },
+                |(total, per_subject, per_account, qt, qps, overflow, memory, max_retained)| {
+                    Limits {
+                        total,
+                        per_subject,
+                        per_account,
+                        subjects: [("dave".to_string(), 1)].into(),
+                        accounts: HashMap::new(),
+                        queue_total: qt,
+                        queue_per_subject: qps,
+                        queue_hard_total: qt * 2,
+                        overflow,
+                        lease_ttl_ms: 500,
+                        retention_ms: 800,
+                        max_retained,
+                        memory: if memory {
+                            MemoryLimits::from_ratio(1000, 0.9)
+                        } else {
+                            MemoryLimits::OFF
+                        },
+                    }
                 },
             )
     }
@@ -678,8 +682,9 @@ async fn the_store_works_on_a_three_node_redis_cluster() {
     store.sweep_ledger().await.unwrap();
 }
 
-/// Ended tickets are remembered for `retention` and leave nothing behind without a TTL: every
-/// ticket and run key expires, and what stays is the host's fixed set of structures.
+/// Ended tickets are remembered for `retention`, compacted to what a retry needs, and leave
+/// nothing behind without a TTL: every ticket and run key expires, and what stays is the host's
+/// fixed set of structures (the `ended` list is bounded by `max_retained`).
 #[tokio::test]
 async fn ended_tickets_leave_only_keys_that_expire() {
     use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
@@ -765,6 +770,19 @@ async fn ended_tickets_leave_only_keys_that_expire() {
         if ttl > 0 {
             assert!(ttl <= 61_000, "{key} expires after retention: {ttl} ms");
             expiring += 1;
+            if key.contains(":t:") {
+                let mut fields: Vec<String> = redis::cmd("HKEYS")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                fields.sort();
+                assert_eq!(
+                    fields,
+                    ["deadline", "grant", "run", "state"],
+                    "an ended ticket keeps only what a retry needs: {key}"
+                );
+            }
         } else {
             lasting.push(
                 key.strip_prefix("ttl:sched:{h}:")
@@ -777,7 +795,7 @@ async fn ended_tickets_leave_only_keys_that_expire() {
     lasting.sort();
     for key in &lasting {
         assert!(
-            ["c", "leases", "dc", "qw", "ttl:hosts"].contains(&key.as_str()),
+            ["c", "leases", "dc", "qw", "ended", "ttl:hosts"].contains(&key.as_str()),
             "{key} has no TTL and is not one of the host's fixed structures: {lasting:?}"
         );
     }

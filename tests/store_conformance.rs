@@ -339,6 +339,42 @@ where
     assert_eq!(v.state, TicketState::Admitted);
 }
 
+pub async fn ended_tickets_are_compact_and_bounded_per_host<H: Harness>()
+where
+    H::S: TicketStore,
+{
+    let h = H::build(LimitsTable::uniform(Limits {
+        max_retained: 1,
+        ..limits(2, 2, 0)
+    }))
+    .await;
+    let s = h.store();
+    let slack = admission_authority::scheduler::RETAIN_SLACK;
+    let mut ended = Vec::new();
+    for i in 0..slack {
+        let (id, v) = submit(s, "h", "alice", &format!("run-{i}")).await.unwrap();
+        assert_eq!(v.state, TicketState::Admitted);
+        s.release(&id).await.unwrap();
+        ended.push((id, v.grant));
+    }
+    // An ended ticket answers a repeat with its final state and grant, whoever repeats it.
+    let (again, v) = submit(s, "h", "bob", "run-0").await.unwrap();
+    assert_eq!(
+        (&again, v.state, v.grant),
+        (&ended[0].0, TicketState::Released, ended[0].1)
+    );
+    // max_retained 1 + RETAIN_SLACK ended tickets: the oldest RETAIN_SLACK are forgotten.
+    let (last, _) = submit(s, "h", "alice", "run-last").await.unwrap();
+    s.release(&last).await.unwrap();
+    for (id, _) in &ended {
+        assert_eq!(state(s, id).await, None, "forgotten early: {id}");
+    }
+    assert_eq!(state(s, &last).await, Some(TicketState::Released));
+    let (fresh, v) = submit(s, "h", "alice", "run-0").await.unwrap();
+    assert_ne!(fresh, ended[0].0, "a forgotten run_id makes a new ticket");
+    assert_eq!(v.state, TicketState::Admitted);
+}
+
 pub async fn stats_and_listing_show_live_tickets<H: Harness>()
 where
     H::S: TicketStore,
@@ -1197,6 +1233,7 @@ macro_rules! every_scenario {
             renew_extends_leases_and_reports_unknown_ids,
             an_expired_lease_frees_its_slot_for_the_next_waiter,
             repeated_run_ids_are_idempotent_until_retention_ends,
+            ended_tickets_are_compact_and_bounded_per_host,
             stats_and_listing_show_live_tickets,
             ticket_ids_are_distinct_and_name_their_host,
             per_host_limits_apply_to_their_host_only,

@@ -44,6 +44,8 @@ const MAX_COUNT: u64 = 1_000_000;
 const MAX_LEASE_MS: u64 = 3_600_000;
 const MIN_LEASE_MS: u64 = 10;
 const MAX_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
+/// Most ended tickets a host may be told to remember (about 1.5 GiB of memory).
+const MAX_RETAINED: u64 = 10_000_000;
 /// Longest auth window or lockout.
 const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
 /// Largest auth.local_max_keys: about 2 GiB of buckets at most.
@@ -207,6 +209,7 @@ struct SchedPatch {
     overflow: Option<OverflowPolicy>,
     lease_ttl_ms: Option<u64>,
     retention_ms: Option<u64>,
+    max_retained: Option<u32>,
 }
 
 impl SchedPatch {
@@ -228,6 +231,7 @@ impl SchedPatch {
             overflow: over.overflow.or(self.overflow),
             lease_ttl_ms: over.lease_ttl_ms.or(self.lease_ttl_ms),
             retention_ms: over.retention_ms.or(self.retention_ms),
+            max_retained: over.max_retained.or(self.max_retained),
         }
     }
 }
@@ -256,6 +260,7 @@ const SCHEDULING_KEYS: &[&str] = &[
     "overflow_policy",
     "lease_ttl",
     "retention",
+    "max_retained",
     "max_concurrent_runs",
     "queue_depth",
     "max_concurrent_runs_per_scope",
@@ -900,6 +905,11 @@ impl Cx {
         if let Some(v) = m.get("retention") {
             p.retention_ms = self.duration(v, &join(path, "retention"), 0, MAX_RETENTION_MS);
         }
+        if let Some(v) = m.get("max_retained") {
+            p.max_retained = self
+                .count(v, &join(path, "max_retained"), 0, MAX_RETAINED)
+                .map(|n| n as u32);
+        }
         let aliases = self.aliases(m, path, &p, path);
         p.merged(&aliases)
     }
@@ -1025,6 +1035,7 @@ impl Cx {
             overflow: p.overflow.unwrap_or(d.overflow),
             lease_ttl_ms: p.lease_ttl_ms.unwrap_or(d.lease_ttl_ms),
             retention_ms: p.retention_ms.unwrap_or(d.retention_ms),
+            max_retained: p.max_retained.unwrap_or(d.max_retained),
             memory,
         }
     }
@@ -1189,6 +1200,7 @@ fn render_limits(out: &mut String, l: &Limits, ind: &str) {
     let _ = writeln!(out, "{ind}overflow_policy: {}", l.overflow.name());
     let _ = writeln!(out, "{ind}lease_ttl: {}", format_ms(l.lease_ttl_ms));
     let _ = writeln!(out, "{ind}retention: {}", format_ms(l.retention_ms));
+    let _ = writeln!(out, "{ind}max_retained: {}", l.max_retained);
 }
 
 fn render_resources(out: &mut String, r: &ResourcePolicy) {

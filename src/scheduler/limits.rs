@@ -69,6 +69,10 @@ impl MemoryLimits {
     }
 }
 
+/// Ended tickets a host remembers at most, by default: about 16 MiB of the embedded store's
+/// memory per host (an ended ticket keeps only its id, run_id, final state and grant).
+pub const DEFAULT_MAX_RETAINED: u32 = 100_000;
+
 /// Caps, queue bounds and timings of one host.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Limits {
@@ -88,6 +92,9 @@ pub struct Limits {
     pub lease_ttl_ms: u64,
     /// How long ended tickets are remembered for idempotent retries.
     pub retention_ms: u64,
+    /// Most ended tickets remembered at once; past it the oldest is forgotten early. Bounds
+    /// the memory of a host whatever its rate of Submits.
+    pub max_retained: u32,
     pub memory: MemoryLimits,
 }
 
@@ -105,7 +112,8 @@ impl Limits {
 }
 
 impl Default for Limits {
-    /// The built-in defaults: total 32, per_subject 4, no queue, lease 30 s, retention 10 min.
+    /// The built-in defaults: total 32, per_subject 4, no queue, lease 30 s, retention 10 min
+    /// (at most [`DEFAULT_MAX_RETAINED`] ended tickets).
     fn default() -> Self {
         Limits {
             total: 32,
@@ -119,6 +127,7 @@ impl Default for Limits {
             overflow: OverflowPolicy::Reject,
             lease_ttl_ms: 30_000,
             retention_ms: 600_000,
+            max_retained: DEFAULT_MAX_RETAINED,
             memory: MemoryLimits::OFF,
         }
     }

@@ -210,20 +210,29 @@ pub struct HostStats {
     pub accounts: Vec<UsageRow>,
 }
 
+/// A live ticket (queued, admitted or parked).
 #[derive(Debug)]
 struct Ticket {
     subject: Arc<str>,
     account: Option<Arc<str>>,
     instance: Arc<str>,
-    run_id: String,
+    run_id: Arc<str>,
     state: TicketState,
     grant: u64,
-    /// Lease deadline while live; the time it may be forgotten once ended.
+    /// Lease deadline.
     deadline: Millis,
     /// Key in its subject's queue while queued (smaller = earlier).
     order: i64,
     /// When it last joined the queue.
     queued_at: Millis,
+}
+
+/// An ended ticket: only what an idempotent retry needs (its run_id lives in `runs` and
+/// `retained`). About 150 bytes of the host's memory with its entries there.
+#[derive(Debug, Clone, Copy)]
+struct Ended {
+    state: TicketState,
+    grant: u64,
 }
 
 #[derive(Debug, Default)]
@@ -252,9 +261,13 @@ struct RssReport {
 /// recomputes them all from the tickets for tests.
 #[derive(Debug, Default)]
 pub struct HostState {
+    /// Live tickets.
     tickets: TicketMap<Ticket>,
-    /// run_id → ticket, for idempotent Submit; kept until the ticket is forgotten.
-    runs: HashMap<String, TicketKey>,
+    /// Ended tickets still remembered (see `retained`).
+    ended: TicketMap<Ended>,
+    /// run_id → ticket (live or ended), for idempotent Submit; kept until the ticket is
+    /// forgotten.
+    runs: HashMap<Arc<str>, TicketKey>,
     in_flight: u32,
     queued: u32,
     parked: u32,
@@ -279,9 +292,10 @@ pub struct HostState {
     depth_counts: Vec<u32>,
     /// Live tickets by lease deadline.
     leases: BTreeSet<(Millis, TicketKey)>,
-    /// Ended tickets by the time they may be forgotten (retention is constant per host, so
-    /// pushing at the back keeps this ordered).
-    retained: VecDeque<(Millis, TicketKey)>,
+    /// Ended tickets by the time they may be forgotten, with their run_id (retention is
+    /// constant per host, so pushing at the back keeps this ordered). At most
+    /// `limits.max_retained` long: past it the oldest is forgotten early.
+    retained: VecDeque<(Millis, TicketKey, Arc<str>)>,
     next_order: i64,
     /// Order keys handed to tickets that must go ahead of every waiter of their subject.
     next_front: i64,
@@ -310,15 +324,18 @@ impl HostState {
         now: Millis,
     ) -> Result<TicketView, SubmitError> {
         self.housekeeping(limits, now);
-        if let Some(&existing) = self.runs.get(&args.run_id) {
-            let t = &self.tickets[&existing];
-            if *t.subject != *args.subject {
-                return Err(SubmitError::RunIdConflict { field: "subject" });
-            }
-            if t.account.as_deref() != args.account_id.as_deref() {
-                return Err(SubmitError::RunIdConflict {
-                    field: "account_id",
-                });
+        if let Some(&existing) = self.runs.get(args.run_id.as_str()) {
+            // An ended ticket no longer knows its subject and account: a repeat gets its final
+            // state whoever asks (the caller may act for the host, which is all that matters).
+            if let Some(t) = self.tickets.get(&existing) {
+                if *t.subject != *args.subject {
+                    return Err(SubmitError::RunIdConflict { field: "subject" });
+                }
+                if t.account.as_deref() != args.account_id.as_deref() {
+                    return Err(SubmitError::RunIdConflict {
+                        field: "account_id",
+                    });
+                }
             }
             return Ok(self
                 .view(existing, now)
@@ -369,12 +386,12 @@ impl HostState {
         now: Millis,
     ) -> Option<TicketView> {
         self.housekeeping(limits, now);
-        let t = self.tickets.get_mut(&key)?;
-        if t.state.is_live() {
-            self.leases.remove(&(t.deadline, key));
-            t.deadline = now + limits.lease_ttl_ms;
-            self.leases.insert((t.deadline, key));
-        }
+        let Some(t) = self.tickets.get_mut(&key) else {
+            return self.view(key, now);
+        };
+        self.leases.remove(&(t.deadline, key));
+        t.deadline = now + limits.lease_ttl_ms;
+        self.leases.insert((t.deadline, key));
         if let Some(rss_mb) = rss_mb {
             let instance = t.instance.clone();
             let was_soft = self.is_soft(limits, &instance, now);
@@ -398,7 +415,9 @@ impl HostState {
         now: Millis,
     ) -> Option<Result<TicketView, TicketState>> {
         self.housekeeping(limits, now);
-        let t = self.tickets.get(&key)?;
+        let Some(t) = self.tickets.get(&key) else {
+            return self.ended.get(&key).map(|e| Err(e.state));
+        };
         match t.state {
             TicketState::Parked => {}
             TicketState::Admitted => {
@@ -431,7 +450,9 @@ impl HostState {
         now: Millis,
     ) -> Option<Result<TicketView, TicketState>> {
         self.housekeeping(limits, now);
-        let t = self.tickets.get(&key)?;
+        let Some(t) = self.tickets.get(&key) else {
+            return self.ended.get(&key).map(|e| Err(e.state));
+        };
         match t.state {
             TicketState::Admitted | TicketState::Queued => {}
             TicketState::Parked => {
@@ -462,7 +483,10 @@ impl HostState {
     /// left as they are.
     pub fn release(&mut self, limits: &Limits, key: TicketKey, now: Millis) -> Option<TicketState> {
         self.housekeeping(limits, now);
-        let previous = self.tickets.get(&key)?.state;
+        let Some(t) = self.tickets.get(&key) else {
+            return self.ended.get(&key).map(|e| e.state);
+        };
+        let previous = t.state;
         match previous {
             TicketState::Admitted | TicketState::Parked => {
                 self.end(limits, key, TicketState::Released, now);
@@ -495,16 +519,8 @@ impl HostState {
             self.counters.expired += 1;
             freed = true;
         }
-        while let Some(&(forget_at, key)) = self.retained.front() {
-            if forget_at > now {
-                break;
-            }
-            self.retained.pop_front();
-            if let Some(t) = self.tickets.remove(&key)
-                && self.runs.get(&t.run_id) == Some(&key)
-            {
-                self.runs.remove(&t.run_id);
-            }
+        while self.retained.front().is_some_and(|r| r.0 <= now) {
+            self.forget_oldest();
         }
         let stale_reports = self
             .instances
@@ -523,7 +539,16 @@ impl HostState {
 
     /// The ticket as callers see it, `None` if unknown (never issued, or forgotten).
     pub fn view(&self, key: TicketKey, now: Millis) -> Option<TicketView> {
-        let t = self.tickets.get(&key)?;
+        let Some(t) = self.tickets.get(&key) else {
+            let e = self.ended.get(&key)?;
+            return Some(TicketView {
+                key,
+                state: e.state,
+                position: 0,
+                grant: e.grant,
+                lease_remaining_ms: 0,
+            });
+        };
         Some(TicketView {
             key,
             state: t.state,
@@ -533,22 +558,19 @@ impl HostState {
                 0
             },
             grant: t.grant,
-            lease_remaining_ms: if t.state.is_live() {
-                t.deadline.saturating_sub(now)
-            } else {
-                0
-            },
+            lease_remaining_ms: t.deadline.saturating_sub(now),
         })
+    }
+
+    /// Ended tickets remembered for idempotent retries.
+    pub fn retained(&self) -> usize {
+        self.retained.len()
     }
 
     /// Live tickets, at most `limit`: admitted and parked ones by grant, then queued ones in
     /// queue order. The bool is true when truncated.
     pub fn list(&self, limit: usize, now: Millis) -> (Vec<TicketInfo>, bool) {
-        let mut live: Vec<(&TicketKey, &Ticket)> = self
-            .tickets
-            .iter()
-            .filter(|(_, t)| t.state.is_live())
-            .collect();
+        let mut live: Vec<(&TicketKey, &Ticket)> = self.tickets.iter().collect();
         live.sort_by_key(|(_, t)| (t.state == TicketState::Queued, t.grant, t.order));
         let truncated = live.len() > limit;
         let out = live
@@ -559,7 +581,7 @@ impl HostState {
                 state: t.state,
                 subject: t.subject.to_string(),
                 account_id: t.account.as_deref().map(str::to_string),
-                run_id: t.run_id.clone(),
+                run_id: t.run_id.to_string(),
                 instance_id: t.instance.to_string(),
                 grant: t.grant,
                 lease_remaining_ms: t.deadline.saturating_sub(now),
@@ -623,11 +645,14 @@ impl HostState {
     }
 
     pub fn has_ticket(&self, key: TicketKey) -> bool {
-        self.tickets.contains_key(&key)
+        self.tickets.contains_key(&key) || self.ended.contains_key(&key)
     }
 
     pub fn state_of(&self, key: TicketKey) -> Option<TicketState> {
-        self.tickets.get(&key).map(|t| t.state)
+        match self.tickets.get(&key) {
+            Some(t) => Some(t.state),
+            None => self.ended.get(&key).map(|e| e.state),
+        }
     }
 
     /// The tickets whose state changed since the last call, for waking their Wait streams.
@@ -683,9 +708,15 @@ impl HostState {
                 TicketState::Parked => parked += 1,
                 _ => {}
             }
-            if t.state.is_live() != self.leases.contains(&(t.deadline, *key)) {
+            if !t.state.is_live() || !self.leases.contains(&(t.deadline, *key)) {
                 return Err(format!("lease index out of step for {key:x}"));
             }
+        }
+        if self.leases.len() != self.tickets.len() {
+            return Err("a lease of no live ticket".into());
+        }
+        if self.retained.len() != self.ended.len() || self.runs.len() < self.tickets.len() {
+            return Err("ended tickets and their index out of step".into());
         }
         if (in_flight, queued, parked) != (self.in_flight, self.queued, self.parked) {
             return Err(format!(
@@ -785,6 +816,7 @@ impl HostState {
         key: TicketKey,
     ) -> Ticket {
         self.counters.submitted += 1;
+        let run_id: Arc<str> = Arc::from(run_id);
         self.runs.insert(run_id.clone(), key);
         Ticket {
             subject,
@@ -943,7 +975,9 @@ impl HostState {
     /// End a live ticket in `state` (a terminal state): free what it held, schedule forgetting.
     /// Counters are the caller's.
     fn end(&mut self, limits: &Limits, key: TicketKey, state: TicketState, now: Millis) {
-        let previous = self.tickets[&key].state;
+        let Some(previous) = self.tickets.get(&key).map(|t| t.state) else {
+            return;
+        };
         match previous {
             TicketState::Queued => self.dequeue(key),
             TicketState::Admitted => {
@@ -960,15 +994,35 @@ impl HostState {
             TicketState::Parked => self.parked -= 1,
             _ => return,
         }
-        let t = self.tickets.get_mut(&key).expect("known");
+        let t = self.tickets.remove(&key).expect("known");
         self.leases.remove(&(t.deadline, key));
-        t.state = state;
-        t.deadline = now + limits.retention_ms;
-        self.retained.push_back((t.deadline, key));
-        let subject = t.subject.clone();
-        let account = t.account.clone();
-        self.forget_idle_names(&subject, account.as_deref());
+        self.ended.insert(
+            key,
+            Ended {
+                state,
+                grant: t.grant,
+            },
+        );
+        self.retained
+            .push_back((now + limits.retention_ms, key, t.run_id));
+        if self.retained.len() >= limits.max_retained as usize + RETAIN_SLACK {
+            for _ in 0..RETAIN_SLACK {
+                self.forget_oldest();
+            }
+        }
+        self.forget_idle_names(&t.subject, t.account.as_deref());
         self.changes.push(key);
+    }
+
+    /// Forget the ended ticket remembered longest: a Submit of its run_id makes a new ticket.
+    fn forget_oldest(&mut self) {
+        let Some((_, key, run_id)) = self.retained.pop_front() else {
+            return;
+        };
+        self.ended.remove(&key);
+        if self.runs.get(&run_id) == Some(&key) {
+            self.runs.remove(&run_id);
+        }
     }
 
     /// Drop per-name state that holds nothing, so a stream of one-off subjects does not grow
@@ -1139,6 +1193,10 @@ impl HostState {
         u32::try_from(before).unwrap_or(u32::MAX)
     }
 }
+
+/// Ended tickets are forgotten early this many at a time, once `max_retained` + this many are
+/// remembered: a store that keeps them apart from the live ones (Redis) trims them in batches.
+pub const RETAIN_SLACK: usize = 32;
 
 /// Up to this many subjects with waiters, `position` is exact; beyond, a lower bound.
 pub const EXACT_POSITION_SUBJECTS: usize = 1024;

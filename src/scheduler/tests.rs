@@ -573,3 +573,34 @@ fn positions_beyond_the_exact_limit_are_the_earlier_rounds() {
     let late = h.ok("newcomer", "c0");
     assert_eq!(late.position, 0, "a lower bound once the rotation is large");
 }
+
+#[test]
+fn ended_tickets_are_bounded_per_host_and_forgotten_oldest_first() {
+    let mut h = Host::new(Limits {
+        max_retained: 10,
+        ..limits(4, 4, 0, 0)
+    });
+    let mut keys = Vec::new();
+    for i in 0..1_000 {
+        let v = h.ok("alice", &format!("run-{i}"));
+        h.release(v.key);
+        keys.push(v.key);
+        assert!(
+            h.state.retained() < 10 + RETAIN_SLACK,
+            "at most max_retained + RETAIN_SLACK remembered, got {}",
+            h.state.retained()
+        );
+        h.state.audit(&h.limits, h.now).unwrap();
+    }
+    // The newest are remembered, the oldest forgotten.
+    assert_eq!(
+        h.state.view(keys[999], h.now).map(|v| v.state),
+        Some(TicketState::Released)
+    );
+    assert_eq!(h.state.view(keys[0], h.now), None);
+    assert_ne!(
+        h.ok("alice", "run-0").key,
+        keys[0],
+        "a forgotten run_id is new"
+    );
+}

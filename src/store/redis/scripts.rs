@@ -450,13 +450,14 @@ return out
 /// ARGV[1] the host's key prefix `B` (`{prefix}sched:{<host>}:`; every key below starts with
 /// it, so all of a host's keys share its hash tag and slot), ARGV[2] the host's limits as
 /// `total,per_subject,per_account(-1 none),queue_total,queue_per_subject,queue_hard_total,
-/// overflow,lease,retention,max_rss,soft_rss`, ARGV[3] now (0 = Redis TIME), ARGV[4] the
+/// overflow,lease,retention,max_retained,max_rss,soft_rss`, ARGV[3] now (0 = Redis TIME), ARGV[4] the
 /// per-subject and per-account caps as JSON (`''` when there are none). KEYS[1] is `B c` (the counters), named so Redis routes the
 /// script to the host's slot; the other keys are derived from `B`.
 ///
 /// Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
-/// deadline, order; an ended ticket's deadline is when it is forgotten, and its key and its
-/// run's expire by TTL just after); `run:<run_id>` → ticket; `leases` zset of live tickets by
+/// deadline, order, qat; an ended ticket keeps only run, state, grant and deadline, which is
+/// when it is forgotten, and its key and its run's expire by TTL just after); `ended` list of
+/// ended tickets, oldest first, trimmed to `max_retained` (the oldest are forgotten early); `run:<run_id>` → ticket; `leases` zset of live tickets by
 /// deadline; `q:<subject>` zset of a subject's waiters by order; `rot` list, the round-robin
 /// rotation of subjects with waiters; `depth` zset of subjects by queue depth; `dc` hash,
 /// depth → subjects with more waiters than that; `af`, `aq` hashes of account in-flight and
@@ -469,6 +470,10 @@ return out
 /// is written with `%.17g`, which costs about twice as much (glibc prints a double digit by
 /// digit), and these scripts pass a dozen numbers on every call. (`%d` goes through a C `long`:
 /// 64 bits on the 64-bit builds of Redis that hold millisecond times; a 32-bit build would not.)
+fn ticket_core() -> String {
+    TICKET_CORE.replace("RETAIN_SLACK", &crate::scheduler::RETAIN_SLACK.to_string())
+}
+
 const TICKET_CORE: &str = r#"
 local format = string.format
 local function fmt(x) return format('%d', x) end
@@ -477,8 +482,8 @@ local B = ARGV[1]
 local L
 do
   local total, per_subject, per_account, queue_total, queue_per_subject, queue_hard_total,
-    overflow, lease, retention, max_rss, soft_rss = string.match(ARGV[2],
-    '^(%d+),(%d+),(%-?%d+),(%d+),(%d+),(%d+),([%a_]+),(%d+),(%d+),(%d+),(%d+)$')
+    overflow, lease, retention, max_retained, max_rss, soft_rss = string.match(ARGV[2],
+    '^(%d+),(%d+),(%-?%d+),(%d+),(%d+),(%d+),([%a_]+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
   -- One constructor: the table is sized once (filling it field by field rehashes it). The
   -- cap maps are only read, so one empty table stands for both when there are none.
   local none = {}
@@ -487,7 +492,8 @@ do
        per_account = tonumber(per_account), queue_total = tonumber(queue_total),
        queue_per_subject = tonumber(queue_per_subject),
        queue_hard_total = tonumber(queue_hard_total), overflow = overflow,
-       lease = tonumber(lease), retention = tonumber(retention), max_rss = tonumber(max_rss),
+       lease = tonumber(lease), retention = tonumber(retention),
+       max_retained = tonumber(max_retained), max_rss = tonumber(max_rss),
        soft_rss = tonumber(soft_rss), subjects = maps.subjects or none,
        accounts = maps.accounts or none}
 end
@@ -523,6 +529,27 @@ local function admit_new(key, subject, account, inst, run, grant)
              'deadline', deadline, 'order', '0')
   redis.call('ZADD', LEASES, deadline, key)
   return g, deadline
+end
+-- A ticket that just ended (its state and deadline written by the caller): keep only what an
+-- idempotent retry needs, let its keys expire a second after retention, and remember it in
+-- `ended`, forgetting the oldest RETAIN_SLACK once `max_retained` + RETAIN_SLACK are remembered
+-- (scheduler::RETAIN_SLACK).
+local function retire(k, tk, run)
+  redis.call('HDEL', tk, 'subject', 'account', 'instance', 'order', 'qat')
+  local keep = fmt(L.retention + 1000)
+  redis.call('PEXPIRE', tk, keep)
+  redis.call('PEXPIRE', B .. 'run:' .. run, keep)
+  local ended = B .. 'ended'
+  if redis.call('RPUSH', ended, k) >= L.max_retained + RETAIN_SLACK then
+    for _, old in ipairs(redis.call('LPOP', ended, RETAIN_SLACK)) do
+      local otk = B .. 't:' .. old
+      local orun = redis.call('HGET', otk, 'run')
+      redis.call('DEL', otk)
+      if orun and redis.call('GET', B .. 'run:' .. orun) == old then
+        redis.call('DEL', B .. 'run:' .. orun)
+      end
+    end
+  end
 end
 "#;
 
@@ -645,12 +672,9 @@ local function finish(k, t, state)
     return
   end
   redis.call('ZREM', LEASES, k)
-  local forget = now + L.retention
-  redis.call('HSET', tkey(k), 'state', state, 'deadline', fmt(forget))
-  -- Remembered for retention (`ticket` forgets it then, by the scripts' time); the keys
-  -- themselves expire a second later.
-  redis.call('PEXPIRE', tkey(k), L.retention + 1000)
-  redis.call('PEXPIRE', runkey(t.run), L.retention + 1000)
+  -- Remembered for retention (`ticket` forgets it then, by the scripts' time).
+  redis.call('HSET', tkey(k), 'state', state, 'deadline', fmt(now + L.retention))
+  retire(k, tkey(k), t.run)
   -- A Wait stream follows a ticket only while it is queued.
   if was_queued then changed(k) end
 end
@@ -757,7 +781,13 @@ end
 /// {'conflict', field}. The key is not checked for a collision: it is 128 random bits, and
 /// finding a taken one is as likely as guessing one.
 pub fn submit() -> String {
-    format!("{TICKET_CORE}{SUBMIT_FAST}{TICKET_HELPERS}{SUBMIT_BODY}")
+    [
+        ticket_core().as_str(),
+        SUBMIT_FAST,
+        TICKET_HELPERS,
+        SUBMIT_BODY,
+    ]
+    .concat()
 }
 
 const SUBMIT_BODY: &str = r#"
@@ -768,8 +798,9 @@ local existing = redis.call('SET', runkey(run), key, 'NX', 'GET')
 if existing then
   local t = ticket(existing)
   if t then
-    if t.subject ~= subject then return {'conflict', 'subject'} end
-    if t.account ~= account then return {'conflict', 'account_id'} end
+    -- An ended ticket keeps no subject or account: a repeat gets its final state.
+    if live(t.state) and t.subject ~= subject then return {'conflict', 'subject'} end
+    if live(t.state) and t.account ~= account then return {'conflict', 'account_id'} end
     local v = view(existing)
     return {'ok', existing, v[1], v[2], v[3], v[4]}
   end
@@ -878,7 +909,7 @@ end
 /// Renew leases. ARGV[5] rss_mb ('' none), ARGV[6..] ticket keys.
 /// Returns per key {state, position, grant, lease}, or false when unknown.
 pub fn renew() -> String {
-    format!("{TICKET_CORE}{TICKET_HELPERS}{RENEW_BODY}")
+    [ticket_core().as_str(), TICKET_HELPERS, RENEW_BODY].concat()
 }
 
 const RENEW_BODY: &str = r#"
@@ -888,8 +919,8 @@ local out = {}
 for i = 6, #ARGV do
   local k = ARGV[i]
   local t = ticket(k)
-  if t then
-    if live(t.state) then set_lease(k, now + L.lease) end
+  if t and live(t.state) then
+    set_lease(k, now + L.lease)
     if rss then
       local was_soft = instance_soft(t.instance)
       report_rss(t.instance, rss)
@@ -903,7 +934,13 @@ return out
 
 /// Release or withdraw a ticket. ARGV[5] ticket key. Returns the previous state, or false.
 pub fn release() -> String {
-    format!("{TICKET_CORE}{RELEASE_FAST}{TICKET_HELPERS}{RELEASE_BODY}")
+    [
+        ticket_core().as_str(),
+        RELEASE_FAST,
+        TICKET_HELPERS,
+        RELEASE_BODY,
+    ]
+    .concat()
 }
 
 const RELEASE_BODY: &str = r#"
@@ -940,11 +977,8 @@ if t[4] == 'A' then
                  's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd))
       if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], '-1') end
       redis.call('ZREM', LEASES, k)
-      local forget = now + L.retention
-      redis.call('HSET', tk, 'state', 'R', 'deadline', fmt(forget))
-      local keep = fmt(L.retention + 1000)
-      redis.call('PEXPIRE', tk, keep)
-      redis.call('PEXPIRE', B .. 'run:' .. t[3], keep)
+      redis.call('HSET', tk, 'state', 'R', 'deadline', fmt(now + L.retention))
+      retire(k, tk, t[3])
       return 'A'
     end
   end
@@ -955,7 +989,7 @@ end
 /// Returns {'ok', state, position, grant, lease}, {'state', state} when the ticket may not be
 /// parked, or false when unknown.
 pub fn park() -> String {
-    format!("{TICKET_CORE}{TICKET_HELPERS}{PARK_BODY}")
+    [ticket_core().as_str(), TICKET_HELPERS, PARK_BODY].concat()
 }
 
 const PARK_BODY: &str = r#"
@@ -981,7 +1015,7 @@ return {'ok', v[1], v[2], v[3], v[4]}
 /// of its subject's waiters (admitted and queued ones stay). ARGV[5] ticket key.
 /// Returns as for park.
 pub fn unpark() -> String {
-    format!("{TICKET_CORE}{TICKET_HELPERS}{UNPARK_BODY}")
+    [ticket_core().as_str(), TICKET_HELPERS, UNPARK_BODY].concat()
 }
 
 const UNPARK_BODY: &str = r#"
@@ -1015,7 +1049,7 @@ return {'ok', v[1], v[2], v[3], v[4]}
 /// Read one ticket (after housekeeping). ARGV[5] ticket key, ARGV[6] 'sweep' to also drop
 /// zero counts. Returns its view or false.
 pub fn ticket() -> String {
-    format!("{TICKET_CORE}{TICKET_HELPERS}{TICKET_BODY}")
+    [ticket_core().as_str(), TICKET_HELPERS, TICKET_BODY].concat()
 }
 
 const TICKET_BODY: &str = r#"
@@ -1028,7 +1062,7 @@ return view(ARGV[5])
 /// shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
 /// (account, in_flight, queued) x n}.
 pub fn stats() -> String {
-    format!("{TICKET_CORE}{TICKET_HELPERS}{STATS_BODY}")
+    [ticket_core().as_str(), TICKET_HELPERS, STATS_BODY].concat()
 }
 
 const STATS_BODY: &str = r#"
@@ -1086,7 +1120,7 @@ return out
 /// Housekeeping, then every live ticket: {key, state, subject, account, run, instance, grant,
 /// deadline, order} per ticket (sorted by the caller).
 pub fn list() -> String {
-    format!("{TICKET_CORE}{TICKET_HELPERS}{LIST_BODY}")
+    [ticket_core().as_str(), TICKET_HELPERS, LIST_BODY].concat()
 }
 
 const LIST_BODY: &str = r#"

@@ -57,7 +57,7 @@ pub(super) fn limits_args(l: &Limits) -> (String, String) {
         out
     };
     let scalars = format!(
-        "{},{},{},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{},{},{},{}",
         l.total,
         l.per_subject,
         l.per_account.map_or(-1, i64::from),
@@ -71,6 +71,7 @@ pub(super) fn limits_args(l: &Limits) -> (String, String) {
         },
         l.lease_ttl_ms,
         l.retention_ms,
+        l.max_retained,
         l.memory.max_rss_mb,
         l.memory.soft_rss_mb,
     );
