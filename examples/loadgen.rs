@@ -62,6 +62,8 @@ struct Args {
     only_redis: bool,
     /// `store.redis.pool_size` of the server on Redis (default: the server's default).
     redis_pool: Option<u32>,
+    /// `--soak SECONDS`: only the soak scenario, for that long per store.
+    soak: Option<f64>,
 }
 
 fn args() -> Args {
@@ -73,6 +75,7 @@ fn args() -> Args {
         redis_url: None,
         only_redis: false,
         redis_pool: None,
+        soak: None,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -91,8 +94,9 @@ fn args() -> Args {
             "--redis-url" => a.redis_url = Some(value),
             "--only" if value == "redis" => a.only_redis = true,
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
+            "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
             _ => panic!(
-                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis]"
+                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis] [--soak SECONDS]"
             ),
         }
     }
@@ -728,11 +732,97 @@ async fn metered<T>(
     out
 }
 
+/// The soak's configuration: the defaults (retention 10 min, max_retained 100,000, lease 30 s)
+/// but caps wide enough for 64 concurrent cycles.
+const SOAK_CONFIG: &str = "scheduling: { total: 1000, per_subject: 1000 }\n";
+
+/// The soak: Submit+Release cycles with fresh run ids from 64 tasks for `seconds`, as fast as
+/// the server answers, on the embedded store (and on Redis with `--redis-url`). Prints the
+/// server's RSS (and Redis' `used_memory`) after the first minute (or the first sixth of a
+/// shorter run) and at the end: memory must level off, not grow with uptime × rate.
+async fn soak(a: &Args, dir: &std::path::Path, seconds: f64) {
+    let first = if seconds >= 120.0 { 60.0 } else { seconds / 6.0 };
+    println!(
+        "soak: {seconds} s of Submit+Release cycles at 64, fresh run ids, default retention; \
+         memory after {first} s and at the end\n"
+    );
+    println!(
+        "| {:<10} | {:>10} | {:>12} | {:>12} | {:>9} | {:>14} | {:>14} |",
+        "store", "cycles/s", "RSS first", "RSS end", "end/first", "redis first", "redis end"
+    );
+    println!(
+        "|{:-<12}|{:->12}|{:->14}|{:->14}|{:->11}|{:->16}|{:->16}|",
+        "", "", "", "", "", "", ""
+    );
+    let mut stores: Vec<(&str, String, Option<String>)> = vec![("memory", String::new(), None)];
+    if let Some(url) = &a.redis_url {
+        let prefix = format!("soak-{}:", std::process::id());
+        stores.push((
+            "redis",
+            format!("store:\n  redis: {{ url: \"{url}\", prefix: \"{prefix}\" }}\n"),
+            Some(url.clone()),
+        ));
+    }
+    for (name, extra, url) in stores {
+        let config = dir.join(format!("soak-{name}.yaml"));
+        std::fs::write(&config, format!("{SOAK_CONFIG}{extra}")).unwrap();
+        let server = Server::start(&config);
+        let chans = channels(&server.addr, 2).await;
+        let mut conn = match &url {
+            Some(u) => Some(
+                redis::Client::open(u.as_str())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap(),
+            ),
+            None => None,
+        };
+        let (_, f1) =
+            submit_release(&chans, "soak", api::SubmitMode::Queue, 64, first, "soak-a").await;
+        let (rss1, redis1) = (server.rss_mib(), used_memory_mib(conn.as_mut()).await);
+        let rest = seconds - first;
+        let (_, f2) =
+            submit_release(&chans, "soak", api::SubmitMode::Queue, 64, rest, "soak-b").await;
+        let (rss2, redis2) = (server.rss_mib(), used_memory_mib(conn.as_mut()).await);
+        let rate = (f1.rate * first + f2.rate * rest) / seconds;
+        let mib = |m: Option<f64>| m.map_or_else(|| "-".to_string(), |m| format!("{m:.1} MiB"));
+        println!(
+            "| {name:<10} | {rate:>10.0} | {:>8.1} MiB | {:>8.1} MiB | {:>9.2} | {:>14} | {:>14} |",
+            rss1,
+            rss2,
+            rss2 / rss1,
+            mib(redis1),
+            mib(redis2)
+        );
+    }
+}
+
+/// Redis' `used_memory` in MiB, when measuring a Redis.
+async fn used_memory_mib(conn: Option<&mut redis::aio::MultiplexedConnection>) -> Option<f64> {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(conn?)
+        .await
+        .ok()?;
+    let bytes: f64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(bytes / (1024.0 * 1024.0))
+}
+
 #[tokio::main]
 async fn main() {
     let a = args();
     let dir = std::env::temp_dir().join(format!("admission-loadgen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    if let Some(seconds) = a.soak {
+        soak(&a, &dir, seconds).await;
+        return;
+    }
     let config = dir.join("bench.yaml");
     std::fs::write(&config, CONFIG).unwrap();
     let server = Server::start(&config);
