@@ -150,8 +150,11 @@ pub fn id(value: &str, field: &str) -> Result<(), ApiError> {
     check_id(value).map_err(|rule| ApiError::invalid(field, rule))
 }
 
-/// Parse a ticket id field.
-pub fn ticket_id(value: &str, field: &str) -> Result<TicketId, ApiError> {
+/// Check a ticket id field: 1..161 bytes of printable ASCII. Returns the ticket it names, or
+/// `None` for an id the authority cannot have issued (not `<host_id>.<32 hex digits>`), which
+/// callers answer as an unknown ticket (NOT_FOUND on Wait, EXPIRED on Renew and Release),
+/// never as bad input: a retry with a mangled id must not fail a whole Renew batch.
+pub fn ticket_id(value: &str, field: &str) -> Result<Option<TicketId>, ApiError> {
     if value.is_empty() {
         return Err(ApiError::invalid(field, "must not be empty"));
     }
@@ -161,14 +164,10 @@ pub fn ticket_id(value: &str, field: &str) -> Result<TicketId, ApiError> {
             format!("must be at most {MAX_TICKET_ID} bytes"),
         ));
     }
-    TicketId::parse(value)
-        .filter(|t| check_id(&t.host_id).is_ok())
-        .ok_or_else(|| {
-            ApiError::invalid(
-                field,
-                "must be a ticket id as Submit returned it (<host_id>.<32 hex digits>)",
-            )
-        })
+    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(ApiError::invalid(field, "must be printable ASCII"));
+    }
+    Ok(TicketId::parse(value).filter(|t| check_id(&t.host_id).is_ok()))
 }
 
 fn rss(value: Option<u32>) -> Result<Option<u32>, ApiError> {
@@ -218,8 +217,11 @@ pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiE
     ))
 }
 
-/// Validate a RenewRequest.
-pub fn renew_args(req: &api::RenewRequest) -> Result<(Vec<TicketId>, Option<u32>), ApiError> {
+/// Validate a RenewRequest: the tickets it names (`None` for ids never issued) and rss_mb.
+#[allow(clippy::type_complexity)]
+pub fn renew_args(
+    req: &api::RenewRequest,
+) -> Result<(Vec<Option<TicketId>>, Option<u32>), ApiError> {
     if req.ticket_ids.len() > MAX_RENEW_IDS {
         return Err(ApiError::invalid(
             "ticket_ids",

@@ -237,7 +237,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::WaitRequest>,
     ) -> Result<Response<WaitStream>, Status> {
-        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        let raw = &request.get_ref().ticket_id;
+        let id = edge::ticket_id(raw, "ticket_id")?
+            .ok_or_else(|| ApiError::NotFound(raw.clone()))?;
         security::caller(request.extensions())?
             .act_for(&id.host_id)
             .map_err(ApiError::from)?;
@@ -268,14 +270,20 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let (_, ext, req) = request.into_parts();
         let (ids, rss_mb) = edge::renew_args(&req)?;
         let caller = security::caller(&ext)?;
-        for id in &ids {
+        for id in ids.iter().flatten() {
             caller.act_for(&id.host_id).map_err(ApiError::from)?;
         }
-        let views = self
+        let known: Vec<TicketId> = ids.iter().flatten().cloned().collect();
+        let mut views = self
             .store
-            .renew(&ids, rss_mb)
+            .renew(&known, rss_mb)
             .await
-            .map_err(ApiError::from)?;
+            .map_err(ApiError::from)?
+            .into_iter();
+        // Ids never issued are answered EXPIRED in their place, without the store.
+        let views = ids
+            .iter()
+            .map(|id| id.as_ref().and_then(|_| views.next().flatten()));
         let tickets = req
             .ticket_ids
             .into_iter()
@@ -299,7 +307,12 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::ReleaseRequest>,
     ) -> Result<Response<api::ReleaseResponse>, Status> {
-        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        let Some(id) = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")? else {
+            // Never issued: as for a ticket long forgotten.
+            return Ok(Response::new(api::ReleaseResponse {
+                previous_state: api::TicketState::Expired as i32,
+            }));
+        };
         security::caller(request.extensions())?
             .act_for(&id.host_id)
             .map_err(ApiError::from)?;
@@ -318,7 +331,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::ParkRequest>,
     ) -> Result<Response<api::ParkResponse>, Status> {
-        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        let raw = &request.get_ref().ticket_id;
+        let id = edge::ticket_id(raw, "ticket_id")?
+            .ok_or_else(|| ApiError::NotFound(raw.clone()))?;
         security::caller(request.extensions())?
             .act_for(&id.host_id)
             .map_err(ApiError::from)?;
@@ -342,7 +357,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::UnparkRequest>,
     ) -> Result<Response<api::UnparkResponse>, Status> {
-        let id = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")?;
+        let raw = &request.get_ref().ticket_id;
+        let id = edge::ticket_id(raw, "ticket_id")?
+            .ok_or_else(|| ApiError::NotFound(raw.clone()))?;
         security::caller(request.extensions())?
             .act_for(&id.host_id)
             .map_err(ApiError::from)?;
