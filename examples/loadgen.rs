@@ -741,7 +741,11 @@ const SOAK_CONFIG: &str = "scheduling: { total: 1000, per_subject: 1000 }\n";
 /// server's RSS (and Redis' `used_memory`) after the first minute (or the first sixth of a
 /// shorter run) and at the end: memory must level off, not grow with uptime × rate.
 async fn soak(a: &Args, dir: &std::path::Path, seconds: f64) {
-    let first = if seconds >= 120.0 { 60.0 } else { seconds / 6.0 };
+    let first = if seconds >= 120.0 {
+        60.0
+    } else {
+        seconds / 6.0
+    };
     println!(
         "soak: {seconds} s of Submit+Release cycles at 64, fresh run ids, default retention; \
          memory after {first} s and at the end\n"

@@ -7,9 +7,13 @@ use std::time::Instant;
 
 use crate::scheduler::Millis;
 
-/// A source of monotonic milliseconds.
+/// A source of monotonic milliseconds, and of the wall-clock time that grants start from.
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> Millis;
+
+    /// Microseconds since the Unix epoch: the floor of the next grant, so that grants keep
+    /// increasing across restarts of the process.
+    fn epoch_us(&self) -> u64;
 }
 
 /// Milliseconds since the clock was made, from the monotonic system clock.
@@ -36,6 +40,12 @@ impl Clock for SystemClock {
     fn now_ms(&self) -> Millis {
         self.origin.elapsed().as_millis() as Millis
     }
+
+    fn epoch_us(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+    }
 }
 
 /// A clock that moves only when told to. Clones share one time.
@@ -59,5 +69,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> Millis {
         self.now.load(Ordering::SeqCst)
+    }
+
+    /// Its milliseconds in microseconds, as the Redis store's scripts count a frozen time.
+    fn epoch_us(&self) -> u64 {
+        self.now_ms() * 1000
     }
 }

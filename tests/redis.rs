@@ -800,3 +800,56 @@ async fn ended_tickets_leave_only_keys_that_expire() {
         );
     }
 }
+
+/// Grants strictly increase for the life of an installation: Redis killed (SIGKILL) and started
+/// again empty on the same port, every later grant exceeds every earlier one.
+#[tokio::test]
+async fn grants_keep_increasing_after_redis_restarts_empty() {
+    use admission_authority::scheduler::{Limits, LimitsTable};
+    use admission_authority::store::TicketStore;
+
+    let port = common::free_port();
+    let mut redis = RedisServer::start(port);
+    let policy = Policy {
+        limits: LimitsTable::uniform(Limits {
+            total: 4,
+            per_subject: 4,
+            queue_total: 8,
+            queue_hard_total: 8,
+            ..Default::default()
+        }),
+        ..Policy::default()
+    };
+    // Scripts take Redis TIME (nothing frozen), as in production.
+    let store =
+        RedisStore::new(&redis.url(), "g:", 1, policy, Arc::new(ManualClock::new(0))).unwrap();
+    let cycle = async |run: String| {
+        let (id, v) = store.submit("h", queue_args("alice", &run)).await?.unwrap();
+        store.release(&id).await?;
+        Ok::<u64, admission_authority::store::StoreError>(v.grant)
+    };
+    let mut before = Vec::new();
+    for i in 0..200 {
+        before.push(cycle(format!("before-{i}")).await.unwrap());
+    }
+    assert!(before.windows(2).all(|w| w[0] < w[1]), "{before:?}");
+    redis.stop();
+    let redis = RedisServer::start(port);
+    let first_after = common::eventually(
+        "the store back on the new Redis",
+        Duration::from_secs(10),
+        || async { cycle("after-0".into()).await.ok() },
+    )
+    .await;
+    let mut after = vec![first_after];
+    for i in 1..200 {
+        after.push(cycle(format!("after-{i}")).await.unwrap());
+    }
+    let last_before = *before.last().unwrap();
+    assert!(
+        after.iter().all(|g| *g > last_before),
+        "a grant was handed out again: last before {last_before}, after {after:?}"
+    );
+    assert!(after.windows(2).all(|w| w[0] < w[1]), "{after:?}");
+    drop(redis);
+}

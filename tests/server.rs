@@ -275,6 +275,31 @@ async fn idempotent_submit_over_grpc() {
     );
 }
 
+/// The embedded store starts empty with every restart, and still never hands a grant out twice:
+/// grants start from the wall clock in µs.
+#[tokio::test]
+async fn grants_keep_increasing_across_a_restart_of_the_embedded_store() {
+    let mut grants = Vec::new();
+    for _ in 0..2 {
+        let server = Server::start(&[]);
+        let mut c = server.client().await;
+        for i in 0..3 {
+            let r = c
+                .submit(submit_req("h", "alice", &format!("run-{i}")))
+                .await
+                .unwrap()
+                .into_inner();
+            grants.push(r.grant);
+            release(&mut c, &r.ticket_id).await;
+        }
+        drop(server);
+    }
+    assert!(
+        grants.windows(2).all(|w| w[0] < w[1]),
+        "grants repeat or go back after a restart: {grants:?}"
+    );
+}
+
 #[tokio::test]
 async fn memory_pressure_from_reported_rss() {
     let server = Server::start(&["--max-rss-mb", "1000"]);
@@ -532,7 +557,11 @@ async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
     let states: Vec<TicketState> = batch.tickets.iter().map(|t| state_of(t.state)).collect();
     assert_eq!(
         states,
-        [TicketState::Admitted, TicketState::Expired, TicketState::Expired]
+        [
+            TicketState::Admitted,
+            TicketState::Expired,
+            TicketState::Expired
+        ]
     );
     assert_eq!(batch.tickets[1].ticket_id, "no-such-ticket");
     for odd in ["not-a-ticket", "h.XYZ"] {

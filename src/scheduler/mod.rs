@@ -300,6 +300,9 @@ pub struct HostState {
     /// Order keys handed to tickets that must go ahead of every waiter of their subject.
     next_front: i64,
     grant: u64,
+    /// The smallest grant the next admission may take: the store's wall clock in µs, so
+    /// grants keep increasing across restarts (see [`HostState::set_grant_floor`]).
+    grant_floor: u64,
     counters: Counters,
     instances: HashMap<Arc<str>, RssReport>,
     /// Tickets whose state changed since the last [`HostState::take_changes`].
@@ -634,6 +637,13 @@ impl HostState {
         }
     }
 
+    /// Admissions from now on take grants of at least `floor` (and always more than the last
+    /// one): the store passes its wall clock in µs before each operation, so a host's grants
+    /// strictly increase across restarts of the authority and of its store.
+    pub fn set_grant_floor(&mut self, floor: u64) {
+        self.grant_floor = floor;
+    }
+
     /// Admitted tickets.
     pub fn in_flight(&self) -> u32 {
         self.in_flight
@@ -862,7 +872,7 @@ impl HostState {
     /// holds the subject already). Returns the subject.
     fn admit_except_subject(&mut self, limits: &Limits, key: TicketKey, now: Millis) -> Arc<str> {
         let t = self.tickets.get_mut(&key).expect("admit a known ticket");
-        self.grant += 1;
+        self.grant = (self.grant + 1).max(self.grant_floor);
         t.grant = self.grant;
         t.state = TicketState::Admitted;
         self.leases.remove(&(t.deadline, key));

@@ -604,3 +604,17 @@ fn ended_tickets_are_bounded_per_host_and_forgotten_oldest_first() {
         "a forgotten run_id is new"
     );
 }
+
+#[test]
+fn grants_take_the_floor_and_always_increase() {
+    let mut h = Host::new(limits(4, 4, 0, 0));
+    let a = h.ok("alice", "r1");
+    h.state.set_grant_floor(5_000_000);
+    let b = h.ok("alice", "r2");
+    let c = h.ok("alice", "r3");
+    assert_eq!((b.grant, c.grant), (5_000_000, 5_000_001));
+    assert!(a.grant < b.grant);
+    // A floor that went back (a clock step) never makes a grant go back.
+    h.state.set_grant_floor(10);
+    assert_eq!(h.ok("alice", "r4").grant, 5_000_002);
+}

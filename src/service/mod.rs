@@ -238,8 +238,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::WaitRequest>,
     ) -> Result<Response<WaitStream>, Status> {
         let raw = &request.get_ref().ticket_id;
-        let id = edge::ticket_id(raw, "ticket_id")?
-            .ok_or_else(|| ApiError::NotFound(raw.clone()))?;
+        let id =
+            edge::ticket_id(raw, "ticket_id")?.ok_or_else(|| ApiError::NotFound(raw.clone()))?;
         security::caller(request.extensions())?
             .act_for(&id.host_id)
             .map_err(ApiError::from)?;
@@ -332,8 +332,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::ParkRequest>,
     ) -> Result<Response<api::ParkResponse>, Status> {
         let raw = &request.get_ref().ticket_id;
-        let id = edge::ticket_id(raw, "ticket_id")?
-            .ok_or_else(|| ApiError::NotFound(raw.clone()))?;
+        let id =
+            edge::ticket_id(raw, "ticket_id")?.ok_or_else(|| ApiError::NotFound(raw.clone()))?;
         security::caller(request.extensions())?
             .act_for(&id.host_id)
             .map_err(ApiError::from)?;
@@ -358,8 +358,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::UnparkRequest>,
     ) -> Result<Response<api::UnparkResponse>, Status> {
         let raw = &request.get_ref().ticket_id;
-        let id = edge::ticket_id(raw, "ticket_id")?
-            .ok_or_else(|| ApiError::NotFound(raw.clone()))?;
+        let id =
+            edge::ticket_id(raw, "ticket_id")?.ok_or_else(|| ApiError::NotFound(raw.clone()))?;
         security::caller(request.extensions())?
             .act_for(&id.host_id)
             .map_err(ApiError::from)?;

@@ -498,10 +498,18 @@ do
        accounts = maps.accounts or none}
 end
 local now = tonumber(ARGV[3])
+-- Grants are at least the time in µs (scheduler::HostState::set_grant_floor), so they keep
+-- increasing after Redis restarts empty. (About 1.8e15: exact in a Lua double.)
+local now_us
 if now == 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now_us = now * 1000
 end
+-- The grant after `last` (the counters' `grant` field as read).
+local function next_grant(last) return math.max(num(last) + 1, now_us) end
 local C, LEASES, AF = B .. 'c', B .. 'leases', B .. 'af'
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
 -- with the others).
@@ -615,7 +623,8 @@ local function set_lease(k, deadline)
 end
 -- Admit a waiter that dispatch took out of its queue.
 local function admit(k, t)
-  local g = redis.call('HINCRBY', C, 'grant', 1)
+  local g = fmt(next_grant(redis.call('HGET', C, 'grant')))
+  redis.call('HSET', C, 'grant', g)
   redis.call('HSET', tkey(k), 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease))
   redis.call('ZADD', LEASES, now + L.lease, k)
   redis.call('HINCRBY', C, 'in_flight', 1)
@@ -857,7 +866,7 @@ end
 if eligible then
   -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
   -- published (no Wait stream can follow a ticket before its id is answered).
-  local g = admit_new(key, subject, account, inst, run, num(c[1]) + 1)
+  local g = admit_new(key, subject, account, inst, run, next_grant(c[1]))
   redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
              'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
              sf(subject), fmt(num(c[5]) + 1))
@@ -894,7 +903,7 @@ if L.max_rss == 0 then
       and num(c[6]) < (L.subjects[subject] or L.per_subject)
       and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
       and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
-      local g, deadline = admit_new(key, subject, account, inst, run, num(c[1]) + 1)
+      local g, deadline = admit_new(key, subject, account, inst, run, next_grant(c[1]))
       redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
                  'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
                  's:' .. subject, fmt(num(c[6]) + 1),
@@ -1029,7 +1038,8 @@ if t.state == 'P' then
     and num(redis.call('HGET', C, sf(t.subject))) < subject_cap(t.subject)
     and account_has_room(t.account)
   if fits then
-    local g = redis.call('HINCRBY', C, 'grant', 1)
+    local g = fmt(next_grant(redis.call('HGET', C, 'grant')))
+    redis.call('HSET', C, 'grant', g)
     redis.call('HSET', tkey(k), 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease))
     redis.call('ZADD', LEASES, now + L.lease, k)
     redis.call('HINCRBY', C, 'in_flight', 1)
