@@ -14,7 +14,8 @@ pub mod codec {
     //! default buffers.
     use std::marker::PhantomData;
 
-    use tonic::codec::{BufferSettings, Codec};
+    use tonic::Status;
+    use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
     use tonic_prost::ProstCodec;
 
     const BUFFER_SIZE: usize = 512;
@@ -37,14 +38,45 @@ pub mod codec {
         type Encode = T;
         type Decode = U;
         type Encoder = <ProstCodec<T, U> as Codec>::Encoder;
-        type Decoder = <ProstCodec<T, U> as Codec>::Decoder;
+        type Decoder = BadBytesDecoder<<ProstCodec<T, U> as Codec>::Decoder>;
 
         fn encoder(&mut self) -> Self::Encoder {
             ProstCodec::<T, U>::raw_encoder(BufferSettings::new(BUFFER_SIZE, YIELD_THRESHOLD))
         }
 
         fn decoder(&mut self) -> Self::Decoder {
-            ProstCodec::<T, U>::raw_decoder(BufferSettings::new(BUFFER_SIZE, YIELD_THRESHOLD))
+            BadBytesDecoder(ProstCodec::<T, U>::raw_decoder(BufferSettings::new(
+                BUFFER_SIZE,
+                YIELD_THRESHOLD,
+            )))
+        }
+    }
+
+    /// Prost's decoder, with a message that does not decode (invalid UTF-8 in a string, a wrong
+    /// wire type, a truncated length) answered INVALID_ARGUMENT instead of INTERNAL: the
+    /// caller sent bad bytes, the server did not fail.
+    #[derive(Debug)]
+    pub struct BadBytesDecoder<D>(D);
+
+    impl<D: Decoder<Error = Status>> Decoder for BadBytesDecoder<D> {
+        type Item = D::Item;
+        type Error = Status;
+
+        fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<D::Item>, Status> {
+            self.0.decode(buf).map_err(|e| {
+                if e.code() == tonic::Code::Internal {
+                    Status::invalid_argument(format!(
+                        "request: not a valid protobuf message of this RPC: {}",
+                        e.message()
+                    ))
+                } else {
+                    e
+                }
+            })
+        }
+
+        fn buffer_settings(&self) -> BufferSettings {
+            self.0.buffer_settings()
         }
     }
 }

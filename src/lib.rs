@@ -19,6 +19,7 @@
 //! * [`service`]: the gRPC services; the one place where proto and domain types meet
 //!   ([`service::edge`]) and where refusals become statuses.
 //! * [`metrics`]: Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`, `/readyz`).
+//! * [`net`]: the network edge: a bound on open connections.
 //! * [`security`]: credentials, the authenticated [`security::Caller`] and what it may do.
 //! * [`telemetry`]: OpenTelemetry export over OTLP, when the `OTEL_*` variables ask for it.
 //! * [`server`]: the composition root: builds the store and services, serves until shutdown.
@@ -31,6 +32,7 @@ pub mod clock;
 pub mod config;
 pub mod ledger;
 pub mod metrics;
+pub mod net;
 pub mod scheduler;
 pub mod security;
 pub mod server;

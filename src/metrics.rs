@@ -19,6 +19,8 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
+use crate::ledger::LedgerStats;
+use crate::scheduler::{Counters, HostStats};
 use crate::service::Gates;
 use crate::store::Store;
 
@@ -33,9 +35,16 @@ pub struct Metrics {
     /// endpoint → outcome → count; endpoints are the configured buckets, so an attempt looks
     /// its endpoint up without allocating.
     auth: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
+    /// The gRPC port's connections, once the server listens.
+    connections: std::sync::OnceLock<Arc<crate::net::ConnectionGate>>,
 }
 
 impl Metrics {
+    /// Report the gRPC port's open and refused connections.
+    pub fn watch_connections(&self, gate: Arc<crate::net::ConnectionGate>) {
+        let _ = self.connections.set(gate);
+    }
+
     /// Count one decision of `rpc`.
     pub fn decision(&self, rpc: &'static str, decision: &'static str, reason: &'static str) {
         *self
@@ -76,14 +85,64 @@ impl Metrics {
     }
 }
 
+/// The per-host figures `/metrics` shows, which can be summed over hosts.
+#[derive(Debug, Default)]
+struct HostCounts {
+    in_flight: u64,
+    queued: u64,
+    parked: u64,
+    counters: Counters,
+}
+
+impl From<HostStats> for HostCounts {
+    fn from(s: HostStats) -> Self {
+        HostCounts {
+            in_flight: u64::from(s.in_flight),
+            queued: u64::from(s.queued),
+            parked: u64::from(s.parked),
+            counters: s.counters,
+        }
+    }
+}
+
+impl HostCounts {
+    fn add(&mut self, o: &HostCounts) {
+        self.in_flight += o.in_flight;
+        self.queued += o.queued;
+        self.parked += o.parked;
+        let (c, d) = (&mut self.counters, &o.counters);
+        c.submitted += d.submitted;
+        c.admitted += d.admitted;
+        c.rejected += d.rejected;
+        c.released += d.released;
+        c.cancelled += d.cancelled;
+        c.shed += d.shed;
+        c.expired += d.expired;
+        for (b, n) in c.queue_wait.buckets.iter_mut().zip(d.queue_wait.buckets) {
+            *b += n;
+        }
+        c.queue_wait.sum_ms += d.queue_wait.sum_ms;
+    }
+}
+
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
-/// The text exposition of every metric.
-pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> String {
+/// The label value under which the hosts past `metrics.max_hosts` are summed.
+pub const OTHER_HOSTS: &str = "_other";
+
+/// The text exposition of every metric. Per-host series are written for the first `max_hosts`
+/// hosts by name; the rest are summed under `host_id="_other"`, so a flood of host ids (an
+/// open authority, say) cannot grow a scrape without bound.
+pub async fn render<S: Store>(
+    store: &S,
+    gates: &Gates,
+    metrics: &Metrics,
+    max_hosts: usize,
+) -> String {
     let mut out = String::new();
     let family = |name: &str, kind: &str, help: &str, out: &mut String| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -114,64 +173,89 @@ pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> St
         );
     }
     let hosts = store.host_ids().await;
+    // Each host's figures, the first `max_hosts` by name under their own label and the rest
+    // summed under OTHER_HOSTS.
+    let mut rows: Vec<(String, Option<HostCounts>, Option<LedgerStats>)> = Vec::new();
+    if let Ok(hosts) = &hosts {
+        let mut hosts: Vec<&String> = hosts.iter().collect();
+        hosts.sort();
+        let mut other: Option<(HostCounts, LedgerStats)> = None;
+        for (i, host) in hosts.into_iter().enumerate() {
+            let s = store.stats(host).await.ok().map(HostCounts::from);
+            let l = store.ledger_stats(host).await.ok();
+            if i < max_hosts {
+                rows.push((escape(host), s, l));
+            } else {
+                let (os, ol) = other.get_or_insert_with(Default::default);
+                if let Some(s) = s {
+                    os.add(&s);
+                }
+                if let Some(l) = l {
+                    ol.open += l.open;
+                    ol.uncertain += l.uncertain;
+                    ol.settled += l.settled;
+                }
+            }
+        }
+        if let Some((s, l)) = other {
+            rows.push((OTHER_HOSTS.to_string(), Some(s), Some(l)));
+        }
+    }
     let mut gauges = String::new();
     let mut totals = String::new();
     let mut reservations = String::new();
     let mut waits = String::new();
-    if let Ok(hosts) = &hosts {
-        for host in hosts {
-            let h = escape(host);
-            if let Ok(s) = store.stats(host).await {
-                let _ = writeln!(
-                    gauges,
-                    "admission_tickets_in_flight{{host_id=\"{h}\"}} {}\n\
-                     admission_tickets_queued{{host_id=\"{h}\"}} {}\n\
-                     admission_tickets_parked{{host_id=\"{h}\"}} {}",
-                    s.in_flight, s.queued, s.parked
+    for (h, s, l) in &rows {
+        if let Some(s) = s {
+            let _ = writeln!(
+                gauges,
+                "admission_tickets_in_flight{{host_id=\"{h}\"}} {}\n\
+                 admission_tickets_queued{{host_id=\"{h}\"}} {}\n\
+                 admission_tickets_parked{{host_id=\"{h}\"}} {}",
+                s.in_flight, s.queued, s.parked
+            );
+            let c = &s.counters;
+            let mut cumulative = 0;
+            for (i, n) in c.queue_wait.buckets.iter().enumerate() {
+                cumulative += n;
+                let le = crate::scheduler::QUEUE_WAIT_BOUNDS_MS.get(i).map_or_else(
+                    || "+Inf".to_string(),
+                    |ms| format!("{}", *ms as f64 / 1000.0),
                 );
-                let c = s.counters;
-                let mut cumulative = 0;
-                for (i, n) in c.queue_wait.buckets.iter().enumerate() {
-                    cumulative += n;
-                    let le = crate::scheduler::QUEUE_WAIT_BOUNDS_MS.get(i).map_or_else(
-                        || "+Inf".to_string(),
-                        |ms| format!("{}", *ms as f64 / 1000.0),
-                    );
-                    let _ = writeln!(
-                        waits,
-                        "admission_queue_wait_seconds_bucket{{host_id=\"{h}\",le=\"{le}\"}} {cumulative}"
-                    );
-                }
                 let _ = writeln!(
                     waits,
-                    "admission_queue_wait_seconds_sum{{host_id=\"{h}\"}} {}\n\
-                     admission_queue_wait_seconds_count{{host_id=\"{h}\"}} {}",
-                    c.queue_wait.sum_ms as f64 / 1000.0,
-                    c.queue_wait.count()
+                    "admission_queue_wait_seconds_bucket{{host_id=\"{h}\",le=\"{le}\"}} {cumulative}"
                 );
-                for (outcome, n) in [
-                    ("admitted", c.admitted),
-                    ("rejected", c.rejected),
-                    ("released", c.released),
-                    ("cancelled", c.cancelled),
-                    ("shed", c.shed),
-                    ("expired", c.expired),
-                ] {
-                    let _ = writeln!(
-                        totals,
-                        "admission_tickets_total{{host_id=\"{h}\",outcome=\"{outcome}\"}} {n}"
-                    );
-                }
             }
-            if let Ok(l) = store.ledger_stats(host).await {
+            let _ = writeln!(
+                waits,
+                "admission_queue_wait_seconds_sum{{host_id=\"{h}\"}} {}\n\
+                 admission_queue_wait_seconds_count{{host_id=\"{h}\"}} {}",
+                c.queue_wait.sum_ms as f64 / 1000.0,
+                c.queue_wait.count()
+            );
+            for (outcome, n) in [
+                ("admitted", c.admitted),
+                ("rejected", c.rejected),
+                ("released", c.released),
+                ("cancelled", c.cancelled),
+                ("shed", c.shed),
+                ("expired", c.expired),
+            ] {
                 let _ = writeln!(
-                    reservations,
-                    "admission_reservations_open{{host_id=\"{h}\"}} {}\n\
-                     admission_reservations_uncertain{{host_id=\"{h}\"}} {}\n\
-                     admission_reservations_settled_total{{host_id=\"{h}\"}} {}",
-                    l.open, l.uncertain, l.settled
+                    totals,
+                    "admission_tickets_total{{host_id=\"{h}\",outcome=\"{outcome}\"}} {n}"
                 );
             }
+        }
+        if let Some(l) = l {
+            let _ = writeln!(
+                reservations,
+                "admission_reservations_open{{host_id=\"{h}\"}} {}\n\
+                 admission_reservations_uncertain{{host_id=\"{h}\"}} {}\n\
+                 admission_reservations_settled_total{{host_id=\"{h}\"}} {}",
+                l.open, l.uncertain, l.settled
+            );
         }
     }
     family(
@@ -248,6 +332,26 @@ pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> St
         "admission_auth_fallback_active {}",
         u8::from(store.auth_degraded())
     );
+    if let Some(gate) = metrics.connections.get() {
+        family(
+            "admission_grpc_connections_open",
+            "gauge",
+            "gRPC connections open now (at most grpc.max_connections).",
+            &mut out,
+        );
+        let _ = writeln!(out, "admission_grpc_connections_open {}", gate.open());
+        family(
+            "admission_grpc_connections_refused_total",
+            "counter",
+            "gRPC connections closed at once because grpc.max_connections were open.",
+            &mut out,
+        );
+        let _ = writeln!(
+            out,
+            "admission_grpc_connections_refused_total {}",
+            gate.refused()
+        );
+    }
     family(
         "admission_draining",
         "gauge",
@@ -262,30 +366,53 @@ pub async fn render<S: Store>(store: &S, gates: &Gates, metrics: &Metrics) -> St
     out
 }
 
-/// Serve `/metrics`, `/healthz` and `/readyz` on `listener` until the task is aborted.
+/// A request whose headers have not arrived within this is dropped.
+pub const ADMIN_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// An admin connection is closed after this, whatever it is doing: scrapes take milliseconds.
+pub const ADMIN_CONNECTION_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Admin connections open at once at most; more are closed as they are accepted.
+pub const ADMIN_MAX_CONNECTIONS: usize = 64;
+
+/// Serve `/metrics`, `/healthz` and `/readyz` on `listener` until the task is aborted, with
+/// per-host series for at most `max_hosts` hosts. A caller that sends its headers slowly (or
+/// never) is dropped after [`ADMIN_HEADER_TIMEOUT`], and at most [`ADMIN_MAX_CONNECTIONS`] are
+/// served at once, so the admin port cannot be used to hold the process's memory or files.
 pub async fn serve_admin<S: Store>(
     listener: TcpListener,
     store: Arc<S>,
     gates: Arc<Gates>,
     metrics: Arc<Metrics>,
+    max_hosts: usize,
 ) {
+    let open = Arc::new(tokio::sync::Semaphore::new(ADMIN_MAX_CONNECTIONS));
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(_) => {
+                // Out of file descriptors, say: do not spin.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            continue; // dropped: closed at once
         };
         let (store, gates, metrics) = (store.clone(), gates.clone(), metrics.clone());
         tokio::spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let (store, gates, metrics) = (store.clone(), gates.clone(), metrics.clone());
                 async move {
                     Ok::<_, std::convert::Infallible>(
-                        handle(req.uri().path(), &*store, &gates, &metrics).await,
+                        handle(req.uri().path(), &*store, &gates, &metrics, max_hosts).await,
                     )
                 }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(ADMIN_CONNECTION_LIMIT, conn).await;
         });
     }
 }
@@ -295,12 +422,13 @@ async fn handle<S: Store>(
     store: &S,
     gates: &Gates,
     metrics: &Metrics,
+    max_hosts: usize,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/metrics" => (
             StatusCode::OK,
             "text/plain; version=0.0.4",
-            render(store, gates, metrics).await,
+            render(store, gates, metrics, max_hosts).await,
         ),
         "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
         "/readyz" => {

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::api::{admission_server::AdmissionServer, operator_server::OperatorServer};
 use crate::clock::SystemClock;
 use crate::config::{Config, TlsFiles};
 use crate::metrics::Metrics;
+use crate::net::{ConnectionGate, Incoming};
 use crate::security::Authenticator;
 use crate::service::{AdmissionService, Gates, OperatorService};
 use crate::store::memory::MemoryStore;
@@ -95,6 +95,7 @@ async fn serve<S: Store>(
                 store.clone(),
                 gates.clone(),
                 metrics.clone(),
+                config.metrics_max_hosts,
             )))
         }
         None => None,
@@ -157,6 +158,7 @@ async fn serve<S: Store>(
             store.clone(),
             gates.clone(),
             config.grpc.max_wait_streams_per_connection,
+            config.grpc.max_wait_streams,
             metrics.clone(),
         );
         InterceptedService::new(
@@ -174,11 +176,31 @@ async fn serve<S: Store>(
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls_config(tls)?)?;
     }
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let connections = Arc::new(ConnectionGate::new(
+        config.grpc.max_connections,
+        crate::net::fd_limit(),
+    ));
+    metrics.watch_connections(connections.clone());
+    // A client that connects and sends nothing gets as long as an unanswered PING would.
+    let incoming = Incoming::new(
+        listener,
+        connections,
+        Duration::from_millis(config.grpc.keepalive_timeout_ms),
+    );
+    let g = &config.grpc;
     let result = builder
         // Thousands of Wait streams on one connection need a wide connection window, or h2
         // answers a burst of new streams with GOAWAY (ENHANCE_YOUR_CALM).
         .initial_connection_window_size(16 * 1024 * 1024)
+        .max_concurrent_streams(g.max_streams_per_connection)
+        // A client that stops answering PINGs (a frozen process) loses its connection, and its
+        // Wait streams stop keeping its tickets alive.
+        .http2_keepalive_interval(Some(Duration::from_millis(g.keepalive_interval_ms)))
+        .http2_keepalive_timeout(Some(Duration::from_millis(g.keepalive_timeout_ms)))
+        // Bounds every call but Wait, whose handler returns once the stream is open (a
+        // client's shorter grpc-timeout wins).
+        .timeout(Duration::from_millis(g.unary_timeout_ms))
+        .layer(crate::service::framing::FramingErrorsAsBadInput)
         // One span per RPC; handlers fill in host_id, subject and decision (never a token or
         // an auth identity).
         .trace_fn(|req| {

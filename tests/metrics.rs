@@ -96,3 +96,41 @@ async fn metrics_count_a_known_sequence_of_rpcs() {
     assert_eq!(get(port, "/healthz").0, 200);
     assert_eq!(get(port, "/nope").0, 404);
 }
+
+/// Per-host series stay bounded however many host ids callers invent: the first
+/// `metrics.max_hosts` by name get their own, the rest are summed under `_other`.
+#[tokio::test]
+async fn per_host_series_are_bounded_by_metrics_max_hosts() {
+    let port = free_port();
+    let admin = format!("127.0.0.1:{port}");
+    let server = Server::start_with_config(
+        "max-hosts",
+        "metrics: { max_hosts: 2 }\n",
+        &["--admin-listen", &admin],
+    );
+    let mut c = server.client().await;
+    for host in ["h1", "h2", "h3", "h4", "h5"] {
+        c.submit(submit_req(host, "alice", "r1")).await.unwrap();
+    }
+    let body = common::eventually(
+        "the admin port",
+        std::time::Duration::from_secs(5),
+        || async {
+            let (status, body) = get(port, "/metrics");
+            (status == 200).then_some(body)
+        },
+    )
+    .await;
+    for line in [
+        "admission_tickets_in_flight{host_id=\"h1\"} 1",
+        "admission_tickets_in_flight{host_id=\"h2\"} 1",
+        "admission_tickets_in_flight{host_id=\"_other\"} 3",
+        "admission_tickets_total{host_id=\"_other\",outcome=\"admitted\"} 3",
+    ] {
+        assert!(
+            body.lines().any(|l| l == line),
+            "missing {line:?} in\n{body}"
+        );
+    }
+    assert!(!body.contains("host_id=\"h3\""), "{body}");
+}

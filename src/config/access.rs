@@ -20,20 +20,41 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
-/// gRPC-level input limits.
+/// The limits of the gRPC edge: what one caller, or a flood of them, can hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GrpcLimits {
     /// Largest request message accepted, in bytes.
     pub max_message_bytes: usize,
+    /// Open connections at most; further ones are closed at once (and counted). Lowered at
+    /// start to what the process's file-descriptor limit allows.
+    pub max_connections: usize,
+    /// Concurrent HTTP/2 streams per connection (calls and Wait streams together).
+    pub max_streams_per_connection: u32,
     /// Most Wait streams one connection may hold open at once.
     pub max_wait_streams_per_connection: usize,
+    /// Most Wait streams open at once over every connection.
+    pub max_wait_streams: usize,
+    /// A call other than Wait still running after this is cancelled (DEADLINE_EXCEEDED),
+    /// which also bounds how long a half-sent request holds its buffers.
+    pub unary_timeout_ms: u64,
+    /// HTTP/2 PING sent after this long without a frame from the client...
+    pub keepalive_interval_ms: u64,
+    /// ...and the connection closed when it is not answered within this: a frozen client's
+    /// Wait streams then stop keeping its tickets alive.
+    pub keepalive_timeout_ms: u64,
 }
 
 impl Default for GrpcLimits {
     fn default() -> Self {
         GrpcLimits {
             max_message_bytes: 256 * 1024,
+            max_connections: 10_000,
+            max_streams_per_connection: 10_100,
             max_wait_streams_per_connection: 10_000,
+            max_wait_streams: 50_000,
+            unary_timeout_ms: 10_000,
+            keepalive_interval_ms: 10_000,
+            keepalive_timeout_ms: 20_000,
         }
     }
 }
@@ -304,10 +325,52 @@ impl Cx {
         let Some(m) = self.mapping(
             v,
             "grpc",
-            &["max_message_bytes", "max_wait_streams_per_connection"],
+            &[
+                "max_message_bytes",
+                "max_connections",
+                "max_streams_per_connection",
+                "max_wait_streams_per_connection",
+                "max_wait_streams",
+                "unary_timeout",
+                "keepalive",
+            ],
         ) else {
             return g;
         };
+        if let Some(v) = m.get("max_connections")
+            && let Some(n) = self.count(v, "grpc.max_connections", 1, 1_000_000)
+        {
+            g.max_connections = n as usize;
+        }
+        if let Some(v) = m.get("max_streams_per_connection")
+            && let Some(n) = self.count(v, "grpc.max_streams_per_connection", 1, 1_000_000)
+        {
+            g.max_streams_per_connection = n as u32;
+        }
+        if let Some(v) = m.get("max_wait_streams")
+            && let Some(n) = self.count(v, "grpc.max_wait_streams", 1, 10_000_000)
+        {
+            g.max_wait_streams = n as usize;
+        }
+        if let Some(v) = m.get("unary_timeout")
+            && let Some(ms) = self.duration(v, "grpc.unary_timeout", 100, 3_600_000)
+        {
+            g.unary_timeout_ms = ms;
+        }
+        if let Some(v) = m.get("keepalive")
+            && let Some(k) = self.mapping(v, "grpc.keepalive", &["interval", "timeout"])
+        {
+            if let Some(v) = k.get("interval")
+                && let Some(ms) = self.duration(v, "grpc.keepalive.interval", 100, 3_600_000)
+            {
+                g.keepalive_interval_ms = ms;
+            }
+            if let Some(v) = k.get("timeout")
+                && let Some(ms) = self.duration(v, "grpc.keepalive.timeout", 100, 3_600_000)
+            {
+                g.keepalive_timeout_ms = ms;
+            }
+        }
         if let Some(v) = m.get("max_message_bytes")
             && let Some(n) = self.count(v, "grpc.max_message_bytes", 1024, 64 * 1024 * 1024)
         {
@@ -397,9 +460,20 @@ pub(super) fn render(out: &mut String, c: &Config) {
             let _ = writeln!(out, "store: {{}}   # embedded in-memory store");
         }
     }
+    let g = &c.grpc;
     let _ = writeln!(
         out,
-        "grpc: {{max_message_bytes: {}, max_wait_streams_per_connection: {}}}",
-        c.grpc.max_message_bytes, c.grpc.max_wait_streams_per_connection
+        "grpc:\n  max_message_bytes: {}\n  max_connections: {}\n  \
+         max_streams_per_connection: {}\n  max_wait_streams_per_connection: {}\n  \
+         max_wait_streams: {}\n  unary_timeout: {}\n  \
+         keepalive: {{interval: {}, timeout: {}}}",
+        g.max_message_bytes,
+        g.max_connections,
+        g.max_streams_per_connection,
+        g.max_wait_streams_per_connection,
+        g.max_wait_streams,
+        super::format_ms(g.unary_timeout_ms),
+        super::format_ms(g.keepalive_interval_ms),
+        super::format_ms(g.keepalive_timeout_ms),
     );
 }

@@ -82,7 +82,13 @@ pub struct Config {
     pub drain_grace_ms: u64,
     /// Where `/metrics`, `/healthz` and `/readyz` are served; `None` = off.
     pub admin_listen: Option<SocketAddr>,
+    /// Hosts with series of their own in `/metrics` (`metrics.max_hosts`); the rest are summed
+    /// under `host_id="_other"`.
+    pub metrics_max_hosts: usize,
 }
+
+/// `metrics.max_hosts` by default.
+pub const DEFAULT_METRICS_MAX_HOSTS: usize = 1_000;
 
 /// `store.redis`: several authority replicas share their state in one Redis.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -193,6 +199,7 @@ struct FileConfig {
     redis: Option<RedisConfig>,
     drain_grace_ms: Option<u64>,
     admin_listen: Option<String>,
+    metrics_max_hosts: Option<usize>,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -426,6 +433,7 @@ impl Cx {
                 "store",
                 "drain_grace",
                 "admin_listen",
+                "metrics",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -527,6 +535,14 @@ impl Cx {
         }
         if let Some(v) = m.get("grpc") {
             f.grpc = self.grpc(v);
+        }
+        if let Some(v) = m.get("metrics")
+            && let Some(mm) = self.mapping(v, "metrics", &["max_hosts"])
+            && let Some(v) = mm.get("max_hosts")
+        {
+            f.metrics_max_hosts = self
+                .count(v, "metrics.max_hosts", 1, 1_000_000)
+                .map(|n| n as usize);
         }
         if let Some(v) = m.get("allowances") {
             for (account, av) in self.named_entries(v, "allowances") {
@@ -974,6 +990,7 @@ impl Cx {
             credentials: file.credentials,
             tls: file.tls,
             grpc: file.grpc,
+            metrics_max_hosts: file.metrics_max_hosts.unwrap_or(DEFAULT_METRICS_MAX_HOSTS),
             admin_listen: {
                 let (text, path) = match (&o.admin_listen, &file.admin_listen) {
                     (Some(a), _) => (Some(a.clone()), "--admin-listen"),
@@ -1097,16 +1114,31 @@ impl Config {
     /// `--insecure`.
     ///
     /// Fails for a non-loopback `listen` with no credentials configured and no `--insecure`.
+    ///
+    /// The admin port follows the same rule: `/metrics` names every host and its load, so a
+    /// non-loopback `admin_listen` needs credentials configured (which say this is a deployment
+    /// that thought about exposure) or `--insecure`. The admin port itself takes no
+    /// credentials: keep it on a network only your scrapers reach.
     pub fn check_exposure(&self) -> Result<(), String> {
-        if self.listen.ip().is_loopback() || self.insecure || !self.credentials.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
+        let open = self.insecure || !self.credentials.is_empty();
+        if !open && !self.listen.ip().is_loopback() {
+            return Err(format!(
                 "listen: {} is not a loopback address and no credentials are configured; \
                  pass --insecure to serve it without authentication",
                 self.listen
-            ))
+            ));
         }
+        if let Some(admin) = self.admin_listen
+            && !open
+            && !admin.ip().is_loopback()
+        {
+            return Err(format!(
+                "admin_listen: {admin} is not a loopback address and no credentials are \
+                 configured; /metrics would tell anyone who can reach it every host's load: \
+                 pass --insecure to serve it anyway"
+            ));
+        }
+        Ok(())
     }
 
     /// The resolved configuration as YAML, for `check-config`.
@@ -1122,6 +1154,7 @@ impl Config {
                 let _ = writeln!(out, "admin_listen: null   # no /metrics");
             }
         }
+        let _ = writeln!(out, "metrics: {{max_hosts: {}}}", self.metrics_max_hosts);
         let _ = writeln!(out, "scheduling:");
         render_limits(&mut out, &self.limits.default, "  ");
         if !self.limits.hosts.is_empty() {

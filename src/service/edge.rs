@@ -48,8 +48,8 @@ pub enum ApiError {
         state: &'static str,
         rule: &'static str,
     },
-    #[error("TOO_MANY_STREAMS: this connection already has {max} Wait streams open")]
-    TooManyStreams { max: usize },
+    #[error("TOO_MANY_STREAMS: {scope} already has {max} Wait streams open")]
+    TooManyStreams { max: usize, scope: &'static str },
     #[error(transparent)]
     Unavailable(#[from] StoreError),
 }

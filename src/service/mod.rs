@@ -2,6 +2,7 @@
 //! at the [`edge`], call one store operation, and convert the answer back.
 
 pub mod edge;
+pub mod framing;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -93,10 +94,12 @@ pub struct AdmissionService<S> {
 }
 
 impl<S> AdmissionService<S> {
-    /// `max_wait_streams` bounds the Wait streams one connection may hold open at once.
+    /// `max_wait_streams_per_connection` bounds the Wait streams one connection may hold open
+    /// at once, `max_wait_streams` those of every connection together.
     pub fn new(
         store: Arc<S>,
         gates: Arc<Gates>,
+        max_wait_streams_per_connection: usize,
         max_wait_streams: usize,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
@@ -105,6 +108,7 @@ impl<S> AdmissionService<S> {
             gates,
             metrics,
             wait_streams: WaitStreams {
+                max_per_connection: max_wait_streams_per_connection,
                 max: max_wait_streams,
                 open: Arc::default(),
             },
@@ -112,26 +116,44 @@ impl<S> AdmissionService<S> {
     }
 }
 
-/// Open Wait streams per connection (keyed by the peer's address), capped so that one client
-/// cannot hold unbounded server memory in streams.
+/// Open Wait streams per connection (keyed by the peer's address) and in all, capped so that
+/// neither one client nor many can hold unbounded server memory in streams.
 struct WaitStreams {
+    max_per_connection: usize,
     max: usize,
-    open: Arc<Mutex<HashMap<SocketAddr, usize>>>,
+    open: Arc<Mutex<OpenStreams>>,
+}
+
+#[derive(Default)]
+struct OpenStreams {
+    total: usize,
+    per_peer: HashMap<SocketAddr, usize>,
 }
 
 impl WaitStreams {
     /// Count a new stream of the connection from `peer`.
     ///
-    /// Fails with TOO_MANY_STREAMS when the connection already holds `max`.
+    /// Fails with TOO_MANY_STREAMS when the connection already holds `max_per_connection`, or
+    /// every connection together `max`.
     fn open(&self, peer: Option<SocketAddr>) -> Result<StreamSlot, ApiError> {
+        let mut open = self.open.lock().expect("wait streams lock");
+        if open.total >= self.max {
+            return Err(ApiError::TooManyStreams {
+                max: self.max,
+                scope: "the authority",
+            });
+        }
         if let Some(addr) = peer {
-            let mut open = self.open.lock().expect("wait streams lock");
-            let n = open.entry(addr).or_insert(0);
-            if *n >= self.max {
-                return Err(ApiError::TooManyStreams { max: self.max });
+            let n = open.per_peer.entry(addr).or_insert(0);
+            if *n >= self.max_per_connection {
+                return Err(ApiError::TooManyStreams {
+                    max: self.max_per_connection,
+                    scope: "this connection",
+                });
             }
             *n += 1;
         }
+        open.total += 1;
         Ok(StreamSlot {
             peer,
             open: self.open.clone(),
@@ -142,18 +164,19 @@ impl WaitStreams {
 /// One open Wait stream; closing it (dropping this) frees its place.
 struct StreamSlot {
     peer: Option<SocketAddr>,
-    open: Arc<Mutex<HashMap<SocketAddr, usize>>>,
+    open: Arc<Mutex<OpenStreams>>,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        if let Some(addr) = self.peer {
-            let mut open = self.open.lock().expect("wait streams lock");
-            if let Some(n) = open.get_mut(&addr) {
-                *n -= 1;
-                if *n == 0 {
-                    open.remove(&addr);
-                }
+        let mut open = self.open.lock().expect("wait streams lock");
+        open.total -= 1;
+        if let Some(addr) = self.peer
+            && let Some(n) = open.per_peer.get_mut(&addr)
+        {
+            *n -= 1;
+            if *n == 0 {
+                open.per_peer.remove(&addr);
             }
         }
     }
