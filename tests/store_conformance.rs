@@ -375,6 +375,35 @@ where
     assert_eq!(v.state, TicketState::Admitted);
 }
 
+pub async fn shed_oldest_breaks_ties_by_age_not_by_name<H: Harness>()
+where
+    H::S: TicketStore,
+{
+    let h = H::build(LimitsTable::uniform(Limits {
+        overflow: admission_authority::scheduler::OverflowPolicy::ShedOldest,
+        ..limits(1, 1, 3)
+    }))
+    .await;
+    let s = h.store();
+    submit(s, "h", "holder", "hold").await.unwrap();
+    // Three subjects one deep each; "zed" queued first, so its waiter is the oldest of the
+    // deepest, though "amy" comes first by name.
+    let (zed1, _) = submit(s, "h", "zed", "z1").await.unwrap();
+    let (amy1, _) = submit(s, "h", "amy", "a1").await.unwrap();
+    let (_, v) = submit(s, "h", "newcomer", "n1").await.unwrap();
+    assert_eq!(v.state, TicketState::Queued);
+    assert_eq!(state(s, &zed1).await, Some(TicketState::Queued));
+    // The queue (3) is full: the next newcomer sheds the oldest waiter of the equally deep
+    // subjects, zed's, not amy's (the first by name).
+    let (_, v) = submit(s, "h", "late", "l1").await.unwrap();
+    assert_eq!(v.state, TicketState::Queued);
+    assert_eq!(state(s, &zed1).await, Some(TicketState::Shed));
+    assert_eq!(state(s, &amy1).await, Some(TicketState::Queued));
+    // Then amy's waiter is the oldest of the deepest (all one deep).
+    submit(s, "h", "later", "l2").await.unwrap();
+    assert_eq!(state(s, &amy1).await, Some(TicketState::Shed));
+}
+
 pub async fn stats_and_listing_show_live_tickets<H: Harness>()
 where
     H::S: TicketStore,
@@ -1234,6 +1263,7 @@ macro_rules! every_scenario {
             an_expired_lease_frees_its_slot_for_the_next_waiter,
             repeated_run_ids_are_idempotent_until_retention_ends,
             ended_tickets_are_compact_and_bounded_per_host,
+            shed_oldest_breaks_ties_by_age_not_by_name,
             stats_and_listing_show_live_tickets,
             ticket_ids_are_distinct_and_name_their_host,
             per_host_limits_apply_to_their_host_only,

@@ -9,7 +9,7 @@ pub enum OverflowPolicy {
     Reject,
     /// Evict the oldest waiter of the newcomer's subject when that subject's queue is full,
     /// else the oldest waiter of the subject with the most waiters (a flood never evicts a
-    /// quiet tenant).
+    /// quiet tenant); of equally deep subjects, the one whose oldest waiter is oldest.
     ShedOldest,
     /// Keep queueing past `queue_total` up to `queue_hard_total`. The per-subject bound stays
     /// hard, so one subject cannot take the overflow for itself.

@@ -284,9 +284,11 @@ pub struct HostState {
     next_generation: u64,
     /// Number of rotation entries whose subject has queued tickets.
     rotation_live: usize,
-    /// Subjects with queued tickets by depth, for shedding from the deepest queue; the last is
-    /// the deepest, and of equally deep ones the first by name (the Redis store picks the same).
-    by_depth: BTreeSet<(u32, Reverse<Arc<str>>)>,
+    /// Subjects with queued tickets by depth and then by the order of their oldest waiter, for
+    /// shedding from the deepest queue: the last is the deepest, and of equally deep ones the
+    /// one whose oldest waiter came first (never the first by name, so tenant names do not
+    /// decide who loses). The Redis store picks the same.
+    by_depth: BTreeSet<(u32, Reverse<i64>, Arc<str>)>,
     /// `depth_counts[d]` = number of subjects with more than `d` waiters; its prefix sums give
     /// the waiters of earlier round-robin rounds without visiting every subject.
     depth_counts: Vec<u32>,
@@ -748,7 +750,8 @@ impl HostState {
             if q > 0 && s.entry == 0 {
                 return Err(format!("subject {name}: queued but not in the rotation"));
             }
-            if (q > 0) != self.by_depth.contains(&(q, Reverse(name.clone()))) {
+            let head = s.queue.first_key_value().map_or(0, |(o, _)| *o);
+            if (q > 0) != self.by_depth.contains(&(q, Reverse(head), name.clone())) {
                 return Err(format!("subject {name}: depth index out of step"));
             }
         }
@@ -911,9 +914,12 @@ impl HostState {
         self.queued += 1;
         let s = self.subjects.get_mut(&subject).expect("interned");
         let depth = s.queue.len() as u32;
+        let old_head = s.queue.first_key_value().map(|(o, _)| *o);
         s.queue.insert(order, key);
-        if depth > 0 {
-            self.by_depth.remove(&(depth, Reverse(subject.clone())));
+        let head = old_head.map_or(order, |h| h.min(order));
+        if let Some(old_head) = old_head {
+            self.by_depth
+                .remove(&(depth, Reverse(old_head), subject.clone()));
         } else {
             // A subject that gains its first waiter joins the rotation at the tail.
             self.rotation_live += 1;
@@ -922,7 +928,7 @@ impl HostState {
             self.rotation
                 .push_back((subject.clone(), self.next_generation));
         }
-        self.by_depth.insert((depth + 1, Reverse(subject)));
+        self.by_depth.insert((depth + 1, Reverse(head), subject));
         if self.depth_counts.len() <= depth as usize {
             self.depth_counts.push(0);
         }
@@ -938,8 +944,9 @@ impl HostState {
         self.uncount_queued(key);
         let s = self.subjects.get_mut(&subject).expect("interned");
         let depth = s.queue.len() as u32;
+        let old_head = *s.queue.first_key_value().expect("queued").0;
         s.queue.remove(&order);
-        self.shrink_depth(subject, depth);
+        self.shrink_depth(subject, depth, old_head);
         if depth == 1 {
             self.compact_rotation();
         }
@@ -954,15 +961,20 @@ impl HostState {
     }
 
     /// The depth index and the live-rotation count, for a subject whose queue shrank from
-    /// `depth` by one.
-    fn shrink_depth(&mut self, subject: Arc<str>, depth: u32) {
+    /// `depth` by one (its oldest waiter was `old_head`; the queue is already shorter).
+    fn shrink_depth(&mut self, subject: Arc<str>, depth: u32, old_head: i64) {
         self.depth_counts[depth as usize - 1] -= 1;
         while self.depth_counts.last() == Some(&0) {
             self.depth_counts.pop();
         }
-        self.by_depth.remove(&(depth, Reverse(subject.clone())));
-        if depth > 1 {
-            self.by_depth.insert((depth - 1, Reverse(subject)));
+        self.by_depth
+            .remove(&(depth, Reverse(old_head), subject.clone()));
+        let head = self
+            .subjects
+            .get(&subject)
+            .and_then(|s| s.queue.first_key_value().map(|(o, _)| *o));
+        if let Some(head) = head {
+            self.by_depth.insert((depth - 1, Reverse(head), subject));
         } else {
             // Its rotation entry goes stale.
             self.rotation_live -= 1;
@@ -1084,7 +1096,7 @@ impl HostState {
                 let victim_subject: Option<&str> = if subject_full {
                     Some(subject)
                 } else {
-                    self.by_depth.last().map(|(_, s)| &*s.0)
+                    self.by_depth.last().map(|(_, _, s)| &**s)
                 };
                 let victim = victim_subject
                     .and_then(|s| self.subjects.get(s))
@@ -1140,11 +1152,12 @@ impl HostState {
                 continue;
             };
             let depth = s.queue.len() as u32;
+            let old_head = *s.queue.first_key_value().expect("picked from it").0;
             s.queue.remove(&order);
             s.in_flight += 1;
             let emptied = s.queue.is_empty();
             self.uncount_queued(key);
-            self.shrink_depth(subject.clone(), depth);
+            self.shrink_depth(subject.clone(), depth, old_head);
             let waited = now.saturating_sub(self.tickets[&key].queued_at);
             self.counters.queue_wait.observe(waited);
             self.admit_except_subject(limits, key, now);

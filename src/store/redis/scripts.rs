@@ -579,6 +579,13 @@ local function incr(f, by) redis.call('HINCRBY', C, f, by or 1) end
 -- the hot path.
 local function hincr(h, f, by) redis.call('HINCRBY', h, f, by) end
 local function changed(k) redis.call('PUBLISH', B .. 'changes', k) end
+-- `depth` holds one member per subject with waiters, scored by its depth: the order of its
+-- oldest waiter (fixed width and offset, so members sort by it) and its name. The first member
+-- of the top score is the deepest subject whose oldest waiter came first (as the core's
+-- `by_depth`).
+local function dmember(s, head) return format('%020d', head + 4503599627370496) .. s end
+local function dsubject(m) return string.sub(m, 21) end
+local function head_of(q) return tonumber(redis.call('ZRANGE', q, 0, 0, 'WITHSCORES')[2]) end
 local function subject_cap(s) return L.subjects[s] or L.per_subject end
 local function account_cap(a)
   if a == '' then return nil end
@@ -646,9 +653,12 @@ local function enqueue(k, t, front)
   incr('queued')
   local q = qkey(t.subject)
   local depth = redis.call('ZCARD', q)
+  local old_head = depth > 0 and head_of(q) or nil
   redis.call('ZADD', q, order, k)
   if depth == 0 then redis.call('RPUSH', ROT, t.subject) end
-  redis.call('ZADD', DEPTH, depth + 1, t.subject)
+  local head = (old_head == nil or order < old_head) and order or old_head
+  if old_head and old_head ~= head then redis.call('ZREM', DEPTH, dmember(t.subject, old_head)) end
+  redis.call('ZADD', DEPTH, depth + 1, dmember(t.subject, head))
   hincr(DC, tostring(depth), 1)
 end
 -- Take a waiter out of its subject's queue; `popped` when dispatch already took the subject
@@ -658,12 +668,18 @@ local function dequeue(k, t, popped)
   incr('queued', -1)
   local q = qkey(t.subject)
   local depth = redis.call('ZCARD', q)
+  local old_head = head_of(q)
   redis.call('ZREM', q, k)
   hincr(DC, tostring(depth - 1), -1)
   if depth > 1 then
-    redis.call('ZADD', DEPTH, depth - 1, t.subject)
+    local head = old_head
+    if t.order == old_head then
+      head = head_of(q)
+      redis.call('ZREM', DEPTH, dmember(t.subject, old_head))
+    end
+    redis.call('ZADD', DEPTH, depth - 1, dmember(t.subject, head))
   else
-    redis.call('ZREM', DEPTH, t.subject)
+    redis.call('ZREM', DEPTH, dmember(t.subject, old_head))
     if not popped then redis.call('LREM', ROT, 1, t.subject) end
   end
 end
@@ -846,10 +862,11 @@ if not eligible then
     else
       local victim_subject = subject
       if not subject_full then
-        -- The deepest subject; of equally deep ones the first by name.
+        -- The deepest subject; of equally deep ones the one whose oldest waiter came first.
         local top = redis.call('ZREVRANGE', DEPTH, 0, 0, 'WITHSCORES')
         if top[2] then
-          victim_subject = redis.call('ZRANGEBYSCORE', DEPTH, top[2], top[2], 'LIMIT', 0, 1)[1]
+          victim_subject = dsubject(
+            redis.call('ZRANGEBYSCORE', DEPTH, top[2], top[2], 'LIMIT', 0, 1)[1])
         else
           victim_subject = nil
         end
