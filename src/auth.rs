@@ -1,9 +1,10 @@
-//! Auth buckets: brute-force budgets for gateway auth endpoints (DESIGN.md section 5), and the
-//! bounded local table that decides them in process memory.
+//! Auth buckets: brute-force budgets for gateway auth endpoints, and the bounded local table
+//! that decides them in process memory.
 //!
 //! The [`AuthTable`] is pure (every call takes `now`, no I/O, no locks). The embedded store keeps
 //! one behind a mutex as its auth state; the Redis store keeps one as the fallback it decides
-//! with while Redis is unreachable. Both uses share this code, so the rules cannot drift apart.
+//! with while Redis is unreachable. The Redis store's shared buckets run the same rules in Lua;
+//! the store conformance scenarios hold both to them.
 //!
 //! The rules, per `(endpoint, identity)`:
 //! * The window is anchored at the first attempt and lasts `window_ms`.
@@ -12,9 +13,11 @@
 //!   After the lockout the next attempt opens a fresh window.
 //! * With `lockout_ms` 0, attempts past the budget are refused until the window ends (there is
 //!   no way around the budget by configuring no lockout).
-//! * The table holds at most `max_keys` keys. A key whose window and lockout have both ended is
-//!   pruned; when the table is full of live keys a new key is refused (fail closed) while known
-//!   keys keep their buckets.
+//! * The table holds at most `max_keys` keys per endpoint. A key whose window and lockout have
+//!   both ended is pruned; when an endpoint's keys are all live and `max_keys` many, a new key
+//!   of that endpoint is refused (fail closed) while its known keys keep their buckets, and the
+//!   other endpoints are not affected: a flood of made-up identities on one endpoint refuses
+//!   new identities of that endpoint only.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -55,14 +58,15 @@ pub const BUILT_IN_BUCKETS: [(&str, BucketRule); 4] = [
 /// is not one of the [`BUILT_IN_BUCKETS`].
 pub const DEFAULT_BUCKET: BucketRule = BucketRule::new(10, 60_000, 300_000);
 
-/// Default bound of the local bucket table.
-pub const DEFAULT_LOCAL_MAX_KEYS: usize = 10_000;
+/// Default bound of the local bucket table, per endpoint: about 17 MiB of memory for each
+/// endpoint flooded to its bound.
+pub const DEFAULT_LOCAL_MAX_KEYS: usize = 100_000;
 
 /// The auth buckets an installation enforces.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AuthPolicy {
-    /// Bound of the local bucket table (the embedded store's table, or the Redis store's
-    /// fallback).
+    /// Bound of the local bucket table per endpoint (the embedded store's table, or the Redis
+    /// store's fallback).
     pub local_max_keys: usize,
     /// Buckets by endpoint name.
     pub buckets: BTreeMap<String, BucketRule>,
@@ -178,31 +182,58 @@ impl Entry {
 
 /// A heap item: when a key may expire. An item is stale when its key has since moved its
 /// expiry; the key then has a newer item, and the stale one is dropped when it surfaces.
-type Expiry = Reverse<(Millis, Arc<str>, Box<str>)>;
+type Expiry = Reverse<(Millis, Box<str>)>;
 
-/// The bounded table of buckets, keyed by endpoint then identity.
-///
-/// Cost: an attempt is O(1) map work plus O(log n) when it opens a window or starts a lockout;
-/// pruning pops only expired heap items, so its cost is paid once per expiry.
-#[derive(Debug)]
-pub struct AuthTable {
-    max_keys: usize,
-    /// Identity maps per endpoint. The hasher is std's keyed SipHash: identities come from
-    /// callers, so a fixed hash would let one flood a single bucket chain.
-    endpoints: HashMap<Arc<str>, HashMap<Box<str>, Entry>>,
-    len: usize,
+/// One endpoint's keys and when they expire.
+#[derive(Debug, Default)]
+struct Endpoint {
+    /// The hasher is std's keyed SipHash: identities come from callers, so a fixed hash would
+    /// let one flood a single bucket chain.
+    keys: HashMap<Box<str>, Entry>,
     /// Every key's current expiry (and stale ones), soonest first.
     expiries: BinaryHeap<Expiry>,
 }
 
+impl Endpoint {
+    /// Stale items pile up while keys move their expiry or are reset; rebuild the heap from the
+    /// live keys before they outnumber them.
+    fn compact(&mut self) {
+        if self.expiries.len() > 2 * self.keys.len() + 1024 {
+            self.expiries = self
+                .keys
+                .iter()
+                .map(|(id, e)| Reverse((e.expires_at(), id.clone())))
+                .collect();
+        }
+    }
+}
+
+/// The bounded table of buckets, keyed by endpoint then identity, at most `max_keys` per
+/// endpoint.
+///
+/// Cost: an attempt is O(1) map work plus O(log n) when it opens a window or starts a lockout;
+/// pruning pops only expired heap items, so its cost is paid once per expiry (and a look at
+/// each endpoint's soonest expiry: endpoints are the configured buckets, a handful).
+#[derive(Debug)]
+pub struct AuthTable {
+    max_keys: usize,
+    endpoints: HashMap<Arc<str>, Endpoint>,
+    len: usize,
+}
+
 impl AuthTable {
+    /// A table of at most `max_keys` keys per endpoint.
     pub fn new(max_keys: usize) -> Self {
         AuthTable {
             max_keys: max_keys.max(1),
             endpoints: HashMap::new(),
             len: 0,
-            expiries: BinaryHeap::new(),
         }
+    }
+
+    /// Keys of one endpoint (live ones, plus expired ones not yet pruned).
+    pub fn endpoint_len(&self, endpoint: &str) -> usize {
+        self.endpoints.get(endpoint).map_or(0, |e| e.keys.len())
     }
 
     /// Keys in the table (live ones, plus expired ones not yet pruned).
@@ -223,10 +254,14 @@ impl AuthTable {
         now: Millis,
     ) -> AuthDecision {
         self.prune(now);
-        let known = self
-            .endpoints
-            .get_mut(endpoint)
-            .and_then(|m| m.get_mut(identity));
+        let max_keys = self.max_keys;
+        let ep = self.endpoints.get_mut(endpoint);
+        let full = ep.as_ref().is_some_and(|e| e.keys.len() >= max_keys);
+        let soonest = ep
+            .as_ref()
+            .and_then(|e| e.expiries.peek())
+            .map_or(now + 1, |Reverse(x)| x.0);
+        let known = ep.and_then(|e| e.keys.get_mut(identity));
         let (decision, new_expiry) = match known {
             Some(e) if e.locked_until > now => (
                 AuthDecision::refused(AuthVerdict::LockedOut, e.locked_until - now),
@@ -259,18 +294,20 @@ impl AuthTable {
                 *e = fresh(rule, now);
                 (allowed(rule.max_attempts - 1), Some(e.expires_at()))
             }
-            None if self.len >= self.max_keys => {
-                let soonest = self.expiries.peek().map_or(now + 1, |Reverse(x)| x.0);
-                return AuthDecision::refused(AuthVerdict::KeyTableFull, soonest - now);
+            None if full => {
+                return AuthDecision::refused(
+                    AuthVerdict::KeyTableFull,
+                    soonest.saturating_sub(now),
+                );
             }
             None => {
                 let entry = fresh(rule, now);
                 let expiry = entry.expires_at();
-                let map = match self.endpoints.get_mut(endpoint) {
-                    Some(m) => m,
+                let ep = match self.endpoints.get_mut(endpoint) {
+                    Some(e) => e,
                     None => self.endpoints.entry(Arc::from(endpoint)).or_default(),
                 };
-                map.insert(Box::from(identity), entry);
+                ep.keys.insert(Box::from(identity), entry);
                 self.len += 1;
                 (allowed(rule.max_attempts - 1), Some(expiry))
             }
@@ -292,14 +329,17 @@ impl AuthTable {
         rule: BucketRule,
         now: Millis,
     ) -> AuthDecision {
-        match self.endpoints.get(endpoint).and_then(|m| m.get(identity)) {
+        let ep = self.endpoints.get(endpoint);
+        match ep.and_then(|e| e.keys.get(identity)) {
             Some(e) if e.locked_until > now => {
                 AuthDecision::refused(AuthVerdict::LockedOut, e.locked_until - now)
             }
             Some(e) if e.window_end > now => peek_window(rule, e.count, e.window_end, now),
             Some(_) => allowed(rule.max_attempts),
-            None if self.len >= self.max_keys => {
-                let soonest = self.expiries.peek().map_or(now + 1, |Reverse(x)| x.0);
+            None if ep.is_some_and(|e| e.keys.len() >= self.max_keys) => {
+                let soonest = ep
+                    .and_then(|e| e.expiries.peek())
+                    .map_or(now + 1, |Reverse(x)| x.0);
                 AuthDecision::refused(AuthVerdict::KeyTableFull, soonest.saturating_sub(now))
             }
             None => allowed(rule.max_attempts),
@@ -310,6 +350,7 @@ impl AuthTable {
     pub fn locked_until(&self, endpoint: &str, identity: &str, now: Millis) -> Option<Millis> {
         self.endpoints
             .get(endpoint)?
+            .keys
             .get(identity)
             .map(|e| e.locked_until)
             .filter(|until| *until > now)
@@ -317,14 +358,13 @@ impl AuthTable {
 
     /// Clear the bucket and any lockout of a key.
     pub fn reset(&mut self, endpoint: &str, identity: &str, now: Millis) -> AuthCleared {
-        let removed = self
-            .endpoints
-            .get_mut(endpoint)
-            .and_then(|m| m.remove(identity));
-        match removed {
+        let Some(ep) = self.endpoints.get_mut(endpoint) else {
+            return AuthCleared::default();
+        };
+        match ep.keys.remove(identity) {
             Some(e) => {
                 self.len -= 1;
-                self.compact();
+                ep.compact();
                 // An expired key not yet pruned is reported as absent, as it would be a moment
                 // later.
                 AuthCleared {
@@ -339,47 +379,33 @@ impl AuthTable {
     /// Drop every key whose window and lockout have ended by `now`; returns how many.
     pub fn prune(&mut self, now: Millis) -> usize {
         let mut removed = 0;
-        while let Some(Reverse((at, ..))) = self.expiries.peek() {
-            if *at > now {
-                break;
-            }
-            let Some(Reverse((_, endpoint, identity))) = self.expiries.pop() else {
-                break;
-            };
-            if let Some(map) = self.endpoints.get_mut(&endpoint)
-                && map.get(&identity).is_some_and(|e| e.expires_at() <= now)
+        for ep in self.endpoints.values_mut() {
+            while ep
+                .expiries
+                .peek()
+                .is_some_and(|Reverse((at, _))| *at <= now)
             {
-                map.remove(&identity);
-                self.len -= 1;
-                removed += 1;
+                let Some(Reverse((_, identity))) = ep.expiries.pop() else {
+                    break;
+                };
+                if ep
+                    .keys
+                    .get(&identity)
+                    .is_some_and(|e| e.expires_at() <= now)
+                {
+                    ep.keys.remove(&identity);
+                    removed += 1;
+                }
             }
         }
+        self.len -= removed;
         removed
     }
 
     fn push_expiry(&mut self, endpoint: &str, identity: &str, at: Millis) {
-        let endpoint = self
-            .endpoints
-            .get_key_value(endpoint)
-            .map(|(k, _)| k.clone())
-            .unwrap_or_else(|| Arc::from(endpoint));
-        self.expiries
-            .push(Reverse((at, endpoint, Box::from(identity))));
-        self.compact();
-    }
-
-    /// Stale items pile up while keys move their expiry or are reset; rebuild the heap from the
-    /// live keys before they outnumber them.
-    fn compact(&mut self) {
-        if self.expiries.len() > 2 * self.len + 1024 {
-            self.expiries = self
-                .endpoints
-                .iter()
-                .flat_map(|(ep, m)| {
-                    m.iter()
-                        .map(|(id, e)| Reverse((e.expires_at(), ep.clone(), id.clone())))
-                })
-                .collect();
+        if let Some(ep) = self.endpoints.get_mut(endpoint) {
+            ep.expiries.push(Reverse((at, Box::from(identity))));
+            ep.compact();
         }
     }
 }
@@ -509,6 +535,27 @@ mod tests {
     }
 
     #[test]
+    fn a_flooded_endpoint_refuses_only_its_own_new_keys() {
+        let mut t = AuthTable::new(3);
+        for i in 0..10 {
+            t.attempt("magic_link", &format!("made-up-{i}@example.com"), RULE, 0);
+        }
+        assert_eq!(t.endpoint_len("magic_link"), 3);
+        assert_eq!(
+            t.attempt("magic_link", "real@example.com", RULE, 1).verdict,
+            AuthVerdict::KeyTableFull,
+            "the flooded endpoint fails closed for new identities"
+        );
+        for ep in ["approval", "ws_upgrade", "pairing_verify"] {
+            assert!(
+                t.attempt(ep, "real@example.com", RULE, 1).allowed(),
+                "{ep} is not refused for a flood on another endpoint"
+            );
+        }
+        assert_eq!(t.len(), 6);
+    }
+
+    #[test]
     fn stale_expiries_are_compacted_and_never_prune_a_live_key() {
         let mut t = AuthTable::new(10);
         t.attempt("ep", "live", RULE, 0);
@@ -518,7 +565,8 @@ mod tests {
             let id = format!("k{i}");
             assert!(t.attempt("ep", &id, RULE, 10).allowed());
             t.reset("ep", &id, 10);
-            assert!(t.expiries.len() <= 2 * t.len() + 1025);
+            let ep = &t.endpoints["ep"];
+            assert!(ep.expiries.len() <= 2 * ep.keys.len() + 1025);
         }
         assert_eq!(t.len(), 1);
         assert_eq!(t.prune(999), 0, "the live window is kept");

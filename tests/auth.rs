@@ -233,6 +233,13 @@ async fn a_full_key_table_and_an_operator_unlock_are_logged() {
         let r = attempt(&mut c, "login", who).await;
         assert_eq!((r.allowed, r.reason.as_str()), (false, "KEY_TABLE_FULL"));
     }
+    // The bound is per endpoint: a full "login" refuses nobody on another endpoint.
+    for who in ["c", "d"] {
+        assert!(
+            attempt(&mut c, "approval", who).await.allowed,
+            "{who} on approval"
+        );
+    }
     for _ in 0..3 {
         attempt(&mut c, "login", "a").await;
     }
@@ -258,5 +265,13 @@ async fn a_full_key_table_and_an_operator_unlock_are_logged() {
     assert!(
         unlock.contains(r#""endpoint":"login""#) && unlock.contains(r#""was_locked":true"#),
         "{unlock}"
+    );
+    let full = logged
+        .lines()
+        .find(|l| l.contains("auth bucket table is full of live keys"))
+        .unwrap();
+    assert!(
+        full.contains(r#""endpoint":"login""#),
+        "names the endpoint: {full}"
     );
 }

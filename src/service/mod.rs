@@ -493,7 +493,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             },
         );
         if decision.verdict == AuthVerdict::KeyTableFull {
-            warn_table_full();
+            warn_table_full(&req.endpoint);
         }
         Ok(Response::new(decision.into()))
     }
@@ -604,9 +604,9 @@ fn list_limit(limit: u32) -> Result<usize, ApiError> {
     }
 }
 
-/// Say, at most once a minute, that the local auth table is refusing new keys: the operator
-/// should raise auth.local_max_keys or look for a flood of identities.
-fn warn_table_full() {
+/// Say, at most once a minute, that the local auth table is refusing new keys of `endpoint`:
+/// the operator should raise auth.local_max_keys or look for a flood of identities.
+fn warn_table_full(endpoint: &str) {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -618,8 +618,10 @@ fn warn_table_full() {
             .is_ok()
     {
         tracing::warn!(
-            "auth bucket table is full of live keys: new identities are refused until keys \
-             expire (raise auth.local_max_keys if this is not a flood)"
+            endpoint,
+            "auth bucket table is full of live keys for this endpoint: its new identities are \
+             refused until keys expire, other endpoints are not affected (raise \
+             auth.local_max_keys, a bound per endpoint, if this is not a flood)"
         );
     }
 }
