@@ -284,13 +284,33 @@ fn sweep_interval(shortest_lease_ms: u64) -> Duration {
     Duration::from_millis((shortest_lease_ms / 10).clamp(5, 1000))
 }
 
+/// The periodic sweep. A store outage is logged when it starts (with its cause and address),
+/// when its cause changes, at most once a minute while it lasts, and when it ends: not once
+/// per sweep.
 async fn sweep<S: Store>(store: Arc<S>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut outage: Option<(String, tokio::time::Instant)> = None;
     loop {
         tick.tick().await;
-        if let Err(e) = store.sweep().await {
-            tracing::warn!("lease sweep failed: {e}");
+        match store.sweep().await {
+            Ok(()) => {
+                if outage.take().is_some() {
+                    tracing::info!("store reachable again");
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                let now = tokio::time::Instant::now();
+                let say = match &outage {
+                    Some((last, at)) => *last != text || now - *at >= Duration::from_secs(60),
+                    None => true,
+                };
+                if say {
+                    tracing::warn!("lease sweep failed: {text}");
+                    outage = Some((text, now));
+                }
+            }
         }
     }
 }

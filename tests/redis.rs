@@ -279,17 +279,24 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
         .await
         .unwrap_err();
     assert_eq!(release.code(), Code::Unavailable);
+    // With the dead connection gone, Redis is known unreachable: the call was not applied, and
+    // the answer says why and where (never the password).
+    let unreachable = c.submit(submit_req("h", "bob", "r2")).await.unwrap_err();
+    let reason = tonic_types::StatusExt::get_details_error_info(&unreachable)
+        .expect("ErrorInfo")
+        .reason;
+    assert_eq!(reason, "STORE_UNAVAILABLE", "{unreachable:?}");
+    let expected = format!("redis 127.0.0.1:{port}: connection refused");
+    assert!(unreachable.message().contains(&expected), "{unreachable:?}");
     let a = c.check_auth_attempt(attempt()).await.unwrap().into_inner();
     assert!(
         a.allowed && a.degraded,
         "auth decided by the local bucket: {a:?}"
     );
     assert!(fallback_gauge(1), "the fallback shows on /metrics");
-    assert_eq!(
-        http_get(admin, "/readyz").0,
-        503,
-        "not ready without its store"
-    );
+    let (status, body) = http_get(admin, "/readyz");
+    assert_eq!(status, 503, "not ready without its store");
+    assert!(body.contains(&expected), "/readyz names the cause: {body}");
 
     // Redis returns (empty: its data is gone with the process); the authority recovers by
     // itself, without a restart.
@@ -852,4 +859,45 @@ async fn grants_keep_increasing_after_redis_restarts_empty() {
     );
     assert!(after.windows(2).all(|w| w[0] < w[1]), "{after:?}");
     drop(redis);
+}
+
+/// An authority pointed at a Redis that is not there says why and where once, in its log and
+/// on /readyz, rather than an opaque pool timeout every second; the URL's password never shows.
+#[tokio::test]
+async fn an_unreachable_redis_is_named_with_its_cause_once() {
+    use common::{Server, eventually, http_get};
+    let port = common::free_port(); // nothing listens there
+    let admin = common::free_port();
+    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("unreachable-{}.log", std::process::id()));
+    let url = format!("redis://:hunter2@127.0.0.1:{port}/0");
+    let server = Server::spawn(
+        &[
+            "--redis-url",
+            &url,
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+        ],
+        "info",
+        std::process::Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let expected = format!("redis 127.0.0.1:{port}: connection refused");
+    let body = eventually("/readyz", Duration::from_secs(5), || async {
+        std::net::TcpStream::connect(("127.0.0.1", admin)).ok()?;
+        let (status, body) = http_get(admin, "/readyz");
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert!(body.contains(&expected), "{body}");
+    // Sweeps run every second or faster; three seconds of outage are said once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(server);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let failures: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("lease sweep failed"))
+        .collect();
+    assert_eq!(failures.len(), 1, "{logged}");
+    assert!(failures[0].contains(&expected), "{logged}");
+    assert!(!logged.contains("hunter2"), "the password leaked: {logged}");
 }

@@ -72,6 +72,17 @@ impl From<SubmitError> for ApiError {
     }
 }
 
+/// The ErrorInfo reason of an UNAVAILABLE answer: `STORE_UNAVAILABLE` when the store was never
+/// reached (the call was not applied: retry freely), `OUTCOME_UNKNOWN` when it may have been
+/// applied (retry with the same idempotency key, or release by run). Part of the contract.
+pub fn store_error_reason(e: &StoreError) -> &'static str {
+    if e.may_have_applied() {
+        "OUTCOME_UNKNOWN"
+    } else {
+        "STORE_UNAVAILABLE"
+    }
+}
+
 /// The ErrorInfo reason of a refusal: part of the public contract.
 pub fn refusal_reason(r: Refusal) -> &'static str {
     match r {
@@ -137,9 +148,15 @@ impl From<ApiError> for Status {
                 details.set_retry_info(Some(Duration::from_secs(1)));
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(e) => {
                 crate::metrics::STORE_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Status::unavailable(message)
+                let mut details = ErrorDetails::with_error_info(
+                    store_error_reason(&e),
+                    ERROR_DOMAIN,
+                    HashMap::<String, String>::new(),
+                );
+                details.set_retry_info(Some(Duration::from_secs(1)));
+                Status::with_error_details(Code::Unavailable, message, details)
             }
         }
     }
@@ -457,6 +474,24 @@ mod tests {
             assert_eq!(info.domain, ERROR_DOMAIN);
             let retry = status.get_details_retry_info().expect("RetryInfo");
             assert_eq!(retry.retry_delay, Some(retry_after(r)));
+        }
+    }
+
+    #[test]
+    fn store_failures_say_whether_the_call_may_have_been_applied() {
+        for (e, reason) in [
+            (StoreError::Unreachable("x".into()), "STORE_UNAVAILABLE"),
+            (StoreError::Config("x".into()), "STORE_UNAVAILABLE"),
+            (StoreError::OutcomeUnknown("x".into()), "OUTCOME_UNKNOWN"),
+            (StoreError::Protocol("x".into()), "OUTCOME_UNKNOWN"),
+        ] {
+            let status = Status::from(ApiError::Unavailable(e));
+            assert_eq!(status.code(), Code::Unavailable);
+            let info = status.get_details_error_info().expect("ErrorInfo");
+            assert_eq!(
+                (info.reason.as_str(), info.domain.as_str()),
+                (reason, ERROR_DOMAIN)
+            );
         }
     }
 

@@ -45,10 +45,38 @@ impl From<LimitsTable> for Policy {
 /// A ledger call's answer: the store's failure outside, the caller's mistake inside.
 pub type LedgerResult<T> = Result<Result<T, LedgerError>, StoreError>;
 
-/// The shared store could not be reached or answered nonsense. Tickets fail closed on it.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("store unavailable: {0}")]
-pub struct StoreError(pub String);
+/// Why the shared store failed a call, and so whether the call may have been applied there.
+/// Tickets and reservations fail closed on any of them; the edge tells the caller which
+/// (`STORE_UNAVAILABLE`: not applied, retry freely; `OUTCOME_UNKNOWN`: may have been applied,
+/// retry with the same idempotency key).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached (connection refused, no answer while connecting,
+    /// authentication, an incompatible version): nothing was sent, nothing was applied.
+    #[error("store unavailable: {0}")]
+    Unreachable(String),
+    /// The call was sent and its answer was lost (no answer in time, the connection dropped):
+    /// it may have been applied.
+    #[error("store outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    /// The store answered something this authority does not understand (an error reply, a
+    /// malformed answer): it may have been applied.
+    #[error("store answered unexpectedly: {0}")]
+    Protocol(String),
+    /// The store's settings cannot work (a URL that is not one).
+    #[error("store settings: {0}")]
+    Config(String),
+}
+
+impl StoreError {
+    /// Whether the call may have been applied despite the error.
+    pub fn may_have_applied(&self) -> bool {
+        matches!(
+            self,
+            StoreError::OutcomeUnknown(_) | StoreError::Protocol(_)
+        )
+    }
+}
 
 /// A ticket's public id: `<host_id>.<32 lowercase hex digits>`. The host travels inside the id so
 /// that Renew, Release and Wait (which carry only the id) reach the right host's state in one

@@ -65,8 +65,59 @@ fn check_version(info: &str) -> Result<(), String> {
 /// `url` parsed, with Nagle's algorithm off ([`tcp_settings`]).
 fn connection_info(url: &str) -> Result<redis::ConnectionInfo, StoreError> {
     let info = redis::IntoConnectionInfo::into_connection_info(url)
-        .map_err(|e| StoreError(format!("redis url {url:?}: {e}")))?;
+        .map_err(|e| StoreError::Config(format!("redis url {}: {e}", redis_address(url))))?;
     Ok(info.set_tcp_settings(tcp_settings()))
+}
+
+/// `redis <host:port>` of a Redis URL, for messages: never the password it may hold.
+pub fn redis_address(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let hostport = rest.split(['/', '?']).next().unwrap_or(rest);
+    format!("redis {hostport}")
+}
+
+/// What went wrong with a Redis call, in words an operator acts on.
+fn cause(e: &redis::RedisError) -> String {
+    if e.is_connection_refusal() {
+        "connection refused".into()
+    } else if e.is_timeout() {
+        "timed out".into()
+    } else if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || e.code().is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS")
+    {
+        format!("authentication failed ({e})")
+    } else {
+        e.to_string()
+    }
+}
+
+/// A failed call as a [`StoreError`]: `sent` says whether the command may have reached Redis.
+/// An error reply from Redis (the command ran) is a protocol error; a connection that broke
+/// or went quiet after the command was sent leaves its outcome unknown.
+fn classify(addr: &str, e: &redis::RedisError, sent: bool) -> StoreError {
+    let what = format!("{addr}: {}", cause(e));
+    if matches!(e.kind(), redis::ErrorKind::Server(_)) {
+        StoreError::Protocol(what)
+    } else if !sent || e.is_connection_refusal() {
+        StoreError::Unreachable(what)
+    } else {
+        StoreError::OutcomeUnknown(what)
+    }
+}
+
+/// Keeps the last error of the connections the pool tried to open, so that a pool that gave up
+/// waiting says why (bb8 itself only says it timed out).
+#[derive(Debug, Clone, Default)]
+struct LastConnectError(Arc<Mutex<Option<String>>>);
+
+impl bb8::ErrorSink<redis::RedisError> for LastConnectError {
+    fn sink(&self, e: redis::RedisError) {
+        *self.0.lock().expect("sink lock") = Some(cause(&e));
+    }
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<redis::RedisError>> {
+        Box::new(self.clone())
+    }
 }
 
 /// Nagle's algorithm off: calls share a connection, and with it on a small write can wait
@@ -116,6 +167,10 @@ impl redis::aio::ConnectionLike for Conn {
 
 pub struct RedisStore {
     pool: bb8::Pool<RedisConnectionManager>,
+    /// `redis <host:port>`, for messages (never the password).
+    addr: String,
+    /// Why the pool last failed to open a connection.
+    last_connect_error: LastConnectError,
     /// Set for a Redis Cluster: then connections come from here and `pool` is not used.
     cluster: Option<redis::cluster::ClusterClient>,
     cluster_conn: Mutex<Option<redis::cluster_async::ClusterConnection>>,
@@ -181,8 +236,10 @@ impl RedisStore {
         policy: Policy,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
+        let addr = redis_address(url);
         let manager = RedisConnectionManager::new(connection_info(url)?)
-            .map_err(|e| StoreError(format!("redis url {url:?}: {e}")))?;
+            .map_err(|e| StoreError::Config(format!("redis url {addr}: {e}")))?;
+        let last_connect_error = LastConnectError::default();
         let default_limits_args = tickets::limits_args(&policy.limits.default);
         let limits_args = policy
             .limits
@@ -193,9 +250,12 @@ impl RedisStore {
         let pool = bb8::Pool::builder()
             .max_size(pool_size.max(1))
             .connection_timeout(REDIS_TIMEOUT)
+            .error_sink(Box::new(last_connect_error.clone()))
             .build_unchecked(manager);
         Ok(RedisStore {
             pool,
+            addr,
+            last_connect_error,
             cluster: None,
             cluster_conn: Mutex::new(None),
             slots: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
@@ -244,11 +304,11 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let first = nodes
             .first()
-            .ok_or_else(|| StoreError("redis cluster: no node given".into()))?;
+            .ok_or_else(|| StoreError::Config("redis cluster: no node given".into()))?;
         let client = redis::cluster::ClusterClient::builder(nodes.to_vec())
             .tcp_settings(tcp_settings())
             .build()
-            .map_err(|e| StoreError(format!("redis cluster: {e}")))?;
+            .map_err(|e| StoreError::Config(format!("redis cluster: {e}")))?;
         let mut store = RedisStore::new(first, prefix, 1, policy, clock)?;
         store.cluster = Some(client);
         Ok(store)
@@ -275,8 +335,10 @@ impl RedisStore {
             }
             let c = tokio::time::timeout(REDIS_TIMEOUT, client.get_async_connection())
                 .await
-                .map_err(|_| StoreError("redis cluster: no answer".into()))?
-                .map_err(|e| StoreError(format!("redis cluster: {e}")))?;
+                .map_err(|_| {
+                    StoreError::Unreachable(format!("{} (cluster): timed out", self.addr))
+                })?
+                .map_err(|e| classify(&format!("{} (cluster)", self.addr), &e, false))?;
             *self.cluster_conn.lock().expect("cluster lock") = Some(c.clone());
             return Ok((Conn::Cluster(c), false));
         }
@@ -284,50 +346,81 @@ impl RedisStore {
         if let Some(c) = self.slots[i].lock().expect("slot lock").clone() {
             return Ok((Conn::Single(c), true));
         }
-        let mut c = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| StoreError(format!("redis: {e}")))?
-            .clone();
+        let mut c = match self.pool.get().await {
+            Ok(c) => c.clone(),
+            Err(bb8::RunError::User(e)) => return Err(classify(&self.addr, &e, false)),
+            Err(bb8::RunError::TimedOut) => {
+                let why = self
+                    .last_connect_error
+                    .0
+                    .lock()
+                    .expect("sink lock")
+                    .clone()
+                    .unwrap_or_else(|| "timed out connecting".into());
+                return Err(StoreError::Unreachable(format!("{}: {why}", self.addr)));
+            }
+        };
         // A new connection: make sure the scripts can run there before any call does.
         let info: String = tokio::time::timeout(
             REDIS_TIMEOUT,
             redis::cmd("INFO").arg("server").query_async(&mut c),
         )
         .await
-        .map_err(|_| StoreError("redis: no answer to INFO".into()))?
-        .map_err(|e| StoreError(format!("redis: {e}")))?;
-        check_version(&info).map_err(StoreError)?;
+        .map_err(|_| StoreError::Unreachable(format!("{}: no answer to INFO", self.addr)))?
+        .map_err(|e| classify(&self.addr, &e, false))?;
+        check_version(&info)
+            .map_err(|why| StoreError::Unreachable(format!("{}: {why}", self.addr)))?;
         *self.slots[i].lock().expect("slot lock") = Some(c.clone());
         Ok((Conn::Single(c), false))
     }
 
-    /// Run a script with a deadline; any failure is the store being unreachable. A failure
-    /// empties every slot (connections to a server that went away all die together), and a
-    /// call that failed on a kept connection is tried once more on a checked one, so the first
-    /// call after Redis restarts does not fail.
+    /// Run a script with a deadline. A failure empties every slot (connections to a server
+    /// that went away all die together), and a call that failed on a kept connection is tried
+    /// once more on a checked one, so the first call after Redis restarts does not fail. Every
+    /// script is safe to repeat (its idempotency key, or a count the caller accepts twice).
+    /// When either try may have been applied, the error says so (OutcomeUnknown), whatever the
+    /// other try met.
     async fn run<T: redis::FromRedisValue>(
         &self,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
+        let mut ambiguous: Option<StoreError> = None;
         loop {
-            let (mut conn, kept) = self.conn().await?;
+            let (mut conn, kept) = match self.conn().await {
+                Ok(c) => c,
+                Err(e) => return Err(ambiguous.unwrap_or(e)),
+            };
             let err = match tokio::time::timeout(REDIS_TIMEOUT, invocation.invoke_async(&mut conn))
                 .await
             {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) => format!("redis: {e}"),
-                Err(_) => format!("redis: no answer within {} ms", REDIS_TIMEOUT.as_millis()),
+                Ok(Err(e)) => classify(&self.addr, &e, true),
+                Err(_) => StoreError::OutcomeUnknown(format!(
+                    "{}: no answer within {} ms",
+                    self.addr,
+                    REDIS_TIMEOUT.as_millis()
+                )),
             };
+            if matches!(err, StoreError::Protocol(_)) {
+                // Redis answered: the connection is fine, the answer is not.
+                return Err(err);
+            }
             for slot in &self.slots {
                 *slot.lock().expect("slot lock") = None;
             }
             *self.cluster_conn.lock().expect("cluster lock") = None;
+            if err.may_have_applied() && ambiguous.is_none() {
+                ambiguous = Some(err.clone());
+            }
             if !kept {
-                return Err(StoreError(err));
+                return Err(ambiguous.unwrap_or(err));
             }
         }
+    }
+
+    /// A failed command outside the scripts (sent: its outcome is unknown).
+    pub(super) fn failed(&self, e: &redis::RedisError) -> StoreError {
+        classify(&self.addr, e, true)
     }
 
     /// DESIGN 5's fallback around the shared buckets: a lockout earned locally is checked
@@ -425,7 +518,7 @@ impl RedisStore {
             1 => AuthVerdict::LockedOut,
             2 => AuthVerdict::AttemptsExhausted,
             v => {
-                return Err(StoreError(format!(
+                return Err(StoreError::Protocol(format!(
                     "redis: auth script answered verdict {v}"
                 )));
             }
@@ -456,7 +549,7 @@ impl RedisStore {
             .arg(host)
             .query_async(&mut conn)
             .await;
-        added.map_err(|e| StoreError(format!("redis: {e}")))?;
+        added.map_err(|e| self.failed(&e))?;
         self.registered_hosts
             .lock()
             .expect("hosts lock")
@@ -492,7 +585,7 @@ impl RedisStore {
             .arg(self.keys.hosts())
             .query_async(&mut conn)
             .await;
-        hosts.map_err(|e| StoreError(format!("redis: {e}")))
+        hosts.map_err(|e| self.failed(&e))
     }
 
     /// Housekeeping of a host's ledger, and up to `limit` of its open reservations.
@@ -511,7 +604,9 @@ impl RedisStore {
         let out: Vec<String> = self.run(inv).await?;
         let num = |s: &str| s.parse::<u64>().unwrap_or(0);
         if out.len() < 3 || !(out.len() - 3).is_multiple_of(9) {
-            return Err(StoreError("redis: malformed reservation listing".into()));
+            return Err(StoreError::Protocol(
+                "redis: malformed reservation listing".into(),
+            ));
         }
         let now = num(&out[0]);
         let rows = out[3..]
@@ -597,7 +692,11 @@ impl LedgerStore for RedisStore {
                 return Ok(Err(LedgerError::RunConflict { field }));
             }
             Some("ok") if out.len() == 7 => {}
-            _ => return Err(StoreError(format!("redis: authorize answered {out:?}"))),
+            _ => {
+                return Err(StoreError::Protocol(format!(
+                    "redis: authorize answered {out:?}"
+                )));
+            }
         }
         let decision = match out[1].as_str() {
             "A" => Decision::Allow,
@@ -656,7 +755,11 @@ impl LedgerStore for RedisStore {
             Some("not_authorized") => Err(LedgerError::NotAuthorized),
             Some("conflict") => Err(LedgerError::SettleConflict),
             Some("resolved") => Err(LedgerError::AlreadyResolved),
-            _ => return Err(StoreError(format!("redis: settle answered {out:?}"))),
+            _ => {
+                return Err(StoreError::Protocol(format!(
+                    "redis: settle answered {out:?}"
+                )));
+            }
         })
     }
 
@@ -702,7 +805,11 @@ impl LedgerStore for RedisStore {
                     }),
                 }),
             }),
-            _ => return Err(StoreError(format!("redis: resolve answered {out:?}"))),
+            _ => {
+                return Err(StoreError::Protocol(format!(
+                    "redis: resolve answered {out:?}"
+                )));
+            }
         })
     }
 
@@ -727,7 +834,7 @@ impl LedgerStore for RedisStore {
             .arg(self.keys.ledger_stats(host_id))
             .query_async(&mut conn)
             .await;
-        let c = counters.map_err(|e| StoreError(format!("redis: {e}")))?;
+        let c = counters.map_err(|e| self.failed(&e))?;
         let get = |k: &str| c.get(k).copied().unwrap_or(0);
         Ok(LedgerStats {
             open: uncertain + reserved,

@@ -127,13 +127,14 @@ fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
         Value::Nil => Ok(None),
         Value::Array(f) if f.len() == 4 => Ok(Some(TicketView {
             key,
-            state: state(&text(&f[0]))
-                .ok_or_else(|| StoreError(format!("redis: unknown ticket state {:?}", f[0])))?,
+            state: state(&text(&f[0])).ok_or_else(|| {
+                StoreError::Protocol(format!("redis: unknown ticket state {:?}", f[0]))
+            })?,
             position: u32::try_from(int(&f[1])).unwrap_or(u32::MAX),
             grant: int(&f[2]),
             lease_remaining_ms: int(&f[3]),
         })),
-        other => Err(StoreError(format!(
+        other => Err(StoreError::Protocol(format!(
             "redis: malformed ticket view {other:?}"
         ))),
     }
@@ -214,7 +215,7 @@ impl TicketStore for RedisStore {
                 ],
             )
             .await?;
-        let malformed = || StoreError(format!("redis: submit answered {reply:?}"));
+        let malformed = || StoreError::Protocol(format!("redis: submit answered {reply:?}"));
         let Value::Array(f) = &reply else {
             return Err(malformed());
         };
@@ -268,7 +269,7 @@ impl TicketStore for RedisStore {
             args.extend(idx.iter().map(|&i| hex(ids[i].key)));
             let reply = self.sched(&self.renew, host, &args).await?;
             let Value::Array(views) = reply else {
-                return Err(StoreError("redis: malformed renew answer".into()));
+                return Err(StoreError::Protocol("redis: malformed renew answer".into()));
             };
             for (&i, v) in idx.iter().zip(&views) {
                 out[i] = view(ids[i].key, v)?;
@@ -347,7 +348,7 @@ impl TicketStore for RedisStore {
     ) -> Result<(Vec<TicketInfo>, bool), StoreError> {
         let reply = self.sched(&self.list, host_id, &[]).await?;
         let Value::Array(f) = reply else {
-            return Err(StoreError("redis: malformed listing".into()));
+            return Err(StoreError::Protocol("redis: malformed listing".into()));
         };
         let now = f.first().map(int).unwrap_or(0);
         let mut rows: Vec<(TicketInfo, u64)> = f
@@ -397,9 +398,7 @@ impl TicketStore for RedisStore {
             .arg(1)
             .query_async(&mut conn)
             .await;
-        counted
-            .map(drop)
-            .map_err(|e| StoreError(format!("redis: {e}")))
+        counted.map(drop).map_err(|e| self.failed(&e))
     }
 }
 
@@ -408,7 +407,7 @@ fn parked(
     key: TicketKey,
     reply: Value,
 ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
-    let malformed = || StoreError(format!("redis: park answered {reply:?}"));
+    let malformed = || StoreError::Protocol(format!("redis: park answered {reply:?}"));
     let Value::Array(f) = &reply else {
         return match reply {
             Value::Nil => Ok(None),
@@ -429,9 +428,9 @@ fn parked(
 
 fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
     let Value::Array(f) = reply else {
-        return Err(StoreError("redis: malformed stats".into()));
+        return Err(StoreError::Protocol("redis: malformed stats".into()));
     };
-    let bad = || StoreError("redis: malformed stats".into());
+    let bad = || StoreError::Protocol("redis: malformed stats".into());
     let n = |i: usize| f.get(i).map(int).ok_or_else(bad);
     let u32_of = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
     let counters = Counters {
@@ -493,12 +492,17 @@ pub(super) async fn listen(
     listening: watch::Sender<bool>,
 ) {
     use tokio_stream::StreamExt;
+    // Said once when the subscription is lost (not once a second while Redis stays away).
+    let mut lost = false;
     loop {
         let subscribed = async {
             let client = redis::Client::open(url.as_str())?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.psubscribe(keys.sched_changes_pattern()).await?;
             listening.send_replace(true);
+            if std::mem::take(&mut lost) {
+                tracing::info!("redis change subscription restored");
+            }
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {
                 let channel = msg.get_channel_name().to_string();
@@ -512,8 +516,15 @@ pub(super) async fn listen(
             }
             Ok::<(), redis::RedisError>(())
         };
-        if let Err(e) = subscribed.await {
-            tracing::warn!("redis change subscription lost, resubscribing: {e}");
+        if let Err(e) = subscribed.await
+            && !lost
+        {
+            lost = true;
+            tracing::warn!(
+                "redis change subscription lost, resubscribing every second: {}: {}",
+                super::redis_address(&url),
+                super::cause(&e)
+            );
         }
         listening.send_replace(false);
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
