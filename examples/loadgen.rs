@@ -448,6 +448,7 @@ async fn submit_release(
             client
                 .release(api::ReleaseRequest {
                     ticket_id: r.ticket_id,
+                    ..Default::default()
                 })
                 .await
                 .unwrap();
@@ -562,7 +563,10 @@ async fn rotation(chans: &[Channel], pool: &Crowd, releases: usize) -> Figures {
                 let id = pool.lock().await.0.pop().expect("an admitted ticket");
                 let t = Instant::now();
                 let r = c
-                    .release(api::ReleaseRequest { ticket_id: id })
+                    .release(api::ReleaseRequest {
+                        ticket_id: id,
+                        ..Default::default()
+                    })
                     .await
                     .unwrap()
                     .into_inner();
@@ -658,7 +662,10 @@ async fn wait_streams(
     for _ in 0..steps.min(n) {
         let t = Instant::now();
         client
-            .release(api::ReleaseRequest { ticket_id: current })
+            .release(api::ReleaseRequest {
+                ticket_id: current,
+                ..Default::default()
+            })
             .await
             .unwrap();
         let (next, at) = tokio::time::timeout(Duration::from_secs(10), rx.recv())

@@ -275,6 +275,7 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
     let release = c
         .release(api::ReleaseRequest {
             ticket_id: held.ticket_id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -228,6 +228,7 @@ async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'s
             c.release(authed(
                 api::ReleaseRequest {
                     ticket_id: ticket.into(),
+                    ..Default::default()
                 },
                 token,
             ))
@@ -395,6 +396,7 @@ async fn a_stolen_ticket_id_is_useless_to_another_host() {
         .release(authed(
             api::ReleaseRequest {
                 ticket_id: ticket.clone(),
+                ..Default::default()
             },
             Some(GW_TWO),
         ))
@@ -406,6 +408,19 @@ async fn a_stolen_ticket_id_is_useless_to_another_host() {
         "{}",
         release.message()
     );
+    // Nor can another host's gateway release it by its run.
+    let by_run = c
+        .release(authed(
+            api::ReleaseRequest {
+                host_id: "one".into(),
+                run_id: "r1".into(),
+                ..Default::default()
+            },
+            Some(GW_TWO),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(by_run.code(), Code::PermissionDenied);
     let stats = c
         .get_stats(authed(
             api::GetStatsRequest {

@@ -122,6 +122,7 @@ async fn a_dropped_wait_stream_leaves_a_queued_ticket_that_can_be_cancelled() {
     // The cancelled waiter does not take the slot when the holder leaves.
     c.release(api::ReleaseRequest {
         ticket_id: holder.ticket_id,
+        ..Default::default()
     })
     .await
     .unwrap();
@@ -272,6 +273,34 @@ async fn idempotent_submit_over_grpc() {
         conflict.message().contains("subject"),
         "{}",
         conflict.message()
+    );
+    // A caller that never saw its ticket id frees it by run.
+    let by_run = c
+        .release(api::ReleaseRequest {
+            host_id: "h".into(),
+            run_id: "run-7".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (state_of(by_run.previous_state), by_run.ticket_id.as_str()),
+        (TicketState::Admitted, a.ticket_id.as_str())
+    );
+    assert_eq!(stats(&mut c, "h").await.in_flight, 0);
+    let unknown = c
+        .release(api::ReleaseRequest {
+            host_id: "h".into(),
+            run_id: "no-such-run".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (state_of(unknown.previous_state), unknown.ticket_id.as_str()),
+        (TicketState::Expired, "")
     );
 }
 
@@ -518,6 +547,7 @@ async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
         let err = c
             .release(api::ReleaseRequest {
                 ticket_id: bad.into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -575,6 +605,29 @@ async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
             .unwrap_err();
         assert_eq!(err.code(), Code::NotFound, "{odd}");
     }
+
+    // Release by (host_id, run_id): the ticket Submit made for the run; not with a ticket id.
+    let both = c
+        .release(api::ReleaseRequest {
+            ticket_id: real.ticket_id.clone(),
+            host_id: "h".into(),
+            run_id: "r1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(both.code(), Code::InvalidArgument);
+    assert!(
+        both.message()
+            .starts_with("ticket_id: give ticket_id, or host_id and run_id")
+    );
+    let half = c
+        .release(api::ReleaseRequest {
+            run_id: "r1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(half.message(), "host_id: must not be empty");
 
     // An unknown but well-formed ticket: Wait is NOT_FOUND, Renew and Release answer EXPIRED.
     let unknown = format!("h.{:032x}", 42u128);
@@ -699,6 +752,7 @@ async fn the_authority_refuses_new_tickets_at_its_own_memory_ceiling() {
                     // Admitted before the first reading: give the slot back and try again.
                     c.release(api::ReleaseRequest {
                         ticket_id: r.into_inner().ticket_id,
+                        ..Default::default()
                     })
                     .await
                     .unwrap();

@@ -404,6 +404,36 @@ where
     assert_eq!(state(s, &amy1).await, Some(TicketState::Shed));
 }
 
+pub async fn release_by_run_finds_the_ticket_submit_made<H: Harness>()
+where
+    H::S: TicketStore,
+{
+    let h = H::build(LimitsTable::uniform(limits(1, 1, 2))).await;
+    let s = h.store();
+    let (held, _) = submit(s, "h", "alice", "run-1").await.unwrap();
+    let (queued, v) = submit(s, "h", "bob", "run-2").await.unwrap();
+    assert_eq!(v.state, TicketState::Queued);
+    assert_eq!(
+        s.release_run("h", "run-2").await.unwrap(),
+        Some((queued.clone(), TicketState::Queued)),
+        "a queued ticket is withdrawn"
+    );
+    assert_eq!(
+        s.release_run("h", "run-1").await.unwrap(),
+        Some((held.clone(), TicketState::Admitted))
+    );
+    assert_eq!(
+        s.release_run("h", "run-1").await.unwrap(),
+        Some((held.clone(), TicketState::Released)),
+        "twice is no error"
+    );
+    assert_eq!(state(s, &queued).await, Some(TicketState::Cancelled));
+    assert_eq!(s.release_run("h", "never").await.unwrap(), None);
+    assert_eq!(s.release_run("other-host", "run-1").await.unwrap(), None);
+    let st = s.stats("h").await.unwrap();
+    assert_eq!((st.in_flight, st.queued, st.counters.released), (0, 0, 1));
+}
+
 pub async fn stats_and_listing_show_live_tickets<H: Harness>()
 where
     H::S: TicketStore,
@@ -1264,6 +1294,7 @@ macro_rules! every_scenario {
             repeated_run_ids_are_idempotent_until_retention_ends,
             ended_tickets_are_compact_and_bounded_per_host,
             shed_oldest_breaks_ties_by_age_not_by_name,
+            release_by_run_finds_the_ticket_submit_made,
             stats_and_listing_show_live_tickets,
             ticket_ids_are_distinct_and_name_their_host,
             per_host_limits_apply_to_their_host_only,

@@ -511,6 +511,19 @@ impl HostState {
         Some(previous)
     }
 
+    /// [`HostState::release`] of the ticket Submit made for `run_id`: its key and the state
+    /// before the call; `None` when the run has no ticket (never submitted, or forgotten).
+    pub fn release_run(
+        &mut self,
+        limits: &Limits,
+        run_id: &str,
+        now: Millis,
+    ) -> Option<(TicketKey, TicketState)> {
+        self.housekeeping(limits, now);
+        let key = *self.runs.get(run_id)?;
+        self.release(limits, key, now).map(|s| (key, s))
+    }
+
     /// Expire every lease due at `now`, forget tickets past retention, and dispatch into the
     /// freed slots. Every other operation does this first, so a periodic sweep only matters for
     /// hosts that see no traffic.

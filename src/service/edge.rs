@@ -187,6 +187,35 @@ pub fn ticket_id(value: &str, field: &str) -> Result<Option<TicketId>, ApiError>
     Ok(TicketId::parse(value).filter(|t| check_id(&t.host_id).is_ok()))
 }
 
+/// What a Release names: a ticket by id (`None` for an id never issued), or the ticket of a run.
+pub enum ReleaseTarget<'a> {
+    Ticket(Option<TicketId>),
+    Run { host_id: &'a str, run_id: &'a str },
+}
+
+/// Validate a ReleaseRequest: `ticket_id`, or `host_id` and `run_id`, not both.
+pub fn release_target(req: &api::ReleaseRequest) -> Result<ReleaseTarget<'_>, ApiError> {
+    let by_run = !req.host_id.is_empty() || !req.run_id.is_empty();
+    if !req.ticket_id.is_empty() && by_run {
+        return Err(ApiError::invalid(
+            "ticket_id",
+            "give ticket_id, or host_id and run_id, not both",
+        ));
+    }
+    if !by_run {
+        return Ok(ReleaseTarget::Ticket(ticket_id(
+            &req.ticket_id,
+            "ticket_id",
+        )?));
+    }
+    id(&req.host_id, "host_id")?;
+    id(&req.run_id, "run_id")?;
+    Ok(ReleaseTarget::Run {
+        host_id: &req.host_id,
+        run_id: &req.run_id,
+    })
+}
+
 fn rss(value: Option<u32>) -> Result<Option<u32>, ApiError> {
     match value {
         Some(v) if v > MAX_RSS_MB => Err(ApiError::invalid(

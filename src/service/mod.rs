@@ -330,23 +330,46 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         &self,
         request: Request<api::ReleaseRequest>,
     ) -> Result<Response<api::ReleaseResponse>, Status> {
-        let Some(id) = edge::ticket_id(&request.get_ref().ticket_id, "ticket_id")? else {
-            // Never issued: as for a ticket long forgotten.
-            return Ok(Response::new(api::ReleaseResponse {
+        let (_, ext, req) = request.into_parts();
+        let unknown = || {
+            Response::new(api::ReleaseResponse {
                 previous_state: api::TicketState::Expired as i32,
-            }));
+                ticket_id: String::new(),
+            })
         };
-        security::caller(request.extensions())?
-            .act_for(&id.host_id)
-            .map_err(ApiError::from)?;
-        let previous = self
-            .store
-            .release(&id)
-            .await
-            .map_err(ApiError::from)?
-            .unwrap_or(TicketState::Expired);
+        let (id, previous) = match edge::release_target(&req)? {
+            edge::ReleaseTarget::Ticket(None) => {
+                // Never issued: as for a ticket long forgotten.
+                return Ok(unknown());
+            }
+            edge::ReleaseTarget::Ticket(Some(id)) => {
+                security::caller(&ext)?
+                    .act_for(&id.host_id)
+                    .map_err(ApiError::from)?;
+                let previous = self.store.release(&id).await.map_err(ApiError::from)?;
+                (id, previous)
+            }
+            edge::ReleaseTarget::Run { host_id, run_id } => {
+                security::caller(&ext)?
+                    .act_for(host_id)
+                    .map_err(ApiError::from)?;
+                match self
+                    .store
+                    .release_run(host_id, run_id)
+                    .await
+                    .map_err(ApiError::from)?
+                {
+                    Some((id, previous)) => (id, Some(previous)),
+                    None => return Ok(unknown()),
+                }
+            }
+        };
+        let Some(previous) = previous else {
+            return Ok(unknown());
+        };
         Ok(Response::new(api::ReleaseResponse {
             previous_state: api::TicketState::from(previous) as i32,
+            ticket_id: id.to_string(),
         }))
     }
 

@@ -206,6 +206,28 @@ impl TicketStore for MemoryStore {
         }))
     }
 
+    async fn release_run(
+        &self,
+        host_id: &str,
+        run_id: &str,
+    ) -> Result<Option<(TicketId, TicketState)>, StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(None);
+        };
+        let found = self.with_host(&host, host_id, |state, limits, now| {
+            state.release_run(limits, run_id, now)
+        });
+        Ok(found.map(|(key, s)| {
+            (
+                TicketId {
+                    host_id: host_id.to_string(),
+                    key,
+                },
+                s,
+            )
+        }))
+    }
+
     async fn park(
         &self,
         id: &TicketId,

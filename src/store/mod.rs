@@ -172,6 +172,14 @@ pub trait TicketStore: Send + Sync + 'static {
         id: &TicketId,
     ) -> impl Future<Output = Result<Option<TicketState>, StoreError>> + Send;
 
+    /// Release or withdraw the ticket Submit made for `(host_id, run_id)`: its id and the state
+    /// before the call, `None` if the run has no ticket.
+    fn release_run(
+        &self,
+        host_id: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Option<(TicketId, TicketState)>, StoreError>> + Send;
+
     /// Park an admitted ticket (parking a parked one changes nothing): the ticket after it,
     /// `None` if unknown, or the state that forbids it.
     fn park(

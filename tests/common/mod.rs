@@ -219,6 +219,7 @@ pub async fn follow(
 pub async fn release(c: &mut AdmissionClient<Channel>, ticket_id: &str) -> api::ReleaseResponse {
     c.release(api::ReleaseRequest {
         ticket_id: ticket_id.into(),
+        ..Default::default()
     })
     .await
     .unwrap()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
 import threading
 from pathlib import Path
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -212,3 +216,69 @@ def test_a_token_is_sent_with_every_call(start_server: StartServer, tmp_path: Pa
                 assert (await c.stats()).in_flight == 1
 
     asyncio.run(scenario())
+
+
+@pytest.fixture
+def redis_server() -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A redis-server of this test's own on a free loopback port, stopped (by PID) after it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+
+    def up() -> bool | None:
+        with socket.socket() as c:
+            return True if c.connect_ex(("127.0.0.1", port)) == 0 else None
+
+    eventually("redis-server to listen", up)
+    yield proc, port
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.kill()
+    proc.wait()
+
+
+def test_a_submit_during_a_store_stall_is_retried_and_takes_one_slot(
+    start_server: StartServer, redis_server: tuple[subprocess.Popen[bytes], int]
+) -> None:
+    proc, port = redis_server
+    server = start_server("--redis-url", f"redis://127.0.0.1:{port}/0", "--total", "4")
+    client = AdmissionClient(server.addr, host_id="h", timeout=15.0)
+    with client.slot("alice", run_id="warm-up"):
+        pass
+    # Redis stops answering; the Submit's first tries fail (OUTCOME_UNKNOWN or
+    # STORE_UNAVAILABLE) and are repeated with the same run_id until Redis is back.
+    os.kill(proc.pid, signal.SIGSTOP)
+    threading.Timer(2.0, os.kill, (proc.pid, signal.SIGCONT)).start()
+    with client.slot("alice", run_id="during-stall") as slot:
+        assert slot.grant > 0
+        s = client.stats()
+        assert s.in_flight == 1, "one ticket for the run, however many tries"
+    s = client.stats()
+    assert (s.in_flight, s.admitted, s.released) == (0, 2, 2)
+
+
+def test_a_submit_that_gives_up_releases_its_run(
+    start_server: StartServer, redis_server: tuple[subprocess.Popen[bytes], int]
+) -> None:
+    proc, port = redis_server
+    server = start_server("--redis-url", f"redis://127.0.0.1:{port}/0", "--total", "4")
+    client = AdmissionClient(server.addr, host_id="h", timeout=1.5)
+    with client.slot("alice", run_id="warm-up"):
+        pass
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(AdmissionError) as failed:
+            with client.slot("alice", run_id="gave-up"):
+                pass
+        assert failed.value.retryable
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    # Redis runs the stalled Submit when it resumes; the client, which gave up on it, keeps
+    # releasing the run in the background, so its slot comes back at once, not a lease later.
+    assert eventually(
+        "the given-up run's slot to be free", lambda: True if client.stats().in_flight == 0 else None
+    )
+    assert client.release_run("gave-up") in ("RELEASED", "CANCELLED", "EXPIRED")

@@ -8,6 +8,9 @@
  * - `authorize` / `settle` reserve and record a model step's budget; `checkAuthAttempt` counts an
  *   auth attempt.
  * - Refusals reject with {@link AdmissionRefusedError} carrying the reason and retry delay.
+ * - A call the authority could not answer (UNAVAILABLE, DEADLINE_EXCEEDED) is repeated with the
+ *   same request, so the same idempotency key, within the client's deadline; a Submit given up
+ *   on that may have been applied is released by run in the background.
  *
  * The generated messages and stubs are exported as `gen`.
  */
@@ -38,14 +41,27 @@ export const ERROR_DOMAIN = "admission.v1";
 /** The refusal reasons of the contract. */
 export type RefusalReason = "BUSY" | "QUEUE_FULL" | "MEMORY_PRESSURE" | "DRAINING";
 
-/** Anything the authority refused or failed to answer. `code` is the gRPC status code. */
+/** Anything the authority refused or failed to answer. `code` is the gRPC status code,
+ * `reason` the google.rpc.ErrorInfo reason when the authority sent one. */
 export class AdmissionError extends Error {
   constructor(
     message: string,
     readonly code: grpcStatus,
+    readonly reason: string = "",
   ) {
     super(message);
     this.name = "AdmissionError";
+  }
+
+  /** The authority or its store could not answer: the same call may work a moment later. */
+  get retryable(): boolean {
+    return this.code === grpcStatus.UNAVAILABLE || this.code === grpcStatus.DEADLINE_EXCEEDED;
+  }
+
+  /** The call may have taken effect although it failed (every retryable failure but
+   * STORE_UNAVAILABLE): repeat it only with the same idempotency key. */
+  get mayHaveApplied(): boolean {
+    return this.retryable && this.reason !== "STORE_UNAVAILABLE";
   }
 }
 
@@ -53,11 +69,11 @@ export class AdmissionError extends Error {
 export class AdmissionRefusedError extends AdmissionError {
   constructor(
     message: string,
-    readonly reason: RefusalReason,
+    override readonly reason: RefusalReason,
     /** From google.rpc.RetryInfo; undefined when the server sent none. */
     readonly retryAfterMs: number | undefined,
   ) {
-    super(message, grpcStatus.RESOURCE_EXHAUSTED);
+    super(message, grpcStatus.RESOURCE_EXHAUSTED, reason);
     this.name = "AdmissionRefusedError";
   }
 }
@@ -76,13 +92,11 @@ export class TicketEndedError extends AdmissionError {
 /** The typed error for a failed call. */
 export function translate(err: ServiceError): AdmissionError {
   const message = err.details || err.message;
-  if (err.code === grpcStatus.RESOURCE_EXHAUSTED) {
-    const { reason, retryAfterMs } = details(err.metadata);
-    if (reason) {
-      return new AdmissionRefusedError(message, reason as RefusalReason, retryAfterMs);
-    }
+  const { reason, retryAfterMs } = details(err.metadata);
+  if (err.code === grpcStatus.RESOURCE_EXHAUSTED && reason) {
+    return new AdmissionRefusedError(message, reason as RefusalReason, retryAfterMs);
   }
-  return new AdmissionError(message, err.code);
+  return new AdmissionError(message, err.code, reason ?? "");
 }
 
 function details(metadata: Metadata | undefined): { reason?: string; retryAfterMs?: number } {
@@ -108,6 +122,32 @@ type Unary<Req, Res> = (
   callback: (error: ServiceError | null, response: Res) => void,
 ) => ClientUnaryCall;
 
+/** Pause before the first retry of a call the authority could not answer; doubled each time. */
+const FIRST_BACKOFF_MS = 50;
+/** Longest pause between retries. */
+const MAX_BACKOFF_MS = 1_000;
+/** How long a Submit given up on keeps being released by run in the background: the authority
+ * may apply it late (a store that stalled runs the calls it had queued once it resumes). */
+const RELEASE_RUN_FOR_MS = 60_000;
+
+/** Wait `ms`; a `background` wait does not keep the process alive. */
+function sleep(ms: number, background = false): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    if (background) t.unref();
+  });
+}
+
+/** How {@link AdmissionClient.call} repeats a call. */
+export interface RetryOptions {
+  /** Repeat only when the call certainly was not applied (STORE_UNAVAILABLE): for calls that
+   * count something each time (CheckAuthAttempt). Default false. */
+  notIdempotent?: boolean;
+  /** Work nobody awaits (a release by run after a give-up): its waits do not keep the process
+   * alive. */
+  background?: boolean;
+}
+
 export interface ClientOptions {
   /** The gateway installation every call acts for. */
   hostId: string;
@@ -115,7 +155,7 @@ export interface ClientOptions {
   instanceId?: string;
   /** Default: insecure (plaintext). */
   credentials?: ChannelCredentials;
-  /** Deadline of each unary call, ms (default 10,000). */
+  /** Deadline of each unary call, retries included, ms (default 10,000). */
   timeoutMs?: number;
   /** Sent as `authorization: Bearer <token>` on every call. */
   token?: string;
@@ -256,17 +296,59 @@ export class AdmissionClient {
     return md;
   }
 
-  /** Call a unary method with the client's deadline; reject with a typed error. */
-  call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+  /** Call a unary method within the client's deadline, repeating it (same request, so the
+   * same idempotency key) while the authority or its store cannot answer; reject with the typed
+   * error of the last try. */
+  async call<Req, Res>(method: Unary<Req, Res>, request: Req, opts: RetryOptions = {}): Promise<Res> {
+    const end = Date.now() + this.timeoutMs;
+    let backoff = FIRST_BACKOFF_MS;
+    for (;;) {
+      try {
+        return await this.once(method, request, Math.max(end, Date.now() + 1));
+      } catch (e) {
+        const err = e as AdmissionError;
+        const final =
+          !(err instanceof AdmissionError) ||
+          !err.retryable ||
+          (err.mayHaveApplied && opts.notIdempotent) ||
+          end - Date.now() <= backoff;
+        if (final) throw err;
+      }
+      await sleep(backoff, opts.background);
+      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+    }
+  }
+
+  private once<Req, Res>(method: Unary<Req, Res>, request: Req, deadline: number): Promise<Res> {
     return new Promise((resolve, reject) => {
-      method.call(
-        this.stub,
-        request,
-        this.metadata(),
-        { deadline: Date.now() + this.timeoutMs },
-        (err, res) => (err ? reject(translate(err)) : resolve(res)),
+      method.call(this.stub, request, this.metadata(), { deadline }, (err, res) =>
+        err ? reject(translate(err)) : resolve(res),
       );
     });
+  }
+
+  /** Release (or withdraw) the ticket this host's Submit made for `runId`, for a caller that
+   * never saw its ticket id; resolves with the state it had ("EXPIRED" when there was none). */
+  async releaseRun(runId: string, retry: RetryOptions = {}): Promise<string> {
+    const r = await this.call(this.stub.release, { ticketId: "", hostId: this.hostId, runId }, retry);
+    return stateName(r.previousState);
+  }
+
+  /** Release by run in the background until the authority answers (at most a minute): a Submit
+   * given up on may still be applied once the store answers again. */
+  private releaseRunSoon(runId: string): void {
+    const end = Date.now() + RELEASE_RUN_FOR_MS;
+    const attempt = async (): Promise<void> => {
+      for (;;) {
+        try {
+          await this.releaseRun(runId, { background: true });
+          return;
+        } catch (e) {
+          if (!(e instanceof AdmissionError) || !e.retryable || Date.now() > end) return;
+        }
+      }
+    };
+    void attempt();
   }
 
   /**
@@ -275,15 +357,22 @@ export class AdmissionClient {
    */
   async acquire(subject: string, opts: AcquireOptions = {}): Promise<SlotHandle> {
     opts.signal?.throwIfAborted();
-    const r = await this.call(this.stub.submit, {
-      hostId: this.hostId,
-      instanceId: this.instanceId,
-      subject,
-      accountId: opts.accountId ?? "",
-      runId: opts.runId ?? randomUUID(),
-      mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
-      rssMb: opts.rssMb,
-    });
+    const runId = opts.runId ?? randomUUID();
+    let r: gen.SubmitResponse;
+    try {
+      r = await this.call(this.stub.submit, {
+        hostId: this.hostId,
+        instanceId: this.instanceId,
+        subject,
+        accountId: opts.accountId ?? "",
+        runId,
+        mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
+        rssMb: opts.rssMb,
+      });
+    } catch (e) {
+      if (e instanceof AdmissionError && e.mayHaveApplied) this.releaseRunSoon(runId);
+      throw e;
+    }
     let grant = r.grant;
     try {
       if (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
@@ -337,7 +426,7 @@ export class AdmissionClient {
   /** Release or withdraw a ticket; a failure is left to the lease. */
   async releaseTicket(ticketId: string): Promise<void> {
     try {
-      await this.call(this.stub.release, { ticketId });
+      await this.call(this.stub.release, { ticketId, hostId: "", runId: "" });
     } catch {
       // The lease frees the slot within lease_ttl anyway.
     }
@@ -390,7 +479,12 @@ export class AdmissionClient {
   /** Count one attempt of `identity` against `endpoint`'s bucket; with `peek`, count nothing
    * and answer what an attempt would meet (e.g. whether the key is locked out). */
   checkAuthAttempt(endpoint: string, identity: string, opts: { peek?: boolean } = {}): Promise<AuthAttempt> {
-    return this.call(this.stub.checkAuthAttempt, { endpoint, identity, peek: opts.peek ?? false });
+    // Each attempt counts: repeated only when it certainly was not counted.
+    return this.call(
+      this.stub.checkAuthAttempt,
+      { endpoint, identity, peek: opts.peek ?? false },
+      { notIdempotent: !opts.peek },
+    );
   }
 
   /** Clear a bucket after a verified success; true when there was one. */

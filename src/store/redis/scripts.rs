@@ -958,7 +958,8 @@ end
 return out
 "#;
 
-/// Release or withdraw a ticket. ARGV[5] ticket key. Returns the previous state, or false.
+/// Release or withdraw a ticket. ARGV[5] ticket key, or '' to find it by ARGV[6] run_id.
+/// Returns {previous state, ticket key}, or false for an unknown ticket.
 pub fn release() -> String {
     [
         ticket_core().as_str(),
@@ -971,7 +972,6 @@ pub fn release() -> String {
 
 const RELEASE_BODY: &str = r#"
 housekeeping(false)
-local k = ARGV[5]
 local t = ticket(k)
 if not t then return false end
 if t.state == 'A' or t.state == 'P' then
@@ -983,13 +983,17 @@ elseif t.state == 'Q' then
   incr('cancelled')
   dispatch()
 end
-return t.state
+return {t.state, k}
 "#;
 
 /// Release's common case in few commands, before the helpers are built: an admitted ticket,
 /// no lease due (see `due_bound`), nothing queued (so nothing to dispatch). As `finish` and the full rules do it.
 const RELEASE_FAST: &str = r#"
 local k = ARGV[5]
+if k == '' then
+  k = redis.call('GET', B .. 'run:' .. ARGV[6])
+  if not k then return false end
+end
 local tk = B .. 't:' .. k
 local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
 if t[4] == 'A' then
@@ -1005,7 +1009,7 @@ if t[4] == 'A' then
       redis.call('ZREM', LEASES, k)
       redis.call('HSET', tk, 'state', 'R', 'deadline', fmt(now + L.retention))
       retire(k, tk, t[3])
-      return 'A'
+      return {'A', k}
     end
   end
 end

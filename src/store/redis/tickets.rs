@@ -121,6 +121,26 @@ fn hex(key: TicketKey) -> String {
     format!("{key:032x}")
 }
 
+/// A release's `{previous state, ticket key}` reply, or nil for an unknown ticket.
+fn released(reply: Value) -> Result<Option<(TicketKey, TicketState)>, StoreError> {
+    match &reply {
+        Value::Nil => Ok(None),
+        Value::Array(f) if f.len() == 2 => {
+            let s = state(&text(&f[0]));
+            let key = TicketKey::from_str_radix(&text(&f[1]), 16).ok();
+            match (key, s) {
+                (Some(k), Some(s)) => Ok(Some((k, s))),
+                _ => Err(StoreError::Protocol(format!(
+                    "redis: release answered {reply:?}"
+                ))),
+            }
+        }
+        _ => Err(StoreError::Protocol(format!(
+            "redis: release answered {reply:?}"
+        ))),
+    }
+}
+
 /// A `{state, position, grant, lease}` reply (or nil) as a view.
 fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
     match v {
@@ -280,12 +300,28 @@ impl TicketStore for RedisStore {
 
     async fn release(&self, id: &TicketId) -> Result<Option<TicketState>, StoreError> {
         let reply = self
-            .sched(&self.release, &id.host_id, &[hex(id.key)])
+            .sched(&self.release, &id.host_id, &[hex(id.key), String::new()])
             .await?;
-        Ok(match reply {
-            Value::Nil => None,
-            other => state(&text(&other)),
-        })
+        Ok(released(reply)?.map(|(_, s)| s))
+    }
+
+    async fn release_run(
+        &self,
+        host_id: &str,
+        run_id: &str,
+    ) -> Result<Option<(TicketId, TicketState)>, StoreError> {
+        let reply = self
+            .sched(&self.release, host_id, &[String::new(), run_id.to_string()])
+            .await?;
+        Ok(released(reply)?.map(|(key, s)| {
+            (
+                TicketId {
+                    host_id: host_id.to_string(),
+                    key,
+                },
+                s,
+            )
+        }))
     }
 
     async fn park(

@@ -12,10 +12,11 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import grpc
 import grpc.aio
@@ -25,6 +26,22 @@ from .v1 import admission_pb2 as pb
 from .v1 import admission_pb2_grpc as pb_grpc
 
 log = logging.getLogger("admission_authority_client")
+
+T = TypeVar("T")
+
+#: Pause before the first retry of a call the authority could not answer; doubled each time.
+_FIRST_BACKOFF = 0.05
+#: Longest pause between retries.
+_MAX_BACKOFF = 1.0
+#: How long a Submit given up on keeps being released by run in the background: the authority
+#: may apply it late (a store that stalled runs the calls it had queued once it resumes).
+_RELEASE_RUN_FOR = 60.0
+
+
+def _give_up(err: AdmissionError, idempotent: bool, left: float, backoff: float) -> bool:
+    """Whether a failed call is final: it was refused or bad (not retryable), it may have been
+    applied and repeating it would apply it twice, or the deadline leaves no room to retry."""
+    return not err.retryable or (err.may_have_applied and not idempotent) or left <= backoff
 
 Mode = Literal["queue", "try"]
 Coverage = Literal["complete", "partial", "unknown"]
@@ -212,6 +229,9 @@ class _Connection:
         """The call metadata (the bearer token), for calls made on ``stub`` directly."""
         return self._md
 
+    def _release_run_request(self, run_id: str) -> pb.ReleaseRequest:
+        return pb.ReleaseRequest(host_id=self._req.host_id, run_id=run_id)
+
 
 class AdmissionClient(_Connection):
     """A blocking client for one gateway host (``host_id``) and replica (``instance_id``).
@@ -281,14 +301,18 @@ class AdmissionClient(_Connection):
         renew in the background, and Release on exit, on error and on interruption (a queued
         ticket is withdrawn). Refusals raise :class:`~admission_authority_client.Busy` and its
         siblings; ``wait_timeout`` (seconds) bounds the wait in the queue (``TimeoutError``).
+
+        A Submit the authority could not answer is repeated with the same run_id within the
+        client's deadline; when it still fails and may have made a ticket, that ticket is
+        released by run before the error is raised, so no slot is left held.
         """
+        req = self._req.submit(subject, run_id, account_id, mode, rss_mb)
         try:
-            r = self.stub.Submit(
-                self._req.submit(subject, run_id, account_id, mode, rss_mb),
-                timeout=self._timeout, metadata=self._md,
-            )
-        except grpc.RpcError as e:
-            raise translate(e) from None
+            r = self._unary(self.stub.Submit, req)
+        except AdmissionError as e:
+            if e.may_have_applied:
+                self._release_run_soon(req.run_id)
+            raise
         try:
             slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms)
             if r.state == pb.TICKET_STATE_QUEUED:
@@ -321,6 +345,48 @@ class AdmissionClient(_Connection):
             raise translate(e) from None
         raise AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
 
+    def _unary(self, rpc: Callable[..., T], request: Any, *, idempotent: bool = True) -> T:
+        """One unary call within the client's deadline, repeated (same request, so the same
+        idempotency key) while the authority or its store cannot answer; raises the typed error
+        of the last try. A call that is not idempotent is repeated only when it was certainly
+        not applied (STORE_UNAVAILABLE)."""
+        end = time.monotonic() + self._timeout
+        backoff = _FIRST_BACKOFF
+        while True:
+            try:
+                return rpc(request, timeout=max(end - time.monotonic(), 0.001), metadata=self._md)
+            except grpc.RpcError as e:
+                err = translate(e)
+            if _give_up(err, idempotent, end - time.monotonic(), backoff):
+                raise err
+            time.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    def release_run(self, run_id: str) -> str:
+        """Release (or withdraw) the ticket this host's Submit made for ``run_id``, for a caller
+        that never saw its ticket id. Returns the state it had (``EXPIRED`` when there was
+        none); releasing twice is no error."""
+        r = self._unary(self.stub.Release, self._release_run_request(run_id))
+        return _state_name(r.previous_state)
+
+    def _release_run_soon(self, run_id: str) -> None:
+        """Release by run in a background thread, retrying until the authority answers (at most
+        :data:`_RELEASE_RUN_FOR`): a Submit given up on may still be applied once the store
+        answers again, and its slot must come back then, not a lease later."""
+
+        def run() -> None:
+            end = time.monotonic() + _RELEASE_RUN_FOR
+            while True:
+                try:
+                    self.release_run(run_id)
+                    return
+                except AdmissionError as e:
+                    if not e.retryable or time.monotonic() > end:
+                        log.warning("releasing run %s failed; its lease will expire: %s", run_id, e)
+                        return
+
+        threading.Thread(target=run, daemon=True, name="admission-release-run").start()
+
     def _renew_until(self, slot: Slot, stop: threading.Event) -> None:
         every = max(slot.lease_ttl_ms / 3000, 0.005)
         while not stop.wait(every):
@@ -337,10 +403,10 @@ class AdmissionClient(_Connection):
 
     def _release(self, ticket_id: str) -> None:
         try:
-            self.stub.Release(pb.ReleaseRequest(ticket_id=ticket_id), timeout=self._timeout, metadata=self._md)
-        except grpc.RpcError as e:
+            self._unary(self.stub.Release, pb.ReleaseRequest(ticket_id=ticket_id))
+        except AdmissionError as e:
             # The lease frees the slot within lease_ttl anyway.
-            log.warning("releasing %s failed; its lease will expire: %s", ticket_id, translate(e))
+            log.warning("releasing %s failed; its lease will expire: %s", ticket_id, e)
 
     def authorize(
         self,
@@ -359,10 +425,7 @@ class AdmissionClient(_Connection):
             run_id, step, subject, account_id, model,
             requested_output_tokens, estimated_input_tokens, estimated_cost_usd,
         )
-        try:
-            return _authorization(self.stub.Authorize(req, timeout=self._timeout, metadata=self._md))
-        except grpc.RpcError as e:
-            raise translate(e) from None
+        return _authorization(self._unary(self.stub.Authorize, req))
 
     def settle(
         self,
@@ -376,36 +439,23 @@ class AdmissionClient(_Connection):
     ) -> bool:
         """Record what a step used; returns True when this repeated an identical Settle."""
         req = self._req.settle(run_id, step, input_tokens, output_tokens, cost_usd, coverage)
-        try:
-            return self.stub.Settle(req, timeout=self._timeout, metadata=self._md).replay
-        except grpc.RpcError as e:
-            raise translate(e) from None
+        return self._unary(self.stub.Settle, req).replay
 
     def check_auth_attempt(self, endpoint: str, identity: str, *, peek: bool = False) -> AuthAttempt:
         """Count one attempt against ``endpoint``'s bucket for ``identity``; with ``peek``,
         count nothing and answer what an attempt would meet (e.g. whether it is locked out)."""
         req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity, peek=peek)
-        try:
-            return _auth_attempt(self.stub.CheckAuthAttempt(req, timeout=self._timeout, metadata=self._md))
-        except grpc.RpcError as e:
-            raise translate(e) from None
+        # Each attempt counts: repeated only when it certainly was not counted.
+        return _auth_attempt(self._unary(self.stub.CheckAuthAttempt, req, idempotent=peek))
 
     def reset_auth_attempts(self, endpoint: str, identity: str) -> bool:
         """Clear a bucket after a verified success; True when there was one."""
         req = pb.AuthResetRequest(endpoint=endpoint, identity=identity)
-        try:
-            return self.stub.ResetAuthAttempts(req, timeout=self._timeout, metadata=self._md).cleared
-        except grpc.RpcError as e:
-            raise translate(e) from None
+        return self._unary(self.stub.ResetAuthAttempts, req).cleared
 
     def stats(self) -> pb.Stats:
         """Live counters of this client's host."""
-        try:
-            return self.stub.GetStats(
-                pb.GetStatsRequest(host_id=self._req.host_id), timeout=self._timeout, metadata=self._md
-            )
-        except grpc.RpcError as e:
-            raise translate(e) from None
+        return self._unary(self.stub.GetStats, pb.GetStatsRequest(host_id=self._req.host_id))
 
 
 class AsyncAdmissionClient(_Connection):
@@ -433,7 +483,8 @@ class AsyncAdmissionClient(_Connection):
         self._req = _Requests(host_id, instance_id)
         self._timeout = timeout
         self._md = _metadata(token)
-
+        #: Releases by run still retrying in the background.
+        self._background: set[asyncio.Task[None]] = set()
 
     def blocking(self, *, timeout: float | None = None) -> AdmissionClient:
         """A blocking client for the same authority, host, replica, credentials and token
@@ -457,6 +508,8 @@ class AsyncAdmissionClient(_Connection):
         await self.close()
 
     async def close(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
@@ -490,13 +543,17 @@ class AsyncAdmissionClient(_Connection):
     ) -> AsyncIterator[Slot]:
         """As :meth:`AdmissionClient.slot`; cancelling the task while it waits in the queue
         withdraws the ticket."""
+        req = self._req.submit(subject, run_id, account_id, mode, rss_mb)
         try:
-            r = await self.stub.Submit(
-                self._req.submit(subject, run_id, account_id, mode, rss_mb),
-                timeout=self._timeout, metadata=self._md,
-            )
-        except grpc.aio.AioRpcError as e:
-            raise translate(e) from None
+            r = await self._unary(self.stub.Submit, req)
+        except AdmissionError as e:
+            if e.may_have_applied:
+                self._release_run_soon(req.run_id)
+            raise
+        except asyncio.CancelledError:
+            # The Submit may have reached the authority: withdraw whatever it made.
+            self._release_run_soon(req.run_id)
+            raise
         try:
             slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms)
             if r.state == pb.TICKET_STATE_QUEUED:
@@ -528,6 +585,47 @@ class AsyncAdmissionClient(_Connection):
             raise translate(e) from None
         raise AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
 
+    async def _unary(
+        self, rpc: Callable[..., Awaitable[T]], request: Any, *, idempotent: bool = True
+    ) -> T:
+        """As :meth:`AdmissionClient._unary`, awaited."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self._timeout
+        backoff = _FIRST_BACKOFF
+        while True:
+            try:
+                return await rpc(request, timeout=max(end - loop.time(), 0.001), metadata=self._md)
+            except grpc.aio.AioRpcError as e:
+                err = translate(e)
+            if _give_up(err, idempotent, end - loop.time(), backoff):
+                raise err
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    async def release_run(self, run_id: str) -> str:
+        """As :meth:`AdmissionClient.release_run`, awaited."""
+        r = await self._unary(self.stub.Release, self._release_run_request(run_id))
+        return _state_name(r.previous_state)
+
+    def _release_run_soon(self, run_id: str) -> None:
+        """As :meth:`AdmissionClient._release_run_soon`, as a task of this loop (kept until it
+        ends; :meth:`close` waits for it)."""
+
+        async def run() -> None:
+            end = asyncio.get_running_loop().time() + _RELEASE_RUN_FOR
+            while True:
+                try:
+                    await self.release_run(run_id)
+                    return
+                except AdmissionError as e:
+                    if not e.retryable or asyncio.get_running_loop().time() > end:
+                        log.warning("releasing run %s failed; its lease will expire: %s", run_id, e)
+                        return
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _renew_until(self, slot: Slot) -> None:
         every = max(slot.lease_ttl_ms / 3000, 0.005)
         while True:
@@ -547,9 +645,9 @@ class AsyncAdmissionClient(_Connection):
 
     async def _release(self, ticket_id: str) -> None:
         try:
-            await self.stub.Release(pb.ReleaseRequest(ticket_id=ticket_id), timeout=self._timeout, metadata=self._md)
-        except grpc.aio.AioRpcError as e:
-            log.warning("releasing %s failed; its lease will expire: %s", ticket_id, translate(e))
+            await self._unary(self.stub.Release, pb.ReleaseRequest(ticket_id=ticket_id))
+        except AdmissionError as e:
+            log.warning("releasing %s failed; its lease will expire: %s", ticket_id, e)
 
     async def authorize(
         self,
@@ -568,10 +666,7 @@ class AsyncAdmissionClient(_Connection):
             run_id, step, subject, account_id, model,
             requested_output_tokens, estimated_input_tokens, estimated_cost_usd,
         )
-        try:
-            return _authorization(await self.stub.Authorize(req, timeout=self._timeout, metadata=self._md))
-        except grpc.aio.AioRpcError as e:
-            raise translate(e) from None
+        return _authorization(await self._unary(self.stub.Authorize, req))
 
     async def settle(
         self,
@@ -585,33 +680,19 @@ class AsyncAdmissionClient(_Connection):
     ) -> bool:
         """Record what a step used; returns True when this repeated an identical Settle."""
         req = self._req.settle(run_id, step, input_tokens, output_tokens, cost_usd, coverage)
-        try:
-            return (await self.stub.Settle(req, timeout=self._timeout, metadata=self._md)).replay
-        except grpc.aio.AioRpcError as e:
-            raise translate(e) from None
+        return (await self._unary(self.stub.Settle, req)).replay
 
     async def check_auth_attempt(self, endpoint: str, identity: str, *, peek: bool = False) -> AuthAttempt:
         """Count one attempt against ``endpoint``'s bucket for ``identity``; with ``peek``,
         count nothing and answer what an attempt would meet (e.g. whether it is locked out)."""
         req = pb.AuthAttemptRequest(endpoint=endpoint, identity=identity, peek=peek)
-        try:
-            return _auth_attempt(await self.stub.CheckAuthAttempt(req, timeout=self._timeout, metadata=self._md))
-        except grpc.aio.AioRpcError as e:
-            raise translate(e) from None
+        return _auth_attempt(await self._unary(self.stub.CheckAuthAttempt, req, idempotent=peek))
 
     async def reset_auth_attempts(self, endpoint: str, identity: str) -> bool:
         """Clear a bucket after a verified success; True when there was one."""
         req = pb.AuthResetRequest(endpoint=endpoint, identity=identity)
-        try:
-            return (await self.stub.ResetAuthAttempts(req, timeout=self._timeout, metadata=self._md)).cleared
-        except grpc.aio.AioRpcError as e:
-            raise translate(e) from None
+        return (await self._unary(self.stub.ResetAuthAttempts, req)).cleared
 
     async def stats(self) -> pb.Stats:
         """Live counters of this client's host."""
-        try:
-            return await self.stub.GetStats(
-                pb.GetStatsRequest(host_id=self._req.host_id), timeout=self._timeout, metadata=self._md
-            )
-        except grpc.aio.AioRpcError as e:
-            raise translate(e) from None
+        return await self._unary(self.stub.GetStats, pb.GetStatsRequest(host_id=self._req.host_id))

@@ -3,6 +3,12 @@
 Refusals the server asks callers to retry (RESOURCE_EXHAUSTED with google.rpc.ErrorInfo) are
 raised as a subclass of :class:`AdmissionRefused` named after the reason, carrying the delay from
 google.rpc.RetryInfo. Other failures keep their gRPC status code.
+
+A call that failed with any code but UNAVAILABLE or DEADLINE_EXCEEDED was not applied.
+UNAVAILABLE with reason ``STORE_UNAVAILABLE`` was not applied either (the authority never reached
+its store); reason ``OUTCOME_UNKNOWN``, DEADLINE_EXCEEDED, and an UNAVAILABLE from the transport
+(the connection broke) may have been: :attr:`AdmissionError.may_have_applied`. The clients retry
+those calls with the same idempotency key within their deadline.
 """
 
 from __future__ import annotations
@@ -15,13 +21,31 @@ from google.rpc import error_details_pb2, status_pb2
 ERROR_DOMAIN = "admission.v1"
 
 
-class AdmissionError(Exception):
-    """Anything the admission authority refused or failed to answer."""
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+
+class AdmissionError(Exception):
+    """Anything the admission authority refused or failed to answer. ``reason`` is the
+    google.rpc.ErrorInfo reason when the authority sent one."""
+
+    def __init__(
+        self, message: str, code: grpc.StatusCode | None = None, reason: str = ""
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.reason = reason
+
+    @property
+    def retryable(self) -> bool:
+        """The authority or its store could not answer: the same call may work a moment later."""
+        return self.code in _RETRYABLE
+
+    @property
+    def may_have_applied(self) -> bool:
+        """The call may have taken effect although it failed: repeat it only with the same
+        idempotency key (run_id, ticket id, or (run_id, step)), never as a new call."""
+        return self.retryable and self.reason != "STORE_UNAVAILABLE"
 
 
 class AdmissionRefused(AdmissionError):
@@ -30,8 +54,7 @@ class AdmissionRefused(AdmissionError):
     reason: str = ""
 
     def __init__(self, message: str, reason: str, retry_after: float | None) -> None:
-        super().__init__(message, grpc.StatusCode.RESOURCE_EXHAUSTED)
-        self.reason = reason
+        super().__init__(message, grpc.StatusCode.RESOURCE_EXHAUSTED, reason)
         self.retry_after = retry_after
 
 
@@ -61,7 +84,9 @@ class TicketEnded(AdmissionError):
 
 
 class AuthorityUnavailable(AdmissionError):
-    """The authority (or its shared store) could not be reached; nothing was admitted."""
+    """The authority (or its shared store) could not be reached. With reason
+    ``STORE_UNAVAILABLE`` nothing was applied; otherwise the call may have been
+    (:attr:`may_have_applied`)."""
 
 
 _REFUSALS: dict[str, type[AdmissionRefused]] = {
@@ -80,8 +105,8 @@ def translate(err: grpc.RpcError) -> AdmissionError:
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason:
         return _REFUSALS.get(reason, AdmissionRefused)(message, reason, retry_after)
     if code == grpc.StatusCode.UNAVAILABLE:
-        return AuthorityUnavailable(message, code)
-    return AdmissionError(message, code)
+        return AuthorityUnavailable(message, code, reason)
+    return AdmissionError(message, code, reason)
 
 
 def _details(err: grpc.RpcError) -> tuple[str, float | None]:

@@ -87,6 +87,10 @@ class AuthorityRejected(AdmissionRejected):  # type: ignore[misc]
         self.retry_after = retry_after
 
 
+#: How long the withdrawal of a Submit whose answer never arrived keeps trying.
+_WITHDRAW_FOR = 60.0
+
+
 class _Unreachable(Exception):
     """The authority did not answer; the gate's failure mode decides."""
 
@@ -404,15 +408,29 @@ class AuthorityGate:
         return self._local
 
     async def _call(self, rpc: Any, request: Any, timeout: float | None = None) -> Any:
-        """One unary call; transport failures become :class:`_Unreachable`."""
-        try:
-            response = await rpc(request, timeout=timeout or self._client.timeout,
-                                 metadata=self._client.metadata)
-        except grpc.aio.AioRpcError as e:
-            if e.code() in _UNREACHABLE:
-                self._reachable = False
-                raise _Unreachable(f"{e.code().name}: {e.details()}") from None
-            raise
+        """One unary call within ``timeout`` (default the client's), repeated with the same
+        request (so the same idempotency key: every call the gate makes has one) while the
+        authority or its store cannot answer; a failure past the deadline becomes
+        :class:`_Unreachable`. While the authority is known unreachable (the last call failed
+        so), a call is tried once: turns fail over to the failure mode at once instead of
+        each waiting out the deadline."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + (timeout or self._client.timeout)
+        retry = self._reachable or timeout is not None
+        backoff = 0.05
+        while True:
+            try:
+                response = await rpc(request, timeout=max(end - loop.time(), 0.001),
+                                     metadata=self._client.metadata)
+                break
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _UNREACHABLE:
+                    raise
+                if not retry or end - loop.time() <= backoff:
+                    self._reachable = False
+                    raise _Unreachable(f"{e.code().name}: {e.details()}") from None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
         self._reachable = True
         return response
 
@@ -434,8 +452,9 @@ class AuthorityGate:
             request.rss_mb = rss
         try:
             r = await self._call(stub.Submit, request)
-        except asyncio.CancelledError:
-            # The Submit may have reached the authority: withdraw whatever it made.
+        except (asyncio.CancelledError, _Unreachable):
+            # The Submit may have reached the authority (or may yet, when a stalled store
+            # resumes): withdraw whatever it made.
             self._spawn(self._withdraw(request))
             raise
         except grpc.aio.AioRpcError as e:
@@ -558,10 +577,11 @@ class AuthorityGate:
             log.warning("releasing %s failed; its lease will expire: %s", ticket_id, e)
 
     async def _withdraw(self, request: pb.SubmitRequest) -> None:
-        """Undo a Submit whose answer never arrived: the repeat returns the same ticket."""
+        """Undo a Submit whose answer never arrived: release its run (whatever ticket it made),
+        retrying for up to a minute while the authority cannot answer."""
+        release = pb.ReleaseRequest(host_id=request.host_id, run_id=request.run_id)
         try:
-            r = await self._call(self._client.stub.Submit, request)
-            await self._release(r.ticket_id)
+            await self._call(self._client.stub.Release, release, timeout=_WITHDRAW_FOR)
         except (grpc.aio.AioRpcError, _Unreachable) as e:
             log.warning("withdrawing run %s failed; its lease will expire: %s", request.run_id, e)
 

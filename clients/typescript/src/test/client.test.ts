@@ -4,6 +4,9 @@ import assert from "node:assert/strict";
 import { writeFileSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { connect, createServer } from "node:net";
 import { test } from "node:test";
 
 import { status as grpcStatus } from "@grpc/grpc-js";
@@ -191,5 +194,75 @@ test("a token is sent with every call", async () => {
     client.close();
     intruder.close();
     await server.stop();
+  }
+});
+
+/** A redis-server of the test's own on a free loopback port. */
+async function startRedis(): Promise<{ port: number; pid: number; stop(): Promise<void> }> {
+  const probe = createServer();
+  await new Promise<void>((r) => probe.listen(0, "127.0.0.1", r));
+  const port = (probe.address() as { port: number }).port;
+  await new Promise<void>((r) => probe.close(() => r()));
+  const child = spawn("redis-server", ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no"], {
+    stdio: "ignore",
+  });
+  await eventually("redis-server to listen", async () =>
+    new Promise<boolean>((resolve) => {
+      const s = connect(port, "127.0.0.1");
+      s.on("connect", () => (s.destroy(), resolve(true)));
+      s.on("error", () => resolve(false));
+    }),
+  );
+  return {
+    port,
+    pid: child.pid!,
+    async stop() {
+      process.kill(child.pid!, "SIGCONT");
+      child.kill("SIGKILL");
+      if (child.exitCode === null) await once(child, "exit");
+    },
+  };
+}
+
+test("a Submit during a store stall is retried with its run id and takes one slot", async () => {
+  const redis = await startRedis();
+  const server = await startServer("--redis-url", `redis://127.0.0.1:${redis.port}/0`, "--total", "4");
+  const client = new AdmissionClient(server.addr, { hostId: "h", timeoutMs: 15_000 });
+  try {
+    await (await client.acquire("alice", { runId: "warm-up" })).release();
+    process.kill(redis.pid, "SIGSTOP");
+    setTimeout(() => process.kill(redis.pid, "SIGCONT"), 2000);
+    const slot = await client.acquire("alice", { runId: "during-stall" });
+    assert.equal((await client.stats()).inFlight, 1, "one ticket for the run, however many tries");
+    await slot.release();
+    const s = await client.stats();
+    assert.deepEqual([s.inFlight, s.admitted, s.released], [0, 2, 2]);
+  } finally {
+    client.close();
+    await server.stop();
+    await redis.stop();
+  }
+});
+
+test("a Submit given up on is released by run once the store answers", async () => {
+  const redis = await startRedis();
+  const server = await startServer("--redis-url", `redis://127.0.0.1:${redis.port}/0`, "--total", "4");
+  const client = new AdmissionClient(server.addr, { hostId: "h", timeoutMs: 1500 });
+  try {
+    await (await client.acquire("alice", { runId: "warm-up" })).release();
+    process.kill(redis.pid, "SIGSTOP");
+    try {
+      await assert.rejects(client.acquire("alice", { runId: "gave-up" }), (e: unknown) => {
+        assert.ok(e instanceof AdmissionError && e.retryable, String(e));
+        return true;
+      });
+    } finally {
+      process.kill(redis.pid, "SIGCONT");
+    }
+    await eventually("the given-up run's slot to be free", async () => (await client.stats()).inFlight === 0);
+  } finally {
+    client.close();
+    await server.stop();
+    await redis.stop();
   }
 });

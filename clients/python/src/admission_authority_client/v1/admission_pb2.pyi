@@ -278,7 +278,10 @@ class SubmitResponse(_message.Message):
     LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
     GRANT_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
-    """Opaque ticket id, "<host_id>.<32 hex digits>"; pass it to Wait, Renew and Release."""
+    """Opaque ticket id, "<host_id>.<32 hex digits>"; pass it to Wait, Renew and Release. Those
+    accept any id of 1..161 printable ASCII bytes: one the authority never issued is an unknown
+    ticket (NOT_FOUND on Wait, EXPIRED on Renew and Release), never INVALID_ARGUMENT.
+    """
     state: Global___TicketState.ValueType
     """QUEUED or ADMITTED for a new ticket; any state for a repeated run_id."""
     position: _builtins.int
@@ -445,16 +448,29 @@ class ReleaseRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TICKET_ID_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
-    """The ticket to free (admitted) or withdraw (queued)."""
+    """The ticket to free (admitted) or withdraw (queued). Give ticket_id, or host_id and run_id
+    instead (not both).
+    """
+    host_id: _builtins.str
+    """With run_id, instead of ticket_id: the ticket Submit made for (host_id, run_id). For a
+    caller that never saw its ticket id, because its Submit answered UNAVAILABLE with reason
+    OUTCOME_UNKNOWN or DEADLINE_EXCEEDED and so may have made one.
+    """
+    run_id: _builtins.str
+    """The run_id of that Submit."""
     def __init__(
         self,
         *,
         ticket_id: _builtins.str = ...,
+        host_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id", "run_id", b"run_id", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -465,18 +481,23 @@ class ReleaseResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PREVIOUS_STATE_FIELD_NUMBER: _builtins.int
+    TICKET_ID_FIELD_NUMBER: _builtins.int
     previous_state: Global___TicketState.ValueType
     """The state before this call: ADMITTED (now RELEASED), QUEUED (now CANCELLED), or a terminal
-    state when the ticket had already ended (nothing changed). EXPIRED for unknown ids.
+    state when the ticket had already ended (nothing changed). EXPIRED for unknown ids, and for
+    a (host_id, run_id) with no ticket.
     """
+    ticket_id: _builtins.str
+    """The ticket this call found: the one given, or the one found by run; empty when none was."""
     def __init__(
         self,
         *,
         previous_state: Global___TicketState.ValueType = ...,
+        ticket_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["previous_state", b"previous_state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["previous_state", b"previous_state", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

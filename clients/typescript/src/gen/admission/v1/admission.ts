@@ -387,7 +387,11 @@ export interface SubmitRequest {
 }
 
 export interface SubmitResponse {
-  /** Opaque ticket id, "<host_id>.<32 hex digits>"; pass it to Wait, Renew and Release. */
+  /**
+   * Opaque ticket id, "<host_id>.<32 hex digits>"; pass it to Wait, Renew and Release. Those
+   * accept any id of 1..161 printable ASCII bytes: one the authority never issued is an unknown
+   * ticket (NOT_FOUND on Wait, EXPIRED on Renew and Release), never INVALID_ARGUMENT.
+   */
   ticketId: string;
   /** QUEUED or ADMITTED for a new ticket; any state for a repeated run_id. */
   state: TicketState;
@@ -445,16 +449,30 @@ export interface RenewedTicket {
 }
 
 export interface ReleaseRequest {
-  /** The ticket to free (admitted) or withdraw (queued). */
+  /**
+   * The ticket to free (admitted) or withdraw (queued). Give ticket_id, or host_id and run_id
+   * instead (not both).
+   */
   ticketId: string;
+  /**
+   * With run_id, instead of ticket_id: the ticket Submit made for (host_id, run_id). For a
+   * caller that never saw its ticket id, because its Submit answered UNAVAILABLE with reason
+   * OUTCOME_UNKNOWN or DEADLINE_EXCEEDED and so may have made one.
+   */
+  hostId: string;
+  /** The run_id of that Submit. */
+  runId: string;
 }
 
 export interface ReleaseResponse {
   /**
    * The state before this call: ADMITTED (now RELEASED), QUEUED (now CANCELLED), or a terminal
-   * state when the ticket had already ended (nothing changed). EXPIRED for unknown ids.
+   * state when the ticket had already ended (nothing changed). EXPIRED for unknown ids, and for
+   * a (host_id, run_id) with no ticket.
    */
   previousState: TicketState;
+  /** The ticket this call found: the one given, or the one found by run; empty when none was. */
+  ticketId: string;
 }
 
 export interface GetStatsRequest {
@@ -1610,13 +1628,19 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
 };
 
 function createBaseReleaseRequest(): ReleaseRequest {
-  return { ticketId: "" };
+  return { ticketId: "", hostId: "", runId: "" };
 }
 
 export const ReleaseRequest: MessageFns<ReleaseRequest> = {
   encode(message: ReleaseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.ticketId !== "") {
       writer.uint32(10).string(message.ticketId);
+    }
+    if (message.hostId !== "") {
+      writer.uint32(18).string(message.hostId);
+    }
+    if (message.runId !== "") {
+      writer.uint32(26).string(message.runId);
     }
     return writer;
   },
@@ -1642,6 +1666,22 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
             message.ticketId = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1661,6 +1701,16 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
         : isSet(object.ticket_id)
         ? globalThis.String(object.ticket_id)
         : "",
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
     };
   },
 
@@ -1668,6 +1718,12 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
     const obj: any = {};
     if (message.ticketId !== "") {
       obj.ticketId = message.ticketId;
+    }
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.runId !== "") {
+      obj.runId = message.runId;
     }
     return obj;
   },
@@ -1678,18 +1734,23 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
   fromPartial<I extends Exact<DeepPartial<ReleaseRequest>, I>>(object: I): ReleaseRequest {
     const message = createBaseReleaseRequest();
     message.ticketId = object.ticketId ?? "";
+    message.hostId = object.hostId ?? "";
+    message.runId = object.runId ?? "";
     return message;
   },
 };
 
 function createBaseReleaseResponse(): ReleaseResponse {
-  return { previousState: 0 };
+  return { previousState: 0, ticketId: "" };
 }
 
 export const ReleaseResponse: MessageFns<ReleaseResponse> = {
   encode(message: ReleaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.previousState !== 0) {
       writer.uint32(8).int32(message.previousState);
+    }
+    if (message.ticketId !== "") {
+      writer.uint32(18).string(message.ticketId);
     }
     return writer;
   },
@@ -1715,6 +1776,14 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
             message.previousState = reader.int32() as any;
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.ticketId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1734,6 +1803,11 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
         : isSet(object.previous_state)
         ? ticketStateFromJSON(object.previous_state)
         : 0,
+      ticketId: isSet(object.ticketId)
+        ? globalThis.String(object.ticketId)
+        : isSet(object.ticket_id)
+        ? globalThis.String(object.ticket_id)
+        : "",
     };
   },
 
@@ -1741,6 +1815,9 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
     const obj: any = {};
     if (message.previousState !== 0) {
       obj.previousState = ticketStateToJSON(message.previousState);
+    }
+    if (message.ticketId !== "") {
+      obj.ticketId = message.ticketId;
     }
     return obj;
   },
@@ -1751,6 +1828,7 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
   fromPartial<I extends Exact<DeepPartial<ReleaseResponse>, I>>(object: I): ReleaseResponse {
     const message = createBaseReleaseResponse();
     message.previousState = object.previousState ?? 0;
+    message.ticketId = object.ticketId ?? "";
     return message;
   },
 };
