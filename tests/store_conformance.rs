@@ -434,6 +434,33 @@ where
     assert_eq!((st.in_flight, st.queued, st.counters.released), (0, 0, 1));
 }
 
+/// Ids shaped like key syntax never share state: a host `hA}:run:X` and a run `X}:c` of host
+/// `hA` once met in one Redis key.
+pub async fn ticket_ids_like_key_syntax_never_share_state<H: Harness>()
+where
+    H::S: TicketStore,
+{
+    let h = H::build(LimitsTable::uniform(limits(1, 1, 0))).await;
+    let s = h.store();
+    let (odd, v) = submit(s, "hA}:run:X", "alice", "r1").await.unwrap();
+    assert_eq!(v.state, TicketState::Admitted);
+    let (plain, v) = submit(s, "hA", "bob", "X}:c").await.unwrap();
+    assert_eq!(v.state, TicketState::Admitted, "another host, another cap");
+    assert_eq!(
+        submit(s, "hA", "{carol}", "q:alice").await.unwrap_err(),
+        SubmitError::Refused(Refusal::Busy),
+        "hA is full with bob's ticket"
+    );
+    assert_eq!(state(s, &odd).await, Some(TicketState::Admitted));
+    assert_eq!(state(s, &plain).await, Some(TicketState::Admitted));
+    for host in ["hA}:run:X", "hA"] {
+        let st = s.stats(host).await.unwrap();
+        assert_eq!((st.in_flight, st.counters.admitted), (1, 1), "{host}");
+    }
+    assert_eq!(s.release(&odd).await.unwrap(), Some(TicketState::Admitted));
+    assert_eq!(state(s, &plain).await, Some(TicketState::Admitted));
+}
+
 pub async fn stats_and_listing_show_live_tickets<H: Harness>()
 where
     H::S: TicketStore,
@@ -631,6 +658,22 @@ where
     assert_eq!(attempts(s, "login", "bob", 3).await, [Allowed; 3]);
     assert_eq!(attempts(s, "pair", "alice", 3).await, [Allowed; 3]);
     assert_eq!(attempts(s, "login", "alice", 1).await, [LockedOut]);
+}
+
+/// Ids shaped like key syntax never share state: an endpoint and identity that join to the same
+/// text are different buckets.
+pub async fn auth_ids_like_key_syntax_never_share_a_bucket<H: Harness>()
+where
+    H::S: AuthStore,
+{
+    let h = H::build(auth_policy(&[("a", LOGIN), ("a:b", LOGIN)], 100)).await;
+    let s = h.store();
+    assert_eq!(
+        attempts(s, "a", "b:c", 4).await,
+        [Allowed, Allowed, Allowed, LockedOut]
+    );
+    assert_eq!(attempts(s, "a:b", "c", 3).await, [Allowed; 3]);
+    assert_eq!(attempts(s, "a", "b}:c{", 3).await, [Allowed; 3]);
 }
 
 pub async fn auth_window_expiry_opens_a_fresh_window<H: Harness>()
@@ -1295,6 +1338,8 @@ macro_rules! every_scenario {
             ended_tickets_are_compact_and_bounded_per_host,
             shed_oldest_breaks_ties_by_age_not_by_name,
             release_by_run_finds_the_ticket_submit_made,
+            ticket_ids_like_key_syntax_never_share_state,
+            auth_ids_like_key_syntax_never_share_a_bucket,
             stats_and_listing_show_live_tickets,
             ticket_ids_are_distinct_and_name_their_host,
             per_host_limits_apply_to_their_host_only,

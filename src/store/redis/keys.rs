@@ -4,6 +4,12 @@
 //! Redis never collide. The part in `{...}` is the Redis Cluster hash tag: every key one
 //! decision touches shares it, so each script runs on one slot. Auth bucket keys are tagged by
 //! `endpoint:identity` (buckets are installation-wide); ticket and ledger keys by host_id.
+//!
+//! Keys never collide, whatever bytes the ids hold: the ids inside a hash tag are escaped
+//! ([`escape`]: `%`, `{`, `}` and `:` as `%25`, `%7B`, `%7D`, `%3A`), so a tag ends at the
+//! first `}` and its parts split at `:` unambiguously, and every other id follows a literal of
+//! its own after the tag (`run:`, `q:`, `win:`, ...) that no fixed key name starts with. Ids
+//! without those four characters are written as they are.
 
 /// Key builder for one prefix.
 #[derive(Clone, Debug)]
@@ -21,13 +27,23 @@ impl Keys {
     /// `{prefix}authrl:{<endpoint>:<identity>}:b`: the bucket (hash: `c` attempts counted,
     /// `e` end of the window in ms), expiring when its window ends.
     pub fn auth_bucket(&self, endpoint: &str, identity: &str) -> String {
-        format!("{}authrl:{{{endpoint}:{identity}}}:b", self.prefix)
+        format!(
+            "{}authrl:{{{}:{}}}:b",
+            self.prefix,
+            escape(endpoint),
+            escape(identity)
+        )
     }
 
     /// `{prefix}authrl:{<endpoint>:<identity>}:l`: the lockout (its end in ms), expiring when
     /// the lockout ends.
     pub fn auth_lockout(&self, endpoint: &str, identity: &str) -> String {
-        format!("{}authrl:{{{endpoint}:{identity}}}:l", self.prefix)
+        format!(
+            "{}authrl:{{{}:{}}}:l",
+            self.prefix,
+            escape(endpoint),
+            escape(identity)
+        )
     }
 }
 
@@ -41,7 +57,7 @@ impl Keys {
     /// `{prefix}sched:{<host>}:`: the prefix of every scheduling key of a host (see
     /// `scripts::TICKET_CORE` for the keys under it).
     pub fn sched(&self, host: &str) -> String {
-        format!("{}sched:{{{host}}}:", self.prefix)
+        format!("{}sched:{{{}}}:", self.prefix, escape(host))
     }
 
     /// The pattern of every host's change channel (`<sched prefix>changes`).
@@ -50,11 +66,12 @@ impl Keys {
     }
 
     /// The host whose change channel `channel` is, if it is one.
-    pub fn host_of_changes<'a>(&self, channel: &'a str) -> Option<&'a str> {
-        channel
+    pub fn host_of_changes(&self, channel: &str) -> Option<String> {
+        let escaped = channel
             .strip_prefix(self.prefix.as_str())?
             .strip_prefix("sched:{")?
-            .strip_suffix("}:changes")
+            .strip_suffix("}:changes")?;
+        unescape(escaped)
     }
 
     /// `{prefix}ledger:{<host>}:run:`: the prefix of a host's run hashes (`...:run:<run_id>`;
@@ -62,34 +79,96 @@ impl Keys {
     /// window, and `s<step>` per step). Expires `run_retention` after its last call unless a
     /// reservation is open.
     pub fn ledger_run_prefix(&self, host: &str) -> String {
-        format!("{}ledger:{{{host}}}:run:", self.prefix)
+        format!("{}ledger:{{{}}}:run:", self.prefix, escape(host))
     }
 
     /// `{prefix}ledger:{<host>}:win:`: the prefix of a host's allowance windows
     /// (`...:win:<account>`; fields `start`, `end`, `ut`, `uc`), expiring when the window ends.
     pub fn ledger_window_prefix(&self, host: &str) -> String {
-        format!("{}ledger:{{{host}}}:win:", self.prefix)
+        format!("{}ledger:{{{}}}:win:", self.prefix, escape(host))
     }
 
     /// `{prefix}ledger:{<host>}:reserved`: reserved steps by when they were authorized.
     pub fn ledger_reserved(&self, host: &str) -> String {
-        format!("{}ledger:{{{host}}}:reserved", self.prefix)
+        format!("{}ledger:{{{}}}:reserved", self.prefix, escape(host))
     }
 
     /// `{prefix}ledger:{<host>}:uncertain`: uncertain steps by when they were authorized.
     pub fn ledger_uncertain(&self, host: &str) -> String {
-        format!("{}ledger:{{{host}}}:uncertain", self.prefix)
+        format!("{}ledger:{{{}}}:uncertain", self.prefix, escape(host))
     }
 
     /// `{prefix}ledger:{<host>}:stats`: decision and settlement counters.
     pub fn ledger_stats(&self, host: &str) -> String {
-        format!("{}ledger:{{{host}}}:stats", self.prefix)
+        format!("{}ledger:{{{}}}:stats", self.prefix, escape(host))
     }
+}
+
+/// An id as it appears inside a hash tag: `%`, `{`, `}` and `:` percent-escaped, everything
+/// else as it is (so the common ids read as themselves).
+pub fn escape(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.contains(['%', '{', '}', ':']) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The id [`escape`] made `escaped` from; `None` when it is not one of its outputs.
+pub fn unescape(escaped: &str) -> Option<String> {
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(i) = rest.find(['%', '{', '}', ':']) {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i..i + 3)?;
+        out.push(match code {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            "%3A" => ':',
+            _ => return None,
+        });
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_that_look_like_key_syntax_never_share_a_key() {
+        let k = Keys::new("p:");
+        // The collision of the old layout: host `hA}:run:X` and host `hA` with run `X}:c`.
+        let counters_of_odd_host = format!("{}c", k.sched("hA}:run:X"));
+        let run_key_of_plain_host = format!("{}run:{}", k.sched("hA"), "X}:c");
+        assert_ne!(counters_of_odd_host, run_key_of_plain_host);
+        assert_eq!(counters_of_odd_host, "p:sched:{hA%7D%3Arun%3AX}:c");
+        assert_ne!(k.auth_bucket("a:b", "c"), k.auth_bucket("a", "b:c"));
+        assert_eq!(
+            k.sched("plain-host"),
+            "p:sched:{plain-host}:",
+            "common ids unchanged"
+        );
+        for id in ["plain", "a:b", "{x}", "100%", "%7B", "::}{%"] {
+            assert_eq!(unescape(&escape(id)).as_deref(), Some(id));
+            assert!(!escape(id).contains(['{', '}', ':']));
+        }
+        let channel = format!("{}changes", k.sched("h}:x"));
+        assert_eq!(k.host_of_changes(&channel).as_deref(), Some("h}:x"));
+        assert_eq!(unescape("bad%zz"), None);
+    }
 
     #[test]
     fn both_keys_of_a_bucket_share_one_hash_tag() {

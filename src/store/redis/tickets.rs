@@ -547,7 +547,7 @@ pub(super) async fn listen(
                 };
                 let payload: String = msg.get_payload().unwrap_or_default();
                 if let Ok(key) = u128::from_str_radix(&payload, 16) {
-                    RedisStore::notify(&watchers, host, key);
+                    RedisStore::notify(&watchers, &host, key);
                 }
             }
             Ok::<(), redis::RedisError>(())
