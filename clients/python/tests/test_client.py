@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -282,3 +283,52 @@ def test_a_submit_that_gives_up_releases_its_run(
         "the given-up run's slot to be free", lambda: True if client.stats().in_flight == 0 else None
     )
     assert client.release_run("gave-up") in ("RELEASED", "CANCELLED", "EXPIRED")
+
+
+def test_two_replicas_under_load_free_every_finished_slot_soon_after_a_store_stall(
+    start_server: StartServer, redis_server: tuple[subprocess.Popen[bytes], int]
+) -> None:
+    """16 workers on two authority replicas sharing one Redis run TRY slots back to back while
+    Redis is SIGSTOPped for 3 s: once it resumes and every worker has finished, no slot is held
+    (the clients retried with their run ids, or released by run what they gave up on)."""
+    proc, port = redis_server
+    url = f"redis://127.0.0.1:{port}/0"
+    replicas = [start_server("--redis-url", url, "--total", "64") for _ in range(2)]
+    clients = [AdmissionClient(r.addr, host_id="h", timeout=10.0) for r in replicas]
+    stop = threading.Event()
+    done = {"cycles": 0, "failed": 0}
+    lock = threading.Lock()
+
+    def work(n: int) -> None:
+        client = clients[n % 2]
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                with client.slot(f"s{n}", run_id=f"w{n}-{i}", mode="try"):
+                    pass
+                with lock:
+                    done["cycles"] += 1
+            except AdmissionError:
+                with lock:
+                    done["failed"] += 1
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(16)]
+    for w in workers:
+        w.start()
+    try:
+        eventually("load running", lambda: True if done["cycles"] > 100 else None)
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(3.0)  # the stall itself: its length is the scenario, not a wait for a state
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    eventually("load running again", lambda: True if done["cycles"] > 200 else None, deadline=15.0)
+    stop.set()
+    for w in workers:
+        w.join(timeout=30)
+    # Within 2 s of the last worker finishing, not a lease (30 s) later.
+    assert eventually(
+        "every finished slot free", lambda: True if clients[0].stats().in_flight == 0 else None,
+        deadline=2.0,
+    )
+    assert done["failed"] < done["cycles"]

@@ -1,0 +1,94 @@
+//! A short version of the load generator's soak (`loadgen --soak 600`): sustained
+//! Submit+Release cycles with fresh run ids on the real binary. Once `max_retained` ended
+//! tickets are remembered, memory must level off however long the load lasts.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use admission_authority::api;
+use common::{Server, submit_req};
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
+/// `cycles` Submit+Release cycles from 32 tasks, each with a run id never used before.
+async fn cycles(server: &Server, next: &Arc<AtomicU64>, cycles: u64) {
+    let end = next.load(Ordering::Relaxed) + cycles;
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let mut c = server.client().await;
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    return;
+                }
+                let r = c
+                    .submit(submit_req(
+                        "h",
+                        &format!("s{}", i % 50),
+                        &format!("run-{i}"),
+                    ))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                c.release(api::ReleaseRequest {
+                    ticket_id: r.ticket_id,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_levels_off_under_sustained_cycles_with_fresh_run_ids() {
+    const MAX_RETAINED: u64 = 1_000;
+    let server = Server::start_with_config(
+        "soak",
+        &format!(
+            "scheduling: {{ total: 1000, per_subject: 1000, max_retained: {MAX_RETAINED} }}\n"
+        ),
+        &[],
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    // Warm up past the bound, so every later ended ticket replaces an earlier one.
+    cycles(&server, &next, 8 * MAX_RETAINED).await;
+    let first = rss_kib(server.pid());
+    cycles(&server, &next, 20 * MAX_RETAINED).await;
+    let end = rss_kib(server.pid());
+    // Kept for the whole 10-minute retention, the 20,000 ended tickets would hold ~8 MiB
+    // (~390 bytes each); bounded, they hold nothing more.
+    assert!(
+        end as f64 <= first as f64 * 1.25 && end < first + 4 * 1024,
+        "RSS grew from {first} KiB to {end} KiB over {} more cycles",
+        20 * MAX_RETAINED
+    );
+    // The oldest runs were forgotten early: a repeat of run-0 is a new ticket.
+    let mut c = server.client().await;
+    let s = common::stats(&mut c, "h").await;
+    assert_eq!((s.in_flight, s.released), (0, 28 * MAX_RETAINED));
+    let again = c
+        .submit(submit_req("h", "s0", "run-0"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(common::state_of(again.state), api::TicketState::Admitted);
+    eprintln!("soak: RSS {first} KiB after the warm-up, {end} KiB at the end");
+}
