@@ -295,3 +295,64 @@ async fn a_holder_that_stops_renewing_loses_its_slot_on_every_replica() {
         assert_eq!(stats(c, "h").await.expired, 1);
     }
 }
+
+/// Replicas started with different files never enforce different limits for a host at the same
+/// time: the most recently started replica's limits are in force on every replica, from its
+/// first call for the host.
+#[tokio::test]
+async fn replicas_with_different_files_enforce_one_set_of_limits() {
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+    let prefix = format!("rep-limits-{}:", std::process::id());
+    let start = |total: &str| {
+        let config = config_file(
+            &format!("rep-limits-{total}"),
+            &format!("store:\n  redis: {{ url: \"{url}\", prefix: \"{prefix}\" }}\n"),
+        );
+        Server::spawn(
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--total",
+                total,
+                "--per-subject",
+                "10",
+            ],
+            "warn",
+            Stdio::inherit(),
+        )
+    };
+    let old = start("1");
+    let mut co = old.client().await;
+    co.submit(submit_req("h", "alice", "r1")).await.unwrap();
+    let busy = co.submit(submit_req("h", "alice", "r2")).await.unwrap_err();
+    assert_eq!(
+        busy.code(),
+        tonic::Code::ResourceExhausted,
+        "total 1 is in force"
+    );
+
+    // A replica started later with another file: its limits are in force, on both replicas.
+    let new = start("5");
+    let mut cn = new.client().await;
+    cn.submit(submit_req("h", "alice", "r3")).await.unwrap();
+    co.submit(submit_req("h", "alice", "r4")).await.unwrap();
+    for c in [&mut co, &mut cn] {
+        let s = stats(c, "h").await;
+        assert_eq!(
+            (s.total, s.in_flight),
+            (5, 3),
+            "one set of limits on every replica"
+        );
+    }
+    for run in ["r5", "r6"] {
+        co.submit(submit_req("h", "alice", run)).await.unwrap();
+    }
+    let full = co.submit(submit_req("h", "alice", "r7")).await.unwrap_err();
+    assert_eq!(
+        full.code(),
+        tonic::Code::ResourceExhausted,
+        "total 5 on the old replica too"
+    );
+    assert_eq!(stats(&mut cn, "h").await.in_flight, 5);
+}

@@ -38,7 +38,7 @@ impl OverflowPolicy {
 }
 
 /// The per-replica memory ladder.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryLimits {
     /// Reports at or above this refuse Submits with MEMORY_PRESSURE; 0 = off.
     pub max_rss_mb: u32,
@@ -74,7 +74,7 @@ impl MemoryLimits {
 pub const DEFAULT_MAX_RETAINED: u32 = 100_000;
 
 /// Caps, queue bounds and timings of one host.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub total: u32,
     pub per_subject: u32,

@@ -208,6 +208,9 @@ pub struct HostStats {
     pub reported_rss_mb: u32,
     pub subjects: Vec<UsageRow>,
     pub accounts: Vec<UsageRow>,
+    /// The limits the host was scheduled under (on a shared store, the installation's limits
+    /// of record, which may come from another replica's file).
+    pub limits: Limits,
 }
 
 /// A live ticket (queued, admitted or parked).
@@ -649,6 +652,7 @@ impl HostState {
             reported_rss_mb,
             subjects,
             accounts,
+            limits: limits.clone(),
         }
     }
 

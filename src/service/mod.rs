@@ -249,7 +249,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             ticket_id: id.to_string(),
             state: api::TicketState::from(view.state) as i32,
             position: view.position,
-            lease_ttl_ms: ms32(self.store.limits(&host_id).lease_ttl_ms),
+            // The lease left, from the limits of record (on a shared store they may come
+            // from another replica's file).
+            lease_ttl_ms: ms32(view.lease_remaining_ms),
             grant: view.grant,
         }))
     }
@@ -276,7 +278,12 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .map_err(ApiError::from)?
             .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
         let (tx, rx) = mpsc::channel(4);
-        let lease_ttl_ms = self.store.limits(&id.host_id).lease_ttl_ms;
+        // Keep the lease alive at a third of the shorter of this replica's lease and the one
+        // the ticket has (the limits of record may be another replica's).
+        let lease_ttl_ms = match view.lease_remaining_ms {
+            0 => self.store.limits(&id.host_id).lease_ttl_ms,
+            left => left.min(self.store.limits(&id.host_id).lease_ttl_ms),
+        };
         let store = self.store.clone();
         let closing = self.gates.closing();
         tokio::spawn(async move {
@@ -555,7 +562,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .ledger_stats(host_id)
             .await
             .map_err(ApiError::from)?;
-        let limits = self.store.limits(host_id);
+        // The limits the host is scheduled under: on a shared store, the limits of record.
+        let limits = &s.limits;
         Ok(Response::new(api::Stats {
             total: limits.total,
             queue_total: limits.queue_total,

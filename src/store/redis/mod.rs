@@ -240,12 +240,17 @@ impl RedisStore {
         let manager = RedisConnectionManager::new(connection_info(url)?)
             .map_err(|e| StoreError::Config(format!("redis url {addr}: {e}")))?;
         let last_connect_error = LastConnectError::default();
-        let default_limits_args = tickets::limits_args(&policy.limits.default);
+        // This replica's limits are newer than those of every replica started before it: the
+        // wall clock in µs at start orders them (see scripts::TICKET_CORE, one set of limits).
+        let version = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let default_limits_args = tickets::limits_args(&policy.limits.default, version);
         let limits_args = policy
             .limits
             .hosts
             .iter()
-            .map(|(h, l)| (h.clone(), tickets::limits_args(l)))
+            .map(|(h, l)| (h.clone(), tickets::limits_args(l, version)))
             .collect();
         let pool = bb8::Pool::builder()
             .max_size(pool_size.max(1))

@@ -448,10 +448,17 @@ return out
 /// rules of [`crate::scheduler`] in Lua.
 ///
 /// ARGV[1] the host's key prefix `B` (`{prefix}sched:{<host>}:`; every key below starts with
-/// it, so all of a host's keys share its hash tag and slot), ARGV[2] the host's limits as
-/// `total,per_subject,per_account(-1 none),queue_total,queue_per_subject,queue_hard_total,
-/// overflow,lease,retention,max_retained,max_rss,soft_rss`, ARGV[3] now (0 = Redis TIME), ARGV[4] the
-/// per-subject and per-account caps as JSON (`''` when there are none). KEYS[1] is `B c` (the counters), named so Redis routes the
+/// it, so all of a host's keys share its hash tag and slot), ARGV[2] the calling replica's
+/// limits version and its limits for the host as `version,total,per_subject,per_account(-1
+/// none),queue_total,queue_per_subject,queue_hard_total,overflow,lease,retention,max_retained,
+/// max_rss,soft_rss`, ARGV[3] now (0 = Redis TIME), ARGV[4] the per-subject and per-account
+/// caps as JSON (`''` when there are none).
+///
+/// One set of limits: `limits` (hash `v` version, `s` scalars, `m` maps) holds the host's
+/// limits of record. A caller with a newer version (a replica started, or its file reloaded,
+/// later) writes its own there; every other caller decides with the stored ones. So replicas
+/// whose files differ never enforce different limits for a host at the same time: the most
+/// recently started replica's file is in force, from its first call for the host. KEYS[1] is `B c` (the counters), named so Redis routes the
 /// script to the host's slot; the other keys are derived from `B`.
 ///
 /// Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
@@ -480,14 +487,26 @@ local function fmt(x) return format('%d', x) end
 local function num(v) return tonumber(v or '0') or 0 end
 local B = ARGV[1]
 local L
+-- The limits of record, as stored (see above): scalars and maps.
+local LIMITS_S, LIMITS_M
 do
+  local version, scalars = string.match(ARGV[2], '^(%d+),(.*)$')
+  local maps_json = ARGV[4]
+  local stored = redis.call('HMGET', B .. 'limits', 'v', 's', 'm')
+  local sv = tonumber(stored[1])
+  if sv and sv > tonumber(version) then
+    scalars, maps_json = stored[2], stored[3]
+  elseif sv ~= tonumber(version) then
+    redis.call('HSET', B .. 'limits', 'v', version, 's', scalars, 'm', maps_json)
+  end
+  LIMITS_S, LIMITS_M = scalars, maps_json
   local total, per_subject, per_account, queue_total, queue_per_subject, queue_hard_total,
-    overflow, lease, retention, max_retained, max_rss, soft_rss = string.match(ARGV[2],
+    overflow, lease, retention, max_retained, max_rss, soft_rss = string.match(scalars,
     '^(%d+),(%d+),(%-?%d+),(%d+),(%d+),(%d+),([%a_]+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
   -- One constructor: the table is sized once (filling it field by field rehashes it). The
   -- cap maps are only read, so one empty table stands for both when there are none.
   local none = {}
-  local maps = ARGV[4] ~= '' and cjson.decode(ARGV[4]) or none
+  local maps = maps_json ~= '' and cjson.decode(maps_json) or none
   L = {total = tonumber(total), per_subject = tonumber(per_subject),
        per_account = tonumber(per_account), queue_total = tonumber(queue_total),
        queue_per_subject = tonumber(queue_per_subject),
@@ -1145,6 +1164,17 @@ table.insert(out, #rows / 3)
 for _, v in ipairs(rows) do table.insert(out, v) end
 for i = 0, #QW_BOUNDS do table.insert(out, num(redis.call('HGET', QW, 'b' .. i))) end
 table.insert(out, num(redis.call('HGET', QW, 'sum')))
+-- The limits of record: scalars, then each cap map as a count and name, cap pairs.
+table.insert(out, LIMITS_S)
+for _, m in ipairs({'subjects', 'accounts'}) do
+  local caps = L[m]
+  local names = {}
+  for name in pairs(caps) do table.insert(names, name) end
+  table.insert(out, #names)
+  for _, name in ipairs(names) do
+    table.insert(out, name); table.insert(out, caps[name])
+  end
+end
 return out
 "#;
 

@@ -38,9 +38,10 @@ impl TicketWatch for RedisWatch {
     }
 }
 
-/// The limits of a host as the scripts read them: the scalars, and the per-subject and
-/// per-account caps as JSON (`""` when there are none; names are printable ASCII).
-pub(super) fn limits_args(l: &Limits) -> (String, String) {
+/// The limits of a host as the scripts read them: `version,` then the scalars, and the
+/// per-subject and per-account caps as JSON (`""` when there are none; names are printable
+/// ASCII). `version` orders the limits of replicas sharing the store (the newest are in force).
+pub(super) fn limits_args(l: &Limits, version: u64) -> (String, String) {
     let map = |m: &HashMap<String, u32>| {
         let mut out = String::from("{");
         for (i, (k, v)) in m.iter().enumerate() {
@@ -57,7 +58,7 @@ pub(super) fn limits_args(l: &Limits) -> (String, String) {
         out
     };
     let scalars = format!(
-        "{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{version},{},{},{},{},{},{},{},{},{},{},{},{}",
         l.total,
         l.per_subject,
         l.per_account.map_or(-1, i64::from),
@@ -374,7 +375,7 @@ impl TicketStore for RedisStore {
 
     async fn stats(&self, host_id: &str) -> Result<HostStats, StoreError> {
         let reply = self.sched(&self.stats, host_id, &[]).await?;
-        stats_of(self.limits(host_id), &reply)
+        stats_of(&reply)
     }
 
     async fn list(
@@ -462,7 +463,53 @@ fn parked(
     }
 }
 
-fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
+/// The limits of record the stats script answers: the scalars, then the subject and account
+/// caps, each as a count and then name, cap pairs. `None` when malformed.
+fn limits_of(f: &[Value]) -> Option<Limits> {
+    let scalars = text(f.first()?);
+    let p: Vec<&str> = scalars.split(',').collect();
+    if p.len() != 12 {
+        return None;
+    }
+    let num = |i: usize| p[i].parse::<u64>().ok();
+    let n32 = |i: usize| p[i].parse::<u32>().ok();
+    let mut i = 1;
+    let mut caps = || -> Option<HashMap<String, u32>> {
+        let count = usize::try_from(int(f.get(i)?)).ok()?;
+        i += 1;
+        let mut m = HashMap::new();
+        for _ in 0..count {
+            m.insert(text(f.get(i)?), u32::try_from(int(f.get(i + 1)?)).ok()?);
+            i += 2;
+        }
+        Some(m)
+    };
+    let subjects = caps()?;
+    let accounts = caps()?;
+    Some(Limits {
+        total: n32(0)?,
+        per_subject: n32(1)?,
+        per_account: match p[2] {
+            "-1" => None,
+            s => Some(s.parse().ok()?),
+        },
+        subjects,
+        accounts,
+        queue_total: n32(3)?,
+        queue_per_subject: n32(4)?,
+        queue_hard_total: n32(5)?,
+        overflow: OverflowPolicy::parse(p[6])?,
+        lease_ttl_ms: num(7)?,
+        retention_ms: num(8)?,
+        max_retained: n32(9)?,
+        memory: crate::scheduler::MemoryLimits {
+            max_rss_mb: n32(10)?,
+            soft_rss_mb: n32(11)?,
+        },
+    })
+}
+
+fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
     let Value::Array(f) = reply else {
         return Err(StoreError::Protocol("redis: malformed stats".into()));
     };
@@ -480,30 +527,39 @@ fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
         queue_wait: WaitHistogram::default(),
     };
     let mut i = 11;
-    let mut rows = |cap: &dyn Fn(&str) -> u32| -> Result<Vec<UsageRow>, StoreError> {
+    let mut rows = || -> Result<Vec<(String, u32, u32)>, StoreError> {
         let count = n(i)? as usize;
         i += 1;
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
             let name = f.get(i).map(text).ok_or_else(bad)?;
-            out.push(UsageRow {
-                cap: cap(&name),
-                in_flight: u32_of(n(i + 1)?),
-                queued: u32_of(n(i + 2)?),
-                name,
-            });
+            out.push((name, u32_of(n(i + 1)?), u32_of(n(i + 2)?)));
             i += 3;
         }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out.sort();
         Ok(out)
     };
-    let subjects = rows(&|s| limits.subject_cap(s))?;
-    let accounts = rows(&|a| limits.account_cap(a).unwrap_or(0))?;
+    let subject_rows = rows()?;
+    let account_rows = rows()?;
     let mut queue_wait = WaitHistogram::default();
     for (j, b) in queue_wait.buckets.iter_mut().enumerate() {
         *b = n(i + j)?;
     }
     queue_wait.sum_ms = n(i + queue_wait.buckets.len())?;
+    let limits =
+        limits_of(f.get(i + queue_wait.buckets.len() + 1..).ok_or_else(bad)?).ok_or_else(bad)?;
+    let usage = |rows: Vec<(String, u32, u32)>, cap: &dyn Fn(&str) -> u32| -> Vec<UsageRow> {
+        rows.into_iter()
+            .map(|(name, in_flight, queued)| UsageRow {
+                cap: cap(&name),
+                in_flight,
+                queued,
+                name,
+            })
+            .collect()
+    };
+    let subjects = usage(subject_rows, &|s| limits.subject_cap(s));
+    let accounts = usage(account_rows, &|a| limits.account_cap(a).unwrap_or(0));
     Ok(HostStats {
         in_flight: u32_of(n(0)?),
         queued: u32_of(n(1)?),
@@ -515,6 +571,7 @@ fn stats_of(limits: &Limits, reply: &Value) -> Result<HostStats, StoreError> {
         reported_rss_mb: u32_of(n(10)?),
         subjects,
         accounts,
+        limits,
     })
 }
 
