@@ -1,4 +1,4 @@
-//! Who is calling, and what they may do (DESIGN.md section 7).
+//! Who is calling, and what they may do (the README's Security section).
 //!
 //! A request is authenticated once, by the interceptor in front of both services: a bearer token
 //! (`authorization: Bearer <token>`) is hashed with SHA-256 and compared in constant time with

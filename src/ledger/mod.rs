@@ -1,5 +1,5 @@
 //! The pure resource ledger of one host: per-run budgets, account allowances, and the
-//! reservations of `Authorize` / `Settle` (DESIGN.md section 4). No I/O, no locks, no clock
+//! reservations of `Authorize` / `Settle`. No I/O, no locks, no clock
 //! reads: every operation takes `now`, so tests drive time by hand and a Redis store can replay
 //! the same rules in a script.
 //!

@@ -1,6 +1,6 @@
 """The PraisonAI drop-ins against the real PraisonAI package and a real authority process.
 
-Two ``BotOS`` replicas with a token-free test channel (INTEGRATIONS.md's harness) share one
+Two ``BotOS`` replicas with a token-free test channel share one
 authority through :class:`AuthorityGate`; two real ``WebSocketGateway`` processes-in-a-loop share
 the authority-backed auth limiter through :func:`patch_praisonai`.
 """

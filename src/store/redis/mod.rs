@@ -428,7 +428,7 @@ impl RedisStore {
         classify(&self.addr, e, true)
     }
 
-    /// DESIGN 5's fallback around the shared buckets: a lockout earned locally is checked
+    /// The fallback around the shared buckets: a lockout earned locally is checked
     /// first; Redis decides unless it failed within the last [`AUTH_SKIP_MS`]; otherwise (and
     /// when it fails now) the local table does, `degraded`. `peek` counts nothing.
     async fn auth_decide(

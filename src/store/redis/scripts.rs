@@ -7,7 +7,7 @@
 //! sleeping and assert exact durations. Deadlines are kept in the values; key TTLs only collect
 //! garbage, so a key never outlives its meaning.
 
-/// One attempt against an auth bucket (DESIGN.md section 5).
+/// One attempt against an auth bucket.
 ///
 /// KEYS[1] bucket hash (`c` count, `e` window end ms), KEYS[2] lockout (its end ms).
 /// ARGV[1] max_attempts, ARGV[2] window_ms, ARGV[3] lockout_ms, ARGV[4] now (0 = Redis TIME).
@@ -167,7 +167,7 @@ local function current_window(key, window, now)
 end
 "#;
 
-/// Authorize one model step (DESIGN.md section 4), as [`crate::ledger::Ledger::authorize`].
+/// Authorize one model step, as [`crate::ledger::Ledger::authorize`].
 ///
 /// KEYS[1] the run's hash, KEYS[2] the account's allowance window hash (any key of the host
 /// when there is no allowance), KEYS[3] reserved index, KEYS[4] uncertain index, KEYS[5] stats.

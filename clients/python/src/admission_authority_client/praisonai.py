@@ -691,7 +691,7 @@ class AuthorityGate:
 
 # -- auth limiter ---------------------------------------------------------------------------
 
-#: PraisonAI's endpoint names → the authority's built-in buckets (DESIGN 5). The six approval
+#: PraisonAI's endpoint names → the authority's built-in buckets. The six approval
 #: and pairing endpoints share the `approval` rule (10 / 60 s) but keep a count each, as in
 #: PraisonAI: their identity is prefixed with the endpoint name.
 PRAISONAI_BUCKETS: Mapping[str, str] = {
