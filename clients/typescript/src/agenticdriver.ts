@@ -210,16 +210,23 @@ export class AuthorityScheduler {
   }
 
   /** @internal */
-  submitRequest(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
-    return this.client.call(this.client.stub.submit, {
-      hostId: identity.hostId,
-      instanceId: this.client.instanceId,
-      subject: identity.subject,
-      accountId: identity.accountId ?? "",
-      runId: randomUUID(),
-      mode: mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
-      rssMb: this.rssMb(),
-    });
+  async submitRequest(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
+    const runId = randomUUID();
+    try {
+      return await this.client.call(this.client.stub.submit, {
+        hostId: identity.hostId,
+        instanceId: this.client.instanceId,
+        subject: identity.subject,
+        accountId: identity.accountId ?? "",
+        runId,
+        mode: mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
+        rssMb: this.rssMb(),
+      });
+    } catch (e) {
+      // Given up on after the client's retries, it may still have made a ticket: free its run.
+      if (e instanceof AdmissionError && e.mayHaveApplied) this.client.releaseRunSoon(runId, identity.hostId);
+      throw e;
+    }
   }
 }
 

@@ -327,21 +327,23 @@ export class AdmissionClient {
     });
   }
 
-  /** Release (or withdraw) the ticket this host's Submit made for `runId`, for a caller that
-   * never saw its ticket id; resolves with the state it had ("EXPIRED" when there was none). */
-  async releaseRun(runId: string, retry: RetryOptions = {}): Promise<string> {
-    const r = await this.call(this.stub.release, { ticketId: "", hostId: this.hostId, runId }, retry);
+  /** Release (or withdraw) the ticket a Submit made for `runId` (on this client's host unless
+   * `hostId` names another), for a caller that never saw its ticket id; resolves with the state
+   * it had ("EXPIRED" when there was none). */
+  async releaseRun(runId: string, opts: RetryOptions & { hostId?: string } = {}): Promise<string> {
+    const hostId = opts.hostId ?? this.hostId;
+    const r = await this.call(this.stub.release, { ticketId: "", hostId, runId }, opts);
     return stateName(r.previousState);
   }
 
   /** Release by run in the background until the authority answers (at most a minute): a Submit
    * given up on may still be applied once the store answers again. */
-  private releaseRunSoon(runId: string): void {
+  releaseRunSoon(runId: string, hostId: string = this.hostId): void {
     const end = Date.now() + RELEASE_RUN_FOR_MS;
     const attempt = async (): Promise<void> => {
       for (;;) {
         try {
-          await this.releaseRun(runId, { background: true });
+          await this.releaseRun(runId, { background: true, hostId });
           return;
         } catch (e) {
           if (!(e instanceof AdmissionError) || !e.retryable || Date.now() > end) return;
