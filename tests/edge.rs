@@ -355,3 +355,52 @@ async fn the_admin_port_times_out_half_sent_requests_and_is_not_exposed_by_accid
         "{stderr}"
     );
 }
+
+/// A request whose body stops one byte short holds its buffers only until `grpc.unary_timeout`:
+/// the call is then ended with an error status, and the stream's memory is given back.
+#[tokio::test]
+async fn a_half_sent_request_is_ended_by_the_unary_timeout() {
+    let server = Server::start_with_config("half-sent", "grpc: { unary_timeout: 1s }\n", &[]);
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::post(format!(
+        "http://{}/admission.v1.Admission/Submit",
+        server.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, mut send) = client.send_request(req, false).unwrap();
+    // A frame that announces 1,000 bytes, and 999 of them; the stream stays open.
+    let mut body = vec![0u8, 0, 0, 3, 232];
+    body.extend(std::iter::repeat_n(b'a', 999));
+    send.send_data(Bytes::from(body), false).unwrap();
+    let started = Instant::now();
+    let mut response = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("answered within the timeout, not held open")
+        .unwrap();
+    let mut status = response.headers().get("grpc-status").cloned();
+    if status.is_none() {
+        let body = response.body_mut();
+        while body.data().await.is_some() {}
+        status = body
+            .trailers()
+            .await
+            .unwrap()
+            .and_then(|t| t.get("grpc-status").cloned());
+    }
+    let took = started.elapsed();
+    assert!(
+        status.as_ref().is_some_and(|s| s != "0"),
+        "an error status, got {status:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    drop(send);
+}
