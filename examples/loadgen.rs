@@ -64,6 +64,8 @@ struct Args {
     redis_pool: Option<u32>,
     /// `--soak SECONDS`: only the soak scenario, for that long per store.
     soak: Option<f64>,
+    /// `--only wake`: only the Wait-stream wake-up scenario.
+    only_wake: bool,
 }
 
 fn args() -> Args {
@@ -76,6 +78,7 @@ fn args() -> Args {
         only_redis: false,
         redis_pool: None,
         soak: None,
+        only_wake: false,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -93,10 +96,11 @@ fn args() -> Args {
             "--rounds" => a.rounds = value.parse().expect("--rounds N"),
             "--redis-url" => a.redis_url = Some(value),
             "--only" if value == "redis" => a.only_redis = true,
+            "--only" if value == "wake" => a.only_wake = true,
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
             _ => panic!(
-                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis] [--soak SECONDS]"
+                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake] [--soak SECONDS]"
             ),
         }
     }
@@ -832,6 +836,23 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     if let Some(seconds) = a.soak {
         soak(&a, &dir, seconds).await;
+        return;
+    }
+    if a.only_wake {
+        let config = dir.join("bench.yaml");
+        std::fs::write(&config, CONFIG).unwrap();
+        let server = Server::start(&config);
+        let chans = channels(&server.addr, 4).await;
+        let (before, open, wake) = wait_streams(&server, &chans, a.streams, 1000).await;
+        row(
+            &format!("Release → next waiter's Wait event, {} streams", a.streams),
+            1,
+            &wake,
+        );
+        println!(
+            "{} Wait streams: authority RSS {before:.0} MiB before, {open:.0} MiB with them open; wake p50 {:.3} ms, p99 {:.2} ms",
+            a.streams, wake.p50_ms, wake.p99_ms
+        );
         return;
     }
     let config = dir.join("bench.yaml");

@@ -11,21 +11,26 @@ use crate::scheduler::Millis;
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> Millis;
 
-    /// Microseconds since the Unix epoch: the floor of the next grant, so that grants keep
-    /// increasing across restarts of the process.
-    fn epoch_us(&self) -> u64;
+    /// The wall clock, in microseconds since the Unix epoch, when `now_ms` was 0: a grant is at
+    /// least this plus `now_ms` in µs, so grants keep increasing across restarts of the
+    /// process (without reading the wall clock again on every operation).
+    fn origin_epoch_us(&self) -> u64;
 }
 
 /// Milliseconds since the clock was made, from the monotonic system clock.
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
     origin: Instant,
+    origin_epoch_us: u64,
 }
 
 impl SystemClock {
     pub fn new() -> Self {
         SystemClock {
             origin: Instant::now(),
+            origin_epoch_us: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
         }
     }
 }
@@ -41,10 +46,8 @@ impl Clock for SystemClock {
         self.origin.elapsed().as_millis() as Millis
     }
 
-    fn epoch_us(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64)
+    fn origin_epoch_us(&self) -> u64 {
+        self.origin_epoch_us
     }
 }
 
@@ -71,8 +74,9 @@ impl Clock for ManualClock {
         self.now.load(Ordering::SeqCst)
     }
 
-    /// Its milliseconds in microseconds, as the Redis store's scripts count a frozen time.
-    fn epoch_us(&self) -> u64 {
-        self.now_ms() * 1000
+    /// 0: grants start from its milliseconds in µs, as the Redis store's scripts count a
+    /// frozen time.
+    fn origin_epoch_us(&self) -> u64 {
+        0
     }
 }

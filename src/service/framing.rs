@@ -6,7 +6,10 @@
 
 use std::task::{Context, Poll};
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
+
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// The tower layer; see the module documentation.
 #[derive(Clone, Copy, Debug, Default)]
@@ -46,16 +49,16 @@ where
         Box::pin(async move {
             let mut res = fut.await?;
             let h = res.headers();
-            let framing = h.get("grpc-status").is_some_and(|s| s == "13")
-                && h.get("grpc-message").is_some_and(|m| {
+            let framing = h.get(&GRPC_STATUS).is_some_and(|s| s == "13")
+                && h.get(&GRPC_MESSAGE).is_some_and(|m| {
                     let m = m.as_bytes();
                     FRAMING_MESSAGES.iter().any(|f| m.starts_with(f.as_bytes()))
                 });
             if framing {
                 let h = res.headers_mut();
-                h.insert("grpc-status", HeaderValue::from_static("3"));
+                h.insert(&GRPC_STATUS, HeaderValue::from_static("3"));
                 h.insert(
-                    "grpc-message",
+                    &GRPC_MESSAGE,
                     HeaderValue::from_static("request:%20not%20a%20whole%20gRPC%20message%20frame"),
                 );
             }

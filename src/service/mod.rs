@@ -374,9 +374,15 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let Some(previous) = previous else {
             return Ok(unknown());
         };
+        // The id as given when there was one (it parsed, so it is the id's own spelling).
+        let ticket_id = if req.ticket_id.is_empty() {
+            id.to_string()
+        } else {
+            req.ticket_id
+        };
         Ok(Response::new(api::ReleaseResponse {
             previous_state: api::TicketState::from(previous) as i32,
-            ticket_id: id.to_string(),
+            ticket_id,
         }))
     }
 

@@ -124,7 +124,9 @@ impl MemoryStore {
         let limits = self.policy.limits.for_host(host_id);
         let mut inner = host.inner.lock().expect("host lock");
         let now = self.clock.now_ms();
-        inner.state.set_grant_floor(self.clock.epoch_us());
+        inner
+            .state
+            .set_grant_floor(self.clock.origin_epoch_us() + now * 1000);
         let out = op(&mut inner.state, limits, now);
         inner.notify();
         out

@@ -454,11 +454,14 @@ return out
 /// max_rss,soft_rss`, ARGV[3] now (0 = Redis TIME), ARGV[4] the per-subject and per-account
 /// caps as JSON (`''` when there are none).
 ///
-/// One set of limits: `limits` (hash `v` version, `s` scalars, `m` maps) holds the host's
-/// limits of record. A caller with a newer version (a replica started, or its file reloaded,
-/// later) writes its own there; every other caller decides with the stored ones. So replicas
-/// whose files differ never enforce different limits for a host at the same time: the most
-/// recently started replica's file is in force, from its first call for the host. KEYS[1] is `B c` (the counters), named so Redis routes the
+/// One set of limits: `limits` (hash `s` scalars, `m` maps) holds the host's limits of record
+/// and the counters' field `lv` their version. A caller with a newer version (a replica
+/// started, or its file reloaded, later) writes its own there; every other caller decides with
+/// the stored ones. So replicas whose files differ never enforce different limits for a host at
+/// the same time: the most recently started replica's file is in force, from its first call
+/// for the host. The fast paths read `lv` with the counters they read anyway and run only when
+/// it is the caller's own version; the full rules resolve the limits first
+/// (`resolve_limits`). KEYS[1] is `B c` (the counters), named so Redis routes the
 /// script to the host's slot; the other keys are derived from `B`.
 ///
 /// Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
@@ -486,20 +489,8 @@ local format = string.format
 local function fmt(x) return format('%d', x) end
 local function num(v) return tonumber(v or '0') or 0 end
 local B = ARGV[1]
-local L
--- The limits of record, as stored (see above): scalars and maps.
-local LIMITS_S, LIMITS_M
-do
-  local version, scalars = string.match(ARGV[2], '^(%d+),(.*)$')
-  local maps_json = ARGV[4]
-  local stored = redis.call('HMGET', B .. 'limits', 'v', 's', 'm')
-  local sv = tonumber(stored[1])
-  if sv and sv > tonumber(version) then
-    scalars, maps_json = stored[2], stored[3]
-  elseif sv ~= tonumber(version) then
-    redis.call('HSET', B .. 'limits', 'v', version, 's', scalars, 'm', maps_json)
-  end
-  LIMITS_S, LIMITS_M = scalars, maps_json
+-- The limits as a table, from their scalars and their cap maps' JSON.
+local function limits_of(scalars, maps_json)
   local total, per_subject, per_account, queue_total, queue_per_subject, queue_hard_total,
     overflow, lease, retention, max_retained, max_rss, soft_rss = string.match(scalars,
     '^(%d+),(%d+),(%-?%d+),(%d+),(%d+),(%d+),([%a_]+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
@@ -507,15 +498,20 @@ do
   -- cap maps are only read, so one empty table stands for both when there are none.
   local none = {}
   local maps = maps_json ~= '' and cjson.decode(maps_json) or none
-  L = {total = tonumber(total), per_subject = tonumber(per_subject),
-       per_account = tonumber(per_account), queue_total = tonumber(queue_total),
-       queue_per_subject = tonumber(queue_per_subject),
-       queue_hard_total = tonumber(queue_hard_total), overflow = overflow,
-       lease = tonumber(lease), retention = tonumber(retention),
-       max_retained = tonumber(max_retained), max_rss = tonumber(max_rss),
-       soft_rss = tonumber(soft_rss), subjects = maps.subjects or none,
-       accounts = maps.accounts or none}
+  return {total = tonumber(total), per_subject = tonumber(per_subject),
+          per_account = tonumber(per_account), queue_total = tonumber(queue_total),
+          queue_per_subject = tonumber(queue_per_subject),
+          queue_hard_total = tonumber(queue_hard_total), overflow = overflow,
+          lease = tonumber(lease), retention = tonumber(retention),
+          max_retained = tonumber(max_retained), max_rss = tonumber(max_rss),
+          soft_rss = tonumber(soft_rss), subjects = maps.subjects or none,
+          accounts = maps.accounts or none}
 end
+-- The caller's limits and their version; `L` (and LIMITS_S, LIMITS_M, which the stats script
+-- answers) are the caller's until `resolve_limits` finds others of record.
+local MY_V, LIMITS_S = string.match(ARGV[2], '^(%d+),(.*)$')
+local LIMITS_M = ARGV[4]
+local L = limits_of(LIMITS_S, LIMITS_M)
 local now = tonumber(ARGV[3])
 -- Grants are at least the time in µs (scheduler::HostState::set_grant_floor), so they keep
 -- increasing after Redis restarts empty. (About 1.8e15: exact in a Lua double.)
@@ -530,6 +526,20 @@ end
 -- The grant after `last` (the counters' `grant` field as read).
 local function next_grant(last) return math.max(num(last) + 1, now_us) end
 local C, LEASES, AF = B .. 'c', B .. 'leases', B .. 'af'
+-- Use the limits of record (see above), given the counters' `lv` as read: a newer version's
+-- stored limits replace the caller's; an older one (or none) is replaced by the caller's.
+local function resolve_limits(stored_v)
+  local sv, mine = tonumber(stored_v), tonumber(MY_V)
+  if sv == mine then return end
+  if sv and sv > mine then
+    local st = redis.call('HMGET', B .. 'limits', 's', 'm')
+    LIMITS_S, LIMITS_M = st[1], st[2]
+    L = limits_of(LIMITS_S, LIMITS_M)
+  else
+    redis.call('HSET', B .. 'limits', 's', LIMITS_S, 'm', LIMITS_M)
+    redis.call('HSET', C, 'lv', MY_V)
+  end
+end
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
 -- with the others).
 local function sf(s) return 's:' .. s end
@@ -557,12 +567,15 @@ local function admit_new(key, subject, account, inst, run, grant)
   redis.call('ZADD', LEASES, deadline, key)
   return g, deadline
 end
--- A ticket that just ended (its state and deadline written by the caller): keep only what an
--- idempotent retry needs, let its keys expire a second after retention, and remember it in
--- `ended`, forgetting the oldest RETAIN_SLACK once `max_retained` + RETAIN_SLACK are remembered
--- (scheduler::RETAIN_SLACK).
-local function retire(k, tk, run)
-  redis.call('HDEL', tk, 'subject', 'account', 'instance', 'order', 'qat')
+-- A ticket that just ended: write its final state and when it is forgotten, keeping only what
+-- an idempotent retry needs (its subject, account and instance are emptied in the same write:
+-- cheaper than deleting the fields, and as small), let its keys expire a second after
+-- retention, and remember it in `ended`, forgetting the oldest RETAIN_SLACK once
+-- `max_retained` + RETAIN_SLACK are remembered (scheduler::RETAIN_SLACK).
+local function retire(k, tk, run, state)
+  -- Remembered for retention (`ticket` forgets it then, by the scripts' time).
+  redis.call('HSET', tk, 'state', state, 'deadline', fmt(now + L.retention), 'subject', '',
+             'account', '', 'instance', '')
   local keep = fmt(L.retention + 1000)
   redis.call('PEXPIRE', tk, keep)
   redis.call('PEXPIRE', B .. 'run:' .. run, keep)
@@ -583,7 +596,9 @@ end
 /// The rest of every ticket script's prelude: the scheduling rules as functions. Kept apart from
 /// [`TICKET_CORE`] so that a fast path placed between them returns before Lua builds them.
 const TICKET_HELPERS: &str = r#"
--- Past the fast paths: this script may add leases, so the fast paths' bound goes.
+-- Past the fast paths: this script decides with the limits of record, and may add leases, so
+-- the fast paths' bound goes.
+resolve_limits(redis.call('HGET', C, 'lv'))
 redis.call('HDEL', C, 'next_due')
 local ROT, DEPTH, DC, AQ, RSS = B .. 'rot', B .. 'depth', B .. 'dc', B .. 'aq', B .. 'rss'
 local QW = B .. 'qw'
@@ -716,9 +731,7 @@ local function finish(k, t, state)
     return
   end
   redis.call('ZREM', LEASES, k)
-  -- Remembered for retention (`ticket` forgets it then, by the scripts' time).
-  redis.call('HSET', tkey(k), 'state', state, 'deadline', fmt(now + L.retention))
-  retire(k, tkey(k), t.run)
+  retire(k, tkey(k), t.run, state)
   -- A Wait stream follows a ticket only while it is queued.
   if was_queued then changed(k) end
 end
@@ -926,9 +939,9 @@ const SUBMIT_FAST: &str = r#"
 if L.max_rss == 0 then
   local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
   local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued',
-                      's:' .. subject, 'next_due')
+                      's:' .. subject, 'next_due', 'lv')
   local nd = due_bound(c[7], now + L.lease)
-  if nd > now then
+  if nd > now and c[8] == MY_V then
     nothing_due = true
     local acap = nil
     if account ~= '' then
@@ -1016,18 +1029,18 @@ end
 local tk = B .. 't:' .. k
 local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
 if t[4] == 'A' then
-  local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due')
+  local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
+                      'lv')
   -- This ticket's own lease is in the set, so the bound is never the fallback.
   local nd = due_bound(c[5], now)
-  if nd > now then
+  if nd > now and c[6] == MY_V then
     nothing_due = true
     if num(c[3]) == 0 then
       redis.call('HSET', C, 'in_flight', fmt(num(c[1]) - 1), 'released', fmt(num(c[2]) + 1),
                  's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd))
       if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], '-1') end
       redis.call('ZREM', LEASES, k)
-      redis.call('HSET', tk, 'state', 'R', 'deadline', fmt(now + L.retention))
-      retire(k, tk, t[3])
+      retire(k, tk, t[3], 'R')
       return {'A', k}
     end
   end
