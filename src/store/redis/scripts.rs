@@ -480,8 +480,19 @@ return out
 /// is written with `%.17g`, which costs about twice as much (glibc prints a double digit by
 /// digit), and these scripts pass a dozen numbers on every call. (`%d` goes through a C `long`:
 /// 64 bits on the 64-bit builds of Redis that hold millisecond times; a 32-bit build would not.)
-fn ticket_core() -> String {
-    TICKET_CORE.replace("RETAIN_SLACK", &crate::scheduler::RETAIN_SLACK.to_string())
+/// A ticket script with the constants it shares with the Rust core written in, from the Rust
+/// constants themselves (so the two cannot drift apart): `@RETAIN_SLACK@`,
+/// `@QUEUE_WAIT_BOUNDS_MS@` and `@EXACT_POSITION_SUBJECTS@`.
+fn with_constants(script: &str) -> String {
+    use crate::scheduler::{EXACT_POSITION_SUBJECTS, QUEUE_WAIT_BOUNDS_MS, RETAIN_SLACK};
+    let bounds: Vec<String> = QUEUE_WAIT_BOUNDS_MS.iter().map(u64::to_string).collect();
+    script
+        .replace("@RETAIN_SLACK@", &RETAIN_SLACK.to_string())
+        .replace("@QUEUE_WAIT_BOUNDS_MS@", &bounds.join(", "))
+        .replace(
+            "@EXACT_POSITION_SUBJECTS@",
+            &EXACT_POSITION_SUBJECTS.to_string(),
+        )
 }
 
 const TICKET_CORE: &str = r#"
@@ -580,8 +591,8 @@ local function retire(k, tk, run, state)
   redis.call('PEXPIRE', tk, keep)
   redis.call('PEXPIRE', B .. 'run:' .. run, keep)
   local ended = B .. 'ended'
-  if redis.call('RPUSH', ended, k) >= L.max_retained + RETAIN_SLACK then
-    for _, old in ipairs(redis.call('LPOP', ended, RETAIN_SLACK)) do
+  if redis.call('RPUSH', ended, k) >= L.max_retained + @RETAIN_SLACK@ then
+    for _, old in ipairs(redis.call('LPOP', ended, @RETAIN_SLACK@)) do
       local otk = B .. 't:' .. old
       local orun = redis.call('HGET', otk, 'run')
       redis.call('DEL', otk)
@@ -603,7 +614,7 @@ redis.call('HDEL', C, 'next_due')
 local ROT, DEPTH, DC, AQ, RSS = B .. 'rot', B .. 'depth', B .. 'dc', B .. 'aq', B .. 'rss'
 local QW = B .. 'qw'
 -- Upper bounds (ms) of the queue-wait histogram (scheduler::QUEUE_WAIT_BOUNDS_MS).
-local QW_BOUNDS = {10, 50, 100, 500, 1000, 5000, 10000, 30000, 60000, 300000}
+local QW_BOUNDS = {@QUEUE_WAIT_BOUNDS_MS@}
 local function tkey(k) return B .. 't:' .. k end
 local function qkey(s) return B .. 'q:' .. s end
 local function runkey(r) return B .. 'run:' .. r end
@@ -812,7 +823,8 @@ local function position(k, t)
   local depth = redis.call('ZCOUNT', qkey(t.subject), '-inf', '(' .. fmt(t.order))
   local before = 0
   for d = 0, depth - 1 do before = before + num(redis.call('HGET', DC, tostring(d))) end
-  if redis.call('LLEN', ROT) <= 1024 then
+  -- scheduler::EXACT_POSITION_SUBJECTS
+  if redis.call('LLEN', ROT) <= @EXACT_POSITION_SUBJECTS@ then
     for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
       if s == t.subject then break end
       if redis.call('ZCARD', qkey(s)) > depth then before = before + 1 end
@@ -838,13 +850,7 @@ end
 /// {'conflict', field}. The key is not checked for a collision: it is 128 random bits, and
 /// finding a taken one is as likely as guessing one.
 pub fn submit() -> String {
-    [
-        ticket_core().as_str(),
-        SUBMIT_FAST,
-        TICKET_HELPERS,
-        SUBMIT_BODY,
-    ]
-    .concat()
+    with_constants(&[TICKET_CORE, SUBMIT_FAST, TICKET_HELPERS, SUBMIT_BODY].concat())
 }
 
 const SUBMIT_BODY: &str = r#"
@@ -967,7 +973,7 @@ end
 /// Renew leases. ARGV[5] rss_mb ('' none), ARGV[6..] ticket keys.
 /// Returns per key {state, position, grant, lease}, or false when unknown.
 pub fn renew() -> String {
-    [ticket_core().as_str(), TICKET_HELPERS, RENEW_BODY].concat()
+    with_constants(&[TICKET_CORE, TICKET_HELPERS, RENEW_BODY].concat())
 }
 
 const RENEW_BODY: &str = r#"
@@ -993,13 +999,7 @@ return out
 /// Release or withdraw a ticket. ARGV[5] ticket key, or '' to find it by ARGV[6] run_id.
 /// Returns {previous state, ticket key}, or false for an unknown ticket.
 pub fn release() -> String {
-    [
-        ticket_core().as_str(),
-        RELEASE_FAST,
-        TICKET_HELPERS,
-        RELEASE_BODY,
-    ]
-    .concat()
+    with_constants(&[TICKET_CORE, RELEASE_FAST, TICKET_HELPERS, RELEASE_BODY].concat())
 }
 
 const RELEASE_BODY: &str = r#"
@@ -1051,7 +1051,7 @@ end
 /// Returns {'ok', state, position, grant, lease}, {'state', state} when the ticket may not be
 /// parked, or false when unknown.
 pub fn park() -> String {
-    [ticket_core().as_str(), TICKET_HELPERS, PARK_BODY].concat()
+    with_constants(&[TICKET_CORE, TICKET_HELPERS, PARK_BODY].concat())
 }
 
 const PARK_BODY: &str = r#"
@@ -1077,7 +1077,7 @@ return {'ok', v[1], v[2], v[3], v[4]}
 /// of its subject's waiters (admitted and queued ones stay). ARGV[5] ticket key.
 /// Returns as for park.
 pub fn unpark() -> String {
-    [ticket_core().as_str(), TICKET_HELPERS, UNPARK_BODY].concat()
+    with_constants(&[TICKET_CORE, TICKET_HELPERS, UNPARK_BODY].concat())
 }
 
 const UNPARK_BODY: &str = r#"
@@ -1112,7 +1112,7 @@ return {'ok', v[1], v[2], v[3], v[4]}
 /// Read one ticket (after housekeeping). ARGV[5] ticket key, ARGV[6] 'sweep' to also drop
 /// zero counts. Returns its view or false.
 pub fn ticket() -> String {
-    [ticket_core().as_str(), TICKET_HELPERS, TICKET_BODY].concat()
+    with_constants(&[TICKET_CORE, TICKET_HELPERS, TICKET_BODY].concat())
 }
 
 const TICKET_BODY: &str = r#"
@@ -1125,7 +1125,7 @@ return view(ARGV[5])
 /// shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
 /// (account, in_flight, queued) x n}.
 pub fn stats() -> String {
-    [ticket_core().as_str(), TICKET_HELPERS, STATS_BODY].concat()
+    with_constants(&[TICKET_CORE, TICKET_HELPERS, STATS_BODY].concat())
 }
 
 const STATS_BODY: &str = r#"
@@ -1194,7 +1194,7 @@ return out
 /// Housekeeping, then every live ticket: {key, state, subject, account, run, instance, grant,
 /// deadline, order} per ticket (sorted by the caller).
 pub fn list() -> String {
-    [ticket_core().as_str(), TICKET_HELPERS, LIST_BODY].concat()
+    with_constants(&[TICKET_CORE, TICKET_HELPERS, LIST_BODY].concat())
 }
 
 const LIST_BODY: &str = r#"
@@ -1211,3 +1211,36 @@ for _, k in ipairs(redis.call('ZRANGE', LEASES, 0, -1)) do
 end
 return out
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rust_constants_are_written_into_every_ticket_script() {
+        for script in [
+            submit(),
+            renew(),
+            release(),
+            park(),
+            unpark(),
+            ticket(),
+            stats(),
+            list(),
+        ] {
+            assert!(!script.contains('@'), "a placeholder left unfilled");
+            assert!(script.contains(&format!(
+                "max_retained + {} then",
+                crate::scheduler::RETAIN_SLACK
+            )));
+            assert!(script.contains(&format!(
+                "QW_BOUNDS = {{{}}}",
+                crate::scheduler::QUEUE_WAIT_BOUNDS_MS.map(|b| b.to_string()).join(", ")
+            )));
+            assert!(script.contains(&format!(
+                "<= {} then",
+                crate::scheduler::EXACT_POSITION_SUBJECTS
+            )));
+        }
+    }
+}
