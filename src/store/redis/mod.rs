@@ -703,21 +703,25 @@ impl LedgerStore for RedisStore {
                 )));
             }
         }
+        // A reply this authority does not understand is an error of its own, never a guess.
+        let strange = || StoreError::Protocol(format!("redis: authorize answered {out:?}"));
         let decision = match out[1].as_str() {
             "A" => Decision::Allow,
             "U" => Decision::Unknown,
-            _ => Decision::Deny,
+            "D" => Decision::Deny,
+            _ => return Err(strange()),
         };
         let reason = match out[2].as_str() {
             "RESOURCE_LIMIT" => Some(Reason::ResourceLimit),
             "QUOTA_EXHAUSTED" => Some(Reason::QuotaExhausted),
             "RESOURCE_USAGE_UNKNOWN" => Some(Reason::ResourceUsageUnknown),
-            _ => None,
+            "" => None,
+            _ => return Err(strange()),
         };
         Ok(Ok(Authorization {
             decision,
             reason,
-            granted_output_tokens: out[3].parse().unwrap_or(0),
+            granted_output_tokens: out[3].parse().map_err(|_| strange())?,
             remaining_tokens: opt_num(&out[4]),
             remaining_cost: opt_num(&out[5]),
             replay: out[6] == "1",

@@ -244,10 +244,10 @@ impl TicketStore for RedisStore {
         let detail = f.get(1).map(text);
         match tag.as_str() {
             "conflict" => Ok(Err(SubmitError::RunIdConflict {
-                field: if detail.as_deref() == Some("subject") {
-                    "subject"
-                } else {
-                    "account_id"
+                field: match detail.as_deref() {
+                    Some("subject") => "subject",
+                    Some("account_id") => "account_id",
+                    _ => return Err(malformed()),
                 },
             })),
             "refused" => {
@@ -255,7 +255,8 @@ impl TicketStore for RedisStore {
                 Ok(Err(SubmitError::Refused(match detail.as_deref() {
                     Some("MEMORY_PRESSURE") => Refusal::MemoryPressure,
                     Some("QUEUE_FULL") => Refusal::QueueFull,
-                    _ => Refusal::Busy,
+                    Some("BUSY") => Refusal::Busy,
+                    _ => return Err(malformed()),
                 })))
             }
             "ok" if f.len() == 6 => {
