@@ -13,6 +13,7 @@
 //! * [`store`]: the [`store::Store`] trait, whose unit is one atomic operation, and its
 //!   implementations ([`store::memory`]).
 //! * [`clock`]: the injected clock.
+//! * [`gates`]: the process-wide switches (draining, the authority's own memory).
 //! * [`config`]: YAML + flags → a validated [`config::Config`]; every problem reported with its
 //!   path in one pass.
 //! * [`api`]: the generated protobuf types and services.
@@ -30,6 +31,7 @@ pub mod api;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod gates;
 pub mod ledger;
 pub mod metrics;
 pub mod net;

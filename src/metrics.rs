@@ -19,9 +19,9 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
+use crate::gates::Gates;
 use crate::ledger::LedgerStats;
 use crate::scheduler::{Counters, HostStats};
-use crate::service::Gates;
 use crate::store::Store;
 
 /// Store errors seen by any RPC (the store was unreachable or answered nonsense).

@@ -72,6 +72,24 @@ impl From<SubmitError> for ApiError {
     }
 }
 
+/// Store, ledger, security and scheduling failures become statuses through [`ApiError`], so a
+/// handler answers any of them with `?`.
+macro_rules! status_via_api_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Status {
+            fn from(e: $t) -> Status {
+                ApiError::from(e).into()
+            }
+        }
+    )*};
+}
+status_via_api_error!(
+    StoreError,
+    LedgerError,
+    crate::security::Denied,
+    SubmitError
+);
+
 /// The ErrorInfo reason of an UNAVAILABLE answer: `STORE_UNAVAILABLE` when the store was never
 /// reached (the call was not applied: retry freely), `OUTCOME_UNKNOWN` when it may have been
 /// applied (retry with the same idempotency key, or release by run). Part of the contract.

@@ -7,7 +7,7 @@ pub mod framing;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api;
 use crate::auth::AuthVerdict;
+use crate::gates::Gates;
 use crate::ledger::{StepState, micros_to_usd};
 use crate::scheduler::{Refusal, SubmitError, TicketState, TicketView};
 use crate::security;
@@ -28,62 +29,6 @@ use edge::{ApiError, ms32};
 /// Position changes with every admission of the host, so streams coalesce them instead of
 /// waking every waiter on every change.
 pub const POSITION_REFRESH: Duration = Duration::from_secs(1);
-
-/// Process-wide switches that refuse new tickets before they reach the store.
-#[derive(Debug)]
-pub struct Gates {
-    /// Set by `Drain` and SIGTERM: new Submits get DRAINING.
-    pub draining: AtomicBool,
-    /// Set by the memory monitor while the authority's own RSS is at its ceiling.
-    pub authority_memory_full: AtomicBool,
-    /// Turns true when draining starts, for whoever waits on it (the health status).
-    drain_started: tokio::sync::watch::Sender<bool>,
-    /// Turns true when the process stops serving: open Wait streams end with UNAVAILABLE, so
-    /// their clients follow their tickets on another replica (or after the restart).
-    closing: tokio::sync::watch::Sender<bool>,
-}
-
-impl Default for Gates {
-    fn default() -> Self {
-        Gates {
-            draining: AtomicBool::new(false),
-            authority_memory_full: AtomicBool::new(false),
-            drain_started: tokio::sync::watch::Sender::new(false),
-            closing: tokio::sync::watch::Sender::new(false),
-        }
-    }
-}
-
-impl Gates {
-    /// Stop admitting new tickets; true when this call started the drain.
-    pub fn start_drain(&self) -> bool {
-        let started = !self.draining.swap(true, Ordering::SeqCst);
-        if started {
-            tracing::warn!("draining: new tickets are refused from now on");
-            self.drain_started.send_replace(true);
-        }
-        started
-    }
-
-    /// Resolves once draining has started.
-    pub async fn drain_started(&self) {
-        let mut rx = self.drain_started.subscribe();
-        while !*rx.borrow_and_update() {
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
-    }
-
-    /// End every open Wait stream (the process is about to stop).
-    pub fn close_streams(&self) {
-        self.closing.send_replace(true);
-    }
-
-    fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.closing.subscribe()
-    }
-}
 
 /// The `Admission` service over a store.
 pub struct AdmissionService<S> {
@@ -206,35 +151,25 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let (host_id, args) = edge::submit_args(req)?;
         record("host_id", &host_id);
         record("subject", &args.subject);
-        security::caller(&ext)?
-            .act_for(&host_id)
-            .map_err(ApiError::from)?;
+        security::caller(&ext)?.act_for(&host_id)?;
         if self.gates.draining.load(Ordering::Relaxed) {
             self.metrics.decision("Submit", "refused", "DRAINING");
             return Err(ApiError::Refused(Refusal::Draining).into());
         }
         if self.gates.authority_memory_full.load(Ordering::Relaxed) {
-            self.store
-                .count_rejection(&host_id)
-                .await
-                .map_err(ApiError::from)?;
+            self.store.count_rejection(&host_id).await?;
             self.metrics
                 .decision("Submit", "refused", "MEMORY_PRESSURE");
             return Err(ApiError::Refused(Refusal::MemoryPressure).into());
         }
-        let (id, view) = self
-            .store
-            .submit(&host_id, args)
-            .await
-            .map_err(ApiError::from)?
-            .map_err(|e| {
-                if let SubmitError::Refused(r) = &e {
-                    record("decision", &edge::refusal_reason(*r));
-                    self.metrics
-                        .decision("Submit", "refused", edge::refusal_reason(*r));
-                }
-                ApiError::from(e)
-            })?;
+        let (id, view) = self.store.submit(&host_id, args).await?.map_err(|e| {
+            if let SubmitError::Refused(r) = &e {
+                record("decision", &edge::refusal_reason(*r));
+                self.metrics
+                    .decision("Submit", "refused", edge::refusal_reason(*r));
+            }
+            ApiError::from(e)
+        })?;
         record("decision", &format_args!("{:?}", view.state));
         self.metrics.decision(
             "Submit",
@@ -265,17 +200,14 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let raw = &request.get_ref().ticket_id;
         let id =
             edge::ticket_id(raw, "ticket_id")?.ok_or_else(|| ApiError::NotFound(raw.clone()))?;
-        security::caller(request.extensions())?
-            .act_for(&id.host_id)
-            .map_err(ApiError::from)?;
+        security::caller(request.extensions())?.act_for(&id.host_id)?;
         let stream_slot = self.wait_streams.open(request.remote_addr())?;
         // Subscribe before the first read, so a change between the two is not missed.
         let watch = self.store.watch(&id);
         let view = self
             .store
             .ticket(&id)
-            .await
-            .map_err(ApiError::from)?
+            .await?
             .ok_or_else(|| ApiError::NotFound(id.to_string()))?;
         let (tx, rx) = mpsc::channel(4);
         // Keep the lease alive at a third of the shorter of this replica's lease and the one
@@ -301,15 +233,10 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let (ids, rss_mb) = edge::renew_args(&req)?;
         let caller = security::caller(&ext)?;
         for id in ids.iter().flatten() {
-            caller.act_for(&id.host_id).map_err(ApiError::from)?;
+            caller.act_for(&id.host_id)?;
         }
         let known: Vec<TicketId> = ids.iter().flatten().cloned().collect();
-        let mut views = self
-            .store
-            .renew(&known, rss_mb)
-            .await
-            .map_err(ApiError::from)?
-            .into_iter();
+        let mut views = self.store.renew(&known, rss_mb).await?.into_iter();
         // Ids never issued are answered EXPIRED in their place, without the store.
         let views = ids
             .iter()
@@ -350,22 +277,13 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                 return Ok(unknown());
             }
             edge::ReleaseTarget::Ticket(Some(id)) => {
-                security::caller(&ext)?
-                    .act_for(&id.host_id)
-                    .map_err(ApiError::from)?;
-                let previous = self.store.release(&id).await.map_err(ApiError::from)?;
+                security::caller(&ext)?.act_for(&id.host_id)?;
+                let previous = self.store.release(&id).await?;
                 (id, previous)
             }
             edge::ReleaseTarget::Run { host_id, run_id } => {
-                security::caller(&ext)?
-                    .act_for(host_id)
-                    .map_err(ApiError::from)?;
-                match self
-                    .store
-                    .release_run(host_id, run_id)
-                    .await
-                    .map_err(ApiError::from)?
-                {
+                security::caller(&ext)?.act_for(host_id)?;
+                match self.store.release_run(host_id, run_id).await? {
                     Some((id, previous)) => (id, Some(previous)),
                     None => return Ok(unknown()),
                 }
@@ -393,14 +311,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let raw = &request.get_ref().ticket_id;
         let id =
             edge::ticket_id(raw, "ticket_id")?.ok_or_else(|| ApiError::NotFound(raw.clone()))?;
-        security::caller(request.extensions())?
-            .act_for(&id.host_id)
-            .map_err(ApiError::from)?;
+        security::caller(request.extensions())?.act_for(&id.host_id)?;
         let v = self
             .store
             .park(&id)
-            .await
-            .map_err(ApiError::from)?
+            .await?
             .ok_or_else(|| ApiError::NotFound(id.to_string()))?
             .map_err(|state| ApiError::WrongState {
                 state: state_name(state),
@@ -419,14 +334,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let raw = &request.get_ref().ticket_id;
         let id =
             edge::ticket_id(raw, "ticket_id")?.ok_or_else(|| ApiError::NotFound(raw.clone()))?;
-        security::caller(request.extensions())?
-            .act_for(&id.host_id)
-            .map_err(ApiError::from)?;
+        security::caller(request.extensions())?.act_for(&id.host_id)?;
         let v = self
             .store
             .unpark(&id)
-            .await
-            .map_err(ApiError::from)?
+            .await?
             .ok_or_else(|| ApiError::NotFound(id.to_string()))?
             .map_err(|state| ApiError::WrongState {
                 state: state_name(state),
@@ -448,15 +360,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let (host_id, args) = edge::authorize_args(req)?;
         record("host_id", &host_id);
         record("subject", &args.subject);
-        security::caller(&ext)?
-            .act_for(&host_id)
-            .map_err(ApiError::from)?;
-        let answer = self
-            .store
-            .authorize(&host_id, args)
-            .await
-            .map_err(ApiError::from)?
-            .map_err(ApiError::from)?;
+        security::caller(&ext)?.act_for(&host_id)?;
+        let answer = self.store.authorize(&host_id, args).await??;
         record(
             "decision",
             &format_args!(
@@ -483,15 +388,11 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::SettleResponse>, Status> {
         let req = request.get_ref();
         let (step, usage) = edge::settle_args(req)?;
-        security::caller(request.extensions())?
-            .act_for(&req.host_id)
-            .map_err(ApiError::from)?;
+        security::caller(request.extensions())?.act_for(&req.host_id)?;
         let replay = self
             .store
             .settle(&req.host_id, &req.run_id, step, usage)
-            .await
-            .map_err(ApiError::from)?
-            .map_err(ApiError::from)?;
+            .await??;
         Ok(Response::new(api::SettleResponse { replay }))
     }
 
@@ -501,23 +402,19 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::AuthAttemptResponse>, Status> {
         let req = request.get_ref();
         let rule = edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
-        security::caller(request.extensions())?
-            .use_auth_buckets()
-            .map_err(ApiError::from)?;
+        security::caller(request.extensions())?.use_auth_buckets()?;
         if req.peek {
             let decision = self
                 .store
                 .auth_peek(&req.endpoint, &req.identity, rule)
-                .await
-                .map_err(ApiError::from)?;
+                .await?;
             record("decision", &format_args!("peek {:?}", decision.verdict));
             return Ok(Response::new(decision.into()));
         }
         let decision = self
             .store
             .auth_attempt(&req.endpoint, &req.identity, rule)
-            .await
-            .map_err(ApiError::from)?;
+            .await?;
         record("decision", &format_args!("{:?}", decision.verdict));
         self.metrics.auth_attempt(
             &req.endpoint,
@@ -540,14 +437,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::AuthResetResponse>, Status> {
         let req = request.get_ref();
         edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
-        security::caller(request.extensions())?
-            .use_auth_buckets()
-            .map_err(ApiError::from)?;
-        let cleared = self
-            .store
-            .auth_reset(&req.endpoint, &req.identity)
-            .await
-            .map_err(ApiError::from)?;
+        security::caller(request.extensions())?.use_auth_buckets()?;
+        let cleared = self.store.auth_reset(&req.endpoint, &req.identity).await?;
         Ok(Response::new(api::AuthResetResponse {
             cleared: cleared.existed,
         }))
@@ -559,15 +450,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::Stats>, Status> {
         let host_id = &request.get_ref().host_id;
         edge::id(host_id, "host_id")?;
-        security::caller(request.extensions())?
-            .read_host(host_id)
-            .map_err(ApiError::from)?;
-        let s = self.store.stats(host_id).await.map_err(ApiError::from)?;
-        let ledger = self
-            .store
-            .ledger_stats(host_id)
-            .await
-            .map_err(ApiError::from)?;
+        security::caller(request.extensions())?.read_host(host_id)?;
+        let s = self.store.stats(host_id).await?;
+        let ledger = self.store.ledger_stats(host_id).await?;
         // The limits the host is scheduled under: on a shared store, the limits of record.
         let limits = &s.limits;
         Ok(Response::new(api::Stats {
@@ -743,11 +628,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let req = request.get_ref();
         edge::id(&req.host_id, "host_id")?;
         let limit = list_limit(req.limit)?;
-        let (list, truncated) = self
-            .store
-            .list(&req.host_id, limit)
-            .await
-            .map_err(ApiError::from)?;
+        let (list, truncated) = self.store.list(&req.host_id, limit).await?;
         let tickets = list
             .into_iter()
             .map(|t| api::TicketInfo {
@@ -786,11 +667,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let req = request.get_ref();
         edge::id(&req.host_id, "host_id")?;
         let limit = list_limit(req.limit)?;
-        let (list, truncated) = self
-            .store
-            .reservations(&req.host_id, limit)
-            .await
-            .map_err(ApiError::from)?;
+        let (list, truncated) = self.store.reservations(&req.host_id, limit).await?;
         let reservations = list
             .into_iter()
             .map(|r| api::ReservationInfo {
@@ -822,9 +699,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let (step, resolution) = edge::resolve_args(req)?;
         self.store
             .resolve(&req.host_id, &req.run_id, step, resolution)
-            .await
-            .map_err(ApiError::from)?
-            .map_err(ApiError::from)?;
+            .await??;
         tracing::info!(
             host_id = %req.host_id,
             run_id = %req.run_id,
@@ -841,11 +716,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
     ) -> Result<Response<api::UnlockAuthResponse>, Status> {
         let req = request.get_ref();
         edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
-        let cleared = self
-            .store
-            .auth_reset(&req.endpoint, &req.identity)
-            .await
-            .map_err(ApiError::from)?;
+        let cleared = self.store.auth_reset(&req.endpoint, &req.identity).await?;
         tracing::info!(
             endpoint = %req.endpoint,
             identity = %req.identity,
