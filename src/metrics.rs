@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -23,9 +23,6 @@ use crate::gates::Gates;
 use crate::ledger::LedgerStats;
 use crate::scheduler::{Counters, HostStats};
 use crate::store::Store;
-
-/// Store errors seen by any RPC (the store was unreachable or answered nonsense).
-pub static STORE_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// Counters the service updates as it decides.
 #[derive(Debug, Default)]
@@ -319,7 +316,7 @@ pub async fn render<S: Store>(
     let _ = writeln!(
         out,
         "admission_store_errors_total {}",
-        STORE_ERRORS.load(Ordering::Relaxed) + u64::from(hosts.is_err())
+        store.store_errors() + u64::from(hosts.is_err())
     );
     family(
         "admission_auth_fallback_active",

@@ -298,6 +298,13 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
     let (status, body) = http_get(admin, "/readyz");
     assert_eq!(status, 503, "not ready without its store");
     assert!(body.contains(&expected), "/readyz names the cause: {body}");
+    let errors: u64 = http_get(admin, "/metrics")
+        .1
+        .lines()
+        .find_map(|l| l.strip_prefix("admission_store_errors_total "))
+        .and_then(|n| n.parse().ok())
+        .expect("admission_store_errors_total");
+    assert!(errors >= 3, "the failed calls are counted: {errors}");
 
     // Redis returns (empty: its data is gone with the process); the authority recovers by
     // itself, without a restart.

@@ -167,7 +167,6 @@ impl From<ApiError> for Status {
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
             ApiError::Unavailable(e) => {
-                crate::metrics::STORE_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut details = ErrorDetails::with_error_info(
                     store_error_reason(&e),
                     ERROR_DOMAIN,

@@ -226,6 +226,12 @@ pub trait TicketStore: Send + Sync + 'static {
 
     /// The hosts with state, for metrics.
     fn host_ids(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Calls to the shared store that failed since the process started (for metrics); 0 for a
+    /// store that cannot fail.
+    fn store_errors(&self) -> u64 {
+        0
+    }
 }
 
 /// The resource ledger: reservations of model steps against budgets and allowances.

@@ -171,6 +171,8 @@ pub struct RedisStore {
     addr: String,
     /// Why the pool last failed to open a connection.
     last_connect_error: LastConnectError,
+    /// Calls that failed, for `admission_store_errors_total`.
+    errors: AtomicU64,
     /// Set for a Redis Cluster: then connections come from here and `pool` is not used.
     cluster: Option<redis::cluster::ClusterClient>,
     cluster_conn: Mutex<Option<redis::cluster_async::ClusterConnection>>,
@@ -261,6 +263,7 @@ impl RedisStore {
             pool,
             addr,
             last_connect_error,
+            errors: AtomicU64::new(0),
             cluster: None,
             cluster_conn: Mutex::new(None),
             slots: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
@@ -389,6 +392,17 @@ impl RedisStore {
         &self,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
+        let out = self.try_run(invocation).await;
+        if out.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        out
+    }
+
+    async fn try_run<T: redis::FromRedisValue>(
+        &self,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
         let mut ambiguous: Option<StoreError> = None;
         loop {
             let (mut conn, kept) = match self.conn().await {
@@ -425,7 +439,13 @@ impl RedisStore {
 
     /// A failed command outside the scripts (sent: its outcome is unknown).
     pub(super) fn failed(&self, e: &redis::RedisError) -> StoreError {
+        self.errors.fetch_add(1, Ordering::Relaxed);
         classify(&self.addr, e, true)
+    }
+
+    /// Calls that failed since the store was made.
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
     }
 
     /// The fallback around the shared buckets: a lockout earned locally is checked

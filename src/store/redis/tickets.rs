@@ -422,6 +422,10 @@ impl TicketStore for RedisStore {
         Ok(hosts)
     }
 
+    fn store_errors(&self) -> u64 {
+        self.errors()
+    }
+
     async fn in_flight_here(&self) -> Result<u64, StoreError> {
         // Tickets live in Redis: other replicas keep renewing and releasing them.
         Ok(0)
