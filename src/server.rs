@@ -13,7 +13,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::api::{admission_server::AdmissionServer, operator_server::OperatorServer};
-use crate::clock::SystemClock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, TlsFiles};
 use crate::gates::Gates;
 use crate::metrics::Metrics;
@@ -51,11 +51,12 @@ pub async fn run(
         auth: config.auth.clone(),
         resources: config.resources.clone(),
     };
-    let clock = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     match &config.redis {
         None => {
             serve(
-                Arc::new(MemoryStore::new(policy, clock)),
+                Arc::new(MemoryStore::new(policy, clock.clone())),
+                clock,
                 config,
                 listener,
                 shutdown,
@@ -64,12 +65,12 @@ pub async fn run(
         }
         Some(r) => {
             let store = if r.cluster {
-                RedisStore::new_cluster(&[r.url.as_str()], &r.prefix, policy, clock)
+                RedisStore::new_cluster(&[r.url.as_str()], &r.prefix, policy, clock.clone())
             } else {
-                RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock)
+                RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock.clone())
             }
             .map_err(|e| ServeError::Config(e.to_string()))?;
-            serve(Arc::new(store), config, listener, shutdown).await
+            serve(Arc::new(store), clock, config, listener, shutdown).await
         }
     }
 }
@@ -77,6 +78,7 @@ pub async fn run(
 /// Serve on one store: the part of [`run`] that does not care which store it is.
 async fn serve<S: Store>(
     store: Arc<S>,
+    clock: Arc<dyn Clock>,
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -161,6 +163,7 @@ async fn serve<S: Store>(
             config.grpc.max_wait_streams_per_connection,
             config.grpc.max_wait_streams,
             metrics.clone(),
+            clock,
         );
         InterceptedService::new(
             AdmissionServer::new(service).max_decoding_message_size(config.grpc.max_message_bytes),

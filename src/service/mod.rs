@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -36,6 +36,9 @@ pub struct AdmissionService<S> {
     gates: Arc<Gates>,
     wait_streams: WaitStreams,
     metrics: Arc<crate::metrics::Metrics>,
+    clock: Arc<dyn crate::clock::Clock>,
+    /// When (on `clock`, plus one, so 0 is never) a full auth table was last logged.
+    table_full_logged: AtomicU64,
 }
 
 impl<S> AdmissionService<S> {
@@ -47,11 +50,14 @@ impl<S> AdmissionService<S> {
         max_wait_streams_per_connection: usize,
         max_wait_streams: usize,
         metrics: Arc<crate::metrics::Metrics>,
+        clock: Arc<dyn crate::clock::Clock>,
     ) -> Self {
         AdmissionService {
             store,
             gates,
             metrics,
+            clock,
+            table_full_logged: AtomicU64::new(0),
             wait_streams: WaitStreams {
                 max_per_connection: max_wait_streams_per_connection,
                 max: max_wait_streams,
@@ -426,7 +432,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             },
         );
         if decision.verdict == AuthVerdict::KeyTableFull {
-            warn_table_full(&req.endpoint);
+            self.warn_table_full(&req.endpoint);
         }
         Ok(Response::new(decision.into()))
     }
@@ -526,25 +532,25 @@ fn list_limit(limit: u32) -> Result<usize, ApiError> {
     }
 }
 
-/// Say, at most once a minute, that the local auth table is refusing new keys of `endpoint`:
-/// the operator should raise auth.local_max_keys or look for a flood of identities.
-fn warn_table_full(endpoint: &str) {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    if now >= last + 60
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        tracing::warn!(
-            endpoint,
-            "auth bucket table is full of live keys for this endpoint: its new identities are \
-             refused until keys expire, other endpoints are not affected (raise \
-             auth.local_max_keys, a bound per endpoint, if this is not a flood)"
-        );
+impl<S> AdmissionService<S> {
+    /// Say, at most once a minute, that the local auth table is refusing new keys of
+    /// `endpoint`: the operator should raise auth.local_max_keys or look for a flood.
+    fn warn_table_full(&self, endpoint: &str) {
+        let now = self.clock.now_ms() + 1;
+        let last = self.table_full_logged.load(Ordering::Relaxed);
+        if (last == 0 || now >= last + 60_000)
+            && self
+                .table_full_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                endpoint,
+                "auth bucket table is full of live keys for this endpoint: its new identities \
+                 are refused until keys expire, other endpoints are not affected (raise \
+                 auth.local_max_keys, a bound per endpoint, if this is not a flood)"
+            );
+        }
     }
 }
 
