@@ -112,41 +112,58 @@ async fn bytes_that_are_not_the_message_are_invalid_argument_and_change_nothing(
     }
 }
 
+/// Send `body` as the raw request body of Submit over a plain HTTP/2 connection (the stream
+/// left open unless `end`), and answer the call's `grpc-status` (from the headers of a
+/// trailers-only answer, or from the trailers) and how long the answer took. Bounded by 5 s.
+async fn raw_submit(server: &Server, body: Vec<u8>, end: bool) -> (Option<String>, Duration) {
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut client = client.ready().await.unwrap();
+    let req = http::Request::post(format!(
+        "http://{}/admission.v1.Admission/Submit",
+        server.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .unwrap();
+    let (response, mut send) = client.send_request(req, false).unwrap();
+    send.send_data(Bytes::from(body), end).unwrap();
+    let started = Instant::now();
+    let mut response = tokio::time::timeout(Duration::from_secs(5), response)
+        .await
+        .expect("answered within 5 s, not held open")
+        .unwrap();
+    let took = started.elapsed();
+    let mut status = response.headers().get("grpc-status").cloned();
+    if status.is_none() {
+        let body = response.body_mut();
+        while body.data().await.is_some() {}
+        status = body
+            .trailers()
+            .await
+            .unwrap()
+            .and_then(|t| t.get("grpc-status").cloned());
+    }
+    drop(send);
+    (
+        status.and_then(|s| s.to_str().ok().map(str::to_string)),
+        took,
+    )
+}
+
 /// A request body that ends inside a gRPC frame, or carries no message at all, is bad input too.
 #[tokio::test]
 async fn broken_grpc_framing_is_invalid_argument() {
     let server = Server::start(&[]);
     for (what, body) in [
-        ("a frame cut short", &[0u8, 0, 0, 0, 10, 0x0a][..]),
-        ("no message", &[][..]),
+        ("a frame cut short", vec![0u8, 0, 0, 0, 10, 0x0a]),
+        ("no message", vec![]),
     ] {
-        let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-        let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
-        let mut client = client.ready().await.unwrap();
-        let req = http::Request::post(format!(
-            "http://{}/admission.v1.Admission/Submit",
-            server.addr
-        ))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
-        let (response, mut send) = client.send_request(req, false).unwrap();
-        send.send_data(Bytes::copy_from_slice(body), true).unwrap();
-        let mut response = response.await.unwrap();
-        let mut status = response.headers().get("grpc-status").cloned();
-        if status.is_none() {
-            let body = response.body_mut();
-            while body.data().await.is_some() {}
-            status = body
-                .trailers()
-                .await
-                .unwrap()
-                .and_then(|t| t.get("grpc-status").cloned());
-        }
+        let (status, _) = raw_submit(&server, body, true).await;
         assert_eq!(
-            status.as_ref().and_then(|s| s.to_str().ok()),
+            status.as_deref(),
             Some("3"),
             "{what}: grpc-status {status:?}"
         );
@@ -361,46 +378,16 @@ async fn the_admin_port_times_out_half_sent_requests_and_is_not_exposed_by_accid
 #[tokio::test]
 async fn a_half_sent_request_is_ended_by_the_unary_timeout() {
     let server = Server::start_with_config("half-sent", "grpc: { unary_timeout: 1s }\n", &[]);
-    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(conn);
-    let mut client = client.ready().await.unwrap();
-    let req = http::Request::post(format!(
-        "http://{}/admission.v1.Admission/Submit",
-        server.addr
-    ))
-    .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .unwrap();
-    let (response, mut send) = client.send_request(req, false).unwrap();
     // A frame that announces 1,000 bytes, and 999 of them; the stream stays open.
     let mut body = vec![0u8, 0, 0, 3, 232];
     body.extend(std::iter::repeat_n(b'a', 999));
-    send.send_data(Bytes::from(body), false).unwrap();
-    let started = Instant::now();
-    let mut response = tokio::time::timeout(Duration::from_secs(5), response)
-        .await
-        .expect("answered within the timeout, not held open")
-        .unwrap();
-    let mut status = response.headers().get("grpc-status").cloned();
-    if status.is_none() {
-        let body = response.body_mut();
-        while body.data().await.is_some() {}
-        status = body
-            .trailers()
-            .await
-            .unwrap()
-            .and_then(|t| t.get("grpc-status").cloned());
-    }
-    let took = started.elapsed();
+    let (status, took) = raw_submit(&server, body, false).await;
     assert!(
-        status.as_ref().is_some_and(|s| s != "0"),
+        status.as_deref().is_some_and(|s| s != "0"),
         "an error status, got {status:?}"
     );
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(4),
         "{took:?}"
     );
-    drop(send);
 }
