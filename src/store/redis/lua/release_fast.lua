@@ -1,0 +1,26 @@
+-- Release's common case in few commands, before the helpers are built: an admitted ticket,
+-- no lease due (see `due_bound`), nothing queued (so nothing to dispatch). As `finish` and the full rules do it.
+local k = ARGV[5]
+if k == '' then
+  k = redis.call('GET', B .. 'run:' .. ARGV[6])
+  if not k then return false end
+end
+local tk = B .. 't:' .. k
+local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
+if t[4] == 'A' then
+  local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
+                      'lv')
+  -- This ticket's own lease is in the set, so the bound is never the fallback.
+  local nd = due_bound(c[5], now)
+  if nd > now and c[6] == MY_V then
+    nothing_due = true
+    if num(c[3]) == 0 then
+      redis.call('HSET', C, 'in_flight', fmt(num(c[1]) - 1), 'released', fmt(num(c[2]) + 1),
+                 's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd))
+      if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], '-1') end
+      redis.call('ZREM', LEASES, k)
+      retire(k, tk, t[3], 'R')
+      return {'A', k}
+    end
+  end
+end

@@ -1,0 +1,64 @@
+-- Housekeeping, then the host's gauges, counters and rows.
+-- Returns {in_flight, queued, parked, submitted, admitted, rejected, released, cancelled,
+-- shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
+-- (account, in_flight, queued) x n}.
+housekeeping(false)
+local out = {}
+for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
+                    'released', 'cancelled', 'shed', 'expired'}) do
+  table.insert(out, cnt(f))
+end
+local rss = 0
+for _, inst in ipairs(redis.call('HKEYS', RSS)) do
+  local mb = rss_of(inst)
+  if mb and mb > rss then rss = mb end
+end
+table.insert(out, rss)
+local subjects, seen = {}, {}
+for _, f in ipairs(redis.call('HKEYS', C)) do
+  if string.sub(f, 1, 2) == 's:' then
+    local s = string.sub(f, 3)
+    seen[s] = true; table.insert(subjects, s)
+  end
+end
+for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
+  if not seen[s] then seen[s] = true; table.insert(subjects, s) end
+end
+local rows = {}
+for _, s in ipairs(subjects) do
+  local f, q = num(redis.call('HGET', C, sf(s))), redis.call('ZCARD', qkey(s))
+  if f > 0 or q > 0 then
+    table.insert(rows, s); table.insert(rows, f); table.insert(rows, q)
+  end
+end
+table.insert(out, #rows / 3)
+for _, v in ipairs(rows) do table.insert(out, v) end
+local accounts, aseen = {}, {}
+for _, h in ipairs({AF, AQ}) do
+  for _, a in ipairs(redis.call('HKEYS', h)) do
+    if not aseen[a] then aseen[a] = true; table.insert(accounts, a) end
+  end
+end
+rows = {}
+for _, a in ipairs(accounts) do
+  local f, q = num(redis.call('HGET', AF, a)), num(redis.call('HGET', AQ, a))
+  if f > 0 or q > 0 then
+    table.insert(rows, a); table.insert(rows, f); table.insert(rows, q)
+  end
+end
+table.insert(out, #rows / 3)
+for _, v in ipairs(rows) do table.insert(out, v) end
+for i = 0, #QW_BOUNDS do table.insert(out, num(redis.call('HGET', QW, 'b' .. i))) end
+table.insert(out, num(redis.call('HGET', QW, 'sum')))
+-- The limits of record: scalars, then each cap map as a count and name, cap pairs.
+table.insert(out, LIMITS_S)
+for _, m in ipairs({'subjects', 'accounts'}) do
+  local caps = L[m]
+  local names = {}
+  for name in pairs(caps) do table.insert(names, name) end
+  table.insert(out, #names)
+  for _, name in ipairs(names) do
+    table.insert(out, name); table.insert(out, caps[name])
+  end
+end
+return out

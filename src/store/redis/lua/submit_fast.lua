@@ -1,0 +1,31 @@
+-- Submit's common case in few commands, before the helpers are built: no lease due (known
+-- from the counters' `next_due` bound, see `due_bound`), nothing queued, no memory ladder,
+-- room for the ticket, a new run_id. The answer is what the full
+-- rules give (housekeeping and dispatch have nothing to do then); anything else falls
+-- through to them.
+if L.max_rss == 0 then
+  local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+  local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued',
+                      's:' .. subject, 'next_due', 'lv')
+  local nd = due_bound(c[7], now + L.lease)
+  if nd > now and c[8] == MY_V then
+    nothing_due = true
+    local acap = nil
+    if account ~= '' then
+      acap = L.accounts[account]
+      if not acap and L.per_account >= 0 then acap = L.per_account end
+    end
+    if num(c[5]) == 0 and num(c[2]) < L.total
+      and num(c[6]) < (L.subjects[subject] or L.per_subject)
+      and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
+      and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
+      local g, deadline = admit_new(key, subject, account, inst, run, next_grant(c[1]))
+      redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
+                 'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
+                 's:' .. subject, fmt(num(c[6]) + 1),
+                 'next_due', nd > now + L.lease and deadline or fmt(nd))
+      if account ~= '' then redis.call('HINCRBY', AF, account, '1') end
+      return {'ok', key, 'A', 0, g, L.lease}
+    end
+  end
+end

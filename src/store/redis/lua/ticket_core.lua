@@ -1,0 +1,143 @@
+-- The prelude of every ticket script (this file, then a fast path if any, then
+-- ticket_helpers.lua): the scheduling rules of the Rust core (src/scheduler) in Lua.
+--
+-- ARGV[1] the host's key prefix `B` (`{prefix}sched:{<host>}:`; every key below starts with
+-- it, so all of a host's keys share its hash tag and slot), ARGV[2] the calling replica's
+-- limits version and its limits for the host as `version,total,per_subject,per_account(-1
+-- none),queue_total,queue_per_subject,queue_hard_total,overflow,lease,retention,max_retained,
+-- max_rss,soft_rss`, ARGV[3] now (0 = Redis TIME), ARGV[4] the per-subject and per-account
+-- caps as JSON (`''` when there are none).
+--
+-- One set of limits: `limits` (hash `s` scalars, `m` maps) holds the host's limits of record
+-- and the counters' field `lv` their version. A caller with a newer version (a replica
+-- started, or its file reloaded, later) writes its own there; every other caller decides with
+-- the stored ones. So replicas whose files differ never enforce different limits for a host at
+-- the same time: the most recently started replica's file is in force, from its first call
+-- for the host. The fast paths read `lv` with the counters they read anyway and run only when
+-- it is the caller's own version; the full rules resolve the limits first
+-- (`resolve_limits`). KEYS[1] is `B c` (the counters), named so Redis routes the
+-- script to the host's slot; the other keys are derived from `B`.
+--
+-- Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
+-- deadline, order, qat; an ended ticket keeps only run, state, grant and deadline, which is
+-- when it is forgotten (its subject, account and instance emptied), and its key and its run's
+-- expire by TTL just after); `ended` list of ended tickets, oldest first, trimmed to
+-- `max_retained` (the oldest are forgotten early); `run:<run_id>` → ticket; `leases` zset of
+-- live tickets by deadline; `q:<subject>` zset of a subject's waiters by order; `rot` list, the round-robin
+-- rotation of subjects with waiters; `depth` zset of subjects by queue depth; `dc` hash,
+-- depth → subjects with more waiters than that; `af`, `aq` hashes of account in-flight and
+-- account queued; `rss` hash instance → `mb|at`; `c` counters, with each subject's in-flight
+-- count as field `s:<subject>`. Every change a Wait stream can see (a queued ticket admitted,
+-- shed, cancelled or expired) is published on `B changes` (the ticket's key) for Wait streams
+-- on any replica.
+--
+-- Times and counts go to Redis through `fmt`, as integers: a Lua number given to `redis.call`
+-- is written with `%.17g`, which costs about twice as much (glibc prints a double digit by
+-- digit), and these scripts pass a dozen numbers on every call. (`%d` goes through a C `long`:
+-- 64 bits on the 64-bit builds of Redis that hold millisecond times; a 32-bit build would not.)
+local format = string.format
+local function fmt(x) return format('%d', x) end
+local function num(v) return tonumber(v or '0') or 0 end
+local B = ARGV[1]
+-- The limits as a table, from their scalars and their cap maps' JSON.
+local function limits_of(scalars, maps_json)
+  local total, per_subject, per_account, queue_total, queue_per_subject, queue_hard_total,
+    overflow, lease, retention, max_retained, max_rss, soft_rss = string.match(scalars,
+    '^(%d+),(%d+),(%-?%d+),(%d+),(%d+),(%d+),([%a_]+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
+  -- One constructor: the table is sized once (filling it field by field rehashes it). The
+  -- cap maps are only read, so one empty table stands for both when there are none.
+  local none = {}
+  local maps = maps_json ~= '' and cjson.decode(maps_json) or none
+  return {total = tonumber(total), per_subject = tonumber(per_subject),
+          per_account = tonumber(per_account), queue_total = tonumber(queue_total),
+          queue_per_subject = tonumber(queue_per_subject),
+          queue_hard_total = tonumber(queue_hard_total), overflow = overflow,
+          lease = tonumber(lease), retention = tonumber(retention),
+          max_retained = tonumber(max_retained), max_rss = tonumber(max_rss),
+          soft_rss = tonumber(soft_rss), subjects = maps.subjects or none,
+          accounts = maps.accounts or none}
+end
+-- The caller's limits and their version; `L` (and LIMITS_S, LIMITS_M, which the stats script
+-- answers) are the caller's until `resolve_limits` finds others of record.
+local MY_V, LIMITS_S = string.match(ARGV[2], '^(%d+),(.*)$')
+local LIMITS_M = ARGV[4]
+local L = limits_of(LIMITS_S, LIMITS_M)
+local now = tonumber(ARGV[3])
+-- Grants are at least the time in µs (scheduler::HostState::set_grant_floor), so they keep
+-- increasing after Redis restarts empty. (About 1.8e15: exact in a Lua double.)
+local now_us
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now_us = now * 1000
+end
+-- The grant after `last` (the counters' `grant` field as read).
+local function next_grant(last) return math.max(num(last) + 1, now_us) end
+local C, LEASES, AF = B .. 'c', B .. 'leases', B .. 'af'
+-- Use the limits of record (see above), given the counters' `lv` as read: a newer version's
+-- stored limits replace the caller's; an older one (or none) is replaced by the caller's.
+local function resolve_limits(stored_v)
+  local sv, mine = tonumber(stored_v), tonumber(MY_V)
+  if sv == mine then return end
+  if sv and sv > mine then
+    local st = redis.call('HMGET', B .. 'limits', 's', 'm')
+    LIMITS_S, LIMITS_M = st[1], st[2]
+    L = limits_of(LIMITS_S, LIMITS_M)
+  else
+    redis.call('HSET', B .. 'limits', 's', LIMITS_S, 'm', LIMITS_M)
+    redis.call('HSET', C, 'lv', MY_V)
+  end
+end
+-- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
+-- with the others).
+local function sf(s) return 's:' .. s end
+-- Set by a fast path that found no lease due, so the full rules skip that look.
+local nothing_due = false
+-- The fast paths' look for due leases. The counters' `next_due` is a lower bound of every
+-- lease deadline: the fast paths keep it (they add leases at `now + lease`, never below it,
+-- or only remove them), and every other ticket script drops it first thing, before it may
+-- add a lease anywhere. `stored` is its value; with none, or once it has passed, the first
+-- lease is read (`empty`: the bound when there are no leases). Returns the bound: nothing
+-- is due while it is above `now`.
+local function due_bound(stored, empty)
+  local nd = tonumber(stored)
+  if nd and nd > now then return nd end
+  local first = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')
+  return tonumber(first[2]) or empty
+end
+-- A new ticket admitted at once (Submit's fast path and full rules): the ticket and its lease
+-- in one write each; the caller writes the counters. Returns its grant and deadline.
+local function admit_new(key, subject, account, inst, run, grant)
+  local g, deadline = fmt(grant), fmt(now + L.lease)
+  redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account,
+             'instance', inst, 'run', run, 'state', 'A', 'grant', g,
+             'deadline', deadline, 'order', '0')
+  redis.call('ZADD', LEASES, deadline, key)
+  return g, deadline
+end
+-- A ticket that just ended: write its final state and when it is forgotten, keeping only what
+-- an idempotent retry needs (its subject, account and instance are emptied in the same write:
+-- cheaper than deleting the fields, and as small), let its keys expire a second after
+-- retention, and remember it in `ended`, forgetting the oldest RETAIN_SLACK once
+-- `max_retained` + RETAIN_SLACK are remembered (scheduler::RETAIN_SLACK).
+local function retire(k, tk, run, state)
+  -- Remembered for retention (`ticket` forgets it then, by the scripts' time).
+  redis.call('HSET', tk, 'state', state, 'deadline', fmt(now + L.retention), 'subject', '',
+             'account', '', 'instance', '')
+  local keep = fmt(L.retention + 1000)
+  redis.call('PEXPIRE', tk, keep)
+  redis.call('PEXPIRE', B .. 'run:' .. run, keep)
+  local ended = B .. 'ended'
+  if redis.call('RPUSH', ended, k) >= L.max_retained + @RETAIN_SLACK@ then
+    for _, old in ipairs(redis.call('LPOP', ended, @RETAIN_SLACK@)) do
+      local otk = B .. 't:' .. old
+      local orun = redis.call('HGET', otk, 'run')
+      redis.call('DEL', otk)
+      if orun and redis.call('GET', B .. 'run:' .. orun) == old then
+        redis.call('DEL', B .. 'run:' .. orun)
+      end
+    end
+  end
+end

@@ -1,0 +1,29 @@
+-- Ask for a slot again for a parked ticket: admitted at once if it fits, else queued ahead
+-- of its subject's waiters (admitted and queued ones stay). ARGV[5] ticket key.
+-- Returns as for park.
+housekeeping(false)
+local k = ARGV[5]
+local t = ticket(k)
+if not t then return false end
+if t.state == 'P' then
+  incr('parked', -1)
+  local fits = (not instance_soft(t.instance)) and cnt('in_flight') < L.total
+    and num(redis.call('HGET', C, sf(t.subject))) < subject_cap(t.subject)
+    and account_has_room(t.account)
+  if fits then
+    local g = fmt(next_grant(redis.call('HGET', C, 'grant')))
+    redis.call('HSET', C, 'grant', g)
+    redis.call('HSET', tkey(k), 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease))
+    redis.call('ZADD', LEASES, now + L.lease, k)
+    redis.call('HINCRBY', C, 'in_flight', 1)
+    redis.call('HINCRBY', C, 'admitted', 1)
+    hincr(C, sf(t.subject), 1)
+    if t.account ~= '' then hincr(AF, t.account, 1) end
+  else
+    enqueue(k, t, true)
+  end
+elseif t.state ~= 'A' and t.state ~= 'Q' then
+  return {'state', t.state}
+end
+local v = view(k)
+return {'ok', v[1], v[2], v[3], v[4]}
