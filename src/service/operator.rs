@@ -1,0 +1,135 @@
+//! The `admission.v1.Operator` service: listings, resolutions, unlocks and drain, for operators.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::edge::{self, ms32};
+use super::list_limit;
+use crate::api;
+use crate::gates::Gates;
+use crate::ledger::{StepState, micros_to_usd};
+use crate::store::{Store, TicketId};
+
+/// The `Operator` service over a store.
+pub struct OperatorService<S> {
+    store: Arc<S>,
+    gates: Arc<Gates>,
+}
+
+impl<S> OperatorService<S> {
+    pub fn new(store: Arc<S>, gates: Arc<Gates>) -> Self {
+        OperatorService { store, gates }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> api::operator_server::Operator for OperatorService<S> {
+    async fn list_tickets(
+        &self,
+        request: Request<api::ListTicketsRequest>,
+    ) -> Result<Response<api::ListTicketsResponse>, Status> {
+        let req = request.get_ref();
+        edge::id(&req.host_id, "host_id")?;
+        let limit = list_limit(req.limit)?;
+        let (list, truncated) = self.store.list(&req.host_id, limit).await?;
+        let tickets = list
+            .into_iter()
+            .map(|t| api::TicketInfo {
+                ticket_id: TicketId {
+                    host_id: req.host_id.clone(),
+                    key: t.key,
+                }
+                .to_string(),
+                state: api::TicketState::from(t.state) as i32,
+                subject: t.subject,
+                account_id: t.account_id.unwrap_or_default(),
+                run_id: t.run_id,
+                instance_id: t.instance_id,
+                grant: t.grant,
+                lease_remaining_ms: ms32(t.lease_remaining_ms),
+            })
+            .collect();
+        Ok(Response::new(api::ListTicketsResponse {
+            tickets,
+            truncated,
+        }))
+    }
+
+    async fn drain(
+        &self,
+        _request: Request<api::DrainRequest>,
+    ) -> Result<Response<api::DrainResponse>, Status> {
+        let started = self.gates.start_drain();
+        Ok(Response::new(api::DrainResponse { started }))
+    }
+
+    async fn list_reservations(
+        &self,
+        request: Request<api::ListReservationsRequest>,
+    ) -> Result<Response<api::ListReservationsResponse>, Status> {
+        let req = request.get_ref();
+        edge::id(&req.host_id, "host_id")?;
+        let limit = list_limit(req.limit)?;
+        let (list, truncated) = self.store.reservations(&req.host_id, limit).await?;
+        let reservations = list
+            .into_iter()
+            .map(|r| api::ReservationInfo {
+                run_id: r.run_id,
+                step: r.step,
+                subject: r.subject,
+                account_id: r.account_id.unwrap_or_default(),
+                model: r.model,
+                state: match r.state {
+                    StepState::Uncertain => api::ReservationState::Uncertain,
+                    _ => api::ReservationState::Reserved,
+                } as i32,
+                reserved_tokens: r.reserved_tokens,
+                reserved_cost_usd: micros_to_usd(r.reserved_cost),
+                age_ms: r.age_ms,
+            })
+            .collect();
+        Ok(Response::new(api::ListReservationsResponse {
+            reservations,
+            truncated,
+        }))
+    }
+
+    async fn resolve_reservation(
+        &self,
+        request: Request<api::ResolveReservationRequest>,
+    ) -> Result<Response<api::ResolveReservationResponse>, Status> {
+        let req = request.get_ref();
+        let (step, resolution) = edge::resolve_args(req)?;
+        self.store
+            .resolve(&req.host_id, &req.run_id, step, resolution)
+            .await??;
+        tracing::info!(
+            host_id = %req.host_id,
+            run_id = %req.run_id,
+            step,
+            ?resolution,
+            "uncertain reservation resolved by an operator"
+        );
+        Ok(Response::new(api::ResolveReservationResponse {}))
+    }
+
+    async fn unlock_auth(
+        &self,
+        request: Request<api::UnlockAuthRequest>,
+    ) -> Result<Response<api::UnlockAuthResponse>, Status> {
+        let req = request.get_ref();
+        edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        let cleared = self.store.auth_reset(&req.endpoint, &req.identity).await?;
+        tracing::info!(
+            endpoint = %req.endpoint,
+            identity = %req.identity,
+            was_locked = cleared.was_locked,
+            "auth bucket unlocked by an operator"
+        );
+        Ok(Response::new(api::UnlockAuthResponse {
+            was_locked: cleared.was_locked,
+            cleared: cleared.existed,
+        }))
+    }
+}
