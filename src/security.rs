@@ -1,4 +1,4 @@
-//! Who is calling, and what they may do (the README's Security section).
+//! Who is calling, and what they may do (docs/security.md).
 //!
 //! A request is authenticated once, by the interceptor in front of both services: a bearer token
 //! (`authorization: Bearer <token>`) is hashed with SHA-256 and compared in constant time with
