@@ -66,7 +66,7 @@ local function set_lease(k, deadline)
   redis.call('HSET', tkey(k), 'deadline', fmt(deadline))
   redis.call('ZADD', LEASES, deadline, k)
 end
--- Admit a waiter that dispatch took out of its queue.
+-- Admit a waiter that dispatch took out of its queue, or a parked ticket that fits again.
 local function admit(k, t)
   local g = fmt(next_grant(redis.call('HGET', C, 'grant')))
   redis.call('HSET', C, 'grant', g)

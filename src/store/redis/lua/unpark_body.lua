@@ -11,14 +11,7 @@ if t.state == 'P' then
     and num(redis.call('HGET', C, sf(t.subject))) < subject_cap(t.subject)
     and account_has_room(t.account)
   if fits then
-    local g = fmt(next_grant(redis.call('HGET', C, 'grant')))
-    redis.call('HSET', C, 'grant', g)
-    redis.call('HSET', tkey(k), 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease))
-    redis.call('ZADD', LEASES, now + L.lease, k)
-    redis.call('HINCRBY', C, 'in_flight', 1)
-    redis.call('HINCRBY', C, 'admitted', 1)
-    hincr(C, sf(t.subject), 1)
-    if t.account ~= '' then hincr(AF, t.account, 1) end
+    admit(k, t)
   else
     enqueue(k, t, true)
   end
