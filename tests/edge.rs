@@ -391,3 +391,55 @@ async fn a_half_sent_request_is_ended_by_the_unary_timeout() {
         "{took:?}"
     );
 }
+
+/// `grpc.max_wait_streams` bounds the Wait streams of every connection together, not only of
+/// one: the stream past it is refused with TOO_MANY_STREAMS, whichever connection asks.
+#[tokio::test]
+async fn open_wait_streams_are_bounded_over_all_connections() {
+    let server = Server::start_with_config(
+        "wait-cap",
+        "scheduling: { total: 1, per_subject: 1, queue: { total: 10 } }\n\
+         grpc: { max_wait_streams: 2, max_wait_streams_per_connection: 10 }\n",
+        &[],
+    );
+    let mut c = server.client().await;
+    c.submit(submit_req("h", "holder", "hold")).await.unwrap();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let r = c
+            .submit(submit_req("h", &format!("w{i}"), &format!("w{i}")))
+            .await
+            .unwrap()
+            .into_inner();
+        waiters.push(r.ticket_id);
+    }
+    // Two streams on two connections fill the bound...
+    let mut held = Vec::new();
+    for id in &waiters[..2] {
+        let mut own = server.client().await;
+        held.push(common::follow(&mut own, id).await);
+    }
+    // ...and a third connection's stream is refused.
+    let mut third = server.client().await;
+    let refused = third
+        .wait(api::WaitRequest {
+            ticket_id: waiters[2].clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused
+            .message()
+            .contains("TOO_MANY_STREAMS: the authority already has 2"),
+        "{}",
+        refused.message()
+    );
+    // A stream that closes gives its place back.
+    drop(held.pop());
+    eventually("a place to free up", Duration::from_secs(5), || {
+        let (mut third, id) = (third.clone(), waiters[2].clone());
+        async move { third.wait(api::WaitRequest { ticket_id: id }).await.ok() }
+    })
+    .await;
+}
