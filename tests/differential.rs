@@ -1,0 +1,713 @@
+//! The Rust core is the specification; the Redis store's Lua is an optimised engine checked
+//! against it. Random operation sequences run on the embedded store and on a Redis store side
+//! by side, with the same frozen clock, and every answer and every counter must be the same:
+//! tickets (several hosts with their own limits, subject and account overrides, replays and
+//! run_id conflicts, release by run, Park/Unpark, leases running out, early forgetting), the
+//! ledger (budgets, allowances, replays, settle conflicts, uncertain reservations and their
+//! resolution, forgotten runs) and the auth buckets (attempts, lockouts, peeks, resets).
+//!
+//! `ADMISSION_DIFFERENTIAL_CASES=N` runs N sequences of each kind instead of the default (run
+//! tens of thousands before a change to the rules lands: `scripts/test` runs the default).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use admission_authority::auth::{AuthPolicy, BucketRule};
+use admission_authority::clock::{Clock, ManualClock};
+use admission_authority::ledger::{
+    Allowance, AuthorizeArgs, Budget, Coverage, Resolution, ResourcePolicy, UnknownUsage, Usage,
+};
+use admission_authority::scheduler::{
+    Limits, LimitsTable, MemoryLimits, OverflowPolicy, SubmitArgs, SubmitMode, TicketView,
+};
+use admission_authority::store::memory::MemoryStore;
+use admission_authority::store::redis::RedisStore;
+use admission_authority::store::{
+    AuthStore, LedgerStore, Policy, Store, StoreError, TicketId, TicketStore,
+};
+use proptest::prelude::*;
+
+const HOSTS: [&str; 3] = ["h0", "h1", "h.2"];
+const SUBJECTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
+const ACCOUNTS: [Option<&str>; 3] = [None, Some("acct-1"), Some("acct-2")];
+
+/// Sequences of each kind: `ADMISSION_DIFFERENTIAL_CASES`, else `default`.
+fn cases(default: u32) -> u32 {
+    std::env::var("ADMISSION_DIFFERENTIAL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn config(default_cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: cases(default_cases),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// The two stores under one policy and one clock; Redis keys under a prefix of their own.
+struct Pair {
+    memory: MemoryStore,
+    redis: RedisStore,
+    clock: ManualClock,
+}
+
+impl Pair {
+    fn new(policy: Policy) -> Pair {
+        static CASE: AtomicU64 = AtomicU64::new(0);
+        let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+            .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+        let n = CASE.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("diff-{}-{n}:", std::process::id());
+        let clock = ManualClock::new(1_000);
+        let memory = MemoryStore::new(policy.clone(), Arc::new(clock.clone()));
+        let redis = RedisStore::new(&url, &prefix, 2, policy, Arc::new(clock.clone())).unwrap();
+        redis.freeze_time_for_tests(clock.now_ms());
+        Pair {
+            memory,
+            redis,
+            clock,
+        }
+    }
+
+    /// Let `ms` pass and run the periodic sweep of every part on both stores.
+    async fn advance(&self, ms: u64) -> Result<(), StoreError> {
+        self.clock.advance(ms);
+        self.redis.freeze_time_for_tests(self.clock.now_ms());
+        self.memory.sweep().await?;
+        self.redis.sweep().await
+    }
+}
+
+fn run_async<F: std::future::Future<Output = Result<(), TestCaseError>>>(
+    f: F,
+) -> Result<(), TestCaseError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn rss() -> impl Strategy<Value = Option<u32>> {
+    prop_oneof![3 => Just(None), 1 => (0u32..1200).prop_map(Some)]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tickets
+
+#[derive(Clone, Debug)]
+enum TicketOp {
+    Submit {
+        host: usize,
+        subject: usize,
+        account: usize,
+        try_mode: bool,
+        rss_mb: Option<u32>,
+    },
+    /// Submit an earlier run again, as it was or with another subject or account.
+    Replay {
+        pick: usize,
+        subject: Option<usize>,
+        account: Option<usize>,
+    },
+    Release(usize),
+    ReleaseRun(usize),
+    Renew(usize, Option<u32>),
+    Park(usize),
+    Unpark(usize),
+    Advance(u64),
+}
+
+fn ticket_op() -> impl Strategy<Value = TicketOp> {
+    prop_oneof![
+        5 => (0..HOSTS.len(), 0..SUBJECTS.len(), 0..ACCOUNTS.len(), any::<bool>(), rss())
+            .prop_map(|(host, subject, account, try_mode, rss_mb)| TicketOp::Submit {
+                host, subject, account, try_mode, rss_mb
+            }),
+        1 => (any::<usize>(), prop::option::weighted(0.3, 0..SUBJECTS.len()),
+              prop::option::weighted(0.3, 0..ACCOUNTS.len()))
+            .prop_map(|(pick, subject, account)| TicketOp::Replay { pick, subject, account }),
+        2 => any::<usize>().prop_map(TicketOp::Release),
+        1 => any::<usize>().prop_map(TicketOp::ReleaseRun),
+        2 => (any::<usize>(), rss()).prop_map(|(p, r)| TicketOp::Renew(p, r)),
+        1 => any::<usize>().prop_map(TicketOp::Park),
+        1 => any::<usize>().prop_map(TicketOp::Unpark),
+        1 => (1u64..400).prop_map(TicketOp::Advance),
+    ]
+}
+
+fn limits() -> impl Strategy<Value = Limits> {
+    (
+        (1u32..5, 1u32..3, prop::option::of(1u32..3)),
+        (0u32..6, 0u32..3),
+        prop_oneof![
+            Just(OverflowPolicy::Reject),
+            Just(OverflowPolicy::ShedOldest),
+            Just(OverflowPolicy::Queue)
+        ],
+        any::<bool>(),
+        // 1 forgets ended tickets early, 32 at a time.
+        prop_oneof![Just(1u32), Just(100_000)],
+        // Subject and account overrides, sometimes above the default cap, sometimes below.
+        (0u32..4, prop::option::of(0u32..3)),
+    )
+        .prop_map(
+            |(
+                (total, per_subject, per_account),
+                (queue_total, queue_per_subject),
+                overflow,
+                memory,
+                max_retained,
+                (dave, acct1),
+            )| Limits {
+                total,
+                per_subject,
+                per_account,
+                subjects: [("dave".to_string(), dave)].into(),
+                accounts: acct1
+                    .map(|c| ("acct-1".to_string(), c))
+                    .into_iter()
+                    .collect(),
+                queue_total,
+                queue_per_subject,
+                queue_hard_total: queue_total * 2,
+                overflow,
+                lease_ttl_ms: 500,
+                retention_ms: 800,
+                max_retained,
+                memory: if memory {
+                    MemoryLimits::from_ratio(1000, 0.9)
+                } else {
+                    MemoryLimits::OFF
+                },
+            },
+        )
+}
+
+/// The parts of a view both stores must agree on (the key is each store's own).
+fn view(v: &TicketView) -> (String, u32, u64, u64) {
+    (
+        format!("{:?}", v.state),
+        v.position,
+        v.grant,
+        v.lease_remaining_ms,
+    )
+}
+
+/// One ticket made on both stores.
+struct Made {
+    memory: TicketId,
+    redis: TicketId,
+    host: usize,
+    args: SubmitArgs,
+}
+
+async fn tickets_alike(
+    default: Limits,
+    h1: Limits,
+    ops: Vec<TicketOp>,
+) -> Result<(), TestCaseError> {
+    let table = LimitsTable {
+        default,
+        hosts: [("h1".to_string(), h1)].into(),
+    };
+    let pair = Pair::new(table.into());
+    let (m, r) = (&pair.memory, &pair.redis);
+    let mut made: Vec<Made> = Vec::new();
+    let mut runs: Vec<(usize, SubmitArgs)> = Vec::new();
+    let pick = |made: &Vec<Made>, p: usize| (!made.is_empty()).then(|| p % made.len());
+    for (i, op) in ops.into_iter().enumerate() {
+        let submit = match op {
+            TicketOp::Submit {
+                host,
+                subject,
+                account,
+                try_mode,
+                rss_mb,
+            } => Some((
+                host,
+                SubmitArgs {
+                    instance_id: format!("replica-{}", i % 2),
+                    subject: SUBJECTS[subject].into(),
+                    account_id: ACCOUNTS[account].map(str::to_string),
+                    run_id: format!("run-{i}"),
+                    mode: if try_mode {
+                        SubmitMode::Try
+                    } else {
+                        SubmitMode::Queue
+                    },
+                    rss_mb,
+                },
+            )),
+            TicketOp::Replay {
+                pick,
+                subject,
+                account,
+            } if !runs.is_empty() => {
+                let (host, mut args) = runs[pick % runs.len()].clone();
+                if let Some(s) = subject {
+                    args.subject = SUBJECTS[s].into();
+                }
+                if let Some(a) = account {
+                    args.account_id = ACCOUNTS[a].map(str::to_string);
+                }
+                Some((host, args))
+            }
+            _ => None,
+        };
+        if let Some((host, args)) = submit {
+            runs.push((host, args.clone()));
+            let a = m.submit(HOSTS[host], args.clone()).await.unwrap();
+            let b = r.submit(HOSTS[host], args.clone()).await.unwrap();
+            match (a, b) {
+                (Ok((mi, mv)), Ok((ri, rv))) => {
+                    prop_assert_eq!(view(&mv), view(&rv), "op {}: submit", i);
+                    let known = made.iter().position(|t| t.memory == mi);
+                    let known_r = made.iter().position(|t| t.redis == ri);
+                    prop_assert_eq!(known, known_r, "op {}: submit found another ticket", i);
+                    if known.is_none() {
+                        made.push(Made {
+                            memory: mi,
+                            redis: ri,
+                            host,
+                            args,
+                        });
+                    }
+                }
+                (a, b) => prop_assert_eq!(a.err(), b.err(), "op {}: submit", i),
+            }
+        }
+        match op {
+            TicketOp::Release(p) => {
+                if let Some(p) = pick(&made, p) {
+                    let t = &made[p];
+                    let a = m.release(&t.memory).await.unwrap();
+                    let b = r.release(&t.redis).await.unwrap();
+                    prop_assert_eq!(a, b, "op {}: release", i);
+                }
+            }
+            TicketOp::ReleaseRun(p) => {
+                if let Some(p) = pick(&made, p) {
+                    let t = &made[p];
+                    let host = HOSTS[t.host];
+                    let a = m.release_run(host, &t.args.run_id).await.unwrap();
+                    let b = r.release_run(host, &t.args.run_id).await.unwrap();
+                    prop_assert_eq!(a.as_ref().map(|(_, s)| *s), b.as_ref().map(|(_, s)| *s));
+                    prop_assert_eq!(
+                        a.map(|(id, _)| id == t.memory),
+                        b.map(|(id, _)| id == t.redis)
+                    );
+                }
+            }
+            TicketOp::Renew(p, rss_mb) => {
+                if let Some(p) = pick(&made, p) {
+                    let t = &made[p];
+                    let a = m
+                        .renew(std::slice::from_ref(&t.memory), rss_mb)
+                        .await
+                        .unwrap();
+                    let b = r
+                        .renew(std::slice::from_ref(&t.redis), rss_mb)
+                        .await
+                        .unwrap();
+                    prop_assert_eq!(
+                        a[0].as_ref().map(view),
+                        b[0].as_ref().map(view),
+                        "op {}: renew",
+                        i
+                    );
+                }
+            }
+            TicketOp::Park(p) | TicketOp::Unpark(p) => {
+                if let Some(p) = pick(&made, p) {
+                    let t = &made[p];
+                    let (a, b) = if matches!(op, TicketOp::Park(_)) {
+                        (
+                            m.park(&t.memory).await.unwrap(),
+                            r.park(&t.redis).await.unwrap(),
+                        )
+                    } else {
+                        (
+                            m.unpark(&t.memory).await.unwrap(),
+                            r.unpark(&t.redis).await.unwrap(),
+                        )
+                    };
+                    let strip = |v: Option<Result<TicketView, _>>| v.map(|r| r.map(|v| view(&v)));
+                    prop_assert_eq!(strip(a), strip(b), "op {}: {:?}", i, op);
+                }
+            }
+            TicketOp::Advance(ms) => pair.advance(ms).await.unwrap(),
+            TicketOp::Submit { .. } | TicketOp::Replay { .. } => {}
+        }
+
+        for host in HOSTS {
+            let (a, b) = (m.stats(host).await.unwrap(), r.stats(host).await.unwrap());
+            prop_assert_eq!(a, b, "op {}: stats of {}", i, host);
+            let index = |key, redis: bool| {
+                made.iter().position(|t| {
+                    let id = if redis { &t.redis } else { &t.memory };
+                    id.key == key && id.host_id == host
+                })
+            };
+            let (a, more_a) = m.list(host, 1000).await.unwrap();
+            let (b, more_b) = r.list(host, 1000).await.unwrap();
+            prop_assert_eq!(more_a, more_b);
+            let strip = |list: Vec<admission_authority::scheduler::TicketInfo>, redis: bool| {
+                let mut rows: Vec<_> = list
+                    .into_iter()
+                    .map(|t| {
+                        (
+                            index(t.key, redis),
+                            format!("{:?}", t.state),
+                            t.grant,
+                            t.lease_remaining_ms,
+                            t.run_id,
+                            t.instance_id,
+                        )
+                    })
+                    .collect();
+                rows.sort();
+                rows
+            };
+            prop_assert_eq!(
+                strip(a, false),
+                strip(b, true),
+                "op {}: list of {}",
+                i,
+                host
+            );
+        }
+        for (j, t) in made.iter().enumerate() {
+            let a = m.ticket(&t.memory).await.unwrap();
+            let b = r.ticket(&t.redis).await.unwrap();
+            prop_assert_eq!(
+                a.as_ref().map(view),
+                b.as_ref().map(view),
+                "op {}: ticket {}",
+                i,
+                j
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(100))]
+
+    #[test]
+    fn tickets_answer_alike_on_both_stores(
+        default in limits(),
+        h1 in limits(),
+        ops in proptest::collection::vec(ticket_op(), 1..80),
+    ) {
+        run_async(tickets_alike(default, h1, ops))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ledger
+
+#[derive(Clone, Debug)]
+enum LedgerOp {
+    Authorize {
+        host: usize,
+        run: usize,
+        step: u32,
+        /// Another subject or account than the run's own (a conflict, unless it is its first call).
+        stray: Option<(usize, usize)>,
+        output: u64,
+        input: u64,
+        cost: u64,
+    },
+    Settle {
+        host: usize,
+        run: usize,
+        step: u32,
+        input: u64,
+        output: u64,
+        cost: u64,
+        coverage: u8,
+    },
+    Resolve {
+        host: usize,
+        run: usize,
+        step: u32,
+        consumed: bool,
+    },
+    Advance(u64),
+}
+
+const RUNS: usize = 5;
+
+fn ledger_op() -> impl Strategy<Value = LedgerOp> {
+    let host = 0..2usize;
+    prop_oneof![
+        5 => (host.clone(), 0..RUNS, 1u32..5,
+              prop::option::weighted(0.1, (0..SUBJECTS.len(), 0..ACCOUNTS.len())),
+              1u64..400, 0u64..300, prop_oneof![Just(0u64), 1u64..3_000])
+            .prop_map(|(host, run, step, stray, output, input, cost)| LedgerOp::Authorize {
+                host, run, step, stray, output, input, cost
+            }),
+        4 => (host.clone(), 0..RUNS, 1u32..5, 0u64..300, 0u64..400, 0u64..3_000, 0u8..3)
+            .prop_map(|(host, run, step, input, output, cost, coverage)| LedgerOp::Settle {
+                host, run, step, input, output, cost, coverage
+            }),
+        1 => (host, 0..RUNS, 1u32..5, any::<bool>())
+            .prop_map(|(host, run, step, consumed)| LedgerOp::Resolve { host, run, step, consumed }),
+        1 => (1u64..500).prop_map(LedgerOp::Advance),
+    ]
+}
+
+fn budget() -> impl Strategy<Value = Budget> {
+    (
+        prop::option::of(100u64..2_000),
+        prop::option::of(500u64..10_000),
+        prop_oneof![
+            Just(UnknownUsage::Reject),
+            Just(UnknownUsage::Allow),
+            Just(UnknownUsage::Defer)
+        ],
+    )
+        .prop_map(|(max_tokens, max_cost, unknown_usage)| Budget {
+            max_tokens,
+            max_cost,
+            unknown_usage,
+        })
+}
+
+fn resource_policy() -> impl Strategy<Value = ResourcePolicy> {
+    (
+        prop::option::of(budget()),
+        prop::option::of(budget()),
+        prop::option::of(budget()),
+        prop::option::of((
+            prop::option::of(200u64..3_000),
+            prop::option::of(1_000u64..20_000),
+            100u64..2_000,
+        )),
+    )
+        .prop_map(|(default, bob, acct1, allowance)| ResourcePolicy {
+            default,
+            subjects: bob.map(|b| ("bob".to_string(), b)).into_iter().collect(),
+            accounts: acct1
+                .map(|b| ("acct-1".to_string(), b))
+                .into_iter()
+                .collect(),
+            allowances: allowance
+                .map(|(tokens, cost, window_ms)| {
+                    (
+                        "acct-1".to_string(),
+                        Allowance {
+                            tokens,
+                            cost,
+                            window_ms,
+                        },
+                    )
+                })
+                .into_iter()
+                .collect(),
+            reservation_ttl_ms: 400,
+            run_retention_ms: 1_500,
+        })
+}
+
+async fn ledger_alike(resources: ResourcePolicy, ops: Vec<LedgerOp>) -> Result<(), TestCaseError> {
+    let pair = Pair::new(Policy {
+        resources,
+        ..Policy::default()
+    });
+    let (m, r) = (&pair.memory, &pair.redis);
+    // Run k belongs to subject k % 4 and account k % 3.
+    let owner = |run: usize| (run % SUBJECTS.len(), run % ACCOUNTS.len());
+    for (i, op) in ops.into_iter().enumerate() {
+        match op {
+            LedgerOp::Authorize {
+                host,
+                run,
+                step,
+                stray,
+                output,
+                input,
+                cost,
+            } => {
+                let (s, a) = stray.unwrap_or(owner(run));
+                let args = AuthorizeArgs {
+                    run_id: format!("run-{run}"),
+                    step,
+                    subject: SUBJECTS[s].into(),
+                    account_id: ACCOUNTS[a].map(str::to_string),
+                    model: format!("model-{}", step % 2),
+                    requested_output_tokens: output,
+                    estimated_input_tokens: input,
+                    estimated_cost: cost,
+                };
+                let a = m.authorize(HOSTS[host], args.clone()).await.unwrap();
+                let b = r.authorize(HOSTS[host], args).await.unwrap();
+                prop_assert_eq!(a, b, "op {}: authorize", i);
+            }
+            LedgerOp::Settle {
+                host,
+                run,
+                step,
+                input,
+                output,
+                cost,
+                coverage,
+            } => {
+                let usage = Usage {
+                    input_tokens: input,
+                    output_tokens: output,
+                    cost,
+                    coverage: [Coverage::Complete, Coverage::Partial, Coverage::Unknown]
+                        [coverage as usize],
+                };
+                let run_id = format!("run-{run}");
+                let a = m.settle(HOSTS[host], &run_id, step, usage).await.unwrap();
+                let b = r.settle(HOSTS[host], &run_id, step, usage).await.unwrap();
+                prop_assert_eq!(a, b, "op {}: settle", i);
+            }
+            LedgerOp::Resolve {
+                host,
+                run,
+                step,
+                consumed,
+            } => {
+                let resolution = if consumed {
+                    Resolution::Consumed
+                } else {
+                    Resolution::Released
+                };
+                let run_id = format!("run-{run}");
+                let a = m
+                    .resolve(HOSTS[host], &run_id, step, resolution)
+                    .await
+                    .unwrap();
+                let b = r
+                    .resolve(HOSTS[host], &run_id, step, resolution)
+                    .await
+                    .unwrap();
+                prop_assert_eq!(a, b, "op {}: resolve", i);
+            }
+            LedgerOp::Advance(ms) => pair.advance(ms).await.unwrap(),
+        }
+        for host in &HOSTS[..2] {
+            let a = m.ledger_stats(host).await.unwrap();
+            let b = r.ledger_stats(host).await.unwrap();
+            prop_assert_eq!(a, b, "op {}: ledger stats of {}", i, host);
+            let a = m.reservations(host, 100).await.unwrap();
+            let b = r.reservations(host, 100).await.unwrap();
+            prop_assert_eq!(a, b, "op {}: reservations of {}", i, host);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(100))]
+
+    #[test]
+    fn the_ledger_answers_alike_on_both_stores(
+        resources in resource_policy(),
+        ops in proptest::collection::vec(ledger_op(), 1..80),
+    ) {
+        run_async(ledger_alike(resources, ops))?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Auth buckets
+
+#[derive(Clone, Debug)]
+enum AuthOp {
+    Attempt(usize, usize),
+    Peek(usize, usize),
+    Reset(usize, usize),
+    Advance(u64),
+}
+
+const ENDPOINTS: [&str; 2] = ["login", "custom"];
+const IDENTITIES: [&str; 3] = ["ip:10.0.0.1", "user:ann", "ip:::1"];
+
+fn auth_op() -> impl Strategy<Value = AuthOp> {
+    let key = (0..ENDPOINTS.len(), 0..IDENTITIES.len());
+    prop_oneof![
+        6 => key.clone().prop_map(|(e, k)| AuthOp::Attempt(e, k)),
+        2 => key.clone().prop_map(|(e, k)| AuthOp::Peek(e, k)),
+        1 => key.prop_map(|(e, k)| AuthOp::Reset(e, k)),
+        2 => (1u64..600).prop_map(AuthOp::Advance),
+    ]
+}
+
+fn rule() -> impl Strategy<Value = BucketRule> {
+    (
+        1u32..5,
+        100u64..1_000,
+        prop_oneof![Just(0u64), 50u64..1_500],
+    )
+        .prop_map(|(max_attempts, window_ms, lockout_ms)| BucketRule {
+            max_attempts,
+            window_ms,
+            lockout_ms,
+        })
+}
+
+async fn auth_alike(rules: [BucketRule; 2], ops: Vec<AuthOp>) -> Result<(), TestCaseError> {
+    let buckets: BTreeMap<String, BucketRule> = ENDPOINTS
+        .iter()
+        .zip(rules)
+        .map(|(e, r)| (e.to_string(), r))
+        .collect();
+    let pair = Pair::new(Policy {
+        auth: AuthPolicy {
+            buckets,
+            ..AuthPolicy::default()
+        },
+        ..Policy::default()
+    });
+    let (m, r) = (&pair.memory, &pair.redis);
+    for (i, op) in ops.into_iter().enumerate() {
+        match op {
+            AuthOp::Attempt(e, k) | AuthOp::Peek(e, k) => {
+                let peek = matches!(op, AuthOp::Peek(..));
+                let (endpoint, identity, rule) = (ENDPOINTS[e], IDENTITIES[k], rules[e]);
+                let (a, b) = if peek {
+                    (
+                        m.auth_peek(endpoint, identity, rule).await.unwrap(),
+                        r.auth_peek(endpoint, identity, rule).await.unwrap(),
+                    )
+                } else {
+                    (
+                        m.auth_attempt(endpoint, identity, rule).await.unwrap(),
+                        r.auth_attempt(endpoint, identity, rule).await.unwrap(),
+                    )
+                };
+                prop_assert_eq!(a, b, "op {}: {:?}", i, op);
+            }
+            AuthOp::Reset(e, k) => {
+                let a = m.auth_reset(ENDPOINTS[e], IDENTITIES[k]).await.unwrap();
+                let b = r.auth_reset(ENDPOINTS[e], IDENTITIES[k]).await.unwrap();
+                prop_assert_eq!(a, b, "op {}: reset", i);
+            }
+            AuthOp::Advance(ms) => pair.advance(ms).await.unwrap(),
+        }
+    }
+    prop_assert!(!r.auth_degraded(), "Redis was reachable throughout");
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(100))]
+
+    #[test]
+    fn auth_buckets_answer_alike_on_both_stores(
+        rules in [rule(), rule()],
+        ops in proptest::collection::vec(auth_op(), 1..80),
+    ) {
+        run_async(auth_alike(rules, ops))?;
+    }
+}
