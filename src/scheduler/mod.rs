@@ -109,6 +109,19 @@ pub enum Refusal {
     Draining,
 }
 
+impl Refusal {
+    /// Its name: the ErrorInfo reason callers see, and the code the Redis scripts answer.
+    /// Part of the public contract.
+    pub fn code(self) -> &'static str {
+        match self {
+            Refusal::Busy => "BUSY",
+            Refusal::QueueFull => "QUEUE_FULL",
+            Refusal::MemoryPressure => "MEMORY_PRESSURE",
+            Refusal::Draining => "DRAINING",
+        }
+    }
+}
+
 /// Why a Submit was not answered with a ticket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SubmitError {

@@ -103,12 +103,7 @@ pub fn store_error_reason(e: &StoreError) -> &'static str {
 
 /// The ErrorInfo reason of a refusal: part of the public contract.
 pub fn refusal_reason(r: Refusal) -> &'static str {
-    match r {
-        Refusal::Busy => "BUSY",
-        Refusal::QueueFull => "QUEUE_FULL",
-        Refusal::MemoryPressure => "MEMORY_PRESSURE",
-        Refusal::Draining => "DRAINING",
-    }
+    r.code()
 }
 
 fn refusal_message(r: Refusal) -> &'static str {
@@ -526,10 +521,33 @@ mod tests {
     #[test]
     fn store_failures_say_whether_the_call_may_have_been_applied() {
         for (e, reason) in [
-            (StoreError::Unreachable("x".into()), "STORE_UNAVAILABLE"),
-            (StoreError::Config("x".into()), "STORE_UNAVAILABLE"),
-            (StoreError::OutcomeUnknown("x".into()), "OUTCOME_UNKNOWN"),
-            (StoreError::Protocol("x".into()), "OUTCOME_UNKNOWN"),
+            (
+                StoreError::Unreachable {
+                    what: "x".into(),
+                    source: None,
+                },
+                "STORE_UNAVAILABLE",
+            ),
+            (
+                StoreError::Incompatible { what: "x".into() },
+                "STORE_UNAVAILABLE",
+            ),
+            (
+                StoreError::Config {
+                    what: "x".into(),
+                    source: None,
+                },
+                "STORE_UNAVAILABLE",
+            ),
+            (StoreError::Timeout { what: "x".into() }, "OUTCOME_UNKNOWN"),
+            (
+                StoreError::ConnectionLost {
+                    what: "x".into(),
+                    source: None,
+                },
+                "OUTCOME_UNKNOWN",
+            ),
+            (StoreError::protocol("x"), "OUTCOME_UNKNOWN"),
         ] {
             let status = Status::from(ApiError::Unavailable(e));
             assert_eq!(status.code(), Code::Unavailable);

@@ -45,27 +45,52 @@ impl From<LimitsTable> for Policy {
 /// A ledger call's answer: the store's failure outside, the caller's mistake inside.
 pub type LedgerResult<T> = Result<Result<T, LedgerError>, StoreError>;
 
+/// What a [`StoreError`] was caused by, kept for logs and error chains.
+pub type ErrorSource = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
 /// Why the shared store failed a call, and so whether the call may have been applied there.
 /// Tickets and reservations fail closed on any of them; the edge tells the caller which
 /// (`STORE_UNAVAILABLE`: not applied, retry freely; `OUTCOME_UNKNOWN`: may have been applied,
-/// retry with the same idempotency key).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// retry with the same idempotency key). `what` names the store and says what happened in an
+/// operator's words; `source` is the client library's own error when there is one.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached (connection refused, no answer while connecting,
-    /// authentication, an incompatible version): nothing was sent, nothing was applied.
-    #[error("store unavailable: {0}")]
-    Unreachable(String),
-    /// The call was sent and its answer was lost (no answer in time, the connection dropped):
-    /// it may have been applied.
-    #[error("store outcome unknown: {0}")]
-    OutcomeUnknown(String),
+    /// authentication): nothing was sent, nothing was applied.
+    #[error("store unavailable: {what}")]
+    Unreachable {
+        what: String,
+        #[source]
+        source: Option<ErrorSource>,
+    },
+    /// The store runs a version this authority cannot work with: nothing was applied.
+    #[error("store unavailable: {what}")]
+    Incompatible { what: String },
+    /// The call was sent and no answer came in time: it may have been applied.
+    #[error("store outcome unknown: {what}")]
+    Timeout { what: String },
+    /// The call was sent and the connection broke before the answer: it may have been applied.
+    #[error("store outcome unknown: {what}")]
+    ConnectionLost {
+        what: String,
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// The store answered something this authority does not understand (an error reply, a
     /// malformed answer): it may have been applied.
-    #[error("store answered unexpectedly: {0}")]
-    Protocol(String),
+    #[error("store answered unexpectedly: {what}")]
+    Protocol {
+        what: String,
+        #[source]
+        source: Option<ErrorSource>,
+    },
     /// The store's settings cannot work (a URL that is not one).
-    #[error("store settings: {0}")]
-    Config(String),
+    #[error("store settings: {what}")]
+    Config {
+        what: String,
+        #[source]
+        source: Option<ErrorSource>,
+    },
 }
 
 impl StoreError {
@@ -73,8 +98,18 @@ impl StoreError {
     pub fn may_have_applied(&self) -> bool {
         matches!(
             self,
-            StoreError::OutcomeUnknown(_) | StoreError::Protocol(_)
+            StoreError::Timeout { .. }
+                | StoreError::ConnectionLost { .. }
+                | StoreError::Protocol { .. }
         )
+    }
+
+    /// An answer this authority does not understand, without a library error behind it.
+    pub fn protocol(what: impl Into<String>) -> Self {
+        StoreError::Protocol {
+            what: what.into(),
+            source: None,
+        }
     }
 }
 

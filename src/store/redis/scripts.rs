@@ -6,11 +6,22 @@
 //! Redis `TIME`; tests pass a frozen time instead, so they can let windows pass without
 //! sleeping and assert exact durations. Deadlines are kept in the values; key TTLs only collect
 //! garbage, so a key never outlives its meaning.
+//!
+//! Every code and bound the scripts share with the Rust side comes from [`codes`], written in
+//! as Lua locals when the scripts are built.
+
+use super::codes;
 
 /// One attempt against an auth bucket.
 ///
 /// Its header in `lua/auth_attempt.lua` says what it takes and answers.
-pub const AUTH_ATTEMPT: &str = include_str!("lua/auth_attempt.lua");
+pub fn auth_attempt() -> String {
+    format!(
+        "{}{}",
+        codes::auth_constants(),
+        include_str!("lua/auth_attempt.lua")
+    )
+}
 
 /// Read an auth bucket without counting (CheckAuthAttempt with `peek`).
 ///
@@ -32,7 +43,7 @@ const LEDGER_PRELUDE: &str = include_str!("lua/ledger_prelude.lua");
 ///
 /// Its header in `lua/authorize_body.lua` says what it takes and answers.
 pub fn authorize() -> String {
-    format!("{LEDGER_PRELUDE}{AUTHORIZE_BODY}")
+    ledger_script(AUTHORIZE_BODY)
 }
 
 const AUTHORIZE_BODY: &str = include_str!("lua/authorize_body.lua");
@@ -41,7 +52,7 @@ const AUTHORIZE_BODY: &str = include_str!("lua/authorize_body.lua");
 ///
 /// Its header in `lua/settle_body.lua` says what it takes and answers.
 pub fn settle() -> String {
-    format!("{LEDGER_PRELUDE}{SETTLE_BODY}")
+    ledger_script(SETTLE_BODY)
 }
 
 const SETTLE_BODY: &str = include_str!("lua/settle_body.lua");
@@ -50,7 +61,7 @@ const SETTLE_BODY: &str = include_str!("lua/settle_body.lua");
 ///
 /// Its header in `lua/resolve_body.lua` says what it takes and answers.
 pub fn resolve() -> String {
-    format!("{LEDGER_PRELUDE}{RESOLVE_BODY}")
+    ledger_script(RESOLVE_BODY)
 }
 
 const RESOLVE_BODY: &str = include_str!("lua/resolve_body.lua");
@@ -60,24 +71,23 @@ const RESOLVE_BODY: &str = include_str!("lua/resolve_body.lua");
 ///
 /// Its header in `lua/open_body.lua` says what it takes and answers.
 pub fn open_reservations() -> String {
-    format!("{LEDGER_PRELUDE}{OPEN_BODY}")
+    ledger_script(OPEN_BODY)
 }
 
 const OPEN_BODY: &str = include_str!("lua/open_body.lua");
 
-/// A ticket script with the constants it shares with the Rust core written in, from the Rust
-/// constants themselves (so the two cannot drift apart): `@RETAIN_SLACK@`,
-/// `@QUEUE_WAIT_BOUNDS_MS@` and `@EXACT_POSITION_SUBJECTS@`.
-fn with_constants(script: &str) -> String {
-    use crate::scheduler::{EXACT_POSITION_SUBJECTS, QUEUE_WAIT_BOUNDS_MS, RETAIN_SLACK};
-    let bounds: Vec<String> = QUEUE_WAIT_BOUNDS_MS.iter().map(u64::to_string).collect();
-    script
-        .replace("@RETAIN_SLACK@", &RETAIN_SLACK.to_string())
-        .replace("@QUEUE_WAIT_BOUNDS_MS@", &bounds.join(", "))
-        .replace(
-            "@EXACT_POSITION_SUBJECTS@",
-            &EXACT_POSITION_SUBJECTS.to_string(),
-        )
+/// A ticket script: the constants it shares with the Rust side ([`codes::ticket_constants`],
+/// written from the Rust constants themselves, so the two cannot drift apart), then `parts`.
+fn ticket_script(parts: &[&str]) -> String {
+    [codes::ticket_constants().as_str()]
+        .into_iter()
+        .chain(parts.iter().copied())
+        .collect()
+}
+
+/// A ledger script: its constants ([`codes::ledger_constants`]), the prelude, then `body`.
+fn ledger_script(body: &str) -> String {
+    format!("{}{LEDGER_PRELUDE}{body}", codes::ledger_constants())
 }
 
 /// The prelude of every ticket script: the host's keys and limits (the limits of record),
@@ -95,7 +105,7 @@ const TICKET_HELPERS: &str = include_str!("lua/ticket_helpers.lua");
 ///
 /// Its header in `lua/submit_body.lua` says what it takes and answers.
 pub fn submit() -> String {
-    with_constants(&[TICKET_CORE, SUBMIT_FAST, TICKET_HELPERS, SUBMIT_BODY].concat())
+    ticket_script(&[TICKET_CORE, SUBMIT_FAST, TICKET_HELPERS, SUBMIT_BODY])
 }
 
 const SUBMIT_BODY: &str = include_str!("lua/submit_body.lua");
@@ -111,7 +121,7 @@ const SUBMIT_FAST: &str = include_str!("lua/submit_fast.lua");
 ///
 /// Its header in `lua/renew_body.lua` says what it takes and answers.
 pub fn renew() -> String {
-    with_constants(&[TICKET_CORE, TICKET_HELPERS, RENEW_BODY].concat())
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, RENEW_BODY])
 }
 
 const RENEW_BODY: &str = include_str!("lua/renew_body.lua");
@@ -120,7 +130,7 @@ const RENEW_BODY: &str = include_str!("lua/renew_body.lua");
 ///
 /// Its header in `lua/release_body.lua` says what it takes and answers.
 pub fn release() -> String {
-    with_constants(&[TICKET_CORE, RELEASE_FAST, TICKET_HELPERS, RELEASE_BODY].concat())
+    ticket_script(&[TICKET_CORE, RELEASE_FAST, TICKET_HELPERS, RELEASE_BODY])
 }
 
 const RELEASE_BODY: &str = include_str!("lua/release_body.lua");
@@ -135,7 +145,7 @@ const RELEASE_FAST: &str = include_str!("lua/release_fast.lua");
 ///
 /// Its header in `lua/park_body.lua` says what it takes and answers.
 pub fn park() -> String {
-    with_constants(&[TICKET_CORE, TICKET_HELPERS, PARK_BODY].concat())
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, PARK_BODY])
 }
 
 const PARK_BODY: &str = include_str!("lua/park_body.lua");
@@ -145,7 +155,7 @@ const PARK_BODY: &str = include_str!("lua/park_body.lua");
 ///
 /// Its header in `lua/unpark_body.lua` says what it takes and answers.
 pub fn unpark() -> String {
-    with_constants(&[TICKET_CORE, TICKET_HELPERS, UNPARK_BODY].concat())
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, UNPARK_BODY])
 }
 
 const UNPARK_BODY: &str = include_str!("lua/unpark_body.lua");
@@ -154,7 +164,7 @@ const UNPARK_BODY: &str = include_str!("lua/unpark_body.lua");
 ///
 /// Its header in `lua/ticket_body.lua` says what it takes and answers.
 pub fn ticket() -> String {
-    with_constants(&[TICKET_CORE, TICKET_HELPERS, TICKET_BODY].concat())
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, TICKET_BODY])
 }
 
 const TICKET_BODY: &str = include_str!("lua/ticket_body.lua");
@@ -163,7 +173,7 @@ const TICKET_BODY: &str = include_str!("lua/ticket_body.lua");
 ///
 /// Its header in `lua/stats_body.lua` says what it takes and answers.
 pub fn stats() -> String {
-    with_constants(&[TICKET_CORE, TICKET_HELPERS, STATS_BODY].concat())
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, STATS_BODY])
 }
 
 const STATS_BODY: &str = include_str!("lua/stats_body.lua");
@@ -173,7 +183,7 @@ const STATS_BODY: &str = include_str!("lua/stats_body.lua");
 ///
 /// Its header in `lua/list_body.lua` says what it takes and answers.
 pub fn list() -> String {
-    with_constants(&[TICKET_CORE, TICKET_HELPERS, LIST_BODY].concat())
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, LIST_BODY])
 }
 
 const LIST_BODY: &str = include_str!("lua/list_body.lua");
@@ -183,7 +193,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_rust_constants_are_written_into_every_ticket_script() {
+    fn every_script_gets_its_constants_and_no_placeholder_is_left() {
         for script in [
             submit(),
             renew(),
@@ -194,19 +204,12 @@ mod tests {
             stats(),
             list(),
         ] {
+            assert!(script.starts_with(&codes::ticket_constants()));
             assert!(!script.contains('@'), "a placeholder left unfilled");
-            assert!(script.contains(&format!(
-                "max_retained + {} then",
-                crate::scheduler::RETAIN_SLACK
-            )));
-            assert!(script.contains(&format!(
-                "QW_BOUNDS = {{{}}}",
-                crate::scheduler::QUEUE_WAIT_BOUNDS_MS.map(|b| b.to_string()).join(", ")
-            )));
-            assert!(script.contains(&format!(
-                "<= {} then",
-                crate::scheduler::EXACT_POSITION_SUBJECTS
-            )));
         }
+        for script in [authorize(), settle(), resolve(), open_reservations()] {
+            assert!(script.starts_with(&codes::ledger_constants()));
+        }
+        assert!(auth_attempt().starts_with(&codes::auth_constants()));
     }
 }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use redis::Value;
 use tokio::sync::watch;
 
-use super::RedisStore;
+use super::{RedisStore, codes};
 use crate::scheduler::{
-    Counters, HostStats, Limits, OverflowPolicy, SubmitArgs, SubmitError, SubmitMode, TicketInfo,
-    TicketKey, TicketState, TicketView, UsageRow, WaitHistogram,
+    Counters, HostStats, Limits, OverflowPolicy, SubmitArgs, SubmitError, TicketInfo, TicketKey,
+    TicketState, TicketView, UsageRow, WaitHistogram,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -65,11 +65,7 @@ pub(super) fn limits_args(l: &Limits, version: u64) -> (String, String) {
         l.queue_total,
         l.queue_per_subject,
         l.queue_hard_total,
-        match l.overflow {
-            OverflowPolicy::Reject => "reject",
-            OverflowPolicy::ShedOldest => "shed_oldest",
-            OverflowPolicy::Queue => "queue",
-        },
+        l.overflow.name(),
         l.lease_ttl_ms,
         l.retention_ms,
         l.max_retained,
@@ -88,34 +84,30 @@ pub(super) fn limits_args(l: &Limits, version: u64) -> (String, String) {
     (scalars, maps)
 }
 
-fn text(v: &Value) -> String {
+/// A reply field as text: a string or an integer; `None` for anything else (never a guess).
+fn text(v: &Value) -> Option<String> {
     match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(i) => i.to_string(),
-        Value::Okay => "OK".into(),
-        _ => String::new(),
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(i) => Some(i.to_string()),
+        _ => None,
     }
 }
 
-fn int(v: &Value) -> u64 {
+/// A reply field as a count: a non-negative integer, or a string of one.
+fn int(v: &Value) -> Option<u64> {
     match v {
-        Value::Int(i) => u64::try_from(*i).unwrap_or(0),
-        other => text(other).parse().unwrap_or(0),
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => text(other)?.parse().ok(),
     }
 }
 
-fn state(code: &str) -> Option<TicketState> {
-    Some(match code {
-        "Q" => TicketState::Queued,
-        "A" => TicketState::Admitted,
-        "R" => TicketState::Released,
-        "C" => TicketState::Cancelled,
-        "S" => TicketState::Shed,
-        "E" => TicketState::Expired,
-        "P" => TicketState::Parked,
-        _ => return None,
-    })
+fn state(v: &Value) -> Option<TicketState> {
+    codes::ticket_state(&text(v)?)
+}
+
+fn key_of(v: &Value) -> Option<TicketKey> {
+    TicketKey::from_str_radix(&text(v)?, 16).ok()
 }
 
 fn hex(key: TicketKey) -> String {
@@ -126,17 +118,13 @@ fn hex(key: TicketKey) -> String {
 fn released(reply: Value) -> Result<Option<(TicketKey, TicketState)>, StoreError> {
     match &reply {
         Value::Nil => Ok(None),
-        Value::Array(f) if f.len() == 2 => {
-            let s = state(&text(&f[0]));
-            let key = TicketKey::from_str_radix(&text(&f[1]), 16).ok();
-            match (key, s) {
-                (Some(k), Some(s)) => Ok(Some((k, s))),
-                _ => Err(StoreError::Protocol(format!(
-                    "redis: release answered {reply:?}"
-                ))),
-            }
-        }
-        _ => Err(StoreError::Protocol(format!(
+        Value::Array(f) if f.len() == 2 => match (key_of(&f[1]), state(&f[0])) {
+            (Some(k), Some(s)) => Ok(Some((k, s))),
+            _ => Err(StoreError::protocol(format!(
+                "redis: release answered {reply:?}"
+            ))),
+        },
+        _ => Err(StoreError::protocol(format!(
             "redis: release answered {reply:?}"
         ))),
     }
@@ -146,16 +134,19 @@ fn released(reply: Value) -> Result<Option<(TicketKey, TicketState)>, StoreError
 fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
     match v {
         Value::Nil => Ok(None),
-        Value::Array(f) if f.len() == 4 => Ok(Some(TicketView {
-            key,
-            state: state(&text(&f[0])).ok_or_else(|| {
-                StoreError::Protocol(format!("redis: unknown ticket state {:?}", f[0]))
-            })?,
-            position: u32::try_from(int(&f[1])).unwrap_or(u32::MAX),
-            grant: int(&f[2]),
-            lease_remaining_ms: int(&f[3]),
-        })),
-        other => Err(StoreError::Protocol(format!(
+        Value::Array(f) if f.len() == 4 => {
+            let bad = || StoreError::protocol(format!("redis: malformed ticket view {v:?}"));
+            Ok(Some(TicketView {
+                key,
+                state: state(&f[0]).ok_or_else(bad)?,
+                position: int(&f[1])
+                    .and_then(|p| u32::try_from(p).ok())
+                    .ok_or_else(bad)?,
+                grant: int(&f[2]).ok_or_else(bad)?,
+                lease_remaining_ms: int(&f[3]).ok_or_else(bad)?,
+            }))
+        }
+        other => Err(StoreError::protocol(format!(
             "redis: malformed ticket view {other:?}"
         ))),
     }
@@ -181,7 +172,7 @@ impl RedisStore {
         for a in args {
             inv.arg(a);
         }
-        self.run(inv).await
+        self.conns.run(inv).await
     }
 
     fn limits_args_of(&self, host: &str) -> &(String, String) {
@@ -217,10 +208,7 @@ impl TicketStore for RedisStore {
         self.register_host(host_id).await?;
         self.listener_ready().await;
         let key = TicketId::random_key();
-        let mode = match args.mode {
-            SubmitMode::Queue => "Q",
-            SubmitMode::Try => "T",
-        };
+        let mode = codes::mode_code(args.mode);
         let reply = self
             .sched(
                 &self.submit,
@@ -236,12 +224,12 @@ impl TicketStore for RedisStore {
                 ],
             )
             .await?;
-        let malformed = || StoreError::Protocol(format!("redis: submit answered {reply:?}"));
+        let malformed = || StoreError::protocol(format!("redis: submit answered {reply:?}"));
         let Value::Array(f) = &reply else {
             return Err(malformed());
         };
-        let tag = f.first().map(text).unwrap_or_default();
-        let detail = f.get(1).map(text);
+        let tag = f.first().and_then(text).ok_or_else(malformed)?;
+        let detail = f.get(1).and_then(text);
         match tag.as_str() {
             "conflict" => Ok(Err(SubmitError::RunIdConflict {
                 field: match detail.as_deref() {
@@ -250,17 +238,14 @@ impl TicketStore for RedisStore {
                     _ => return Err(malformed()),
                 },
             })),
-            "refused" => {
-                use crate::scheduler::Refusal;
-                Ok(Err(SubmitError::Refused(match detail.as_deref() {
-                    Some("MEMORY_PRESSURE") => Refusal::MemoryPressure,
-                    Some("QUEUE_FULL") => Refusal::QueueFull,
-                    Some("BUSY") => Refusal::Busy,
-                    _ => return Err(malformed()),
-                })))
-            }
+            "refused" => Ok(Err(SubmitError::Refused(
+                detail
+                    .as_deref()
+                    .and_then(codes::refusal)
+                    .ok_or_else(malformed)?,
+            ))),
             "ok" if f.len() == 6 => {
-                let key = u128::from_str_radix(&text(&f[1]), 16).map_err(|_| malformed())?;
+                let key = key_of(&f[1]).ok_or_else(malformed)?;
                 let v = view(key, &Value::Array(f[2..6].to_vec()))?.ok_or_else(malformed)?;
                 let id = TicketId {
                     host_id: host_id.to_string(),
@@ -291,8 +276,11 @@ impl TicketStore for RedisStore {
             args.extend(idx.iter().map(|&i| hex(ids[i].key)));
             let reply = self.sched(&self.renew, host, &args).await?;
             let Value::Array(views) = reply else {
-                return Err(StoreError::Protocol("redis: malformed renew answer".into()));
+                return Err(StoreError::protocol("redis: malformed renew answer"));
             };
+            if views.len() != idx.len() {
+                return Err(StoreError::protocol("redis: renew answered another count"));
+            }
             for (&i, v) in idx.iter().zip(&views) {
                 out[i] = view(ids[i].key, v)?;
             }
@@ -386,28 +374,34 @@ impl TicketStore for RedisStore {
     ) -> Result<(Vec<TicketInfo>, bool), StoreError> {
         let reply = self.sched(&self.list, host_id, &[]).await?;
         let Value::Array(f) = reply else {
-            return Err(StoreError::Protocol("redis: malformed listing".into()));
+            return Err(StoreError::protocol(format!(
+                "redis: list answered {reply:?}"
+            )));
         };
-        let now = f.first().map(int).unwrap_or(0);
-        let mut rows: Vec<(TicketInfo, u64)> = f
-            .get(1..)
-            .unwrap_or_default()
+        let bad = || StoreError::protocol(format!("redis: list answered {f:?}"));
+        let now = f.first().and_then(int).ok_or_else(bad)?;
+        let body = &f[1..];
+        if !body.len().is_multiple_of(9) {
+            return Err(bad());
+        }
+        let mut rows: Vec<(TicketInfo, i64)> = body
             .chunks(9)
-            .filter(|r| r.len() == 9)
-            .filter_map(|r| {
+            .map(|r| {
                 let info = TicketInfo {
-                    key: u128::from_str_radix(&text(&r[0]), 16).ok()?,
-                    state: state(&text(&r[1]))?,
-                    subject: text(&r[2]),
-                    account_id: Some(text(&r[3])).filter(|a| !a.is_empty()),
-                    run_id: text(&r[4]),
-                    instance_id: text(&r[5]),
-                    grant: int(&r[6]),
-                    lease_remaining_ms: int(&r[7]).saturating_sub(now),
+                    key: key_of(&r[0])?,
+                    state: state(&r[1])?,
+                    subject: text(&r[2])?,
+                    account_id: Some(text(&r[3])?).filter(|a| !a.is_empty()),
+                    run_id: text(&r[4])?,
+                    instance_id: text(&r[5])?,
+                    grant: int(&r[6])?,
+                    lease_remaining_ms: int(&r[7])?.saturating_sub(now),
                 };
-                Some((info, int(&r[8])))
+                // Smaller is earlier; an unparked ticket goes ahead of its subject's queue (< 0).
+                Some((info, text(&r[8])?.parse::<i64>().ok()?))
             })
-            .collect();
+            .collect::<Option<_>>()
+            .ok_or_else(bad)?;
         rows.sort_by_key(|(t, order)| (t.state == TicketState::Queued, t.grant, *order));
         let truncated = rows.len() > limit;
         Ok((
@@ -423,7 +417,7 @@ impl TicketStore for RedisStore {
     }
 
     fn store_errors(&self) -> u64 {
-        self.errors()
+        self.conns.errors()
     }
 
     async fn in_flight_here(&self) -> Result<u64, StoreError> {
@@ -433,14 +427,16 @@ impl TicketStore for RedisStore {
 
     async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
         // One command: nothing is decided, a counter only grows.
-        let (mut conn, _) = self.conn().await?;
-        let counted: Result<i64, _> = redis::cmd("HINCRBY")
-            .arg(format!("{}c", self.keys.sched(host_id)))
-            .arg("rejected")
-            .arg(1)
-            .query_async(&mut conn)
-            .await;
-        counted.map(drop).map_err(|e| self.failed(&e))
+        let _: i64 = self
+            .conns
+            .command(
+                redis::cmd("HINCRBY")
+                    .arg(format!("{}c", self.keys.sched(host_id)))
+                    .arg("rejected")
+                    .arg(1),
+            )
+            .await?;
+        Ok(())
     }
 }
 
@@ -449,21 +445,18 @@ fn parked(
     key: TicketKey,
     reply: Value,
 ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
-    let malformed = || StoreError::Protocol(format!("redis: park answered {reply:?}"));
+    let malformed = || StoreError::protocol(format!("redis: park answered {reply:?}"));
     let Value::Array(f) = &reply else {
         return match reply {
             Value::Nil => Ok(None),
             _ => Err(malformed()),
         };
     };
-    match f.first().map(text).as_deref() {
+    match f.first().and_then(text).as_deref() {
         Some("ok") if f.len() == 5 => Ok(Some(Ok(
             view(key, &Value::Array(f[1..5].to_vec()))?.ok_or_else(malformed)?
         ))),
-        Some("state") => Ok(Some(Err(f
-            .get(1)
-            .and_then(|s| state(&text(s)))
-            .ok_or_else(malformed)?))),
+        Some("state") => Ok(Some(Err(f.get(1).and_then(state).ok_or_else(malformed)?))),
         _ => Err(malformed()),
     }
 }
@@ -471,7 +464,7 @@ fn parked(
 /// The limits of record the stats script answers: the scalars, then the subject and account
 /// caps, each as a count and then name, cap pairs. `None` when malformed.
 fn limits_of(f: &[Value]) -> Option<Limits> {
-    let scalars = text(f.first()?);
+    let scalars = text(f.first()?)?;
     let p: Vec<&str> = scalars.split(',').collect();
     if p.len() != 12 {
         return None;
@@ -480,11 +473,11 @@ fn limits_of(f: &[Value]) -> Option<Limits> {
     let n32 = |i: usize| p[i].parse::<u32>().ok();
     let mut i = 1;
     let mut caps = || -> Option<HashMap<String, u32>> {
-        let count = usize::try_from(int(f.get(i)?)).ok()?;
+        let count = usize::try_from(int(f.get(i)?)?).ok()?;
         i += 1;
         let mut m = HashMap::new();
         for _ in 0..count {
-            m.insert(text(f.get(i)?), u32::try_from(int(f.get(i + 1)?)).ok()?);
+            m.insert(text(f.get(i)?)?, u32::try_from(int(f.get(i + 1)?)?).ok()?);
             i += 2;
         }
         Some(m)
@@ -516,11 +509,11 @@ fn limits_of(f: &[Value]) -> Option<Limits> {
 
 fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
     let Value::Array(f) = reply else {
-        return Err(StoreError::Protocol("redis: malformed stats".into()));
+        return Err(StoreError::protocol("redis: malformed stats"));
     };
-    let bad = || StoreError::Protocol("redis: malformed stats".into());
-    let n = |i: usize| f.get(i).map(int).ok_or_else(bad);
-    let u32_of = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    let bad = || StoreError::protocol(format!("redis: malformed stats {reply:?}"));
+    let n = |i: usize| f.get(i).and_then(int).ok_or_else(bad);
+    let n32 = |i: usize| n(i).and_then(|x| u32::try_from(x).map_err(|_| bad()));
     let counters = Counters {
         submitted: n(3)?,
         admitted: n(4)?,
@@ -537,8 +530,8 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         i += 1;
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
-            let name = f.get(i).map(text).ok_or_else(bad)?;
-            out.push((name, u32_of(n(i + 1)?), u32_of(n(i + 2)?)));
+            let name = f.get(i).and_then(text).ok_or_else(bad)?;
+            out.push((name, n32(i + 1)?, n32(i + 2)?));
             i += 3;
         }
         out.sort();
@@ -566,14 +559,14 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
     let subjects = usage(subject_rows, &|s| limits.subject_cap(s));
     let accounts = usage(account_rows, &|a| limits.account_cap(a).unwrap_or(0));
     Ok(HostStats {
-        in_flight: u32_of(n(0)?),
-        queued: u32_of(n(1)?),
-        parked: u32_of(n(2)?),
+        in_flight: n32(0)?,
+        queued: n32(1)?,
+        parked: n32(2)?,
         counters: Counters {
             queue_wait,
             ..counters
         },
-        reported_rss_mb: u32_of(n(10)?),
+        reported_rss_mb: n32(10)?,
         subjects,
         accounts,
         limits,
@@ -621,7 +614,7 @@ pub(super) async fn listen(
             tracing::warn!(
                 "redis change subscription lost, resubscribing every second: {}: {}",
                 super::redis_address(&url),
-                super::cause(&e)
+                super::connection::cause(&e)
             );
         }
         listening.send_replace(false);

@@ -36,13 +36,13 @@ if has_allowance then
   wstart, wut, wuc = current_window(KEYS[2], tonumber(ARGV[14]), now)
 end
 local tl, cl = {}, {}
-if ARGV[9] ~= '' then table.insert(tl, {tonumber(ARGV[9]), ut, 'RESOURCE_LIMIT'}) end
-if ARGV[10] ~= '' then table.insert(cl, {tonumber(ARGV[10]), uc, 'RESOURCE_LIMIT'}) end
+if ARGV[9] ~= '' then table.insert(tl, {tonumber(ARGV[9]), ut, RESOURCE_LIMIT}) end
+if ARGV[10] ~= '' then table.insert(cl, {tonumber(ARGV[10]), uc, RESOURCE_LIMIT}) end
 if has_allowance and ARGV[12] ~= '' then
-  table.insert(tl, {tonumber(ARGV[12]), wut, 'QUOTA_EXHAUSTED'})
+  table.insert(tl, {tonumber(ARGV[12]), wut, QUOTA_EXHAUSTED})
 end
 if has_allowance and ARGV[13] ~= '' then
-  table.insert(cl, {tonumber(ARGV[13]), wuc, 'QUOTA_EXHAUSTED'})
+  table.insert(cl, {tonumber(ARGV[13]), wuc, QUOTA_EXHAUSTED})
 end
 local function remaining(l, extra)
   local m = nil
@@ -59,13 +59,13 @@ local function reason_where(test)
   local found = nil
   for _, x in ipairs(tl) do
     if test(x[1], x[2]) then
-      if x[3] == 'RESOURCE_LIMIT' then return x[3] end
+      if x[3] == RESOURCE_LIMIT then return x[3] end
       found = found or x[3]
     end
   end
   for _, x in ipairs(cl) do
     if test(x[1], x[2]) then
-      if x[3] == 'RESOURCE_LIMIT' then return x[3] end
+      if x[3] == RESOURCE_LIMIT then return x[3] end
       found = found or x[3]
     end
   end
@@ -74,12 +74,12 @@ end
 local decision, reason = nil, nil
 local spent = reason_where(function(limit, used) return used >= limit end)
 if spent then
-  decision, reason = 'D', spent
+  decision, reason = DENY, spent
 elseif ARGV[11] ~= '' and (partial > 0 or open_list_has_before(open, step)) then
-  if ARGV[11] == 'reject' then
-    decision, reason = 'D', 'RESOURCE_USAGE_UNKNOWN'
-  elseif ARGV[11] == 'defer' then
-    decision, reason = 'U', 'RESOURCE_USAGE_UNKNOWN'
+  if ARGV[11] == UNKNOWN_REJECT then
+    decision, reason = DENY, RESOURCE_USAGE_UNKNOWN
+  elseif ARGV[11] == UNKNOWN_DEFER then
+    decision, reason = DEFER, RESOURCE_USAGE_UNKNOWN
   end
 end
 local input, est_cost = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -87,32 +87,32 @@ if decision == nil then
   local tight = nil
   for _, x in ipairs(tl) do
     if x[2] + input >= x[1] then
-      if x[3] == 'RESOURCE_LIMIT' then tight = x[3] break end
+      if x[3] == RESOURCE_LIMIT then tight = x[3] break end
       tight = tight or x[3]
     end
   end
-  if tight ~= 'RESOURCE_LIMIT' then
+  if tight ~= RESOURCE_LIMIT then
     for _, x in ipairs(cl) do
       if x[2] + est_cost > x[1] then
-        if x[3] == 'RESOURCE_LIMIT' then tight = x[3] break end
+        if x[3] == RESOURCE_LIMIT then tight = x[3] break end
         tight = tight or x[3]
       end
     end
   end
-  if tight then decision, reason = 'D', tight end
+  if tight then decision, reason = DENY, tight end
 end
-local s = {st = 'C', d = '', r = reason or '', g = '0', rt = '', rc = '', tok = '0', cost = '0',
+local s = {st = STEP_CLOSED, d = '', r = reason or '', g = '0', rt = '', rc = '', tok = '0', cost = '0',
            win = '', at = fmt(now), ui = '', uo = '', uc = '', cov = '', model = ARGV[5]}
 local m = ARGV[1] .. '\n' .. ARGV[2]
 if decision then
   s.d, s.rt, s.rc = decision, opt(remaining(tl, 0)), opt(remaining(cl, 0))
-  redis.call('HINCRBY', KEYS[5], decision == 'U' and 'deferred' or 'denied', 1)
+  redis.call('HINCRBY', KEYS[5], decision == DEFER and 'deferred' or 'denied', 1)
 else
   local room = remaining(tl, input)
   local granted = tonumber(ARGV[6])
   if room ~= nil and room < granted then granted = room end
   local tokens = input + granted
-  s.d, s.g, s.tok, s.cost = 'A', fmt(granted), fmt(tokens), fmt(est_cost)
+  s.d, s.g, s.tok, s.cost = ALLOW, fmt(granted), fmt(tokens), fmt(est_cost)
   s.rt, s.rc = opt(remaining(tl, tokens)), opt(remaining(cl, est_cost))
   redis.call('HSET', run, 'ut', fmt(ut + tokens), 'uc', fmt(uc + est_cost))
   open = open == '' and ARGV[2] or (open .. ',' .. ARGV[2])
@@ -121,7 +121,7 @@ else
     s.win = fmt(wstart)
     redis.call('HSET', KEYS[2], 'ut', fmt(wut + tokens), 'uc', fmt(wuc + est_cost))
   end
-  s.st = 'R'
+  s.st = STEP_RESERVED
   redis.call('ZADD', KEYS[3], now, m)
   redis.call('HINCRBY', KEYS[5], 'allowed', 1)
 end

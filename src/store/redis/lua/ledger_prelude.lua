@@ -45,7 +45,7 @@ local function housekeeping(now, ttl, run_prefix, k_reserved, k_uncertain)
     local raw = redis.call('HGET', rk, field)
     if raw then
       local s = unpack_step(raw)
-      s.st = 'U'
+      s.st = STEP_UNCERTAIN
       redis.call('HSET', rk, field, pack_step(s))
     end
     redis.call('ZREM', k_reserved, m)

@@ -5,14 +5,14 @@ housekeeping(false)
 local k = ARGV[5]
 local t = ticket(k)
 if not t then return false end
-if t.state == 'A' then
+if t.state == ADMITTED then
   incr('in_flight', -1)
   hincr(C, sf(t.subject), -1)
   if t.account ~= '' then hincr(AF, t.account, -1) end
   incr('parked', 1)
-  redis.call('HSET', tkey(k), 'state', 'P')
+  redis.call('HSET', tkey(k), 'state', PARKED)
   dispatch()
-elseif t.state ~= 'P' then
+elseif t.state ~= PARKED then
   return {'state', t.state}
 end
 local v = view(k)

@@ -3,12 +3,12 @@
 housekeeping(false)
 local t = ticket(k)
 if not t then return false end
-if t.state == 'A' or t.state == 'P' then
-  finish(k, t, 'R')
+if t.state == ADMITTED or t.state == PARKED then
+  finish(k, t, RELEASED)
   incr('released')
   dispatch()
-elseif t.state == 'Q' then
-  finish(k, t, 'C')
+elseif t.state == QUEUED then
+  finish(k, t, CANCELLED)
   incr('cancelled')
   dispatch()
 end

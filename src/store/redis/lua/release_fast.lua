@@ -7,7 +7,7 @@ if k == '' then
 end
 local tk = B .. 't:' .. k
 local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
-if t[4] == 'A' then
+if t[4] == ADMITTED then
   local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
                       'lv')
   -- This ticket's own lease is in the set, so the bound is never the fallback.
@@ -19,8 +19,8 @@ if t[4] == 'A' then
                  's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd))
       if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], '-1') end
       redis.call('ZREM', LEASES, k)
-      retire(k, tk, t[3], 'R')
-      return {'A', k}
+      retire(k, tk, t[3], RELEASED)
+      return {ADMITTED, k}
     end
   end
 end

@@ -10,11 +10,11 @@ housekeeping(now, tonumber(ARGV[5]), ARGV[7], KEYS[2], KEYS[3])
 local raw = redis.call('HGET', run, 's' .. ARGV[2])
 if not raw then return {'no_such'} end
 local s = unpack_step(raw)
-if s.st ~= 'U' then return {'not_uncertain', s.st} end
+if s.st ~= STEP_UNCERTAIN then return {'not_uncertain', s.st} end
 local r = redis.call('HMGET', run, 'ut', 'uc', 'open', 'account')
 local open = open_remove(r[3] or '', step)
 redis.call('ZREM', KEYS[3], ARGV[1] .. '\n' .. ARGV[2])
-if ARGV[3] == 'Y' then
+if ARGV[3] == STEP_RELEASED then
   local rt, rcost = tonumber(s.tok), tonumber(s.cost)
   redis.call('HSET', run, 'ut', fmt(math.max(tonumber(r[1]) - rt, 0)),
              'uc', fmt(math.max(tonumber(r[2]) - rcost, 0)))

@@ -27,25 +27,25 @@ end
 local rss = tonumber(ARGV[11])
 if rss then report_rss(inst, rss) end
 if L.max_rss > 0 and rss and rss >= L.max_rss then
-  return refuse('MEMORY_PRESSURE')
+  return refuse(MEMORY_PRESSURE)
 end
 dispatch()
 local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', sf(subject))
 local eligible = (not instance_soft(inst)) and num(c[2]) < L.total
   and num(c[5]) < subject_cap(subject) and account_has_room(account)
 if not eligible then
-  if ARGV[10] == 'T' or L.queue_total == 0 then
-    return refuse('BUSY')
+  if ARGV[10] == MODE_TRY or L.queue_total == 0 then
+    return refuse(BUSY)
   end
   local depth = redis.call('ZCARD', qkey(subject))
   local subject_full = L.queue_per_subject > 0 and depth >= L.queue_per_subject
   local total_full = cnt('queued') >= L.queue_total
   if subject_full or total_full then
-    if L.overflow == 'reject' then
-      return refuse('QUEUE_FULL')
-    elseif L.overflow == 'queue' then
+    if L.overflow == OVERFLOW_REJECT then
+      return refuse(QUEUE_FULL)
+    elseif L.overflow == OVERFLOW_QUEUE then
       if subject_full or cnt('queued') >= L.queue_hard_total then
-        return refuse('QUEUE_FULL')
+        return refuse(QUEUE_FULL)
       end
     else
       local victim_subject = subject
@@ -61,9 +61,9 @@ if not eligible then
       end
       local victim = victim_subject and redis.call('ZRANGE', qkey(victim_subject), 0, 0)[1]
       if not victim then
-        return refuse('QUEUE_FULL')
+        return refuse(QUEUE_FULL)
       end
-      finish(victim, ticket(victim), 'S')
+      finish(victim, ticket(victim), SHED)
       incr('shed')
     end
   end
@@ -76,7 +76,7 @@ if eligible then
              'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
              sf(subject), fmt(num(c[5]) + 1))
   if account ~= '' then hincr(AF, account, 1) end
-  return {'ok', key, 'A', 0, g, L.lease}
+  return {'ok', key, ADMITTED, 0, g, L.lease}
 end
 redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
            'run', run, 'state', 'N', 'grant', 0, 'deadline', 0, 'order', 0)

@@ -18,7 +18,7 @@
 -- (`resolve_limits`). KEYS[1] is `B c` (the counters), named so Redis routes the
 -- script to the host's slot; the other keys are derived from `B`.
 --
--- Keys: `t:<ticket>` hash (subject, account, instance, run, state Q/A/R/C/S/E/P, grant,
+-- Keys: `t:<ticket>` hash (subject, account, instance, run, state (a code from the constants prelude), grant,
 -- deadline, order, qat; an ended ticket keeps only run, state, grant and deadline, which is
 -- when it is forgotten (its subject, account and instance emptied), and its key and its run's
 -- expire by TTL just after); `ended` list of ended tickets, oldest first, trimmed to
@@ -112,7 +112,7 @@ end
 local function admit_new(key, subject, account, inst, run, grant)
   local g, deadline = fmt(grant), fmt(now + L.lease)
   redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account,
-             'instance', inst, 'run', run, 'state', 'A', 'grant', g,
+             'instance', inst, 'run', run, 'state', ADMITTED, 'grant', g,
              'deadline', deadline, 'order', '0')
   redis.call('ZADD', LEASES, deadline, key)
   return g, deadline
@@ -130,8 +130,8 @@ local function retire(k, tk, run, state)
   redis.call('PEXPIRE', tk, keep)
   redis.call('PEXPIRE', B .. 'run:' .. run, keep)
   local ended = B .. 'ended'
-  if redis.call('RPUSH', ended, k) >= L.max_retained + @RETAIN_SLACK@ then
-    for _, old in ipairs(redis.call('LPOP', ended, @RETAIN_SLACK@)) do
+  if redis.call('RPUSH', ended, k) >= L.max_retained + RETAIN_SLACK then
+    for _, old in ipairs(redis.call('LPOP', ended, RETAIN_SLACK)) do
       local otk = B .. 't:' .. old
       local orun = redis.call('HGET', otk, 'run')
       redis.call('DEL', otk)

@@ -6,8 +6,7 @@ resolve_limits(redis.call('HGET', C, 'lv'))
 redis.call('HDEL', C, 'next_due')
 local ROT, DEPTH, DC, AQ, RSS = B .. 'rot', B .. 'depth', B .. 'dc', B .. 'aq', B .. 'rss'
 local QW = B .. 'qw'
--- Upper bounds (ms) of the queue-wait histogram (scheduler::QUEUE_WAIT_BOUNDS_MS).
-local QW_BOUNDS = {@QUEUE_WAIT_BOUNDS_MS@}
+-- QW_BOUNDS: upper bounds (ms) of the queue-wait histogram, from the constants prelude.
 local function tkey(k) return B .. 't:' .. k end
 local function qkey(s) return B .. 'q:' .. s end
 local function runkey(r) return B .. 'run:' .. r end
@@ -57,11 +56,11 @@ local function ticket(k)
                        'grant', 'deadline', 'order', 'qat')
   if not t[5] then return nil end
   -- An ended ticket past its retention is forgotten (its keys expire by TTL soon after).
-  if t[5] ~= 'Q' and t[5] ~= 'A' and t[5] ~= 'P' and num(t[7]) <= now then return nil end
+  if t[5] ~= QUEUED and t[5] ~= ADMITTED and t[5] ~= PARKED and num(t[7]) <= now then return nil end
   return {subject = t[1], account = t[2], instance = t[3], run = t[4], state = t[5],
           grant = num(t[6]), deadline = num(t[7]), order = num(t[8]), qat = num(t[9])}
 end
-local function live(state) return state == 'Q' or state == 'A' or state == 'P' end
+local function live(state) return state == QUEUED or state == ADMITTED or state == PARKED end
 local function set_lease(k, deadline)
   redis.call('HSET', tkey(k), 'deadline', fmt(deadline))
   redis.call('ZADD', LEASES, deadline, k)
@@ -70,7 +69,7 @@ end
 local function admit(k, t)
   local g = fmt(next_grant(redis.call('HGET', C, 'grant')))
   redis.call('HSET', C, 'grant', g)
-  redis.call('HSET', tkey(k), 'state', 'A', 'grant', g, 'deadline', fmt(now + L.lease))
+  redis.call('HSET', tkey(k), 'state', ADMITTED, 'grant', g, 'deadline', fmt(now + L.lease))
   redis.call('ZADD', LEASES, now + L.lease, k)
   redis.call('HINCRBY', C, 'in_flight', 1)
   redis.call('HINCRBY', C, 'admitted', 1)
@@ -85,7 +84,7 @@ local function enqueue(k, t, front)
   else
     order = redis.call('HINCRBY', C, 'next_order', 1)
   end
-  redis.call('HSET', tkey(k), 'state', 'Q', 'order', order, 'qat', fmt(now))
+  redis.call('HSET', tkey(k), 'state', QUEUED, 'order', order, 'qat', fmt(now))
   set_lease(k, now + L.lease)
   if t.account ~= '' then hincr(AQ, t.account, 1) end
   incr('queued')
@@ -122,14 +121,14 @@ local function dequeue(k, t, popped)
   end
 end
 local function finish(k, t, state)
-  local was_queued = t.state == 'Q'
+  local was_queued = t.state == QUEUED
   if was_queued then
     dequeue(k, t, false)
-  elseif t.state == 'A' then
+  elseif t.state == ADMITTED then
     incr('in_flight', -1)
     hincr(C, sf(t.subject), -1)
     if t.account ~= '' then hincr(AF, t.account, -1) end
-  elseif t.state == 'P' then
+  elseif t.state == PARKED then
     incr('parked', -1)
   else
     return
@@ -182,7 +181,7 @@ local function housekeeping(forget)
   for _, k in ipairs(due) do
     local t = ticket(k)
     if t then
-      finish(k, t, 'E')
+      finish(k, t, EXPIRED)
       incr('expired')
       freed = true
     else
@@ -217,7 +216,7 @@ local function position(k, t)
   local before = 0
   for d = 0, depth - 1 do before = before + num(redis.call('HGET', DC, tostring(d))) end
   -- scheduler::EXACT_POSITION_SUBJECTS
-  if redis.call('LLEN', ROT) <= @EXACT_POSITION_SUBJECTS@ then
+  if redis.call('LLEN', ROT) <= EXACT_POSITION_SUBJECTS then
     for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
       if s == t.subject then break end
       if redis.call('ZCARD', qkey(s)) > depth then before = before + 1 end
@@ -230,7 +229,7 @@ local function view(k)
   local t = ticket(k)
   if not t then return false end
   local pos, lease = 0, 0
-  if t.state == 'Q' then pos = position(k, t) end
+  if t.state == QUEUED then pos = position(k, t) end
   if live(t.state) then lease = math.max(t.deadline - now, 0) end
   return {t.state, pos, t.grant, lease}
 end

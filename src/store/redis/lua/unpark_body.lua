@@ -5,7 +5,7 @@ housekeeping(false)
 local k = ARGV[5]
 local t = ticket(k)
 if not t then return false end
-if t.state == 'P' then
+if t.state == PARKED then
   incr('parked', -1)
   local fits = (not instance_soft(t.instance)) and cnt('in_flight') < L.total
     and num(redis.call('HGET', C, sf(t.subject))) < subject_cap(t.subject)
@@ -15,7 +15,7 @@ if t.state == 'P' then
   else
     enqueue(k, t, true)
   end
-elseif t.state ~= 'A' and t.state ~= 'Q' then
+elseif t.state ~= ADMITTED and t.state ~= QUEUED then
   return {'state', t.state}
 end
 local v = view(k)
