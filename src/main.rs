@@ -41,45 +41,8 @@ struct ServeArgs {
     /// YAML configuration file; flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Address to listen on (default 127.0.0.1:50051; port 0 picks a free one).
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<String>,
-    /// Allow a non-loopback listen address without credentials.
-    #[arg(long)]
-    insecure: bool,
-    /// Cap on admitted tickets per host.
-    #[arg(long, value_name = "N")]
-    total: Option<u32>,
-    /// Cap on admitted tickets per subject.
-    #[arg(long, value_name = "N")]
-    per_subject: Option<u32>,
-    /// Cap on admitted tickets per account.
-    #[arg(long, value_name = "N")]
-    per_account: Option<u32>,
-    /// Declared queue depth per host (0 = no queue).
-    #[arg(long, value_name = "N")]
-    queue_total: Option<u32>,
-    /// Queue bound per subject (0 = none).
-    #[arg(long, value_name = "N")]
-    queue_per_subject: Option<u32>,
-    /// reject | shed_oldest | queue.
-    #[arg(long, value_name = "POLICY")]
-    overflow_policy: Option<String>,
-    /// Lease of an admitted ticket without Renew, e.g. 30s.
-    #[arg(long, value_name = "DURATION")]
-    lease_ttl: Option<String>,
-    /// Per-replica memory ceiling in MiB from reported rss_mb (0 = off).
-    #[arg(long, value_name = "MIB")]
-    max_rss_mb: Option<u32>,
-    /// Share state with other replicas in this Redis (e.g. redis://127.0.0.1:6379/0).
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
-    /// After SIGTERM, how long admitted tickets may keep running before exit (default 30s).
-    #[arg(long, value_name = "DURATION")]
-    drain_grace: Option<String>,
-    /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
-    #[arg(long, value_name = "ADDR")]
-    admin_listen: Option<String>,
+    #[command(flatten)]
+    overrides: Overrides,
     /// Log lines as text (default) or as JSON objects, one per line.
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -169,22 +132,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         .with(fmt.with_filter(filter))
         .with(otel)
         .init();
-    let overrides = Overrides {
-        listen: args.listen,
-        insecure: args.insecure,
-        total: args.total,
-        per_subject: args.per_subject,
-        per_account: args.per_account,
-        queue_total: args.queue_total,
-        queue_per_subject: args.queue_per_subject,
-        overflow_policy: args.overflow_policy,
-        lease_ttl: args.lease_ttl,
-        max_rss_mb: args.max_rss_mb,
-        redis_url: args.redis_url,
-        drain_grace: args.drain_grace,
-        admin_listen: args.admin_listen,
-    };
-    let config = match config::load(args.config.as_deref(), &overrides) {
+    let config = match config::load(args.config.as_deref(), &args.overrides) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{errors}");

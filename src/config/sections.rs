@@ -1,0 +1,601 @@
+//! The sections of the file: each read into what it configures, defaults and flags not yet
+//! applied (that is [`super::resolve`]).
+
+use super::walker::{Cx, join, kind};
+use super::*;
+
+/// Everything the file said, before defaults and flags.
+#[derive(Default)]
+pub(super) struct FileConfig {
+    pub(super) listen: Option<(String, String)>,
+    pub(super) scheduling: SchedPatch,
+    pub(super) hosts: BTreeMap<String, SchedPatch>,
+    pub(super) memory_max_rss_mb: Option<u32>,
+    pub(super) memory_soft_ratio: Option<f64>,
+    pub(super) authority_max_rss_mb: Option<u64>,
+    pub(super) auth: AuthPolicy,
+    pub(super) resources: ResourcePolicy,
+    pub(super) credentials: Vec<crate::security::Credential>,
+    pub(super) tls: Option<TlsFiles>,
+    pub(super) grpc: GrpcLimits,
+    pub(super) redis: Option<RedisConfig>,
+    pub(super) drain_grace_ms: Option<u64>,
+    pub(super) admin_listen: Option<String>,
+    pub(super) metrics_max_hosts: Option<usize>,
+}
+
+/// A scheduling block as written: every field optional, so host blocks override field by field.
+#[derive(Clone, Default)]
+pub(super) struct SchedPatch {
+    pub(super) total: Option<u32>,
+    pub(super) per_subject: Option<u32>,
+    pub(super) per_account: Option<u32>,
+    pub(super) subjects: BTreeMap<String, u32>,
+    pub(super) accounts: BTreeMap<String, u32>,
+    pub(super) queue_total: Option<u32>,
+    pub(super) queue_per_subject: Option<u32>,
+    pub(super) queue_hard_total: Option<u32>,
+    pub(super) overflow: Option<OverflowPolicy>,
+    pub(super) lease_ttl_ms: Option<u64>,
+    pub(super) retention_ms: Option<u64>,
+    pub(super) max_retained: Option<u32>,
+}
+
+impl SchedPatch {
+    /// `over` on top of `self`, field by field (maps merged key by key).
+    pub(super) fn merged(&self, over: &SchedPatch) -> SchedPatch {
+        let mut subjects = self.subjects.clone();
+        subjects.extend(over.subjects.iter().map(|(k, v)| (k.clone(), *v)));
+        let mut accounts = self.accounts.clone();
+        accounts.extend(over.accounts.iter().map(|(k, v)| (k.clone(), *v)));
+        SchedPatch {
+            total: over.total.or(self.total),
+            per_subject: over.per_subject.or(self.per_subject),
+            per_account: over.per_account.or(self.per_account),
+            subjects,
+            accounts,
+            queue_total: over.queue_total.or(self.queue_total),
+            queue_per_subject: over.queue_per_subject.or(self.queue_per_subject),
+            queue_hard_total: over.queue_hard_total.or(self.queue_hard_total),
+            overflow: over.overflow.or(self.overflow),
+            lease_ttl_ms: over.lease_ttl_ms.or(self.lease_ttl_ms),
+            retention_ms: over.retention_ms.or(self.retention_ms),
+            max_retained: over.max_retained.or(self.max_retained),
+        }
+    }
+}
+
+const SCHEDULING_KEYS: &[&str] = &[
+    "total",
+    "per_subject",
+    "per_account",
+    "subjects",
+    "accounts",
+    "queue",
+    "overflow_policy",
+    "lease_ttl",
+    "retention",
+    "max_retained",
+    "max_concurrent_runs",
+    "queue_depth",
+    "max_concurrent_runs_per_scope",
+];
+
+impl Cx {
+    pub(super) fn file(&mut self, root: &Value) -> FileConfig {
+        let mut f = FileConfig::default();
+        let Some(m) = self.mapping(
+            root,
+            "",
+            &[
+                "listen",
+                "scheduling",
+                "hosts",
+                "memory",
+                "authority",
+                "auth",
+                "resources",
+                "allowances",
+                "credentials",
+                "tls",
+                "grpc",
+                "store",
+                "drain_grace",
+                "admin_listen",
+                "metrics",
+                "max_concurrent_runs",
+                "queue_depth",
+                "overflow_policy",
+                "max_concurrent_runs_per_scope",
+                "max_rss_mb",
+            ],
+        ) else {
+            return f;
+        };
+        if let Some(v) = m.get("listen") {
+            match v.as_str() {
+                Some(s) => f.listen = Some((s.to_string(), "listen".into())),
+                None => self.err("listen", "must be an address like 127.0.0.1:50051"),
+            }
+        }
+        if let Some(v) = m.get("scheduling") {
+            f.scheduling = self.scheduling(v, "scheduling");
+        }
+        // gateway.yaml names at the top level, as aliases of the scheduling keys.
+        let top = self.aliases(m, "", &f.scheduling, "scheduling");
+        f.scheduling = f.scheduling.merged(&top);
+        if let Some(v) = m.get("hosts") {
+            for (host, hv) in self.named_entries(v, "hosts") {
+                let path = join("hosts", &host);
+                if let Some(hm) = self.mapping(hv, &path, &["scheduling"]) {
+                    let patch = match hm.get("scheduling") {
+                        Some(sv) => self.scheduling(sv, &join(&path, "scheduling")),
+                        None => SchedPatch::default(),
+                    };
+                    f.hosts.insert(host, patch);
+                }
+            }
+        }
+        if let Some(v) = m.get("memory")
+            && let Some(mm) = self.mapping(v, "memory", &["max_rss_mb", "soft_ratio"])
+        {
+            if let Some(v) = mm.get("max_rss_mb") {
+                f.memory_max_rss_mb = self
+                    .count(v, "memory.max_rss_mb", 0, 100_000_000)
+                    .map(|n| n as u32);
+            }
+            if let Some(v) = mm.get("soft_ratio") {
+                match v.as_f64() {
+                    Some(r) if r > 0.0 && r <= 1.0 => f.memory_soft_ratio = Some(r),
+                    Some(_) => self.err("memory.soft_ratio", "must be > 0 and <= 1"),
+                    None => self.err(
+                        "memory.soft_ratio",
+                        format_args!("must be a number, got {}", kind(v)),
+                    ),
+                }
+            }
+        }
+        if let Some(v) = m.get("max_rss_mb") {
+            if f.memory_max_rss_mb.is_some() {
+                self.err(
+                    "max_rss_mb",
+                    "conflicts with memory.max_rss_mb; give one of them",
+                );
+            } else {
+                f.memory_max_rss_mb = self
+                    .count(v, "max_rss_mb", 0, 100_000_000)
+                    .map(|n| n as u32);
+            }
+        }
+        if let Some(v) = m.get("authority")
+            && let Some(am) = self.mapping(v, "authority", &["max_rss_mb"])
+            && let Some(v) = am.get("max_rss_mb")
+        {
+            f.authority_max_rss_mb = self.count(v, "authority.max_rss_mb", 0, 100_000_000);
+        }
+        f.auth = match m.get("auth") {
+            Some(v) => self.auth(v),
+            None => AuthPolicy::default(),
+        };
+        if let Some(v) = m.get("resources") {
+            self.resources(v, &mut f.resources);
+        }
+        if let Some(v) = m.get("tls") {
+            f.tls = self.tls(v);
+        }
+        if let Some(v) = m.get("admin_listen") {
+            match v.as_str() {
+                Some(a) => f.admin_listen = Some(a.to_string()),
+                None => self.err("admin_listen", "must be an address like 127.0.0.1:9464"),
+            }
+        }
+        if let Some(v) = m.get("drain_grace") {
+            f.drain_grace_ms = self.duration(v, "drain_grace", 0, MAX_DRAIN_MS);
+        }
+        if let Some(v) = m.get("store")
+            && let Some(sm) = self.mapping(v, "store", &["redis"])
+            && let Some(rv) = sm.get("redis")
+        {
+            f.redis = self.redis(rv);
+        }
+        if let Some(v) = m.get("credentials") {
+            let mtls = f.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+            f.credentials = self.credentials(v, mtls);
+        }
+        if let Some(v) = m.get("grpc") {
+            f.grpc = self.grpc(v);
+        }
+        if let Some(v) = m.get("metrics")
+            && let Some(mm) = self.mapping(v, "metrics", &["max_hosts"])
+            && let Some(v) = mm.get("max_hosts")
+        {
+            f.metrics_max_hosts = self
+                .count(v, "metrics.max_hosts", 1, 1_000_000)
+                .map(|n| n as usize);
+        }
+        if let Some(v) = m.get("allowances") {
+            for (account, av) in self.named_entries(v, "allowances") {
+                let path = format!("allowances.{}", yaml_key(&account));
+                if let Some(a) = self.allowance(av, &path) {
+                    f.resources.allowances.insert(account, a);
+                }
+            }
+        }
+        f
+    }
+
+    /// `store.redis`.
+    pub(super) fn redis(&mut self, v: &Value) -> Option<RedisConfig> {
+        let m = self.mapping(v, "store.redis", &["url", "prefix", "pool_size", "cluster"])?;
+        let url = match m.get("url").map(|v| (v.as_str(), v)) {
+            Some((Some(u), _)) => Some(u.to_string()),
+            Some((None, v)) => {
+                self.err(
+                    "store.redis.url",
+                    format_args!("must be a string, got {}", kind(v)),
+                );
+                None
+            }
+            None => {
+                self.err(
+                    "store.redis",
+                    "url is required (e.g. redis://127.0.0.1:6379/0)",
+                );
+                None
+            }
+        };
+        let url = url.and_then(|u| self.redis_url(&u, "store.redis.url"));
+        let prefix = match m.get("prefix") {
+            None => Some(DEFAULT_REDIS_PREFIX.to_string()),
+            Some(v) => match v.as_str() {
+                Some(p) if p.len() <= 64 && !p.contains(['{', '}']) && check_id(p).is_ok() => {
+                    Some(p.to_string())
+                }
+                _ => {
+                    self.err(
+                        "store.redis.prefix",
+                        "must be 1..64 printable ASCII characters without { or }",
+                    );
+                    None
+                }
+            },
+        };
+        let pool_size = match m.get("pool_size") {
+            None => Some(DEFAULT_REDIS_POOL),
+            Some(v) => self
+                .count(v, "store.redis.pool_size", 1, 256)
+                .map(|n| n as u32),
+        };
+        let cluster = match m.get("cluster") {
+            None => Some(false),
+            Some(Value::Bool(b)) => Some(*b),
+            Some(v) => {
+                self.err(
+                    "store.redis.cluster",
+                    format_args!("must be true or false, got {}", kind(v)),
+                );
+                None
+            }
+        };
+        Some(RedisConfig {
+            url: url?,
+            prefix: prefix?,
+            pool_size: pool_size?,
+            cluster: cluster?,
+        })
+    }
+
+    /// A Redis URL, checked for its scheme.
+    pub(super) fn redis_url(&mut self, url: &str, path: &str) -> Option<String> {
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            Some(url.to_string())
+        } else {
+            // Not echoed: a URL may carry a password.
+            self.err(path, "must be a redis:// or rediss:// URL");
+            None
+        }
+    }
+
+    /// The `resources` section into `p`.
+    pub(super) fn resources(&mut self, v: &Value, p: &mut ResourcePolicy) {
+        let Some(m) = self.mapping(
+            v,
+            "resources",
+            &[
+                "default",
+                "subjects",
+                "accounts",
+                "reservation_ttl",
+                "run_retention",
+            ],
+        ) else {
+            return;
+        };
+        if let Some(v) = m.get("default") {
+            p.default = self.budget(v, "resources.default");
+        }
+        for (key, target) in [("subjects", &mut p.subjects), ("accounts", &mut p.accounts)] {
+            if let Some(v) = m.get(key) {
+                let mpath = join("resources", key);
+                for (name, bv) in self.named_entries(v, &mpath) {
+                    let path = format!("{mpath}.{}", yaml_key(&name));
+                    if let Some(b) = self.budget(bv, &path) {
+                        target.insert(name, b);
+                    }
+                }
+            }
+        }
+        if let Some(v) = m.get("reservation_ttl")
+            && let Some(ms) = self.duration(
+                v,
+                "resources.reservation_ttl",
+                MIN_RESERVATION_TTL_MS,
+                MAX_RESOURCE_MS,
+            )
+        {
+            p.reservation_ttl_ms = ms;
+        }
+        if let Some(v) = m.get("run_retention")
+            && let Some(ms) = self.duration(v, "resources.run_retention", 1_000, MAX_RESOURCE_MS)
+        {
+            p.run_retention_ms = ms;
+        }
+    }
+
+    /// A per-run budget block.
+    pub(super) fn budget(&mut self, v: &Value, path: &str) -> Option<Budget> {
+        let m = self.mapping(v, path, &["max_tokens", "max_cost_usd", "unknown_usage"])?;
+        let mut b = Budget::default();
+        let mut ok = true;
+        if let Some(v) = m.get("max_tokens") {
+            b.max_tokens = self.count(v, &join(path, "max_tokens"), 0, MAX_TOKENS);
+            ok &= b.max_tokens.is_some();
+        }
+        if let Some(v) = m.get("max_cost_usd") {
+            b.max_cost = self.usd(v, &join(path, "max_cost_usd"));
+            ok &= b.max_cost.is_some();
+        }
+        if let Some(v) = m.get("unknown_usage") {
+            let s = v.as_str();
+            match s.and_then(UnknownUsage::parse) {
+                Some(u) => b.unknown_usage = u,
+                None => {
+                    let got = s.map_or_else(|| kind(v).to_string(), |s| format!("{s:?}"));
+                    self.err(
+                        &join(path, "unknown_usage"),
+                        format_args!(
+                            "must be one of {}, got {got}",
+                            UnknownUsage::NAMES.join(", ")
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(b)
+    }
+
+    /// An allowance block.
+    pub(super) fn allowance(&mut self, v: &Value, path: &str) -> Option<Allowance> {
+        let m = self.mapping(v, path, &["tokens", "cost_usd", "window"])?;
+        let mut ok = true;
+        let tokens = m.get("tokens").and_then(|v| {
+            let t = self.count(v, &join(path, "tokens"), 0, MAX_TOKENS);
+            ok &= t.is_some();
+            t
+        });
+        let cost = m.get("cost_usd").and_then(|v| {
+            let c = self.usd(v, &join(path, "cost_usd"));
+            ok &= c.is_some();
+            c
+        });
+        if !m.contains_key("tokens") && !m.contains_key("cost_usd") {
+            self.err(path, "give tokens, cost_usd or both");
+            ok = false;
+        }
+        let window = match m.get("window") {
+            Some(v) => self.duration(v, &join(path, "window"), 1_000, MAX_RESOURCE_MS),
+            None => {
+                self.err(path, "window is required (e.g. window: 24h)");
+                None
+            }
+        };
+        let window_ms = window?;
+        ok.then_some(Allowance {
+            tokens,
+            cost,
+            window_ms,
+        })
+    }
+
+    /// A dollar amount (whole or fractional), 0..MAX_USD.
+    pub(super) fn usd(&mut self, v: &Value, path: &str) -> Option<u64> {
+        let Some(f) = v.as_f64() else {
+            self.err(
+                path,
+                format_args!("must be a number of dollars, got {}", kind(v)),
+            );
+            return None;
+        };
+        let m = usd_to_micros(f);
+        if m.is_none() {
+            self.err(
+                path,
+                format_args!("must be a finite number of dollars, 0..{MAX_USD}"),
+            );
+        }
+        m
+    }
+
+    /// The `auth` section: the built-in buckets, with the file's buckets over them by name.
+    pub(super) fn auth(&mut self, v: &Value) -> AuthPolicy {
+        let mut policy = AuthPolicy::default();
+        let Some(m) = self.mapping(v, "auth", &["local_max_keys", "buckets"]) else {
+            return policy;
+        };
+        if let Some(v) = m.get("local_max_keys")
+            && let Some(n) = self.count(v, "auth.local_max_keys", 1, MAX_AUTH_KEYS)
+        {
+            policy.local_max_keys = n as usize;
+        }
+        let Some(v) = m.get("buckets") else {
+            return policy;
+        };
+        for (name, bv) in self.named_entries(v, "auth.buckets") {
+            let path = format!("auth.buckets.{}", yaml_key(&name));
+            if !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+                || name.len() > 64
+            {
+                self.err(
+                    &path,
+                    "endpoint names are 1..64 letters, digits, '_', '-' or '.'",
+                );
+                continue;
+            }
+            let Some(bm) = self.mapping(bv, &path, &["max_attempts", "window", "lockout"]) else {
+                continue;
+            };
+            // Fields left out keep the built-in bucket's values, or DEFAULT_BUCKET's.
+            let mut rule = BUILT_IN_BUCKETS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(DEFAULT_BUCKET, |(_, r)| *r);
+            let mut ok = true;
+            if let Some(v) = bm.get("max_attempts") {
+                match self.count(v, &join(&path, "max_attempts"), 1, MAX_COUNT) {
+                    Some(n) => rule.max_attempts = n as u32,
+                    None => ok = false,
+                }
+            }
+            if let Some(v) = bm.get("window") {
+                match self.duration(v, &join(&path, "window"), 1, MAX_AUTH_MS) {
+                    Some(ms) => rule.window_ms = ms,
+                    None => ok = false,
+                }
+            }
+            if let Some(v) = bm.get("lockout") {
+                match self.duration(v, &join(&path, "lockout"), 0, MAX_AUTH_MS) {
+                    Some(ms) => rule.lockout_ms = ms,
+                    None => ok = false,
+                }
+            }
+            if ok {
+                policy.buckets.insert(name, rule);
+            }
+        }
+        policy
+    }
+
+    /// The gateway.yaml aliases found in `m`, checked against what `canonical` already sets.
+    pub(super) fn aliases(
+        &mut self,
+        m: &Mapping,
+        path: &str,
+        canonical: &SchedPatch,
+        canonical_path: &str,
+    ) -> SchedPatch {
+        let mut p = SchedPatch::default();
+        let pairs: [(&str, &str, bool); 4] = [
+            ("max_concurrent_runs", "total", canonical.total.is_some()),
+            (
+                "queue_depth",
+                "queue.total",
+                canonical.queue_total.is_some(),
+            ),
+            (
+                "max_concurrent_runs_per_scope",
+                "per_subject",
+                canonical.per_subject.is_some(),
+            ),
+            (
+                "overflow_policy",
+                "overflow_policy",
+                canonical.overflow.is_some(),
+            ),
+        ];
+        for (alias, target, taken) in pairs {
+            let Some(v) = m.get(alias) else { continue };
+            let alias_path = join(path, alias);
+            if alias == target && path == canonical_path {
+                continue; // the canonical key itself, read by `scheduling`
+            }
+            if taken {
+                self.err(
+                    &alias_path,
+                    format_args!(
+                        "is an alias of {}; give one of them",
+                        join(canonical_path, target)
+                    ),
+                );
+                continue;
+            }
+            match alias {
+                "max_concurrent_runs" => p.total = self.count32(v, &alias_path, 1),
+                "queue_depth" => p.queue_total = self.count32(v, &alias_path, 0),
+                "max_concurrent_runs_per_scope" => p.per_subject = self.count32(v, &alias_path, 1),
+                _ => p.overflow = self.policy(v, &alias_path),
+            }
+        }
+        p
+    }
+
+    pub(super) fn scheduling(&mut self, v: &Value, path: &str) -> SchedPatch {
+        let mut p = SchedPatch::default();
+        let Some(m) = self.mapping(v, path, SCHEDULING_KEYS) else {
+            return p;
+        };
+        if let Some(v) = m.get("total") {
+            p.total = self.count32(v, &join(path, "total"), 1);
+        }
+        if let Some(v) = m.get("per_subject") {
+            p.per_subject = self.count32(v, &join(path, "per_subject"), 1);
+        }
+        if let Some(v) = m.get("per_account") {
+            p.per_account = self.count32(v, &join(path, "per_account"), 1);
+        }
+        for (key, target) in [("subjects", &mut p.subjects), ("accounts", &mut p.accounts)] {
+            if let Some(v) = m.get(key) {
+                let mpath = join(path, key);
+                for (name, cv) in self.named_entries(v, &mpath) {
+                    if let Some(cap) = self.count32(cv, &join(&mpath, &name), 1) {
+                        target.insert(name, cap);
+                    }
+                }
+            }
+        }
+        if let Some(v) = m.get("queue") {
+            let qpath = join(path, "queue");
+            if let Some(q) = self.mapping(v, &qpath, &["total", "per_subject", "hard_total"]) {
+                if let Some(v) = q.get("total") {
+                    p.queue_total = self.count32(v, &join(&qpath, "total"), 0);
+                }
+                if let Some(v) = q.get("per_subject") {
+                    p.queue_per_subject = self.count32(v, &join(&qpath, "per_subject"), 0);
+                }
+                if let Some(v) = q.get("hard_total") {
+                    p.queue_hard_total = self
+                        .count(v, &join(&qpath, "hard_total"), 0, 4 * MAX_COUNT)
+                        .map(|n| n as u32);
+                }
+            }
+        }
+        if let Some(v) = m.get("overflow_policy") {
+            p.overflow = self.policy(v, &join(path, "overflow_policy"));
+        }
+        if let Some(v) = m.get("lease_ttl") {
+            p.lease_ttl_ms = self.duration(v, &join(path, "lease_ttl"), MIN_LEASE_MS, MAX_LEASE_MS);
+        }
+        if let Some(v) = m.get("retention") {
+            p.retention_ms = self.duration(v, &join(path, "retention"), 0, MAX_RETENTION_MS);
+        }
+        if let Some(v) = m.get("max_retained") {
+            p.max_retained = self
+                .count(v, &join(path, "max_retained"), 0, MAX_RETAINED)
+                .map(|n| n as u32);
+        }
+        let aliases = self.aliases(m, path, &p, path);
+        p.merged(&aliases)
+    }
+}
