@@ -94,10 +94,8 @@ impl RedisStore {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         // This replica's limits are newer than those of every replica started before it: the
-        // wall clock in µs at start orders them (see scripts::TICKET_CORE, one set of limits).
-        let version = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
+        // wall clock in µs at start orders them (see lua/ticket_core.lua, one set of limits).
+        let version = clock.origin_epoch_us() + clock.now_ms() * 1_000;
         let default_limits_args = tickets::limits_args(&policy.limits.default, version);
         let limits_args = policy
             .limits
