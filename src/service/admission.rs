@@ -9,7 +9,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::edge::{self, ApiError, ms32};
+use super::edge::{self, ApiError};
+use super::replies;
 use super::wait::{WaitStreams, follow};
 use super::{record, state_name};
 use crate::api;
@@ -93,15 +94,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             },
             "",
         );
-        Ok(Response::new(api::SubmitResponse {
-            ticket_id: id.to_string(),
-            state: api::TicketState::from(view.state) as i32,
-            position: view.position,
-            // The lease left, from the limits of record (on a shared store they may come
-            // from another replica's file).
-            lease_ttl_ms: ms32(view.lease_remaining_ms),
-            grant: view.grant,
-        }))
+        Ok(Response::new((id, view).into()))
     }
 
     type WaitStream = WaitStream;
@@ -158,17 +151,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             .ticket_ids
             .into_iter()
             .zip(views)
-            .map(|(ticket_id, view)| {
-                let (state, lease) = match view {
-                    Some(v) => (v.state, v.lease_remaining_ms),
-                    None => (TicketState::Expired, 0),
-                };
-                api::RenewedTicket {
-                    ticket_id,
-                    state: api::TicketState::from(state) as i32,
-                    lease_ttl_ms: ms32(lease),
-                }
-            })
+            .map(|(ticket_id, view)| replies::renewed(ticket_id, view))
             .collect();
         Ok(Response::new(api::RenewResponse { tickets }))
     }
@@ -178,17 +161,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::ReleaseRequest>,
     ) -> Result<Response<api::ReleaseResponse>, Status> {
         let (_, ext, req) = request.into_parts();
-        let unknown = || {
-            Response::new(api::ReleaseResponse {
-                previous_state: api::TicketState::Expired as i32,
-                ticket_id: String::new(),
-            })
-        };
         let (id, previous) = match edge::release_target(&req)? {
-            edge::ReleaseTarget::Ticket(None) => {
-                // Never issued: as for a ticket long forgotten.
-                return Ok(unknown());
-            }
+            // Never issued: as for a ticket long forgotten.
+            edge::ReleaseTarget::Ticket(None) => return Ok(Response::new(replies::released(None))),
             edge::ReleaseTarget::Ticket(Some(id)) => {
                 security::caller(&ext)?.act_for(&id.host_id)?;
                 let previous = self.store.release(&id).await?;
@@ -198,12 +173,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                 security::caller(&ext)?.act_for(host_id)?;
                 match self.store.release_run(host_id, run_id).await? {
                     Some((id, previous)) => (id, Some(previous)),
-                    None => return Ok(unknown()),
+                    None => return Ok(Response::new(replies::released(None))),
                 }
             }
-        };
-        let Some(previous) = previous else {
-            return Ok(unknown());
         };
         // The id as given when there was one (it parsed, so it is the id's own spelling).
         let ticket_id = if req.ticket_id.is_empty() {
@@ -211,10 +183,9 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         } else {
             req.ticket_id
         };
-        Ok(Response::new(api::ReleaseResponse {
-            previous_state: api::TicketState::from(previous) as i32,
-            ticket_id,
-        }))
+        Ok(Response::new(replies::released(
+            previous.map(|p| (ticket_id, p)),
+        )))
     }
 
     async fn park(
@@ -234,10 +205,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                 state: state_name(state),
                 rule: "only an admitted ticket can be parked",
             })?;
-        Ok(Response::new(api::ParkResponse {
-            state: api::TicketState::from(v.state) as i32,
-            lease_ttl_ms: ms32(v.lease_remaining_ms),
-        }))
+        Ok(Response::new(v.into()))
     }
 
     async fn unpark(
@@ -257,12 +225,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
                 state: state_name(state),
                 rule: "it has ended; Submit a new ticket",
             })?;
-        Ok(Response::new(api::UnparkResponse {
-            state: api::TicketState::from(v.state) as i32,
-            position: v.position,
-            grant: v.grant,
-            lease_ttl_ms: ms32(v.lease_remaining_ms),
-        }))
+        Ok(Response::new(v.into()))
     }
 
     async fn authorize(
@@ -352,9 +315,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
         security::caller(request.extensions())?.use_auth_buckets()?;
         let cleared = self.store.auth_reset(&req.endpoint, &req.identity).await?;
-        Ok(Response::new(api::AuthResetResponse {
-            cleared: cleared.existed,
-        }))
+        Ok(Response::new(cleared.into()))
     }
 
     async fn get_stats(
@@ -366,53 +327,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         security::caller(request.extensions())?.read_host(host_id)?;
         let s = self.store.stats(host_id).await?;
         let ledger = self.store.ledger_stats(host_id).await?;
-        // The limits the host is scheduled under: on a shared store, the limits of record.
-        let limits = &s.limits;
-        Ok(Response::new(api::Stats {
-            total: limits.total,
-            queue_total: limits.queue_total,
-            in_flight: s.in_flight,
-            queued: s.queued,
-            admitted: s.counters.admitted,
-            rejected: s.counters.rejected,
-            shed: s.counters.shed,
-            cancelled: s.counters.cancelled,
-            expired: s.counters.expired,
-            parked: s.parked,
-            max_rss_mb: limits.memory.max_rss_mb,
-            subjects: s
-                .subjects
-                .into_iter()
-                .map(|r| api::SubjectStats {
-                    subject: r.name,
-                    in_flight: r.in_flight,
-                    queued: r.queued,
-                    cap: r.cap,
-                })
-                .collect(),
-            accounts: s
-                .accounts
-                .into_iter()
-                .map(|r| api::AccountStats {
-                    account_id: r.name,
-                    in_flight: r.in_flight,
-                    queued: r.queued,
-                    cap: r.cap,
-                })
-                .collect(),
-            released: s.counters.released,
-            reported_rss_mb: s.reported_rss_mb,
-            per_subject: limits.per_subject,
-            queue_per_subject: limits.queue_per_subject,
-            queue_hard_total: limits.queue_hard_total,
-            draining: self.gates.draining.load(Ordering::Relaxed),
-            reservations_open: ledger.open,
-            reservations_uncertain: ledger.uncertain,
-            authorize_allowed: ledger.allowed,
-            authorize_denied: ledger.denied,
-            authorize_deferred: ledger.deferred,
-            settled: ledger.settled,
-        }))
+        let draining = self.gates.draining.load(Ordering::Relaxed);
+        Ok(Response::new(replies::stats(s, ledger, draining)))
     }
 }
 

@@ -1,5 +1,6 @@
 //! The edge between the wire and the domain: request validation (every rule names its field),
-//! proto ⇄ domain conversions, and the single mapping from domain outcomes to gRPC statuses.
+//! requests into domain arguments, and the single mapping from domain outcomes to gRPC
+//! statuses. Replies are built in [`super::replies`].
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,13 +9,10 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api;
-use crate::auth::{AuthDecision, AuthPolicy, BucketRule};
+use crate::auth::{AuthPolicy, BucketRule};
 use crate::config::{MAX_TOKENS, check_id};
-use crate::ledger::{
-    Authorization, AuthorizeArgs, Coverage, Decision, LedgerError, Resolution, Usage,
-    micros_to_usd, usd_to_micros,
-};
-use crate::scheduler::{Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView};
+use crate::ledger::{AuthorizeArgs, Coverage, LedgerError, Resolution, Usage, usd_to_micros};
+use crate::scheduler::{Refusal, SubmitArgs, SubmitError, SubmitMode};
 use crate::store::{StoreError, TicketId};
 
 /// The ErrorInfo domain of every refusal.
@@ -418,24 +416,6 @@ pub fn resolve_args(req: &api::ResolveReservationRequest) -> Result<(u32, Resolu
     Ok((step, resolution))
 }
 
-impl From<Authorization> for api::AuthorizeResponse {
-    fn from(a: Authorization) -> Self {
-        let decision = match a.decision {
-            Decision::Allow => api::Decision::Allow,
-            Decision::Deny => api::Decision::Deny,
-            Decision::Unknown => api::Decision::Unknown,
-        };
-        api::AuthorizeResponse {
-            decision: decision as i32,
-            reason: a.reason.map_or("", |r| r.code()).to_string(),
-            granted_output_tokens: a.granted_output_tokens,
-            replay: a.replay,
-            remaining_tokens: a.remaining_tokens,
-            remaining_cost_usd: a.remaining_cost.map(micros_to_usd),
-        }
-    }
-}
-
 /// Validate the (endpoint, identity) of an auth call; returns the endpoint's rule.
 pub fn auth_key(
     policy: &AuthPolicy,
@@ -453,47 +433,6 @@ pub fn auth_key(
             ),
         )
     })
-}
-
-impl From<AuthDecision> for api::AuthAttemptResponse {
-    fn from(d: AuthDecision) -> Self {
-        api::AuthAttemptResponse {
-            allowed: d.allowed(),
-            remaining: d.remaining,
-            retry_after_ms: ms32(d.retry_after_ms),
-            locked: d.locked(),
-            degraded: d.degraded,
-            reason: d.verdict.code().to_string(),
-        }
-    }
-}
-
-impl From<TicketState> for api::TicketState {
-    fn from(s: TicketState) -> Self {
-        match s {
-            TicketState::Queued => api::TicketState::Queued,
-            TicketState::Admitted => api::TicketState::Admitted,
-            TicketState::Released => api::TicketState::Released,
-            TicketState::Cancelled => api::TicketState::Cancelled,
-            TicketState::Shed => api::TicketState::Shed,
-            TicketState::Expired => api::TicketState::Expired,
-            TicketState::Parked => api::TicketState::Parked,
-        }
-    }
-}
-
-/// Milliseconds as a u32 field, saturating (no lease is anywhere near 49 days).
-pub fn ms32(ms: u64) -> u32 {
-    u32::try_from(ms).unwrap_or(u32::MAX)
-}
-
-pub fn wait_event(id: &TicketId, v: &TicketView) -> api::WaitEvent {
-    api::WaitEvent {
-        ticket_id: id.to_string(),
-        state: api::TicketState::from(v.state) as i32,
-        position: v.position,
-        grant: v.grant,
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! The gRPC services `admission.v1.Admission` ([`admission`]) and `admission.v1.Operator`
 //! ([`operator`]), and the loop that feeds a Wait stream ([`wait`]). Handlers validate at the
-//! [`edge`], call one store operation, and convert the answer back.
+//! [`edge`], call one store operation, and convert the answer back ([`replies`]).
 
 pub mod admission;
 pub mod edge;
 pub mod framing;
 pub mod operator;
+pub mod replies;
 pub mod wait;
 
 pub use admission::AdmissionService;

@@ -4,12 +4,11 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::edge::{self, ms32};
-use super::list_limit;
+use super::edge;
+use super::{list_limit, replies};
 use crate::api;
 use crate::gates::Gates;
-use crate::ledger::{StepState, micros_to_usd};
-use crate::store::{Store, TicketId};
+use crate::store::Store;
 
 /// The `Operator` service over a store.
 pub struct OperatorService<S> {
@@ -35,20 +34,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let (list, truncated) = self.store.list(&req.host_id, limit).await?;
         let tickets = list
             .into_iter()
-            .map(|t| api::TicketInfo {
-                ticket_id: TicketId {
-                    host_id: req.host_id.clone(),
-                    key: t.key,
-                }
-                .to_string(),
-                state: api::TicketState::from(t.state) as i32,
-                subject: t.subject,
-                account_id: t.account_id.unwrap_or_default(),
-                run_id: t.run_id,
-                instance_id: t.instance_id,
-                grant: t.grant,
-                lease_remaining_ms: ms32(t.lease_remaining_ms),
-            })
+            .map(|t| replies::ticket_info(&req.host_id, t))
             .collect();
         Ok(Response::new(api::ListTicketsResponse {
             tickets,
@@ -72,23 +58,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         edge::id(&req.host_id, "host_id")?;
         let limit = list_limit(req.limit)?;
         let (list, truncated) = self.store.reservations(&req.host_id, limit).await?;
-        let reservations = list
-            .into_iter()
-            .map(|r| api::ReservationInfo {
-                run_id: r.run_id,
-                step: r.step,
-                subject: r.subject,
-                account_id: r.account_id.unwrap_or_default(),
-                model: r.model,
-                state: match r.state {
-                    StepState::Uncertain => api::ReservationState::Uncertain,
-                    _ => api::ReservationState::Reserved,
-                } as i32,
-                reserved_tokens: r.reserved_tokens,
-                reserved_cost_usd: micros_to_usd(r.reserved_cost),
-                age_ms: r.age_ms,
-            })
-            .collect();
+        let reservations = list.into_iter().map(Into::into).collect();
         Ok(Response::new(api::ListReservationsResponse {
             reservations,
             truncated,
@@ -127,9 +97,6 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
             was_locked = cleared.was_locked,
             "auth bucket unlocked by an operator"
         );
-        Ok(Response::new(api::UnlockAuthResponse {
-            was_locked: cleared.was_locked,
-            cleared: cleared.existed,
-        }))
+        Ok(Response::new(cleared.into()))
     }
 }

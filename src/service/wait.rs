@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::edge::{self, ApiError};
+use super::edge::ApiError;
 use crate::api;
 use crate::scheduler::{TicketState, TicketView};
 use crate::store::{Store, TicketId, TicketWatch};
@@ -105,7 +105,11 @@ pub(super) async fn follow<S: Store>(
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut last = first;
-    if tx.send(Ok(edge::wait_event(&id, &last))).await.is_err() {
+    if tx
+        .send(Ok(super::replies::wait_event(&id, &last)))
+        .await
+        .is_err()
+    {
         return;
     }
     let keepalive_every = Duration::from_millis((lease_ttl_ms / 3).max(5));
@@ -155,7 +159,11 @@ pub(super) async fn follow<S: Store>(
             }
         };
         if next.state != last.state || next.position != last.position {
-            if tx.send(Ok(edge::wait_event(&id, &next))).await.is_err() {
+            if tx
+                .send(Ok(super::replies::wait_event(&id, &next)))
+                .await
+                .is_err()
+            {
                 return;
             }
             last = next;

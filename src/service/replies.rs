@@ -1,0 +1,236 @@
+//! Domain answers as wire replies: every response message is built here, by conversion, so a
+//! handler validates, calls one store operation and converts, and a field's meaning on the wire
+//! is decided in one place.
+
+use crate::api;
+use crate::auth::{AuthCleared, AuthDecision};
+use crate::ledger::{
+    Authorization, Decision, LedgerStats, ReservationInfo, StepState, micros_to_usd,
+};
+use crate::scheduler::{HostStats, TicketInfo, TicketState, TicketView};
+use crate::store::TicketId;
+
+/// Milliseconds as a u32 field, saturating (no lease is anywhere near 49 days).
+pub fn ms32(ms: u64) -> u32 {
+    u32::try_from(ms).unwrap_or(u32::MAX)
+}
+
+impl From<TicketState> for api::TicketState {
+    fn from(s: TicketState) -> Self {
+        match s {
+            TicketState::Queued => api::TicketState::Queued,
+            TicketState::Admitted => api::TicketState::Admitted,
+            TicketState::Released => api::TicketState::Released,
+            TicketState::Cancelled => api::TicketState::Cancelled,
+            TicketState::Shed => api::TicketState::Shed,
+            TicketState::Expired => api::TicketState::Expired,
+            TicketState::Parked => api::TicketState::Parked,
+        }
+    }
+}
+
+fn state(s: TicketState) -> i32 {
+    api::TicketState::from(s) as i32
+}
+
+impl From<(TicketId, TicketView)> for api::SubmitResponse {
+    fn from((id, v): (TicketId, TicketView)) -> Self {
+        api::SubmitResponse {
+            ticket_id: id.to_string(),
+            state: state(v.state),
+            position: v.position,
+            // The lease left, from the limits of record (on a shared store they may come from
+            // another replica's file).
+            lease_ttl_ms: ms32(v.lease_remaining_ms),
+            grant: v.grant,
+        }
+    }
+}
+
+/// A ticket as a Wait stream reports it.
+pub fn wait_event(id: &TicketId, v: &TicketView) -> api::WaitEvent {
+    api::WaitEvent {
+        ticket_id: id.to_string(),
+        state: state(v.state),
+        position: v.position,
+        grant: v.grant,
+    }
+}
+
+/// One ticket of a Renew, as named in the request: a ticket the store does not know (never
+/// issued, or forgotten) is answered EXPIRED.
+pub fn renewed(ticket_id: String, view: Option<TicketView>) -> api::RenewedTicket {
+    let (s, lease) = view.map_or((TicketState::Expired, 0), |v| {
+        (v.state, v.lease_remaining_ms)
+    });
+    api::RenewedTicket {
+        ticket_id,
+        state: state(s),
+        lease_ttl_ms: ms32(lease),
+    }
+}
+
+/// A Release: the ticket's state before it, or EXPIRED and no id for a ticket the store does
+/// not know.
+pub fn released(ticket: Option<(String, TicketState)>) -> api::ReleaseResponse {
+    let (ticket_id, previous) = ticket.unwrap_or((String::new(), TicketState::Expired));
+    api::ReleaseResponse {
+        previous_state: state(previous),
+        ticket_id,
+    }
+}
+
+impl From<TicketView> for api::ParkResponse {
+    fn from(v: TicketView) -> Self {
+        api::ParkResponse {
+            state: state(v.state),
+            lease_ttl_ms: ms32(v.lease_remaining_ms),
+        }
+    }
+}
+
+impl From<TicketView> for api::UnparkResponse {
+    fn from(v: TicketView) -> Self {
+        api::UnparkResponse {
+            state: state(v.state),
+            position: v.position,
+            grant: v.grant,
+            lease_ttl_ms: ms32(v.lease_remaining_ms),
+        }
+    }
+}
+
+impl From<Authorization> for api::AuthorizeResponse {
+    fn from(a: Authorization) -> Self {
+        let decision = match a.decision {
+            Decision::Allow => api::Decision::Allow,
+            Decision::Deny => api::Decision::Deny,
+            Decision::Unknown => api::Decision::Unknown,
+        };
+        api::AuthorizeResponse {
+            decision: decision as i32,
+            reason: a.reason.map_or("", |r| r.code()).to_string(),
+            granted_output_tokens: a.granted_output_tokens,
+            replay: a.replay,
+            remaining_tokens: a.remaining_tokens,
+            remaining_cost_usd: a.remaining_cost.map(micros_to_usd),
+        }
+    }
+}
+
+impl From<AuthDecision> for api::AuthAttemptResponse {
+    fn from(d: AuthDecision) -> Self {
+        api::AuthAttemptResponse {
+            allowed: d.allowed(),
+            remaining: d.remaining,
+            retry_after_ms: ms32(d.retry_after_ms),
+            locked: d.locked(),
+            degraded: d.degraded,
+            reason: d.verdict.code().to_string(),
+        }
+    }
+}
+
+impl From<AuthCleared> for api::AuthResetResponse {
+    fn from(c: AuthCleared) -> Self {
+        api::AuthResetResponse { cleared: c.existed }
+    }
+}
+
+impl From<AuthCleared> for api::UnlockAuthResponse {
+    fn from(c: AuthCleared) -> Self {
+        api::UnlockAuthResponse {
+            was_locked: c.was_locked,
+            cleared: c.existed,
+        }
+    }
+}
+
+/// A host's statistics: its tickets, its ledger, and whether this authority is draining.
+pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool) -> api::Stats {
+    // The limits the host is scheduled under: on a shared store, the limits of record.
+    let limits = &s.limits;
+    api::Stats {
+        total: limits.total,
+        queue_total: limits.queue_total,
+        in_flight: s.in_flight,
+        queued: s.queued,
+        admitted: s.counters.admitted,
+        rejected: s.counters.rejected,
+        shed: s.counters.shed,
+        cancelled: s.counters.cancelled,
+        expired: s.counters.expired,
+        parked: s.parked,
+        max_rss_mb: limits.memory.max_rss_mb,
+        released: s.counters.released,
+        reported_rss_mb: s.reported_rss_mb,
+        per_subject: limits.per_subject,
+        queue_per_subject: limits.queue_per_subject,
+        queue_hard_total: limits.queue_hard_total,
+        draining,
+        reservations_open: ledger.open,
+        reservations_uncertain: ledger.uncertain,
+        authorize_allowed: ledger.allowed,
+        authorize_denied: ledger.denied,
+        authorize_deferred: ledger.deferred,
+        settled: ledger.settled,
+        subjects: s
+            .subjects
+            .into_iter()
+            .map(|r| api::SubjectStats {
+                subject: r.name,
+                in_flight: r.in_flight,
+                queued: r.queued,
+                cap: r.cap,
+            })
+            .collect(),
+        accounts: s
+            .accounts
+            .into_iter()
+            .map(|r| api::AccountStats {
+                account_id: r.name,
+                in_flight: r.in_flight,
+                queued: r.queued,
+                cap: r.cap,
+            })
+            .collect(),
+    }
+}
+
+/// A live ticket of `host_id` as ListTickets shows it.
+pub fn ticket_info(host_id: &str, t: TicketInfo) -> api::TicketInfo {
+    api::TicketInfo {
+        ticket_id: TicketId {
+            host_id: host_id.to_string(),
+            key: t.key,
+        }
+        .to_string(),
+        state: state(t.state),
+        subject: t.subject,
+        account_id: t.account_id.unwrap_or_default(),
+        run_id: t.run_id,
+        instance_id: t.instance_id,
+        grant: t.grant,
+        lease_remaining_ms: ms32(t.lease_remaining_ms),
+    }
+}
+
+impl From<ReservationInfo> for api::ReservationInfo {
+    fn from(r: ReservationInfo) -> Self {
+        api::ReservationInfo {
+            run_id: r.run_id,
+            step: r.step,
+            subject: r.subject,
+            account_id: r.account_id.unwrap_or_default(),
+            model: r.model,
+            // Only open reservations are listed: reserved or uncertain.
+            state: match r.state {
+                StepState::Uncertain => api::ReservationState::Uncertain,
+                _ => api::ReservationState::Reserved,
+            } as i32,
+            reserved_tokens: r.reserved_tokens,
+            reserved_cost_usd: micros_to_usd(r.reserved_cost),
+            age_ms: r.age_ms,
+        }
+    }
+}
