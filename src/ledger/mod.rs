@@ -466,15 +466,15 @@ impl Ledger {
             replay: false,
         };
 
-        // Known subtotals at or over a cap deny under every policy; per-run caps first.
-        let spent = |limits: &[(u64, u64, Reason)]| {
-            limits
-                .iter()
-                .filter(|(limit, used, _)| used >= limit)
-                .map(|l| l.2)
-                .min_by_key(|r| *r != Reason::ResourceLimit)
-        };
-        let mut answer = spent(&token_limits).or(spent(&cost_limits)).map(deny);
+        // Known subtotals at or over a cap deny under every policy; per-run caps first (token
+        // or cost), then the allowance.
+        let mut answer = token_limits
+            .iter()
+            .chain(&cost_limits)
+            .filter(|(limit, used, _)| used >= limit)
+            .map(|l| l.2)
+            .min_by_key(|r| *r != Reason::ResourceLimit)
+            .map(deny);
         // Unknown usage matters where a per-run budget block applies: its unknown_usage says
         // what to do. (Allowances alone count what was reserved and settled.)
         if answer.is_none()

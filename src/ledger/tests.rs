@@ -146,3 +146,43 @@ fn settled_steps_leave_no_deadline_behind() {
         "only the open reservation waits for its TTL"
     );
 }
+
+/// Found by the differential test against the Redis store: with a run's cost budget and its
+/// account's token allowance both spent, the per-run cap is the reason, whichever of tokens and
+/// cost it limits.
+#[test]
+fn a_spent_per_run_cap_is_the_reason_before_a_spent_allowance() {
+    let policy = ResourcePolicy {
+        default: Some(Budget {
+            max_cost: Some(500),
+            ..Budget::default()
+        }),
+        allowances: [(
+            "acct".to_string(),
+            Allowance {
+                tokens: Some(200),
+                cost: None,
+                window_ms: 60_000,
+            },
+        )]
+        .into(),
+        ..ResourcePolicy::default()
+    };
+    let mut ledger = Ledger::new();
+    let with_account = |step| AuthorizeArgs {
+        account_id: Some("acct".into()),
+        ..args("r", step, 1, 0)
+    };
+    let a = ledger.authorize(&policy, with_account(1), 0).unwrap();
+    assert_eq!(a.decision, Decision::Allow);
+    let usage = Usage {
+        cost: 500,
+        ..complete(99, 101)
+    };
+    ledger.settle(&policy, "r", 1, usage, 1).unwrap();
+    let a = ledger.authorize(&policy, with_account(2), 2).unwrap();
+    assert_eq!(
+        (a.decision, a.reason),
+        (Decision::Deny, Some(Reason::ResourceLimit))
+    );
+}
