@@ -2,7 +2,8 @@
 //! against it. Random operation sequences run on the embedded store and on a Redis store side
 //! by side, with the same frozen clock, and every answer and every counter must be the same:
 //! tickets (several hosts with their own limits, subject and account overrides, replays and
-//! run_id conflicts, release by run, Park/Unpark, leases running out, early forgetting), the
+//! run_id conflicts, release by run, Park/Unpark, leases running out, early forgetting, an
+//! operator's SetLimits and ResetLimits with current and stale revisions), the
 //! ledger (budgets, allowances, replays, settle conflicts, uncertain reservations and their
 //! resolution, forgotten runs) and the auth buckets (attempts, lockouts, peeks, resets).
 //!
@@ -120,6 +121,16 @@ enum TicketOp {
     Park(usize),
     Unpark(usize),
     Advance(u64),
+    /// An operator's SetLimits on a host, at its current revision or at a stale one.
+    SetLimits {
+        host: usize,
+        limits: Limits,
+        stale: bool,
+    },
+    ResetLimits {
+        host: usize,
+        stale: bool,
+    },
 }
 
 fn ticket_op() -> impl Strategy<Value = TicketOp> {
@@ -137,6 +148,10 @@ fn ticket_op() -> impl Strategy<Value = TicketOp> {
         1 => any::<usize>().prop_map(TicketOp::Park),
         1 => any::<usize>().prop_map(TicketOp::Unpark),
         1 => (1u64..400).prop_map(TicketOp::Advance),
+        1 => (0..HOSTS.len(), limits(), prop::bool::weighted(0.2))
+            .prop_map(|(host, limits, stale)| TicketOp::SetLimits { host, limits, stale }),
+        1 => (0..HOSTS.len(), prop::bool::weighted(0.2))
+            .prop_map(|(host, stale)| TicketOp::ResetLimits { host, stale }),
     ]
 }
 
@@ -341,10 +356,39 @@ async fn tickets_alike(
                 }
             }
             TicketOp::Advance(ms) => pair.advance(ms).await.unwrap(),
+            TicketOp::SetLimits {
+                host,
+                ref limits,
+                stale,
+            } => {
+                let at = m.get_limits(HOSTS[host]).await.unwrap().revision;
+                let expected = if stale { at.saturating_sub(1) } else { at };
+                let a = m
+                    .set_limits(HOSTS[host], limits.clone(), expected)
+                    .await
+                    .unwrap();
+                let b = r
+                    .set_limits(HOSTS[host], limits.clone(), expected)
+                    .await
+                    .unwrap();
+                prop_assert_eq!(a, b, "op {}: set limits", i);
+            }
+            TicketOp::ResetLimits { host, stale } => {
+                let at = m.get_limits(HOSTS[host]).await.unwrap().revision;
+                let expected = if stale { at.saturating_sub(1) } else { 0 };
+                let a = m.reset_limits(HOSTS[host], expected).await.unwrap();
+                let b = r.reset_limits(HOSTS[host], expected).await.unwrap();
+                prop_assert_eq!(a, b, "op {}: reset limits", i);
+            }
             TicketOp::Submit { .. } | TicketOp::Replay { .. } => {}
         }
 
         for host in HOSTS {
+            let (a, b) = (
+                m.get_limits(host).await.unwrap(),
+                r.get_limits(host).await.unwrap(),
+            );
+            prop_assert_eq!(a, b, "op {}: limits of {}", i, host);
             let (a, b) = (m.stats(host).await.unwrap(), r.stats(host).await.unwrap());
             prop_assert_eq!(a, b, "op {}: stats of {}", i, host);
             let index = |key, redis: bool| {

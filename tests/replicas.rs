@@ -356,3 +356,124 @@ async fn replicas_with_different_files_enforce_one_set_of_limits() {
     );
     assert_eq!(stats(&mut cn, "h").await.in_flight, 5);
 }
+
+#[tokio::test]
+async fn an_operators_limits_govern_every_replica_and_outlive_them_until_reset() {
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+    let prefix = format!("rep-live-{}:", std::process::id());
+    let start = |total: &str| {
+        let config = config_file(
+            &format!("rep-live-{total}"),
+            &format!(
+                "scheduling: {{ per_subject: 10, queue: {{ total: 10 }} }}\n\
+                 store:\n  redis: {{ url: \"{url}\", prefix: \"{prefix}\" }}\n"
+            ),
+        );
+        Server::spawn(
+            &["--config", config.to_str().unwrap(), "--total", total],
+            "warn",
+            Stdio::inherit(),
+        )
+    };
+    let get = |host: &str| api::GetLimitsRequest {
+        host_id: host.into(),
+    };
+    let (a, b) = (start("1"), start("1"));
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let (mut oa, mut ob) = (a.operator().await, b.operator().await);
+    let holder = ca.submit(submit_req("h", "alice", "r1")).await.unwrap();
+    let waiter = cb.submit(submit_req("h", "bob", "r2")).await.unwrap();
+    assert_eq!(state_of(waiter.get_ref().state), api::TicketState::Queued);
+    let before = ob.get_limits(get("h")).await.unwrap().into_inner();
+    assert_eq!(before.source(), api::LimitsSource::File);
+    let mut limits = before.limits.clone().unwrap();
+    assert_eq!(limits.total, 1);
+
+    // Raised through A: B's waiter is admitted at once, and B decides with the new limits.
+    limits.total = 2;
+    let set = oa
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(limits.clone()),
+            expected_revision: before.revision,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            set.source(),
+            set.revision,
+            set.limits.as_ref().unwrap().total
+        ),
+        (api::LimitsSource::Operator, before.revision + 1, 2)
+    );
+    let s = stats(&mut cb, "h").await;
+    assert_eq!((s.total, s.in_flight, s.queued), (2, 2, 0), "{s:?}");
+    let seen = ob.get_limits(get("h")).await.unwrap().into_inner();
+    assert_eq!((seen.source(), seen.revision), (set.source(), set.revision));
+
+    // A stale revision changes nothing; a bad cap is named by its field and changes nothing.
+    let stale = ob
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(limits.clone()),
+            expected_revision: before.revision,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), tonic::Code::FailedPrecondition, "{stale:?}");
+    limits.total = 0;
+    let bad = ob
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(limits.clone()),
+            expected_revision: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert!(bad.message().starts_with("limits.total: "), "{bad:?}");
+    assert_eq!(ob.get_limits(get("h")).await.unwrap().into_inner(), seen);
+
+    // Lowering revokes nothing: both keep their slots, a new Submit queues.
+    limits.total = 1;
+    oa.set_limits(api::SetLimitsRequest {
+        host_id: "h".into(),
+        limits: Some(limits),
+        expected_revision: 0,
+    })
+    .await
+    .unwrap();
+    let third = ca.submit(submit_req("h", "carol", "r3")).await.unwrap();
+    assert_eq!(state_of(third.get_ref().state), api::TicketState::Queued);
+    assert_eq!(stats(&mut ca, "h").await.in_flight, 2);
+    release(&mut ca, &holder.get_ref().ticket_id).await;
+
+    // Both replicas stop; one started with another file still decides with the operator's.
+    drop((ca, cb, oa, ob));
+    drop(a);
+    drop(b);
+    let c = start("7");
+    let mut oc = c.operator().await;
+    let kept = oc.get_limits(get("h")).await.unwrap().into_inner();
+    assert_eq!(
+        (kept.source(), kept.limits.as_ref().unwrap().total),
+        (api::LimitsSource::Operator, 1)
+    );
+    // ResetLimits returns the host to the file: this replica's.
+    let reset = oc
+        .reset_limits(api::ResetLimitsRequest {
+            host_id: "h".into(),
+            expected_revision: kept.revision,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (reset.source(), reset.limits.as_ref().unwrap().total),
+        (api::LimitsSource::File, 7)
+    );
+    assert!(reset.revision > kept.revision);
+}

@@ -865,3 +865,102 @@ async fn park_lends_the_slot_and_unpark_takes_it_back_over_grpc() {
         .unwrap_err();
     assert_eq!(unknown.code(), Code::NotFound);
 }
+
+#[tokio::test]
+async fn set_limits_raises_a_cap_at_once_and_reset_limits_returns_to_the_file() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4"]);
+    let mut c = server.client().await;
+    let mut op = server.operator().await;
+    let (_, waiter) = holder_and_waiter(&mut c).await;
+    assert_eq!(state_of(waiter.state), TicketState::Queued);
+    let mut events = follow(&mut c, &waiter.ticket_id).await;
+    events.next().await.unwrap().unwrap();
+
+    let before = op
+        .get_limits(api::GetLimitsRequest {
+            host_id: "h".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (before.source(), before.revision),
+        (api::LimitsSource::File, 1)
+    );
+    let mut limits = before.limits.unwrap();
+    assert_eq!((limits.total, limits.queue.unwrap().total), (1, 4));
+    assert_eq!(limits.overflow_policy, "reject");
+
+    // Every problem is named by its field, and nothing changes.
+    let mut bad = limits.clone();
+    bad.lease_ttl_ms = 1;
+    bad.queue = Some(api::QueueLimits {
+        total: 8,
+        per_subject: 0,
+        hard_total: 2,
+    });
+    let err = op
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(bad),
+            expected_revision: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("limits.lease_ttl_ms: "), "{err:?}");
+    assert!(
+        err.message().contains("limits.queue.hard_total: "),
+        "{err:?}"
+    );
+    assert_eq!(stats(&mut c, "h").await.total, 1);
+
+    // Raised: the waiter is admitted at once, its Wait stream says so.
+    limits.total = 2;
+    let set = op
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(limits),
+            expected_revision: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (set.source(), set.revision),
+        (api::LimitsSource::Operator, 2)
+    );
+    let admitted = tokio::time::timeout(DEADLINE, events.next())
+        .await
+        .expect("an event within the deadline")
+        .unwrap()
+        .unwrap();
+    assert_eq!(state_of(admitted.state), TicketState::Admitted);
+
+    let reset = op
+        .reset_limits(api::ResetLimitsRequest {
+            host_id: "h".into(),
+            expected_revision: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        reset.code(),
+        Code::FailedPrecondition,
+        "revision 1 is stale"
+    );
+    let reset = op
+        .reset_limits(api::ResetLimitsRequest {
+            host_id: "h".into(),
+            expected_revision: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (reset.source(), reset.revision, reset.limits.unwrap().total),
+        (api::LimitsSource::File, 3, 1)
+    );
+    // Back under the file's total 1 with two admitted: nothing is revoked.
+    assert_eq!(stats(&mut c, "h").await.in_flight, 2);
+}

@@ -196,6 +196,24 @@ pub fn parse(text: &str, overrides: &Overrides) -> Result<Config, ConfigErrors> 
     parse_in(text, overrides, None)
 }
 
+/// Limits an operator gives a host (SetLimits), checked by the file's rules: `block` is a
+/// `scheduling` block as the file would write it, and every problem is named under `limits`
+/// (`limits.queue.total: must be >= 0`). The memory ladder is not part of them: `memory` is
+/// kept.
+pub fn operator_limits(block: &Value, memory: MemoryLimits) -> Result<Limits, ConfigErrors> {
+    let mut cx = Cx {
+        errors: Vec::new(),
+        base: None,
+    };
+    let patch = cx.scheduling(block, "limits");
+    let limits = cx.limits(&patch, "limits", memory);
+    if cx.errors.is_empty() {
+        Ok(limits)
+    } else {
+        Err(ConfigErrors(cx.errors))
+    }
+}
+
 /// As [`parse`], with relative file paths in the text (tls files, token files) taken relative
 /// to `base` (the config file's directory) rather than the working directory.
 fn parse_in(

@@ -37,6 +37,24 @@ impl OverflowPolicy {
     }
 }
 
+/// Where a host's limits come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitsSource {
+    /// The configuration file (on a shared store, the most recently started replica's).
+    File,
+    /// An operator's SetLimits, until ResetLimits.
+    Operator,
+}
+
+/// A host's limits in force, with their source and revision (which increases with every
+/// change).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitsRecord {
+    pub limits: Limits,
+    pub source: LimitsSource,
+    pub revision: u64,
+}
+
 /// The per-replica memory ladder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryLimits {

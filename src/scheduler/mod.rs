@@ -13,7 +13,7 @@ mod limits;
 #[cfg(test)]
 mod tests;
 
-pub use limits::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
+pub use limits::{Limits, LimitsRecord, LimitsSource, LimitsTable, MemoryLimits, OverflowPolicy};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -569,6 +569,13 @@ impl HostState {
         if freed {
             self.dispatch(limits, now);
         }
+    }
+
+    /// The host's limits changed to `limits`: admit waiters into any room a raised cap made.
+    /// A lowered cap revokes nothing; new tickets wait until the host is under it.
+    pub fn limits_changed(&mut self, limits: &Limits, now: Millis) {
+        self.housekeeping(limits, now);
+        self.dispatch(limits, now);
     }
 
     /// The ticket as callers see it, `None` if unknown (never issued, or forgotten).

@@ -31,6 +31,9 @@ const MAX_TICKET_ID: usize = 128 + 1 + 32;
 pub enum ApiError {
     #[error("{field}: {rule}")]
     Invalid { field: String, rule: String },
+    /// Several fields broke their rules (each `(field, rule)`; never empty).
+    #[error("{}", .0.iter().map(|(f, r)| format!("{f}: {r}")).collect::<Vec<_>>().join("; "))]
+    InvalidFields(Vec<(String, String)>),
     #[error("{}", refusal_message(*.0))]
     Refused(Refusal),
     #[error("run_id: already names a ticket with another {field}")]
@@ -50,6 +53,10 @@ pub enum ApiError {
     TooManyStreams { max: usize, scope: &'static str },
     #[error(transparent)]
     Unavailable(#[from] StoreError),
+    #[error(
+        "expected_revision: the limits are at revision {current}, not {expected}; read them again"
+    )]
+    RevisionMoved { expected: u64, current: u64 },
 }
 
 impl ApiError {
@@ -134,6 +141,16 @@ impl From<ApiError> for Status {
                 message,
                 ErrorDetails::with_bad_request_violation(field, rule),
             ),
+            ApiError::InvalidFields(violations) => Status::with_error_details(
+                Code::InvalidArgument,
+                message,
+                ErrorDetails::with_bad_request(
+                    violations
+                        .into_iter()
+                        .map(|(f, r)| tonic_types::FieldViolation::new(f, r))
+                        .collect::<Vec<_>>(),
+                ),
+            ),
             ApiError::Refused(r) => {
                 let mut details = ErrorDetails::with_error_info(
                     refusal_reason(r),
@@ -149,7 +166,9 @@ impl From<ApiError> for Status {
             }
             ApiError::Ledger(_) => Status::failed_precondition(message),
             ApiError::Denied(_) => Status::permission_denied(message),
-            ApiError::WrongState { .. } => Status::failed_precondition(message),
+            ApiError::WrongState { .. } | ApiError::RevisionMoved { .. } => {
+                Status::failed_precondition(message)
+            }
             ApiError::TooManyStreams { .. } => {
                 let mut details = ErrorDetails::with_error_info(
                     "TOO_MANY_STREAMS",
@@ -170,6 +189,59 @@ impl From<ApiError> for Status {
             }
         }
     }
+}
+
+/// SetLimits' limits, checked by the configuration file's rules (the memory ladder kept from
+/// `memory`): every problem is named by its field under `limits`.
+pub fn operator_limits(
+    limits: Option<&api::HostLimits>,
+    memory: crate::scheduler::MemoryLimits,
+) -> Result<crate::scheduler::Limits, ApiError> {
+    use serde_norway::{Mapping, Value};
+    let l = limits.ok_or_else(|| ApiError::invalid("limits", "required"))?;
+    let caps = |m: &HashMap<String, u32>| {
+        Value::Mapping(
+            m.iter()
+                .map(|(k, v)| (Value::from(k.as_str()), Value::from(*v)))
+                .collect(),
+        )
+    };
+    let queue = l.queue.unwrap_or_default();
+    let mut block = Mapping::new();
+    block.insert("total".into(), l.total.into());
+    block.insert("per_subject".into(), l.per_subject.into());
+    if let Some(n) = l.per_account {
+        block.insert("per_account".into(), n.into());
+    }
+    block.insert("subjects".into(), caps(&l.subjects));
+    block.insert("accounts".into(), caps(&l.accounts));
+    let mut q = Mapping::new();
+    q.insert("total".into(), queue.total.into());
+    q.insert("per_subject".into(), queue.per_subject.into());
+    q.insert("hard_total".into(), queue.hard_total.into());
+    block.insert("queue".into(), Value::Mapping(q));
+    block.insert("overflow_policy".into(), l.overflow_policy.as_str().into());
+    block.insert("lease_ttl".into(), format!("{}ms", l.lease_ttl_ms).into());
+    block.insert("retention".into(), format!("{}ms", l.retention_ms).into());
+    block.insert("max_retained".into(), l.max_retained.into());
+    crate::config::operator_limits(&Value::Mapping(block), memory).map_err(|errors| {
+        // The file's keys, named as the message's fields.
+        ApiError::InvalidFields(
+            errors
+                .0
+                .iter()
+                .map(|e| {
+                    let e = e
+                        .replacen("limits.lease_ttl:", "limits.lease_ttl_ms:", 1)
+                        .replacen("limits.retention:", "limits.retention_ms:", 1);
+                    match e.split_once(": ") {
+                        Some((field, rule)) => (field.to_string(), rule.to_string()),
+                        None => ("limits".to_string(), e),
+                    }
+                })
+                .collect(),
+        )
+    })
 }
 
 /// Check an id field: 1..128 bytes of printable ASCII.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::edge;
+use super::edge::{self, ApiError};
 use super::{list_limit, replies};
 use crate::api;
 use crate::gates::Gates;
@@ -98,5 +98,57 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
             "auth bucket unlocked by an operator"
         );
         Ok(Response::new(cleared.into()))
+    }
+
+    async fn get_limits(
+        &self,
+        request: Request<api::GetLimitsRequest>,
+    ) -> Result<Response<api::GetLimitsResponse>, Status> {
+        let host_id = &request.get_ref().host_id;
+        edge::id(host_id, "host_id")?;
+        Ok(Response::new(self.store.get_limits(host_id).await?.into()))
+    }
+
+    async fn set_limits(
+        &self,
+        request: Request<api::SetLimitsRequest>,
+    ) -> Result<Response<api::SetLimitsResponse>, Status> {
+        let req = request.get_ref();
+        edge::id(&req.host_id, "host_id")?;
+        let memory = self.store.limits(&req.host_id).memory;
+        let limits = edge::operator_limits(req.limits.as_ref(), memory)?;
+        let expected = req.expected_revision;
+        let record = self
+            .store
+            .set_limits(&req.host_id, limits, expected)
+            .await?
+            .map_err(|current| ApiError::RevisionMoved { expected, current })?;
+        tracing::info!(
+            host_id = %req.host_id,
+            revision = record.revision,
+            limits = ?record.limits,
+            "limits set by an operator"
+        );
+        Ok(Response::new(record.into()))
+    }
+
+    async fn reset_limits(
+        &self,
+        request: Request<api::ResetLimitsRequest>,
+    ) -> Result<Response<api::ResetLimitsResponse>, Status> {
+        let req = request.get_ref();
+        edge::id(&req.host_id, "host_id")?;
+        let expected = req.expected_revision;
+        let record = self
+            .store
+            .reset_limits(&req.host_id, expected)
+            .await?
+            .map_err(|current| ApiError::RevisionMoved { expected, current })?;
+        tracing::info!(
+            host_id = %req.host_id,
+            revision = record.revision,
+            "limits reset to the configuration file by an operator"
+        );
+        Ok(Response::new(record.into()))
     }
 }

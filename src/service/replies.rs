@@ -7,7 +7,9 @@ use crate::auth::{AuthCleared, AuthDecision};
 use crate::ledger::{
     Authorization, Decision, LedgerStats, ReservationInfo, StepState, micros_to_usd,
 };
-use crate::scheduler::{HostStats, TicketInfo, TicketState, TicketView};
+use crate::scheduler::{
+    HostStats, Limits, LimitsRecord, LimitsSource, TicketInfo, TicketState, TicketView,
+};
 use crate::store::TicketId;
 
 /// Milliseconds as a u32 field, saturating (no lease is anywhere near 49 days).
@@ -234,3 +236,47 @@ impl From<ReservationInfo> for api::ReservationInfo {
         }
     }
 }
+
+impl From<&Limits> for api::HostLimits {
+    fn from(l: &Limits) -> Self {
+        api::HostLimits {
+            total: l.total,
+            per_subject: l.per_subject,
+            per_account: l.per_account,
+            subjects: l.subjects.clone().into_iter().collect(),
+            accounts: l.accounts.clone().into_iter().collect(),
+            queue: Some(api::QueueLimits {
+                total: l.queue_total,
+                per_subject: l.queue_per_subject,
+                hard_total: l.queue_hard_total,
+            }),
+            overflow_policy: l.overflow.name().to_string(),
+            lease_ttl_ms: l.lease_ttl_ms,
+            retention_ms: l.retention_ms,
+            max_retained: l.max_retained,
+        }
+    }
+}
+
+fn source(s: LimitsSource) -> i32 {
+    (match s {
+        LimitsSource::File => api::LimitsSource::File,
+        LimitsSource::Operator => api::LimitsSource::Operator,
+    }) as i32
+}
+
+/// The three limits replies carry the same fields.
+macro_rules! limits_reply {
+    ($($reply:ident),*) => {$(
+        impl From<LimitsRecord> for api::$reply {
+            fn from(r: LimitsRecord) -> Self {
+                api::$reply {
+                    limits: Some((&r.limits).into()),
+                    source: source(r.source),
+                    revision: r.revision,
+                }
+            }
+        }
+    )*};
+}
+limits_reply!(GetLimitsResponse, SetLimitsResponse, ResetLimitsResponse);

@@ -20,8 +20,8 @@ use crate::ledger::{
     Authorization, AuthorizeArgs, Ledger, LedgerStats, ReservationInfo, Resolution, Usage,
 };
 use crate::scheduler::{
-    HostState, HostStats, Limits, SubmitArgs, SubmitError, TicketInfo, TicketMap, TicketState,
-    TicketView,
+    HostState, HostStats, Limits, LimitsRecord, LimitsSource, SubmitArgs, SubmitError, TicketInfo,
+    TicketMap, TicketState, TicketView,
 };
 
 pub struct MemoryStore {
@@ -39,6 +39,8 @@ struct Host {
 
 struct HostInner {
     state: HostState,
+    /// The limits in force: the file's until an operator sets others.
+    limits: LimitsRecord,
     /// Senders for tickets that have a Wait stream open (or had, until the next change).
     watchers: TicketMap<watch::Sender<()>>,
 }
@@ -102,6 +104,11 @@ impl MemoryStore {
                 Arc::new(Host {
                     inner: Mutex::new(HostInner {
                         state: HostState::new(),
+                        limits: LimitsRecord {
+                            limits: self.policy.limits.for_host(host_id).clone(),
+                            source: LimitsSource::File,
+                            revision: 1,
+                        },
                         watchers: TicketMap::default(),
                     }),
                     ledger: Mutex::new(Ledger::new()),
@@ -115,25 +122,47 @@ impl MemoryStore {
     }
 
     /// Run `op` on a host's state under its lock, then wake the Wait streams it affected.
-    fn with_host<R>(
-        &self,
-        host: &Host,
-        host_id: &str,
-        op: impl FnOnce(&mut HostState, &Limits, u64) -> R,
-    ) -> R {
-        let limits = self.policy.limits.for_host(host_id);
-        let mut inner = host.inner.lock().expect("host lock");
+    fn with_host<R>(&self, host: &Host, op: impl FnOnce(&mut HostState, &Limits, u64) -> R) -> R {
+        let mut guard = host.inner.lock().expect("host lock");
+        let inner = &mut *guard;
         let now = self.clock.now_ms();
         inner
             .state
             .set_grant_floor(self.clock.origin_epoch_us() + now * 1000);
-        let out = op(&mut inner.state, limits, now);
+        let out = op(&mut inner.state, &inner.limits.limits, now);
         inner.notify();
         out
     }
 }
 
 impl MemoryStore {
+    /// Change a host's limits to what `change` makes of the current ones (`None`: no change),
+    /// if they are at `expected` (0: any); then admit what fits.
+    fn change_limits(
+        &self,
+        host_id: &str,
+        expected: u64,
+        change: impl FnOnce(&LimitsRecord) -> Option<(Limits, LimitsSource)>,
+    ) -> Result<LimitsRecord, u64> {
+        let host = self.host(host_id);
+        let mut guard = host.inner.lock().expect("host lock");
+        let inner = &mut *guard;
+        if expected != 0 && expected != inner.limits.revision {
+            return Err(inner.limits.revision);
+        }
+        if let Some((limits, source)) = change(&inner.limits) {
+            inner.limits = LimitsRecord {
+                limits,
+                source,
+                revision: inner.limits.revision + 1,
+            };
+            let now = self.clock.now_ms();
+            inner.state.limits_changed(&inner.limits.limits, now);
+            inner.notify();
+        }
+        Ok(inner.limits.clone())
+    }
+
     fn all_hosts(&self) -> Vec<(String, Arc<Host>)> {
         self.hosts
             .read()
@@ -161,13 +190,41 @@ impl TicketStore for MemoryStore {
         self.policy.limits.for_host(host_id)
     }
 
+    async fn get_limits(&self, host_id: &str) -> Result<LimitsRecord, StoreError> {
+        let host = self.host(host_id);
+        let inner = host.inner.lock().expect("host lock");
+        Ok(inner.limits.clone())
+    }
+
+    async fn set_limits(
+        &self,
+        host_id: &str,
+        limits: Limits,
+        expected_revision: u64,
+    ) -> Result<Result<LimitsRecord, u64>, StoreError> {
+        Ok(self.change_limits(host_id, expected_revision, |_| {
+            Some((limits, LimitsSource::Operator))
+        }))
+    }
+
+    async fn reset_limits(
+        &self,
+        host_id: &str,
+        expected_revision: u64,
+    ) -> Result<Result<LimitsRecord, u64>, StoreError> {
+        let file = self.policy.limits.for_host(host_id).clone();
+        Ok(self.change_limits(host_id, expected_revision, |current| {
+            (current.source == LimitsSource::Operator).then_some((file, LimitsSource::File))
+        }))
+    }
+
     async fn submit(
         &self,
         host_id: &str,
         args: SubmitArgs,
     ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
         let host = self.host(host_id);
-        let out = self.with_host(&host, host_id, |state, limits, now| {
+        let out = self.with_host(&host, |state, limits, now| {
             let mut key = TicketId::random_key();
             while state.has_ticket(key) {
                 key = TicketId::random_key();
@@ -192,7 +249,7 @@ impl TicketStore for MemoryStore {
             .iter()
             .map(|id| {
                 let host = self.existing_host(&id.host_id)?;
-                self.with_host(&host, &id.host_id, |state, limits, now| {
+                self.with_host(&host, |state, limits, now| {
                     state.renew(limits, id.key, rss_mb, now)
                 })
             })
@@ -203,7 +260,7 @@ impl TicketStore for MemoryStore {
         let Some(host) = self.existing_host(&id.host_id) else {
             return Ok(None);
         };
-        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
+        Ok(self.with_host(&host, |state, limits, now| {
             state.release(limits, id.key, now)
         }))
     }
@@ -216,7 +273,7 @@ impl TicketStore for MemoryStore {
         let Some(host) = self.existing_host(host_id) else {
             return Ok(None);
         };
-        let found = self.with_host(&host, host_id, |state, limits, now| {
+        let found = self.with_host(&host, |state, limits, now| {
             state.release_run(limits, run_id, now)
         });
         Ok(found.map(|(key, s)| {
@@ -237,9 +294,7 @@ impl TicketStore for MemoryStore {
         let Some(host) = self.existing_host(&id.host_id) else {
             return Ok(None);
         };
-        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
-            state.park(limits, id.key, now)
-        }))
+        Ok(self.with_host(&host, |state, limits, now| state.park(limits, id.key, now)))
     }
 
     async fn unpark(
@@ -249,7 +304,7 @@ impl TicketStore for MemoryStore {
         let Some(host) = self.existing_host(&id.host_id) else {
             return Ok(None);
         };
-        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
+        Ok(self.with_host(&host, |state, limits, now| {
             state.unpark(limits, id.key, now)
         }))
     }
@@ -258,7 +313,7 @@ impl TicketStore for MemoryStore {
         let Some(host) = self.existing_host(&id.host_id) else {
             return Ok(None);
         };
-        Ok(self.with_host(&host, &id.host_id, |state, limits, now| {
+        Ok(self.with_host(&host, |state, limits, now| {
             state.housekeeping(limits, now);
             state.view(id.key, now)
         }))
@@ -278,10 +333,8 @@ impl TicketStore for MemoryStore {
     }
 
     async fn sweep_tickets(&self) -> Result<(), StoreError> {
-        for (host_id, host) in self.all_hosts() {
-            self.with_host(&host, &host_id, |state, limits, now| {
-                state.housekeeping(limits, now)
-            });
+        for (_, host) in self.all_hosts() {
+            self.with_host(&host, |state, limits, now| state.housekeeping(limits, now));
         }
         Ok(())
     }
@@ -291,7 +344,7 @@ impl TicketStore for MemoryStore {
             let limits = self.policy.limits.for_host(host_id);
             return Ok(HostState::new().stats(limits, self.clock.now_ms()));
         };
-        Ok(self.with_host(&host, host_id, |state, limits, now| {
+        Ok(self.with_host(&host, |state, limits, now| {
             state.housekeeping(limits, now);
             state.stats(limits, now)
         }))
@@ -305,7 +358,7 @@ impl TicketStore for MemoryStore {
         let Some(host) = self.existing_host(host_id) else {
             return Ok((Vec::new(), false));
         };
-        Ok(self.with_host(&host, host_id, |state, limits, now| {
+        Ok(self.with_host(&host, |state, limits, now| {
             state.housekeeping(limits, now);
             state.list(limit, now)
         }))
@@ -327,7 +380,7 @@ impl TicketStore for MemoryStore {
 
     async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
         let host = self.host(host_id);
-        self.with_host(&host, host_id, |state, _, _| state.count_rejection());
+        self.with_host(&host, |state, _, _| state.count_rejection());
         Ok(())
     }
 }

@@ -17,8 +17,8 @@ use crate::ledger::{
     ResourcePolicy, Usage,
 };
 use crate::scheduler::{
-    HostStats, Limits, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState,
-    TicketView,
+    HostStats, Limits, LimitsRecord, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketKey,
+    TicketState, TicketView,
 };
 
 /// Everything a store enforces, resolved from configuration.
@@ -184,8 +184,33 @@ pub trait TicketWatch: Send + 'static {
 pub trait TicketStore: Send + Sync + 'static {
     type Watch: TicketWatch;
 
-    /// The limits a host is scheduled under.
+    /// The limits this replica's configuration file gives a host (an operator's SetLimits, or
+    /// on a shared store another replica's file, may be in force instead: [`Self::get_limits`]).
     fn limits(&self, host_id: &str) -> &Limits;
+
+    /// The limits a host is decided with now, their source and revision.
+    fn get_limits(
+        &self,
+        host_id: &str,
+    ) -> impl Future<Output = Result<LimitsRecord, StoreError>> + Send;
+
+    /// Put an operator's `limits` in force for a host, if its revision is still
+    /// `expected_revision` (0: any); otherwise `Err` with the revision it is at. Waiters that
+    /// fit under raised caps are admitted at once.
+    fn set_limits(
+        &self,
+        host_id: &str,
+        limits: Limits,
+        expected_revision: u64,
+    ) -> impl Future<Output = Result<Result<LimitsRecord, u64>, StoreError>> + Send;
+
+    /// Return a host to the file's limits (nothing changes when it uses them), with the same
+    /// revision check as [`Self::set_limits`].
+    fn reset_limits(
+        &self,
+        host_id: &str,
+        expected_revision: u64,
+    ) -> impl Future<Output = Result<Result<LimitsRecord, u64>, StoreError>> + Send;
 
     /// Admit, queue or refuse a new ticket; a repeated run_id answers with its existing ticket.
     fn submit(

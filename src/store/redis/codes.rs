@@ -10,6 +10,10 @@ use crate::scheduler::{
     SubmitMode, TicketState,
 };
 
+/// The least version of an operator's limits of record: above any replica's start time in µs
+/// (about 1.8e15 today; 2^52 is 4.5e15, and exact in a Lua number), so no file replaces them.
+pub(super) const OPERATOR_LIMITS: u64 = 1 << 52;
+
 /// A ticket's `state` field: the state, its code, and the Lua local that names it.
 const TICKET_STATES: [(TicketState, &str, &str); 7] = [
     (TicketState::Queued, "Q", "QUEUED"),
@@ -226,6 +230,7 @@ pub(super) fn ticket_constants() -> String {
     let bounds: Vec<String> = QUEUE_WAIT_BOUNDS_MS.iter().map(u64::to_string).collect();
     out.push_str(&format!(
         "local RETAIN_SLACK, EXACT_POSITION_SUBJECTS = {RETAIN_SLACK}, {EXACT_POSITION_SUBJECTS}\n\
+         local OPERATOR_LIMITS = {OPERATOR_LIMITS}\n\
          local QW_BOUNDS = {{{}}}\n",
         bounds.join(", ")
     ));

@@ -62,6 +62,7 @@ pub struct RedisStore {
     ticket: redis::Script,
     stats: redis::Script,
     list: redis::Script,
+    limits: redis::Script,
     /// Each host's limits as the scripts read them, computed once.
     default_limits_args: (String, String),
     limits_args: std::collections::HashMap<String, (String, String)>,
@@ -127,6 +128,7 @@ impl RedisStore {
             ticket: redis::Script::new(&scripts::ticket()),
             stats: redis::Script::new(&scripts::stats()),
             list: redis::Script::new(&scripts::list()),
+            limits: redis::Script::new(&scripts::limits()),
             default_limits_args,
             limits_args,
             url: url.to_string(),

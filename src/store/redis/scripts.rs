@@ -188,6 +188,15 @@ pub fn list() -> String {
 
 const LIST_BODY: &str = include_str!("lua/list_body.lua");
 
+/// Read or change a host's limits of record (GetLimits, SetLimits, ResetLimits).
+///
+/// Its header in `lua/limits_body.lua` says what it takes and answers.
+pub fn limits() -> String {
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, LIMITS_BODY])
+}
+
+const LIMITS_BODY: &str = include_str!("lua/limits_body.lua");
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +212,7 @@ mod tests {
             ticket(),
             stats(),
             list(),
+            limits(),
         ] {
             assert!(script.starts_with(&codes::ticket_constants()));
             assert!(!script.contains('@'), "a placeholder left unfilled");

@@ -11,8 +11,8 @@ use tokio::sync::watch;
 
 use super::{RedisStore, codes};
 use crate::scheduler::{
-    Counters, HostStats, Limits, OverflowPolicy, SubmitArgs, SubmitError, TicketInfo, TicketKey,
-    TicketState, TicketView, UsageRow, WaitHistogram,
+    Counters, HostStats, Limits, LimitsRecord, LimitsSource, OverflowPolicy, SubmitArgs,
+    SubmitError, TicketInfo, TicketKey, TicketState, TicketView, UsageRow, WaitHistogram,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -42,6 +42,12 @@ impl TicketWatch for RedisWatch {
 /// per-subject and per-account caps as JSON (`""` when there are none; names are printable
 /// ASCII). `version` orders the limits of replicas sharing the store (the newest are in force).
 pub(super) fn limits_args(l: &Limits, version: u64) -> (String, String) {
+    let (scalars, maps) = limits_parts(l);
+    (format!("{version},{scalars}"), maps)
+}
+
+/// A host's limits as the scripts store them: the scalars, and the caps as JSON.
+fn limits_parts(l: &Limits) -> (String, String) {
     let map = |m: &HashMap<String, u32>| {
         let mut out = String::from("{");
         for (i, (k, v)) in m.iter().enumerate() {
@@ -58,7 +64,7 @@ pub(super) fn limits_args(l: &Limits, version: u64) -> (String, String) {
         out
     };
     let scalars = format!(
-        "{version},{},{},{},{},{},{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{},{},{},{},{}",
         l.total,
         l.per_subject,
         l.per_account.map_or(-1, i64::from),
@@ -198,6 +204,36 @@ impl TicketStore for RedisStore {
 
     fn limits(&self, host_id: &str) -> &Limits {
         self.policy.limits.for_host(host_id)
+    }
+
+    async fn get_limits(&self, host_id: &str) -> Result<LimitsRecord, StoreError> {
+        let reply = self
+            .sched(&self.limits, host_id, &["get".into(), "0".into()])
+            .await?;
+        limits_record(&reply)?.map_err(|rev| {
+            StoreError::protocol(format!("redis: get limits answered moved at {rev}"))
+        })
+    }
+
+    async fn set_limits(
+        &self,
+        host_id: &str,
+        limits: Limits,
+        expected_revision: u64,
+    ) -> Result<Result<LimitsRecord, u64>, StoreError> {
+        self.register_host(host_id).await?;
+        let (scalars, caps) = limits_parts(&limits);
+        let args = ["set".into(), expected_revision.to_string(), scalars, caps];
+        limits_record(&self.sched(&self.limits, host_id, &args).await?)
+    }
+
+    async fn reset_limits(
+        &self,
+        host_id: &str,
+        expected_revision: u64,
+    ) -> Result<Result<LimitsRecord, u64>, StoreError> {
+        let args = ["reset".into(), expected_revision.to_string()];
+        limits_record(&self.sched(&self.limits, host_id, &args).await?)
     }
 
     async fn submit(
@@ -437,6 +473,27 @@ impl TicketStore for RedisStore {
             )
             .await?;
         Ok(())
+    }
+}
+
+/// A limits script's answer: the limits of record, or the revision they moved to.
+fn limits_record(reply: &Value) -> Result<Result<LimitsRecord, u64>, StoreError> {
+    let bad = || StoreError::protocol(format!("redis: limits answered {reply:?}"));
+    let Value::Array(f) = reply else {
+        return Err(bad());
+    };
+    match f.first().and_then(text).as_deref() {
+        Some("moved") => Ok(Err(f.get(1).and_then(int).ok_or_else(bad)?)),
+        Some("ok") if f.len() >= 4 => Ok(Ok(LimitsRecord {
+            source: match f[1].clone() {
+                v if text(&v).as_deref() == Some("operator") => LimitsSource::Operator,
+                v if text(&v).as_deref() == Some("file") => LimitsSource::File,
+                _ => return Err(bad()),
+            },
+            revision: int(&f[2]).ok_or_else(bad)?,
+            limits: limits_of(&f[3..]).ok_or_else(bad)?,
+        })),
+        _ => Err(bad()),
     }
 }
 

@@ -13,7 +13,8 @@
 -- started, or its file reloaded, later) writes its own there; every other caller decides with
 -- the stored ones. So replicas whose files differ never enforce different limits for a host at
 -- the same time: the most recently started replica's file is in force, from its first call
--- for the host. The fast paths read `lv` with the counters they read anyway and run only when
+-- for the host, unless an operator's SetLimits put others there (their version is at least
+-- OPERATOR_LIMITS, above any start time: see limits_body.lua). The fast paths read `lv` with the counters they read anyway and run only when
 -- it is the caller's own version; the full rules resolve the limits first
 -- (`resolve_limits`). KEYS[1] is `B c` (the counters), named so Redis routes the
 -- script to the host's slot; the other keys are derived from `B`.
@@ -88,6 +89,7 @@ local function resolve_limits(stored_v)
   else
     redis.call('HSET', B .. 'limits', 's', LIMITS_S, 'm', LIMITS_M)
     redis.call('HSET', C, 'lv', MY_V)
+    redis.call('HINCRBY', C, 'rev', 1)
   end
 end
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written

@@ -212,6 +212,30 @@ RESOLUTION_RELEASED: Resolution.ValueType  # 2
 """The step did not run: what it reserved is refunded."""
 Global___Resolution: _TypeAlias = Resolution  # noqa: Y015
 
+class _LimitsSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LimitsSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LimitsSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LIMITS_SOURCE_UNSPECIFIED: _LimitsSource.ValueType  # 0
+    """Never sent by the server."""
+    LIMITS_SOURCE_FILE: _LimitsSource.ValueType  # 1
+    """The configuration file (on a shared store: the most recently started replica's)."""
+    LIMITS_SOURCE_OPERATOR: _LimitsSource.ValueType  # 2
+    """An operator's SetLimits."""
+
+class LimitsSource(_LimitsSource, metaclass=_LimitsSourceEnumTypeWrapper):
+    """Where a host's limits come from."""
+
+LIMITS_SOURCE_UNSPECIFIED: LimitsSource.ValueType  # 0
+"""Never sent by the server."""
+LIMITS_SOURCE_FILE: LimitsSource.ValueType  # 1
+"""The configuration file (on a shared store: the most recently started replica's)."""
+LIMITS_SOURCE_OPERATOR: LimitsSource.ValueType  # 2
+"""An operator's SetLimits."""
+Global___LimitsSource: _TypeAlias = LimitsSource  # noqa: Y015
+
 @_typing.final
 class SubmitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -1462,3 +1486,295 @@ class UnparkResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UnparkResponse: _TypeAlias = UnparkResponse  # noqa: Y015
+
+@_typing.final
+class HostLimits(_message.Message):
+    """A host's scheduling limits: the per-host keys of the configuration's `scheduling` block,
+    with durations in milliseconds.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SubjectsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class AccountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    PER_SUBJECT_FIELD_NUMBER: _builtins.int
+    PER_ACCOUNT_FIELD_NUMBER: _builtins.int
+    SUBJECTS_FIELD_NUMBER: _builtins.int
+    ACCOUNTS_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    OVERFLOW_POLICY_FIELD_NUMBER: _builtins.int
+    LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
+    RETENTION_MS_FIELD_NUMBER: _builtins.int
+    MAX_RETAINED_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Cap on admitted tickets (>= 1)."""
+    per_subject: _builtins.int
+    """Cap on admitted tickets per subject (>= 1), unless `subjects` names the subject."""
+    per_account: _builtins.int
+    """Cap on admitted tickets per account (>= 1); unset: none, unless `accounts` names it."""
+    overflow_policy: _builtins.str
+    """reject | shed_oldest | queue."""
+    lease_ttl_ms: _builtins.int
+    """Lease of an admitted ticket without Renew (10 ms .. 1 h)."""
+    retention_ms: _builtins.int
+    """How long ended tickets are remembered for idempotent retries (0 .. 7 days)."""
+    max_retained: _builtins.int
+    """Most ended tickets remembered at once."""
+    @_builtins.property
+    def subjects(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Caps of named subjects (each >= 1)."""
+
+    @_builtins.property
+    def accounts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Caps of named accounts (each >= 1)."""
+
+    @_builtins.property
+    def queue(self) -> Global___QueueLimits:
+        """The queue's bounds."""
+
+    def __init__(
+        self,
+        *,
+        total: _builtins.int = ...,
+        per_subject: _builtins.int = ...,
+        per_account: _builtins.int | None = ...,
+        subjects: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        accounts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        queue: Global___QueueLimits | None = ...,
+        overflow_policy: _builtins.str = ...,
+        lease_ttl_ms: _builtins.int = ...,
+        retention_ms: _builtins.int = ...,
+        max_retained: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "per_account", b"per_account", "queue", b"queue"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "accounts", b"accounts", "lease_ttl_ms", b"lease_ttl_ms", "max_retained", b"max_retained", "overflow_policy", b"overflow_policy", "per_account", b"per_account", "per_subject", b"per_subject", "queue", b"queue", "retention_ms", b"retention_ms", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__per_account: _TypeAlias = _typing.Literal["per_account"]  # noqa: Y015
+    _WhichOneofArgType__per_account: _TypeAlias = _typing.Literal["_per_account", b"_per_account"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__per_account) -> _WhichOneofReturnType__per_account | None: ...
+
+Global___HostLimits: _TypeAlias = HostLimits  # noqa: Y015
+
+@_typing.final
+class QueueLimits(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    PER_SUBJECT_FIELD_NUMBER: _builtins.int
+    HARD_TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Declared queue depth (0 = no queue)."""
+    per_subject: _builtins.int
+    """Waiters per subject (0 = no bound)."""
+    hard_total: _builtins.int
+    """The bound overflow_policy queue may grow to (>= total)."""
+    def __init__(
+        self,
+        *,
+        total: _builtins.int = ...,
+        per_subject: _builtins.int = ...,
+        hard_total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hard_total", b"hard_total", "per_subject", b"per_subject", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueLimits: _TypeAlias = QueueLimits  # noqa: Y015
+
+@_typing.final
+class GetLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    host_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        host_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLimitsRequest: _TypeAlias = GetLimitsRequest  # noqa: Y015
+
+@_typing.final
+class GetLimitsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMITS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    source: Global___LimitsSource.ValueType
+    revision: _builtins.int
+    """Increases with every change of the host's limits (a SetLimits, a ResetLimits, a replica
+    started with another file).
+    """
+    @_builtins.property
+    def limits(self) -> Global___HostLimits:
+        """The limits in force."""
+
+    def __init__(
+        self,
+        *,
+        limits: Global___HostLimits | None = ...,
+        source: Global___LimitsSource.ValueType = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "revision", b"revision", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetLimitsResponse: _TypeAlias = GetLimitsResponse  # noqa: Y015
+
+@_typing.final
+class SetLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
+    EXPECTED_REVISION_FIELD_NUMBER: _builtins.int
+    host_id: _builtins.str
+    expected_revision: _builtins.int
+    """Apply only at this revision (from GetLimits); 0: whatever the revision is."""
+    @_builtins.property
+    def limits(self) -> Global___HostLimits: ...
+    def __init__(
+        self,
+        *,
+        host_id: _builtins.str = ...,
+        limits: Global___HostLimits | None = ...,
+        expected_revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_revision", b"expected_revision", "host_id", b"host_id", "limits", b"limits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetLimitsRequest: _TypeAlias = SetLimitsRequest  # noqa: Y015
+
+@_typing.final
+class SetLimitsResponse(_message.Message):
+    """The limits in force after the call, as GetLimits answers them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMITS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    source: Global___LimitsSource.ValueType
+    revision: _builtins.int
+    @_builtins.property
+    def limits(self) -> Global___HostLimits: ...
+    def __init__(
+        self,
+        *,
+        limits: Global___HostLimits | None = ...,
+        source: Global___LimitsSource.ValueType = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "revision", b"revision", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetLimitsResponse: _TypeAlias = SetLimitsResponse  # noqa: Y015
+
+@_typing.final
+class ResetLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    EXPECTED_REVISION_FIELD_NUMBER: _builtins.int
+    host_id: _builtins.str
+    expected_revision: _builtins.int
+    """As in SetLimitsRequest."""
+    def __init__(
+        self,
+        *,
+        host_id: _builtins.str = ...,
+        expected_revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_revision", b"expected_revision", "host_id", b"host_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetLimitsRequest: _TypeAlias = ResetLimitsRequest  # noqa: Y015
+
+@_typing.final
+class ResetLimitsResponse(_message.Message):
+    """The limits in force after the call, as GetLimits answers them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMITS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    source: Global___LimitsSource.ValueType
+    revision: _builtins.int
+    @_builtins.property
+    def limits(self) -> Global___HostLimits: ...
+    def __init__(
+        self,
+        *,
+        limits: Global___HostLimits | None = ...,
+        source: Global___LimitsSource.ValueType = ...,
+        revision: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "revision", b"revision", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetLimitsResponse: _TypeAlias = ResetLimitsResponse  # noqa: Y015

@@ -611,6 +611,21 @@ class OperatorStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.UnlockAuthRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.UnlockAuthResponse.FromString,
                 _registered_method=True)
+        self.GetLimits = channel.unary_unary(
+                '/admission.v1.Operator/GetLimits',
+                request_serializer=admission_dot_v1_dot_admission__pb2.GetLimitsRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.GetLimitsResponse.FromString,
+                _registered_method=True)
+        self.SetLimits = channel.unary_unary(
+                '/admission.v1.Operator/SetLimits',
+                request_serializer=admission_dot_v1_dot_admission__pb2.SetLimitsRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.SetLimitsResponse.FromString,
+                _registered_method=True)
+        self.ResetLimits = channel.unary_unary(
+                '/admission.v1.Operator/ResetLimits',
+                request_serializer=admission_dot_v1_dot_admission__pb2.ResetLimitsRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.ResetLimitsResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServicer:
@@ -658,6 +673,37 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLimits(self, request, context):
+        """The scheduling limits a host is decided with now, where they come from (the file, or an
+        operator's SetLimits) and their revision, which increases with every change.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetLimits(self, request, context):
+        """Replace a host's scheduling limits while the fleet runs. The whole limits are given and
+        checked by the configuration file's rules (INVALID_ARGUMENT naming the field, e.g.
+        `limits.queue.total: must be >= 0`, and nothing changes). With expected_revision set (not
+        0) the call applies only if the limits are still at that revision (FAILED_PRECONDITION
+        otherwise: read them again). Applied at the host's next decision, on every replica of a
+        shared store; lowering a cap revokes nothing (admitted tickets keep their slots, new ones
+        wait until the host is under it), raising one admits waiters at once. On Redis the
+        operator's limits live in the store: they outlive authority restarts and win over every
+        replica's file until ResetLimits. The memory ladder (memory.*) is not part of them. Logged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetLimits(self, request, context):
+        """Return a host to the limits of the configuration file (a no-op when it uses them), with
+        the same expected_revision check. Logged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -685,6 +731,21 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.UnlockAuth,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.UnlockAuthRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.UnlockAuthResponse.SerializeToString,
+            ),
+            'GetLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLimits,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.GetLimitsRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.GetLimitsResponse.SerializeToString,
+            ),
+            'SetLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLimits,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.SetLimitsRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.SetLimitsResponse.SerializeToString,
+            ),
+            'ResetLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetLimits,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.ResetLimitsRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.ResetLimitsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -823,6 +884,87 @@ class Operator:
             '/admission.v1.Operator/UnlockAuth',
             admission_dot_v1_dot_admission__pb2.UnlockAuthRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.UnlockAuthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/GetLimits',
+            admission_dot_v1_dot_admission__pb2.GetLimitsRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.GetLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/SetLimits',
+            admission_dot_v1_dot_admission__pb2.SetLimitsRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.SetLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/ResetLimits',
+            admission_dot_v1_dot_admission__pb2.ResetLimitsRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.ResetLimitsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -337,6 +337,25 @@ class OperatorStub:
     """Clear the lockout (and bucket) of one (endpoint, identity), for a user locked out by
     mistake. Logged with the endpoint and identity.
     """
+    GetLimits: _grpc.UnaryUnaryMultiCallable[_admission_pb2.GetLimitsRequest, _admission_pb2.GetLimitsResponse]
+    """The scheduling limits a host is decided with now, where they come from (the file, or an
+    operator's SetLimits) and their revision, which increases with every change.
+    """
+    SetLimits: _grpc.UnaryUnaryMultiCallable[_admission_pb2.SetLimitsRequest, _admission_pb2.SetLimitsResponse]
+    """Replace a host's scheduling limits while the fleet runs. The whole limits are given and
+    checked by the configuration file's rules (INVALID_ARGUMENT naming the field, e.g.
+    `limits.queue.total: must be >= 0`, and nothing changes). With expected_revision set (not
+    0) the call applies only if the limits are still at that revision (FAILED_PRECONDITION
+    otherwise: read them again). Applied at the host's next decision, on every replica of a
+    shared store; lowering a cap revokes nothing (admitted tickets keep their slots, new ones
+    wait until the host is under it), raising one admits waiters at once. On Redis the
+    operator's limits live in the store: they outlive authority restarts and win over every
+    replica's file until ResetLimits. The memory ladder (memory.*) is not part of them. Logged.
+    """
+    ResetLimits: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ResetLimitsRequest, _admission_pb2.ResetLimitsResponse]
+    """Return a host to the limits of the configuration file (a no-op when it uses them), with
+    the same expected_revision check. Logged.
+    """
 
 @_typing.type_check_only
 class OperatorAsyncStub(OperatorStub):
@@ -362,6 +381,25 @@ class OperatorAsyncStub(OperatorStub):
     UnlockAuth: _aio.UnaryUnaryMultiCallable[_admission_pb2.UnlockAuthRequest, _admission_pb2.UnlockAuthResponse]  # type: ignore[assignment]
     """Clear the lockout (and bucket) of one (endpoint, identity), for a user locked out by
     mistake. Logged with the endpoint and identity.
+    """
+    GetLimits: _aio.UnaryUnaryMultiCallable[_admission_pb2.GetLimitsRequest, _admission_pb2.GetLimitsResponse]  # type: ignore[assignment]
+    """The scheduling limits a host is decided with now, where they come from (the file, or an
+    operator's SetLimits) and their revision, which increases with every change.
+    """
+    SetLimits: _aio.UnaryUnaryMultiCallable[_admission_pb2.SetLimitsRequest, _admission_pb2.SetLimitsResponse]  # type: ignore[assignment]
+    """Replace a host's scheduling limits while the fleet runs. The whole limits are given and
+    checked by the configuration file's rules (INVALID_ARGUMENT naming the field, e.g.
+    `limits.queue.total: must be >= 0`, and nothing changes). With expected_revision set (not
+    0) the call applies only if the limits are still at that revision (FAILED_PRECONDITION
+    otherwise: read them again). Applied at the host's next decision, on every replica of a
+    shared store; lowering a cap revokes nothing (admitted tickets keep their slots, new ones
+    wait until the host is under it), raising one admits waiters at once. On Redis the
+    operator's limits live in the store: they outlive authority restarts and win over every
+    replica's file until ResetLimits. The memory ladder (memory.*) is not part of them. Logged.
+    """
+    ResetLimits: _aio.UnaryUnaryMultiCallable[_admission_pb2.ResetLimitsRequest, _admission_pb2.ResetLimitsResponse]  # type: ignore[assignment]
+    """Return a host to the limits of the configuration file (a no-op when it uses them), with
+    the same expected_revision check. Logged.
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
@@ -415,6 +453,43 @@ class OperatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admission_pb2.UnlockAuthResponse, _abc.Awaitable[_admission_pb2.UnlockAuthResponse]]:
         """Clear the lockout (and bucket) of one (endpoint, identity), for a user locked out by
         mistake. Logged with the endpoint and identity.
+        """
+
+    @_abc_1.abstractmethod
+    def GetLimits(
+        self,
+        request: _admission_pb2.GetLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.GetLimitsResponse, _abc.Awaitable[_admission_pb2.GetLimitsResponse]]:
+        """The scheduling limits a host is decided with now, where they come from (the file, or an
+        operator's SetLimits) and their revision, which increases with every change.
+        """
+
+    @_abc_1.abstractmethod
+    def SetLimits(
+        self,
+        request: _admission_pb2.SetLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.SetLimitsResponse, _abc.Awaitable[_admission_pb2.SetLimitsResponse]]:
+        """Replace a host's scheduling limits while the fleet runs. The whole limits are given and
+        checked by the configuration file's rules (INVALID_ARGUMENT naming the field, e.g.
+        `limits.queue.total: must be >= 0`, and nothing changes). With expected_revision set (not
+        0) the call applies only if the limits are still at that revision (FAILED_PRECONDITION
+        otherwise: read them again). Applied at the host's next decision, on every replica of a
+        shared store; lowering a cap revokes nothing (admitted tickets keep their slots, new ones
+        wait until the host is under it), raising one admits waiters at once. On Redis the
+        operator's limits live in the store: they outlive authority restarts and win over every
+        replica's file until ResetLimits. The memory ladder (memory.*) is not part of them. Logged.
+        """
+
+    @_abc_1.abstractmethod
+    def ResetLimits(
+        self,
+        request: _admission_pb2.ResetLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.ResetLimitsResponse, _abc.Awaitable[_admission_pb2.ResetLimitsResponse]]:
+        """Return a host to the limits of the configuration file (a no-op when it uses them), with
+        the same expected_revision check. Logged.
         """
 
 def add_OperatorServicer_to_server(servicer: OperatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

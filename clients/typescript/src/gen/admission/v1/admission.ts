@@ -354,6 +354,49 @@ export function resolutionToJSON(object: Resolution): string {
   }
 }
 
+/** Where a host's limits come from. */
+export enum LimitsSource {
+  /** LIMITS_SOURCE_UNSPECIFIED - Never sent by the server. */
+  LIMITS_SOURCE_UNSPECIFIED = 0,
+  /** LIMITS_SOURCE_FILE - The configuration file (on a shared store: the most recently started replica's). */
+  LIMITS_SOURCE_FILE = 1,
+  /** LIMITS_SOURCE_OPERATOR - An operator's SetLimits. */
+  LIMITS_SOURCE_OPERATOR = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function limitsSourceFromJSON(object: any): LimitsSource {
+  switch (object) {
+    case 0:
+    case "LIMITS_SOURCE_UNSPECIFIED":
+      return LimitsSource.LIMITS_SOURCE_UNSPECIFIED;
+    case 1:
+    case "LIMITS_SOURCE_FILE":
+      return LimitsSource.LIMITS_SOURCE_FILE;
+    case 2:
+    case "LIMITS_SOURCE_OPERATOR":
+      return LimitsSource.LIMITS_SOURCE_OPERATOR;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return LimitsSource.UNRECOGNIZED;
+  }
+}
+
+export function limitsSourceToJSON(object: LimitsSource): string {
+  switch (object) {
+    case LimitsSource.LIMITS_SOURCE_UNSPECIFIED:
+      return "LIMITS_SOURCE_UNSPECIFIED";
+    case LimitsSource.LIMITS_SOURCE_FILE:
+      return "LIMITS_SOURCE_FILE";
+    case LimitsSource.LIMITS_SOURCE_OPERATOR:
+      return "LIMITS_SOURCE_OPERATOR";
+    case LimitsSource.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export interface SubmitRequest {
   /**
    * The installation (all replicas of one gateway deployment). Limits are per host_id.
@@ -832,6 +875,100 @@ export interface UnparkResponse {
   grant: number;
   /** Milliseconds until its lease runs out. */
   leaseTtlMs: number;
+}
+
+/**
+ * A host's scheduling limits: the per-host keys of the configuration's `scheduling` block,
+ * with durations in milliseconds.
+ */
+export interface HostLimits {
+  /** Cap on admitted tickets (>= 1). */
+  total: number;
+  /** Cap on admitted tickets per subject (>= 1), unless `subjects` names the subject. */
+  perSubject: number;
+  /** Cap on admitted tickets per account (>= 1); unset: none, unless `accounts` names it. */
+  perAccount?:
+    | number
+    | undefined;
+  /** Caps of named subjects (each >= 1). */
+  subjects: { [key: string]: number };
+  /** Caps of named accounts (each >= 1). */
+  accounts: { [key: string]: number };
+  /** The queue's bounds. */
+  queue?:
+    | QueueLimits
+    | undefined;
+  /** reject | shed_oldest | queue. */
+  overflowPolicy: string;
+  /** Lease of an admitted ticket without Renew (10 ms .. 1 h). */
+  leaseTtlMs: number;
+  /** How long ended tickets are remembered for idempotent retries (0 .. 7 days). */
+  retentionMs: number;
+  /** Most ended tickets remembered at once. */
+  maxRetained: number;
+}
+
+export interface HostLimits_SubjectsEntry {
+  key: string;
+  value: number;
+}
+
+export interface HostLimits_AccountsEntry {
+  key: string;
+  value: number;
+}
+
+export interface QueueLimits {
+  /** Declared queue depth (0 = no queue). */
+  total: number;
+  /** Waiters per subject (0 = no bound). */
+  perSubject: number;
+  /** The bound overflow_policy queue may grow to (>= total). */
+  hardTotal: number;
+}
+
+export interface GetLimitsRequest {
+  hostId: string;
+}
+
+export interface GetLimitsResponse {
+  /** The limits in force. */
+  limits?: HostLimits | undefined;
+  source: LimitsSource;
+  /**
+   * Increases with every change of the host's limits (a SetLimits, a ResetLimits, a replica
+   * started with another file).
+   */
+  revision: number;
+}
+
+export interface SetLimitsRequest {
+  hostId: string;
+  limits?:
+    | HostLimits
+    | undefined;
+  /** Apply only at this revision (from GetLimits); 0: whatever the revision is. */
+  expectedRevision: number;
+}
+
+/** The limits in force after the call, as GetLimits answers them. */
+export interface SetLimitsResponse {
+  limits?: HostLimits | undefined;
+  source: LimitsSource;
+  revision: number;
+}
+
+export interface ResetLimitsRequest {
+  hostId: string;
+  /** As in SetLimitsRequest. */
+  expectedRevision: number;
+}
+
+/** The limits in force after the call, as GetLimits answers them. */
+export interface ResetLimitsResponse {
+  limits?: HostLimits | undefined;
+  source: LimitsSource;
+  revision: number;
 }
 
 function createBaseSubmitRequest(): SubmitRequest {
@@ -5422,6 +5559,1181 @@ export const UnparkResponse: MessageFns<UnparkResponse> = {
   },
 };
 
+function createBaseHostLimits(): HostLimits {
+  return {
+    total: 0,
+    perSubject: 0,
+    perAccount: undefined,
+    subjects: {},
+    accounts: {},
+    queue: undefined,
+    overflowPolicy: "",
+    leaseTtlMs: 0,
+    retentionMs: 0,
+    maxRetained: 0,
+  };
+}
+
+export const HostLimits: MessageFns<HostLimits> = {
+  encode(message: HostLimits, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.total !== 0) {
+      writer.uint32(8).uint32(message.total);
+    }
+    if (message.perSubject !== 0) {
+      writer.uint32(16).uint32(message.perSubject);
+    }
+    if (message.perAccount !== undefined) {
+      writer.uint32(24).uint32(message.perAccount);
+    }
+    globalThis.Object.entries(message.subjects).forEach(([key, value]: [string, number]) => {
+      HostLimits_SubjectsEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
+    globalThis.Object.entries(message.accounts).forEach(([key, value]: [string, number]) => {
+      HostLimits_AccountsEntry.encode({ key: key as any, value }, writer.uint32(42).fork()).join();
+    });
+    if (message.queue !== undefined) {
+      QueueLimits.encode(message.queue, writer.uint32(50).fork()).join();
+    }
+    if (message.overflowPolicy !== "") {
+      writer.uint32(58).string(message.overflowPolicy);
+    }
+    if (message.leaseTtlMs !== 0) {
+      writer.uint32(64).uint64(message.leaseTtlMs);
+    }
+    if (message.retentionMs !== 0) {
+      writer.uint32(72).uint64(message.retentionMs);
+    }
+    if (message.maxRetained !== 0) {
+      writer.uint32(80).uint32(message.maxRetained);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HostLimits {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHostLimits();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.total = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.perSubject = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.perAccount = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = HostLimits_SubjectsEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.subjects[entry4.key] = entry4.value;
+            }
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            const entry5 = HostLimits_AccountsEntry.decode(reader, reader.uint32());
+            if (entry5.value !== undefined) {
+              message.accounts[entry5.key] = entry5.value;
+            }
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.queue = QueueLimits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.overflowPolicy = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.leaseTtlMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.retentionMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.maxRetained = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HostLimits {
+    return {
+      total: isSet(object.total) ? globalThis.Number(object.total) : 0,
+      perSubject: isSet(object.perSubject)
+        ? globalThis.Number(object.perSubject)
+        : isSet(object.per_subject)
+        ? globalThis.Number(object.per_subject)
+        : 0,
+      perAccount: isSet(object.perAccount)
+        ? globalThis.Number(object.perAccount)
+        : isSet(object.per_account)
+        ? globalThis.Number(object.per_account)
+        : undefined,
+      subjects: isObject(object.subjects)
+        ? (globalThis.Object.entries(object.subjects) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      accounts: isObject(object.accounts)
+        ? (globalThis.Object.entries(object.accounts) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      queue: isSet(object.queue) ? QueueLimits.fromJSON(object.queue) : undefined,
+      overflowPolicy: isSet(object.overflowPolicy)
+        ? globalThis.String(object.overflowPolicy)
+        : isSet(object.overflow_policy)
+        ? globalThis.String(object.overflow_policy)
+        : "",
+      leaseTtlMs: isSet(object.leaseTtlMs)
+        ? globalThis.Number(object.leaseTtlMs)
+        : isSet(object.lease_ttl_ms)
+        ? globalThis.Number(object.lease_ttl_ms)
+        : 0,
+      retentionMs: isSet(object.retentionMs)
+        ? globalThis.Number(object.retentionMs)
+        : isSet(object.retention_ms)
+        ? globalThis.Number(object.retention_ms)
+        : 0,
+      maxRetained: isSet(object.maxRetained)
+        ? globalThis.Number(object.maxRetained)
+        : isSet(object.max_retained)
+        ? globalThis.Number(object.max_retained)
+        : 0,
+    };
+  },
+
+  toJSON(message: HostLimits): unknown {
+    const obj: any = {};
+    if (message.total !== 0) {
+      obj.total = Math.round(message.total);
+    }
+    if (message.perSubject !== 0) {
+      obj.perSubject = Math.round(message.perSubject);
+    }
+    if (message.perAccount !== undefined) {
+      obj.perAccount = Math.round(message.perAccount);
+    }
+    if (message.subjects) {
+      const entries = globalThis.Object.entries(message.subjects) as [string, number][];
+      if (entries.length > 0) {
+        obj.subjects = {};
+        entries.forEach(([k, v]) => {
+          obj.subjects[k] = Math.round(v);
+        });
+      }
+    }
+    if (message.accounts) {
+      const entries = globalThis.Object.entries(message.accounts) as [string, number][];
+      if (entries.length > 0) {
+        obj.accounts = {};
+        entries.forEach(([k, v]) => {
+          obj.accounts[k] = Math.round(v);
+        });
+      }
+    }
+    if (message.queue !== undefined) {
+      obj.queue = QueueLimits.toJSON(message.queue);
+    }
+    if (message.overflowPolicy !== "") {
+      obj.overflowPolicy = message.overflowPolicy;
+    }
+    if (message.leaseTtlMs !== 0) {
+      obj.leaseTtlMs = Math.round(message.leaseTtlMs);
+    }
+    if (message.retentionMs !== 0) {
+      obj.retentionMs = Math.round(message.retentionMs);
+    }
+    if (message.maxRetained !== 0) {
+      obj.maxRetained = Math.round(message.maxRetained);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HostLimits>, I>>(base?: I): HostLimits {
+    return HostLimits.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HostLimits>, I>>(object: I): HostLimits {
+    const message = createBaseHostLimits();
+    message.total = object.total ?? 0;
+    message.perSubject = object.perSubject ?? 0;
+    message.perAccount = object.perAccount ?? undefined;
+    message.subjects = (globalThis.Object.entries(object.subjects ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.accounts = (globalThis.Object.entries(object.accounts ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.queue = (object.queue !== undefined && object.queue !== null)
+      ? QueueLimits.fromPartial(object.queue)
+      : undefined;
+    message.overflowPolicy = object.overflowPolicy ?? "";
+    message.leaseTtlMs = object.leaseTtlMs ?? 0;
+    message.retentionMs = object.retentionMs ?? 0;
+    message.maxRetained = object.maxRetained ?? 0;
+    return message;
+  },
+};
+
+function createBaseHostLimits_SubjectsEntry(): HostLimits_SubjectsEntry {
+  return { key: "", value: 0 };
+}
+
+export const HostLimits_SubjectsEntry: MessageFns<HostLimits_SubjectsEntry> = {
+  encode(message: HostLimits_SubjectsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(16).uint32(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HostLimits_SubjectsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHostLimits_SubjectsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HostLimits_SubjectsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: HostLimits_SubjectsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = Math.round(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HostLimits_SubjectsEntry>, I>>(base?: I): HostLimits_SubjectsEntry {
+    return HostLimits_SubjectsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HostLimits_SubjectsEntry>, I>>(object: I): HostLimits_SubjectsEntry {
+    const message = createBaseHostLimits_SubjectsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
+    return message;
+  },
+};
+
+function createBaseHostLimits_AccountsEntry(): HostLimits_AccountsEntry {
+  return { key: "", value: 0 };
+}
+
+export const HostLimits_AccountsEntry: MessageFns<HostLimits_AccountsEntry> = {
+  encode(message: HostLimits_AccountsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(16).uint32(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HostLimits_AccountsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHostLimits_AccountsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HostLimits_AccountsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: HostLimits_AccountsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = Math.round(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HostLimits_AccountsEntry>, I>>(base?: I): HostLimits_AccountsEntry {
+    return HostLimits_AccountsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HostLimits_AccountsEntry>, I>>(object: I): HostLimits_AccountsEntry {
+    const message = createBaseHostLimits_AccountsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
+    return message;
+  },
+};
+
+function createBaseQueueLimits(): QueueLimits {
+  return { total: 0, perSubject: 0, hardTotal: 0 };
+}
+
+export const QueueLimits: MessageFns<QueueLimits> = {
+  encode(message: QueueLimits, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.total !== 0) {
+      writer.uint32(8).uint32(message.total);
+    }
+    if (message.perSubject !== 0) {
+      writer.uint32(16).uint32(message.perSubject);
+    }
+    if (message.hardTotal !== 0) {
+      writer.uint32(24).uint32(message.hardTotal);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): QueueLimits {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQueueLimits();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.total = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.perSubject = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.hardTotal = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): QueueLimits {
+    return {
+      total: isSet(object.total) ? globalThis.Number(object.total) : 0,
+      perSubject: isSet(object.perSubject)
+        ? globalThis.Number(object.perSubject)
+        : isSet(object.per_subject)
+        ? globalThis.Number(object.per_subject)
+        : 0,
+      hardTotal: isSet(object.hardTotal)
+        ? globalThis.Number(object.hardTotal)
+        : isSet(object.hard_total)
+        ? globalThis.Number(object.hard_total)
+        : 0,
+    };
+  },
+
+  toJSON(message: QueueLimits): unknown {
+    const obj: any = {};
+    if (message.total !== 0) {
+      obj.total = Math.round(message.total);
+    }
+    if (message.perSubject !== 0) {
+      obj.perSubject = Math.round(message.perSubject);
+    }
+    if (message.hardTotal !== 0) {
+      obj.hardTotal = Math.round(message.hardTotal);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<QueueLimits>, I>>(base?: I): QueueLimits {
+    return QueueLimits.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<QueueLimits>, I>>(object: I): QueueLimits {
+    const message = createBaseQueueLimits();
+    message.total = object.total ?? 0;
+    message.perSubject = object.perSubject ?? 0;
+    message.hardTotal = object.hardTotal ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetLimitsRequest(): GetLimitsRequest {
+  return { hostId: "" };
+}
+
+export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
+  encode(message: GetLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLimitsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLimitsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetLimitsRequest {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetLimitsRequest): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetLimitsRequest>, I>>(base?: I): GetLimitsRequest {
+    return GetLimitsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetLimitsRequest>, I>>(object: I): GetLimitsRequest {
+    const message = createBaseGetLimitsRequest();
+    message.hostId = object.hostId ?? "";
+    return message;
+  },
+};
+
+function createBaseGetLimitsResponse(): GetLimitsResponse {
+  return { limits: undefined, source: 0, revision: 0 };
+}
+
+export const GetLimitsResponse: MessageFns<GetLimitsResponse> = {
+  encode(message: GetLimitsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limits !== undefined) {
+      HostLimits.encode(message.limits, writer.uint32(10).fork()).join();
+    }
+    if (message.source !== 0) {
+      writer.uint32(16).int32(message.source);
+    }
+    if (message.revision !== 0) {
+      writer.uint32(24).uint64(message.revision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLimitsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLimitsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.limits = HostLimits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.source = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetLimitsResponse {
+    return {
+      limits: isSet(object.limits) ? HostLimits.fromJSON(object.limits) : undefined,
+      source: isSet(object.source) ? limitsSourceFromJSON(object.source) : 0,
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+    };
+  },
+
+  toJSON(message: GetLimitsResponse): unknown {
+    const obj: any = {};
+    if (message.limits !== undefined) {
+      obj.limits = HostLimits.toJSON(message.limits);
+    }
+    if (message.source !== 0) {
+      obj.source = limitsSourceToJSON(message.source);
+    }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetLimitsResponse>, I>>(base?: I): GetLimitsResponse {
+    return GetLimitsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetLimitsResponse>, I>>(object: I): GetLimitsResponse {
+    const message = createBaseGetLimitsResponse();
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? HostLimits.fromPartial(object.limits)
+      : undefined;
+    message.source = object.source ?? 0;
+    message.revision = object.revision ?? 0;
+    return message;
+  },
+};
+
+function createBaseSetLimitsRequest(): SetLimitsRequest {
+  return { hostId: "", limits: undefined, expectedRevision: 0 };
+}
+
+export const SetLimitsRequest: MessageFns<SetLimitsRequest> = {
+  encode(message: SetLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    if (message.limits !== undefined) {
+      HostLimits.encode(message.limits, writer.uint32(18).fork()).join();
+    }
+    if (message.expectedRevision !== 0) {
+      writer.uint32(24).uint64(message.expectedRevision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetLimitsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetLimitsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.limits = HostLimits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.expectedRevision = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetLimitsRequest {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      limits: isSet(object.limits) ? HostLimits.fromJSON(object.limits) : undefined,
+      expectedRevision: isSet(object.expectedRevision)
+        ? globalThis.Number(object.expectedRevision)
+        : isSet(object.expected_revision)
+        ? globalThis.Number(object.expected_revision)
+        : 0,
+    };
+  },
+
+  toJSON(message: SetLimitsRequest): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.limits !== undefined) {
+      obj.limits = HostLimits.toJSON(message.limits);
+    }
+    if (message.expectedRevision !== 0) {
+      obj.expectedRevision = Math.round(message.expectedRevision);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetLimitsRequest>, I>>(base?: I): SetLimitsRequest {
+    return SetLimitsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetLimitsRequest>, I>>(object: I): SetLimitsRequest {
+    const message = createBaseSetLimitsRequest();
+    message.hostId = object.hostId ?? "";
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? HostLimits.fromPartial(object.limits)
+      : undefined;
+    message.expectedRevision = object.expectedRevision ?? 0;
+    return message;
+  },
+};
+
+function createBaseSetLimitsResponse(): SetLimitsResponse {
+  return { limits: undefined, source: 0, revision: 0 };
+}
+
+export const SetLimitsResponse: MessageFns<SetLimitsResponse> = {
+  encode(message: SetLimitsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limits !== undefined) {
+      HostLimits.encode(message.limits, writer.uint32(10).fork()).join();
+    }
+    if (message.source !== 0) {
+      writer.uint32(16).int32(message.source);
+    }
+    if (message.revision !== 0) {
+      writer.uint32(24).uint64(message.revision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetLimitsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetLimitsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.limits = HostLimits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.source = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SetLimitsResponse {
+    return {
+      limits: isSet(object.limits) ? HostLimits.fromJSON(object.limits) : undefined,
+      source: isSet(object.source) ? limitsSourceFromJSON(object.source) : 0,
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+    };
+  },
+
+  toJSON(message: SetLimitsResponse): unknown {
+    const obj: any = {};
+    if (message.limits !== undefined) {
+      obj.limits = HostLimits.toJSON(message.limits);
+    }
+    if (message.source !== 0) {
+      obj.source = limitsSourceToJSON(message.source);
+    }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<SetLimitsResponse>, I>>(base?: I): SetLimitsResponse {
+    return SetLimitsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetLimitsResponse>, I>>(object: I): SetLimitsResponse {
+    const message = createBaseSetLimitsResponse();
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? HostLimits.fromPartial(object.limits)
+      : undefined;
+    message.source = object.source ?? 0;
+    message.revision = object.revision ?? 0;
+    return message;
+  },
+};
+
+function createBaseResetLimitsRequest(): ResetLimitsRequest {
+  return { hostId: "", expectedRevision: 0 };
+}
+
+export const ResetLimitsRequest: MessageFns<ResetLimitsRequest> = {
+  encode(message: ResetLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    if (message.expectedRevision !== 0) {
+      writer.uint32(16).uint64(message.expectedRevision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResetLimitsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResetLimitsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.expectedRevision = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResetLimitsRequest {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      expectedRevision: isSet(object.expectedRevision)
+        ? globalThis.Number(object.expectedRevision)
+        : isSet(object.expected_revision)
+        ? globalThis.Number(object.expected_revision)
+        : 0,
+    };
+  },
+
+  toJSON(message: ResetLimitsRequest): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.expectedRevision !== 0) {
+      obj.expectedRevision = Math.round(message.expectedRevision);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ResetLimitsRequest>, I>>(base?: I): ResetLimitsRequest {
+    return ResetLimitsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResetLimitsRequest>, I>>(object: I): ResetLimitsRequest {
+    const message = createBaseResetLimitsRequest();
+    message.hostId = object.hostId ?? "";
+    message.expectedRevision = object.expectedRevision ?? 0;
+    return message;
+  },
+};
+
+function createBaseResetLimitsResponse(): ResetLimitsResponse {
+  return { limits: undefined, source: 0, revision: 0 };
+}
+
+export const ResetLimitsResponse: MessageFns<ResetLimitsResponse> = {
+  encode(message: ResetLimitsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.limits !== undefined) {
+      HostLimits.encode(message.limits, writer.uint32(10).fork()).join();
+    }
+    if (message.source !== 0) {
+      writer.uint32(16).int32(message.source);
+    }
+    if (message.revision !== 0) {
+      writer.uint32(24).uint64(message.revision);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ResetLimitsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseResetLimitsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.limits = HostLimits.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.source = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.revision = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ResetLimitsResponse {
+    return {
+      limits: isSet(object.limits) ? HostLimits.fromJSON(object.limits) : undefined,
+      source: isSet(object.source) ? limitsSourceFromJSON(object.source) : 0,
+      revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+    };
+  },
+
+  toJSON(message: ResetLimitsResponse): unknown {
+    const obj: any = {};
+    if (message.limits !== undefined) {
+      obj.limits = HostLimits.toJSON(message.limits);
+    }
+    if (message.source !== 0) {
+      obj.source = limitsSourceToJSON(message.source);
+    }
+    if (message.revision !== 0) {
+      obj.revision = Math.round(message.revision);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ResetLimitsResponse>, I>>(base?: I): ResetLimitsResponse {
+    return ResetLimitsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ResetLimitsResponse>, I>>(object: I): ResetLimitsResponse {
+    const message = createBaseResetLimitsResponse();
+    message.limits = (object.limits !== undefined && object.limits !== null)
+      ? HostLimits.fromPartial(object.limits)
+      : undefined;
+    message.source = object.source ?? 0;
+    message.revision = object.revision ?? 0;
+    return message;
+  },
+};
+
 /**
  * Installation-wide concurrency tickets (Submit, follow with Wait, keep alive with Renew,
  * Release), resource reservations per model step (Authorize, Settle), and brute-force budgets
@@ -5950,6 +7262,52 @@ export const OperatorService = {
     responseSerialize: (value: UnlockAuthResponse): Buffer => Buffer.from(UnlockAuthResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): UnlockAuthResponse => UnlockAuthResponse.decode(value),
   },
+  /**
+   * The scheduling limits a host is decided with now, where they come from (the file, or an
+   * operator's SetLimits) and their revision, which increases with every change.
+   */
+  getLimits: {
+    path: "/admission.v1.Operator/GetLimits" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetLimitsRequest): Buffer => Buffer.from(GetLimitsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetLimitsRequest => GetLimitsRequest.decode(value),
+    responseSerialize: (value: GetLimitsResponse): Buffer => Buffer.from(GetLimitsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetLimitsResponse => GetLimitsResponse.decode(value),
+  },
+  /**
+   * Replace a host's scheduling limits while the fleet runs. The whole limits are given and
+   * checked by the configuration file's rules (INVALID_ARGUMENT naming the field, e.g.
+   * `limits.queue.total: must be >= 0`, and nothing changes). With expected_revision set (not
+   * 0) the call applies only if the limits are still at that revision (FAILED_PRECONDITION
+   * otherwise: read them again). Applied at the host's next decision, on every replica of a
+   * shared store; lowering a cap revokes nothing (admitted tickets keep their slots, new ones
+   * wait until the host is under it), raising one admits waiters at once. On Redis the
+   * operator's limits live in the store: they outlive authority restarts and win over every
+   * replica's file until ResetLimits. The memory ladder (memory.*) is not part of them. Logged.
+   */
+  setLimits: {
+    path: "/admission.v1.Operator/SetLimits" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetLimitsRequest): Buffer => Buffer.from(SetLimitsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetLimitsRequest => SetLimitsRequest.decode(value),
+    responseSerialize: (value: SetLimitsResponse): Buffer => Buffer.from(SetLimitsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetLimitsResponse => SetLimitsResponse.decode(value),
+  },
+  /**
+   * Return a host to the limits of the configuration file (a no-op when it uses them), with
+   * the same expected_revision check. Logged.
+   */
+  resetLimits: {
+    path: "/admission.v1.Operator/ResetLimits" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ResetLimitsRequest): Buffer => Buffer.from(ResetLimitsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ResetLimitsRequest => ResetLimitsRequest.decode(value),
+    responseSerialize: (value: ResetLimitsResponse): Buffer => Buffer.from(ResetLimitsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ResetLimitsResponse => ResetLimitsResponse.decode(value),
+  },
 } as const;
 
 export interface OperatorServer extends UntypedServiceImplementation {
@@ -5977,6 +7335,28 @@ export interface OperatorServer extends UntypedServiceImplementation {
    * mistake. Logged with the endpoint and identity.
    */
   unlockAuth: handleUnaryCall<UnlockAuthRequest, UnlockAuthResponse>;
+  /**
+   * The scheduling limits a host is decided with now, where they come from (the file, or an
+   * operator's SetLimits) and their revision, which increases with every change.
+   */
+  getLimits: handleUnaryCall<GetLimitsRequest, GetLimitsResponse>;
+  /**
+   * Replace a host's scheduling limits while the fleet runs. The whole limits are given and
+   * checked by the configuration file's rules (INVALID_ARGUMENT naming the field, e.g.
+   * `limits.queue.total: must be >= 0`, and nothing changes). With expected_revision set (not
+   * 0) the call applies only if the limits are still at that revision (FAILED_PRECONDITION
+   * otherwise: read them again). Applied at the host's next decision, on every replica of a
+   * shared store; lowering a cap revokes nothing (admitted tickets keep their slots, new ones
+   * wait until the host is under it), raising one admits waiters at once. On Redis the
+   * operator's limits live in the store: they outlive authority restarts and win over every
+   * replica's file until ResetLimits. The memory ladder (memory.*) is not part of them. Logged.
+   */
+  setLimits: handleUnaryCall<SetLimitsRequest, SetLimitsResponse>;
+  /**
+   * Return a host to the limits of the configuration file (a no-op when it uses them), with
+   * the same expected_revision check. Logged.
+   */
+  resetLimits: handleUnaryCall<ResetLimitsRequest, ResetLimitsResponse>;
 }
 
 export interface OperatorClient extends Client {
@@ -6074,6 +7454,70 @@ export interface OperatorClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: UnlockAuthResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * The scheduling limits a host is decided with now, where they come from (the file, or an
+   * operator's SetLimits) and their revision, which increases with every change.
+   */
+  getLimits(
+    request: GetLimitsRequest,
+    callback: (error: ServiceError | null, response: GetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  getLimits(
+    request: GetLimitsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  getLimits(
+    request: GetLimitsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Replace a host's scheduling limits while the fleet runs. The whole limits are given and
+   * checked by the configuration file's rules (INVALID_ARGUMENT naming the field, e.g.
+   * `limits.queue.total: must be >= 0`, and nothing changes). With expected_revision set (not
+   * 0) the call applies only if the limits are still at that revision (FAILED_PRECONDITION
+   * otherwise: read them again). Applied at the host's next decision, on every replica of a
+   * shared store; lowering a cap revokes nothing (admitted tickets keep their slots, new ones
+   * wait until the host is under it), raising one admits waiters at once. On Redis the
+   * operator's limits live in the store: they outlive authority restarts and win over every
+   * replica's file until ResetLimits. The memory ladder (memory.*) is not part of them. Logged.
+   */
+  setLimits(
+    request: SetLimitsRequest,
+    callback: (error: ServiceError | null, response: SetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  setLimits(
+    request: SetLimitsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  setLimits(
+    request: SetLimitsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Return a host to the limits of the configuration file (a no-op when it uses them), with
+   * the same expected_revision check. Logged.
+   */
+  resetLimits(
+    request: ResetLimitsRequest,
+    callback: (error: ServiceError | null, response: ResetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  resetLimits(
+    request: ResetLimitsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ResetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  resetLimits(
+    request: ResetLimitsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ResetLimitsResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const OperatorClient = makeGenericClientConstructor(OperatorService, "admission.v1.Operator") as unknown as {
@@ -6107,6 +7551,10 @@ function longToNumber(int64: { toString(): string }): number {
     throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
   }
   return num;
+}
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
 }
 
 function isSet(value: any): boolean {
