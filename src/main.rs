@@ -132,7 +132,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         .with(fmt.with_filter(filter))
         .with(otel)
         .init();
-    let config = match config::load(args.config.as_deref(), &args.overrides) {
+    let (config_path, overrides) = (args.config, args.overrides);
+    let config = match config::load(config_path.as_deref(), &overrides) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{errors}");
@@ -151,6 +152,18 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        // SIGHUP reads the file again, with the same flags on top; listened to before the
+        // process says it is listening, so an early one cannot end it.
+        let reload = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(hangup) => Some(server::Reload {
+                hangup,
+                load: Box::new(move || config::load(config_path.as_deref(), &overrides)),
+            }),
+            Err(e) => {
+                eprintln!("cannot listen for SIGHUP, the configuration cannot be reloaded: {e}");
+                None
+            }
+        };
         let addr = listener.local_addr().map_or(config.listen, |a| a);
         // One plain line on stdout, for scripts and tests that start the server on port 0.
         println!("listening on {addr}");
@@ -160,7 +173,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             "embedded"
         };
         tracing::info!(%addr, store, "admission-authority serving");
-        match server::run(config, listener, shutdown_signal()).await {
+        match server::run(config, listener, shutdown_signal(), reload).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS

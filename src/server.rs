@@ -35,8 +35,20 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// What SIGHUP needs: the signal, listened to from before the process says it is listening (so
+/// an early SIGHUP cannot end it), and how to read the configuration again (the file, with the
+/// command line's flags on top).
+pub struct Reload {
+    #[cfg(unix)]
+    pub hangup: tokio::signal::unix::Signal,
+    pub load: Box<dyn Fn() -> Result<Config, crate::config::ConfigErrors> + Send + Sync>,
+}
+
 /// Serve `config` on `listener` until `shutdown` resolves, then stop accepting, let calls in
-/// progress finish, and return.
+/// progress finish, and return. With `reload`, SIGHUP reads the file again: a valid one's
+/// scheduling limits are applied (the changed keys logged; keys that only a restart applies are
+/// named as such), an invalid one is logged with every problem and the running configuration
+/// stays.
 ///
 /// Fails when the configuration may not be served (see [`Config::check_exposure`]) or the
 /// transport fails.
@@ -44,6 +56,7 @@ pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: Option<Reload>,
 ) -> Result<(), ServeError> {
     config.check_exposure().map_err(ServeError::Config)?;
     let policy = Policy {
@@ -60,6 +73,7 @@ pub async fn run(
                 config,
                 listener,
                 shutdown,
+                reload,
             )
             .await
         }
@@ -70,7 +84,7 @@ pub async fn run(
                 RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock.clone())
             }
             .map_err(|e| ServeError::Config(e.to_string()))?;
-            serve(Arc::new(store), clock, config, listener, shutdown).await
+            serve(Arc::new(store), clock, config, listener, shutdown, reload).await
         }
     }
 }
@@ -82,7 +96,11 @@ async fn serve<S: Store>(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: Option<Reload>,
 ) -> Result<(), ServeError> {
+    if let Some(reload) = reload {
+        tokio::spawn(reload_on_sighup(store.clone(), config.clone(), reload));
+    }
     let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let gates = Arc::new(Gates::default());
     let metrics = Arc::new(Metrics::default());
@@ -364,5 +382,45 @@ async fn watch_own_memory(gates: Arc<Gates>, max_rss_mb: u64) {
                 );
             }
         }
+    }
+}
+
+/// On every SIGHUP, read the configuration again and apply what can change while serving: the
+/// scheduling limits. Every other key keeps its running value until a restart (logged by name
+/// when it changed); an invalid file is logged with every problem and changes nothing.
+async fn reload_on_sighup<S: Store>(store: Arc<S>, mut running: Config, reload: Reload) {
+    #[cfg(unix)]
+    {
+        let Reload { mut hangup, load } = reload;
+        while hangup.recv().await.is_some() {
+            let new = match load() {
+                Ok(c) => c,
+                Err(errors) => {
+                    tracing::error!(
+                        problems = %errors.0.join("; "),
+                        "configuration not reloaded: the file has problems; the running \
+                         configuration stays"
+                    );
+                    continue;
+                }
+            };
+            let (applied, restart) = crate::config::changed_keys(&running, &new);
+            store.reload_file_limits(new.limits.clone());
+            running.limits = new.limits.clone();
+            tracing::info!(
+                changed = %applied.join(", "),
+                "configuration reloaded: scheduling limits applied"
+            );
+            if !restart.is_empty() {
+                tracing::warn!(
+                    keys = %restart.join(", "),
+                    "these changed keys take effect only after a restart"
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (store, running, reload);
     }
 }

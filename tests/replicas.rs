@@ -477,3 +477,59 @@ async fn an_operators_limits_govern_every_replica_and_outlive_them_until_reset()
     );
     assert!(reset.revision > kept.revision);
 }
+
+#[tokio::test]
+async fn a_replica_reloaded_with_sighup_puts_its_file_in_force_on_every_replica() {
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+    let yaml = |total: u32| {
+        format!(
+            "scheduling: {{ total: {total} }}\n\
+             store:\n  redis: {{ url: \"{url}\", prefix: \"rep-hup-{}:\" }}\n",
+            std::process::id()
+        )
+    };
+    let path = config_file("rep-hup", &yaml(1));
+    let start = || {
+        Server::spawn(
+            &["--config", path.to_str().unwrap()],
+            "warn",
+            Stdio::inherit(),
+        )
+    };
+    let (a, b) = (start(), start());
+    let (oa, mut ob) = (a.operator().await, b.operator().await);
+    let get = || api::GetLimitsRequest {
+        host_id: "h".into(),
+    };
+    assert_eq!(
+        ob.get_limits(get())
+            .await
+            .unwrap()
+            .into_inner()
+            .limits
+            .unwrap()
+            .total,
+        1
+    );
+    std::fs::write(&path, yaml(3)).unwrap();
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &a.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    eventually("A decides with its reloaded file", DEADLINE, || {
+        let mut oa = oa.clone();
+        async move {
+            let l = oa.get_limits(get()).await.unwrap().into_inner();
+            (l.limits.unwrap().total == 3).then_some(())
+        }
+    })
+    .await;
+    let seen = ob.get_limits(get()).await.unwrap().into_inner();
+    assert_eq!(
+        (seen.source(), seen.limits.unwrap().total),
+        (api::LimitsSource::File, 3),
+        "one set of limits: B decides with A's reloaded file"
+    );
+}

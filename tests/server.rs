@@ -964,3 +964,66 @@ async fn set_limits_raises_a_cap_at_once_and_reset_limits_returns_to_the_file() 
     // Back under the file's total 1 with two admitted: nothing is revoked.
     assert_eq!(stats(&mut c, "h").await.in_flight, 2);
 }
+
+#[tokio::test]
+async fn sighup_applies_a_valid_file_and_keeps_running_on_an_invalid_one() {
+    let yaml = |total: &str| format!("scheduling: {{ total: {total}, queue: {{ total: 4 }} }}\n");
+    let path = common::config_file("sighup", &yaml("1"));
+    let log_path = path.with_extension("log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut server = Server::spawn(
+        &["--config", path.to_str().unwrap()],
+        "info",
+        std::process::Stdio::from(log),
+    );
+    let mut c = server.client().await;
+    let op = server.operator().await;
+    let (_, waiter) = holder_and_waiter(&mut c).await;
+    assert_eq!(state_of(waiter.state), TicketState::Queued);
+    let hup = |pid: u32| {
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -HUP");
+    };
+    let limits = |op: &api::operator_client::OperatorClient<_>| {
+        let mut op = op.clone();
+        async move {
+            op.get_limits(api::GetLimitsRequest {
+                host_id: "h".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+
+    // A valid file: its limits apply, the waiter that now fits is admitted, the change logged.
+    std::fs::write(&path, yaml("2")).unwrap();
+    hup(server.pid());
+    let now = eventually("the reloaded limits", DEADLINE, || async {
+        let l = limits(&op).await;
+        (l.limits.as_ref().unwrap().total == 2).then_some(l)
+    })
+    .await;
+    assert_eq!((now.source(), now.revision), (api::LimitsSource::File, 2));
+    assert_eq!(stats(&mut c, "h").await.in_flight, 2);
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(logged.contains("configuration reloaded"), "{logged}");
+    assert!(logged.contains("scheduling.total"), "{logged}");
+
+    // An invalid file: every problem logged, the running configuration stays, the process up.
+    std::fs::write(&path, "scheduling: { total: 0, lease_ttl: soon }\n").unwrap();
+    hup(server.pid());
+    eventually("the problems logged", DEADLINE, || async {
+        let logged = std::fs::read_to_string(&log_path).unwrap();
+        (logged.contains("scheduling.total: must be >= 1")
+            && logged.contains("scheduling.lease_ttl: "))
+        .then_some(())
+    })
+    .await;
+    assert!(server.try_wait().is_none(), "the process is still up");
+    assert_eq!(limits(&op).await, now);
+}

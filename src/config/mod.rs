@@ -18,6 +18,7 @@ mod sections;
 mod walker;
 
 pub use access::{GrpcLimits, TlsFiles};
+pub use render::changed_keys;
 pub use walker::{check_id, format_ms, parse_duration_ms};
 
 use walker::{Cx, join, kind, yaml_key};

@@ -176,3 +176,38 @@ fn render_resources(out: &mut String, r: &ResourcePolicy) {
         let _ = writeln!(out, "  {}: {{{}}}", yaml_key(account), parts.join(", "));
     }
 }
+
+/// The keys whose values differ between two configurations, as dotted paths, split into those
+/// a running authority applies on reload (`scheduling`, `hosts`, `memory`: the limits) and
+/// those that take a restart (everything else).
+pub fn changed_keys(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
+    fn walk(path: &str, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<String>) {
+        match (a, b) {
+            (Some(Value::Mapping(x)), Some(Value::Mapping(y))) => {
+                let keys: std::collections::BTreeSet<String> = x
+                    .keys()
+                    .chain(y.keys())
+                    .map(|k| k.as_str().map_or_else(|| format!("{k:?}"), str::to_string))
+                    .collect();
+                for k in keys {
+                    let child = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&child, x.get(k.as_str()), y.get(k.as_str()), out);
+                }
+            }
+            (a, b) if a != b => out.push(path.to_string()),
+            _ => {}
+        }
+    }
+    let parse = |c: &Config| serde_norway::from_str::<Value>(&c.render()).ok();
+    let mut changed = Vec::new();
+    walk("", parse(old).as_ref(), parse(new).as_ref(), &mut changed);
+    changed.into_iter().partition(|k| {
+        ["scheduling", "hosts", "memory"]
+            .iter()
+            .any(|s| k == s || k.starts_with(&format!("{s}.")))
+    })
+}

@@ -119,8 +119,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         // Keep the lease alive at a third of the shorter of this replica's lease and the one
         // the ticket has (the limits of record may be another replica's).
         let lease_ttl_ms = match view.lease_remaining_ms {
-            0 => self.store.limits(&id.host_id).lease_ttl_ms,
-            left => left.min(self.store.limits(&id.host_id).lease_ttl_ms),
+            0 => self.store.file_limits(&id.host_id).lease_ttl_ms,
+            left => left.min(self.store.file_limits(&id.host_id).lease_ttl_ms),
         };
         let store = self.store.clone();
         let closing = self.gates.closing();

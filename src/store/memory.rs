@@ -20,13 +20,15 @@ use crate::ledger::{
     Authorization, AuthorizeArgs, Ledger, LedgerStats, ReservationInfo, Resolution, Usage,
 };
 use crate::scheduler::{
-    HostState, HostStats, Limits, LimitsRecord, LimitsSource, SubmitArgs, SubmitError, TicketInfo,
-    TicketMap, TicketState, TicketView,
+    HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, SubmitArgs, SubmitError,
+    TicketInfo, TicketMap, TicketState, TicketView,
 };
 
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     policy: Policy,
+    /// The file's limits (`policy.limits` until a reload).
+    file_limits: RwLock<LimitsTable>,
     hosts: RwLock<HashMap<String, Arc<Host>>>,
     auth: Mutex<AuthTable>,
 }
@@ -87,6 +89,7 @@ impl MemoryStore {
         MemoryStore {
             clock,
             auth: Mutex::new(AuthTable::new(policy.auth.local_max_keys)),
+            file_limits: RwLock::new(policy.limits.clone()),
             policy,
             hosts: RwLock::new(HashMap::new()),
         }
@@ -105,7 +108,7 @@ impl MemoryStore {
                     inner: Mutex::new(HostInner {
                         state: HostState::new(),
                         limits: LimitsRecord {
-                            limits: self.policy.limits.for_host(host_id).clone(),
+                            limits: self.file_limits(host_id),
                             source: LimitsSource::File,
                             revision: 1,
                         },
@@ -186,8 +189,32 @@ impl MemoryStore {
 impl TicketStore for MemoryStore {
     type Watch = MemoryWatch;
 
-    fn limits(&self, host_id: &str) -> &Limits {
-        self.policy.limits.for_host(host_id)
+    fn file_limits(&self, host_id: &str) -> Limits {
+        self.file_limits
+            .read()
+            .expect("limits lock")
+            .for_host(host_id)
+            .clone()
+    }
+
+    fn reload_file_limits(&self, limits: LimitsTable) {
+        *self.file_limits.write().expect("limits lock") = limits;
+        for (host_id, host) in self.all_hosts() {
+            let file = self.file_limits(&host_id);
+            let mut guard = host.inner.lock().expect("host lock");
+            let inner = &mut *guard;
+            if inner.limits.source == LimitsSource::File && inner.limits.limits != file {
+                inner.limits = LimitsRecord {
+                    limits: file,
+                    source: LimitsSource::File,
+                    revision: inner.limits.revision + 1,
+                };
+                inner
+                    .state
+                    .limits_changed(&inner.limits.limits, self.clock.now_ms());
+                inner.notify();
+            }
+        }
     }
 
     async fn get_limits(&self, host_id: &str) -> Result<LimitsRecord, StoreError> {
@@ -212,7 +239,7 @@ impl TicketStore for MemoryStore {
         host_id: &str,
         expected_revision: u64,
     ) -> Result<Result<LimitsRecord, u64>, StoreError> {
-        let file = self.policy.limits.for_host(host_id).clone();
+        let file = self.file_limits(host_id);
         Ok(self.change_limits(host_id, expected_revision, |current| {
             (current.source == LimitsSource::Operator).then_some((file, LimitsSource::File))
         }))
@@ -341,8 +368,8 @@ impl TicketStore for MemoryStore {
 
     async fn stats(&self, host_id: &str) -> Result<HostStats, StoreError> {
         let Some(host) = self.existing_host(host_id) else {
-            let limits = self.policy.limits.for_host(host_id);
-            return Ok(HostState::new().stats(limits, self.clock.now_ms()));
+            let limits = self.file_limits(host_id);
+            return Ok(HostState::new().stats(&limits, self.clock.now_ms()));
         };
         Ok(self.with_host(&host, |state, limits, now| {
             state.housekeeping(limits, now);

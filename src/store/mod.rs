@@ -186,7 +186,11 @@ pub trait TicketStore: Send + Sync + 'static {
 
     /// The limits this replica's configuration file gives a host (an operator's SetLimits, or
     /// on a shared store another replica's file, may be in force instead: [`Self::get_limits`]).
-    fn limits(&self, host_id: &str) -> &Limits;
+    fn file_limits(&self, host_id: &str) -> Limits;
+
+    /// The configuration file changed (SIGHUP): its limits replace the file's limits of every
+    /// host that is not under an operator's, from the host's next decision.
+    fn reload_file_limits(&self, limits: LimitsTable);
 
     /// The limits a host is decided with now, their source and revision.
     fn get_limits(

@@ -64,8 +64,8 @@ pub struct RedisStore {
     list: redis::Script,
     limits: redis::Script,
     /// Each host's limits as the scripts read them, computed once.
-    default_limits_args: (String, String),
-    limits_args: std::collections::HashMap<String, (String, String)>,
+    /// This replica's file limits, and as the scripts read them; replaced on reload.
+    file_limits: std::sync::RwLock<Arc<tickets::FileLimits>>,
     url: String,
     /// This replica's Wait streams, woken by the change listener.
     watchers: Arc<tickets::Watchers>,
@@ -94,16 +94,7 @@ impl RedisStore {
         policy: Policy,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
-        // This replica's limits are newer than those of every replica started before it: the
-        // wall clock in µs at start orders them (see lua/ticket_core.lua, one set of limits).
-        let version = clock.origin_epoch_us() + clock.now_ms() * 1_000;
-        let default_limits_args = tickets::limits_args(&policy.limits.default, version);
-        let limits_args = policy
-            .limits
-            .hosts
-            .iter()
-            .map(|(h, l)| (h.clone(), tickets::limits_args(l, version)))
-            .collect();
+        let file_limits = tickets::FileLimits::new(policy.limits.clone(), clock.as_ref());
         Ok(RedisStore {
             conns: Connections::new(url, pool_size)?,
             keys: Keys::new(prefix),
@@ -129,8 +120,7 @@ impl RedisStore {
             stats: redis::Script::new(&scripts::stats()),
             list: redis::Script::new(&scripts::list()),
             limits: redis::Script::new(&scripts::limits()),
-            default_limits_args,
-            limits_args,
+            file_limits: std::sync::RwLock::new(Arc::new(file_limits)),
             url: url.to_string(),
             watchers: Arc::default(),
             listener: std::sync::OnceLock::new(),

@@ -11,8 +11,9 @@ use tokio::sync::watch;
 
 use super::{RedisStore, codes};
 use crate::scheduler::{
-    Counters, HostStats, Limits, LimitsRecord, LimitsSource, OverflowPolicy, SubmitArgs,
-    SubmitError, TicketInfo, TicketKey, TicketState, TicketView, UsageRow, WaitHistogram,
+    Counters, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, OverflowPolicy,
+    SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView, UsageRow,
+    WaitHistogram,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -35,6 +36,35 @@ impl TicketWatch for RedisWatch {
             }
             None => std::future::pending::<()>().await,
         }
+    }
+}
+
+/// This replica's file limits, and each host's as the scripts read them (computed once per
+/// file, not per call).
+pub(super) struct FileLimits {
+    pub table: LimitsTable,
+    default: (String, String),
+    hosts: HashMap<String, (String, String)>,
+}
+
+impl FileLimits {
+    /// The file's limits, versioned by the time now: newer than those of every replica
+    /// started (or reloaded) before (see lua/ticket_core.lua, one set of limits).
+    pub(super) fn new(table: LimitsTable, clock: &dyn crate::clock::Clock) -> Self {
+        let version = clock.origin_epoch_us() + clock.now_ms() * 1_000;
+        FileLimits {
+            default: limits_args(&table.default, version),
+            hosts: table
+                .hosts
+                .iter()
+                .map(|(h, l)| (h.clone(), limits_args(l, version)))
+                .collect(),
+            table,
+        }
+    }
+
+    fn args(&self, host: &str) -> &(String, String) {
+        self.hosts.get(host).unwrap_or(&self.default)
     }
 }
 
@@ -168,7 +198,8 @@ impl RedisStore {
         args: &[String],
     ) -> Result<Value, StoreError> {
         let prefix = self.keys.sched(host);
-        let (scalars, maps) = self.limits_args_of(host);
+        let file = self.file_limits.read().expect("limits lock").clone();
+        let (scalars, maps) = file.args(host);
         let mut inv = script.prepare_invoke();
         inv.key(format!("{prefix}c"))
             .arg(&prefix)
@@ -179,12 +210,6 @@ impl RedisStore {
             inv.arg(a);
         }
         self.conns.run(inv).await
-    }
-
-    fn limits_args_of(&self, host: &str) -> &(String, String) {
-        self.limits_args
-            .get(host)
-            .unwrap_or(&self.default_limits_args)
     }
 
     /// Wake this replica's Wait streams on a ticket that changed.
@@ -202,8 +227,16 @@ impl RedisStore {
 impl TicketStore for RedisStore {
     type Watch = RedisWatch;
 
-    fn limits(&self, host_id: &str) -> &Limits {
-        self.policy.limits.for_host(host_id)
+    fn file_limits(&self, host_id: &str) -> Limits {
+        let file = self.file_limits.read().expect("limits lock").clone();
+        file.table.for_host(host_id).clone()
+    }
+
+    fn reload_file_limits(&self, limits: LimitsTable) {
+        // A newer version: the next call for each host writes these as its limits of record
+        // (unless an operator's are there), on every replica.
+        let file = FileLimits::new(limits, self.clock.as_ref());
+        *self.file_limits.write().expect("limits lock") = Arc::new(file);
     }
 
     async fn get_limits(&self, host_id: &str) -> Result<LimitsRecord, StoreError> {
