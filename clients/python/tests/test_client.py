@@ -21,8 +21,11 @@ from admission_authority_client import (
     AdmissionError,
     AsyncAdmissionClient,
     Busy,
+    OperatorClient,
     QueueFull,
 )
+
+from admission_authority_client.v1 import admission_pb2 as pb
 
 from .conftest import Server, eventually
 
@@ -332,3 +335,38 @@ def test_two_replicas_under_load_free_every_finished_slot_soon_after_a_store_sta
         deadline=2.0,
     )
     assert done["failed"] < done["cycles"]
+
+
+def test_an_operator_raises_a_cap_while_a_slot_waits_and_resets_it(start_server: StartServer) -> None:
+    server = start_server("--total", "1", "--queue-total", "4")
+    gw = AdmissionClient(server.addr, host_id="gw-1")
+    op = OperatorClient(server.addr)
+    with gw.slot("alice"):
+        admitted = threading.Event()
+
+        def second() -> None:
+            with gw.slot("bob", wait_timeout=10):
+                admitted.set()
+
+        t = threading.Thread(target=second)
+        t.start()
+        eventually("bob queued", lambda: gw.stats().queued == 1 or None)
+        before = op.get_limits("gw-1")
+        assert before.source == pb.LIMITS_SOURCE_FILE and before.limits.total == 1
+        after = op.update_limits("gw-1", total=2, queue_hard_total=8)
+        assert after.source == pb.LIMITS_SOURCE_OPERATOR
+        assert (after.limits.total, after.limits.queue.total, after.limits.queue.hard_total) == (2, 4, 8)
+        assert after.revision == before.revision + 1
+        assert admitted.wait(10), "the raised cap admitted bob at once"
+        t.join(10)
+        with pytest.raises(AdmissionError) as bad:
+            op.update_limits("gw-1", total=0)
+        assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "limits.total" in bad.value.message
+        with pytest.raises(AdmissionError) as stale:
+            op.reset_limits("gw-1", expected_revision=before.revision)
+        assert stale.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    reset = op.reset_limits("gw-1")
+    assert (reset.source, reset.limits.total) == (pb.LIMITS_SOURCE_FILE, 1)
+    op.close()
+    gw.close()

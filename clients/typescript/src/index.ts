@@ -499,3 +499,112 @@ export class AdmissionClient {
     return this.call(this.stub.getStats, { hostId: this.hostId });
   }
 }
+
+/** Options of an {@link OperatorClient}. */
+export interface OperatorOptions {
+  /** Default: insecure (plaintext). */
+  credentials?: ChannelCredentials;
+  /** Deadline of each call, ms (default 10,000). */
+  timeoutMs?: number;
+  /** An operator credential's token, sent as `authorization: Bearer <token>`. */
+  token?: string;
+}
+
+/** Fields {@link OperatorClient.updateLimits} may change; the others keep their value. */
+export interface LimitsChanges {
+  total?: number;
+  perSubject?: number;
+  /** `null`: no per-account cap. */
+  perAccount?: number | null;
+  queueTotal?: number;
+  queuePerSubject?: number;
+  queueHardTotal?: number;
+  overflowPolicy?: "reject" | "shed_oldest" | "queue";
+  leaseTtlMs?: number;
+  retentionMs?: number;
+  maxRetained?: number;
+}
+
+/** A client for the Operator service: a host's limits while the fleet runs, and `stub` for the
+ * other operator calls. The channel opens on the first call. */
+export class OperatorClient {
+  private readonly timeoutMs: number;
+  private stubInstance: gen.OperatorClient | undefined;
+
+  constructor(
+    private readonly target: string,
+    private readonly options: OperatorOptions = {},
+  ) {
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+  }
+
+  /** The generated stub, for calls the wrapper does not cover. */
+  get stub(): gen.OperatorClient {
+    this.stubInstance ??= new gen.OperatorClient(
+      this.target,
+      this.options.credentials ?? grpcCredentials.createInsecure(),
+    );
+    return this.stubInstance;
+  }
+
+  close(): void {
+    this.stubInstance?.close();
+    this.stubInstance = undefined;
+  }
+
+  private call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+    const md = new Metadata();
+    if (this.options.token) md.set("authorization", `Bearer ${this.options.token}`);
+    return new Promise((resolve, reject) => {
+      method.call(this.stub, request, md, { deadline: Date.now() + this.timeoutMs }, (err, res) =>
+        err ? reject(translate(err)) : resolve(res),
+      );
+    });
+  }
+
+  /** The limits `hostId` is decided with now, their `source` and `revision`. */
+  getLimits(hostId: string): Promise<gen.GetLimitsResponse> {
+    return this.call(this.stub.getLimits, { hostId });
+  }
+
+  /** Put `limits` (the whole message) in force; with `expectedRevision`, only if the limits are
+   * still at it (else an {@link AdmissionError} with code FAILED_PRECONDITION). */
+  setLimits(hostId: string, limits: gen.HostLimits, expectedRevision = 0): Promise<gen.SetLimitsResponse> {
+    return this.call(this.stub.setLimits, { hostId, limits, expectedRevision });
+  }
+
+  /** Change some fields of the limits in force and keep the rest, at the revision read
+   * (reading again if another operator changed them in between). */
+  async updateLimits(hostId: string, changes: LimitsChanges): Promise<gen.SetLimitsResponse> {
+    for (let i = 0; i < 5; i++) {
+      const current = await this.getLimits(hostId);
+      const l = current.limits!;
+      const queue = { ...(l.queue ?? { total: 0, perSubject: 0, hardTotal: 0 }) };
+      if (changes.queueTotal !== undefined) queue.total = changes.queueTotal;
+      if (changes.queuePerSubject !== undefined) queue.perSubject = changes.queuePerSubject;
+      if (changes.queueHardTotal !== undefined) queue.hardTotal = changes.queueHardTotal;
+      const limits: gen.HostLimits = {
+        ...l,
+        queue,
+        total: changes.total ?? l.total,
+        perSubject: changes.perSubject ?? l.perSubject,
+        perAccount: changes.perAccount === null ? undefined : (changes.perAccount ?? l.perAccount),
+        overflowPolicy: changes.overflowPolicy ?? l.overflowPolicy,
+        leaseTtlMs: changes.leaseTtlMs ?? l.leaseTtlMs,
+        retentionMs: changes.retentionMs ?? l.retentionMs,
+        maxRetained: changes.maxRetained ?? l.maxRetained,
+      };
+      try {
+        return await this.setLimits(hostId, limits, current.revision);
+      } catch (e) {
+        if (!(e instanceof AdmissionError) || e.code !== grpcStatus.FAILED_PRECONDITION) throw e;
+      }
+    }
+    throw new AdmissionError(`updateLimits: the limits of ${hostId} kept changing`, grpcStatus.ABORTED);
+  }
+
+  /** Return `hostId` to the configuration file's limits. */
+  resetLimits(hostId: string, expectedRevision = 0): Promise<gen.ResetLimitsResponse> {
+    return this.call(this.stub.resetLimits, { hostId, expectedRevision });
+  }
+}

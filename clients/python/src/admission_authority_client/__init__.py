@@ -6,6 +6,8 @@ replicas.
   and record model-step budgets; ``check_auth_attempt`` counts auth attempts.
 * Refusals raise :class:`AdmissionRefused` subclasses (:class:`Busy`, :class:`QueueFull`,
   :class:`MemoryPressure`, :class:`Draining`) with ``reason`` and ``retry_after`` (seconds).
+* :class:`OperatorClient`: a host's limits while the fleet runs (``get_limits``,
+  ``update_limits``, ``set_limits``, ``reset_limits``).
 * The generated messages and stubs are in :mod:`admission_authority_client.v1`.
 """
 
@@ -16,6 +18,7 @@ from ._client import (
     Authorization,
     Coverage,
     Mode,
+    OperatorClient,
     Slot,
 )
 from .errors import (
@@ -33,6 +36,7 @@ __all__ = [
     "AdmissionClient",
     "AdmissionError",
     "AdmissionRefused",
+    "OperatorClient",
     "AsyncAdmissionClient",
     "AuthAttempt",
     "AuthorityUnavailable",

@@ -458,6 +458,111 @@ class AdmissionClient(_Connection):
         return self._unary(self.stub.GetStats, pb.GetStatsRequest(host_id=self._req.host_id))
 
 
+_LIMIT_FIELDS = {"total", "per_subject", "per_account", "overflow_policy", "lease_ttl_ms",
+                 "retention_ms", "max_retained"}
+_QUEUE_FIELDS = {"queue_total": "total", "queue_per_subject": "per_subject",
+                 "queue_hard_total": "hard_total"}
+
+
+class OperatorClient:
+    """A blocking client for the ``Operator`` service (an operator credential's ``token``):
+    a host's limits while the fleet runs, and the generated ``stub`` for the other calls.
+
+    ``update_limits("gw-1", total=64)`` reads the limits in force, changes the named fields and
+    writes them back at the revision it read, reading again if another operator changed them in
+    between; ``reset_limits`` returns the host to the configuration file."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        channel: grpc.Channel | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float = 10.0,
+        token: str | None = None,
+    ) -> None:
+        self._target = target
+        self._channel = channel
+        self._credentials = credentials
+        self._stub: pb_grpc.OperatorStub | None = None
+        self._timeout = timeout
+        self._md = _metadata(token)
+
+    def __enter__(self) -> OperatorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+            self._stub = None
+
+    @property
+    def stub(self) -> pb_grpc.OperatorStub:
+        """The generated stub, for calls the wrapper does not cover."""
+        if self._stub is None:
+            if self._channel is None:
+                self._channel = (
+                    grpc.secure_channel(self._target, self._credentials)
+                    if self._credentials is not None
+                    else grpc.insecure_channel(self._target)
+                )
+            self._stub = pb_grpc.OperatorStub(self._channel)
+        return self._stub
+
+    def _call(self, rpc: Callable[..., T], request: Any) -> T:
+        try:
+            return rpc(request, timeout=self._timeout, metadata=self._md)
+        except grpc.RpcError as e:
+            raise translate(e) from None
+
+    def get_limits(self, host_id: str) -> pb.GetLimitsResponse:
+        """The limits ``host_id`` is decided with now, their ``source`` and ``revision``."""
+        return self._call(self.stub.GetLimits, pb.GetLimitsRequest(host_id=host_id))
+
+    def set_limits(
+        self, host_id: str, limits: pb.HostLimits, *, expected_revision: int = 0
+    ) -> pb.SetLimitsResponse:
+        """Put ``limits`` (the whole message) in force; with ``expected_revision``, only if the
+        limits are still at it (else :class:`AdmissionError` with code FAILED_PRECONDITION)."""
+        req = pb.SetLimitsRequest(host_id=host_id, limits=limits, expected_revision=expected_revision)
+        return self._call(self.stub.SetLimits, req)
+
+    def update_limits(self, host_id: str, **changes: int | str | None) -> pb.SetLimitsResponse:
+        """Change some fields of the limits in force (``total``, ``per_subject``,
+        ``per_account`` (None: no cap), ``queue_total``, ``queue_per_subject``,
+        ``queue_hard_total``, ``overflow_policy``, ``lease_ttl_ms``, ``retention_ms``,
+        ``max_retained``) and keep the rest, at the revision read."""
+        unknown = set(changes) - _LIMIT_FIELDS - set(_QUEUE_FIELDS)
+        if unknown:
+            raise TypeError(f"update_limits: unknown fields {sorted(unknown)}")
+        for _ in range(5):
+            current = self.get_limits(host_id)
+            limits = pb.HostLimits()
+            limits.CopyFrom(current.limits)
+            for name, value in changes.items():
+                if name in _QUEUE_FIELDS:
+                    setattr(limits.queue, _QUEUE_FIELDS[name], value)
+                elif value is None and name == "per_account":
+                    limits.ClearField("per_account")
+                else:
+                    setattr(limits, name, value)
+            try:
+                return self.set_limits(host_id, limits, expected_revision=current.revision)
+            except AdmissionError as e:
+                if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+        raise AdmissionError(f"update_limits: the limits of {host_id} kept changing")
+
+    def reset_limits(self, host_id: str, *, expected_revision: int = 0) -> pb.ResetLimitsResponse:
+        """Return ``host_id`` to the configuration file's limits."""
+        req = pb.ResetLimitsRequest(host_id=host_id, expected_revision=expected_revision)
+        return self._call(self.stub.ResetLimits, req)
+
+
 class AsyncAdmissionClient(_Connection):
     """The asyncio client: the same calls as :class:`AdmissionClient`, awaited. Its channel is
     opened lazily, on the event loop that first uses it, so the client may be built before any

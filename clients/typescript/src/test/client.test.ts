@@ -11,7 +11,8 @@ import { test } from "node:test";
 
 import { status as grpcStatus } from "@grpc/grpc-js";
 
-import { AdmissionClient, AdmissionError, AdmissionRefusedError } from "../index.js";
+import { AdmissionClient, AdmissionError, AdmissionRefusedError, OperatorClient } from "../index.js";
+import { LimitsSource } from "../gen/admission/v1/admission.js";
 import { eventually, startServer } from "./server.js";
 
 test("a slot is acquired and released", async () => {
@@ -264,5 +265,38 @@ test("a Submit given up on is released by run once the store answers", async () 
     client.close();
     await server.stop();
     await redis.stop();
+  }
+});
+
+test("an operator raises a cap while a slot waits, and resets it", async () => {
+  const server = await startServer("--total", "1", "--queue-total", "4");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const op = new OperatorClient(server.addr);
+  try {
+    const first = await client.acquire("alice");
+    const second = client.acquire("bob");
+    await eventually("bob to queue", async () => (await client.stats()).queued === 1);
+    const before = await op.getLimits("h");
+    assert.deepEqual([before.source, before.limits?.total], [LimitsSource.LIMITS_SOURCE_FILE, 1]);
+    const after = await op.updateLimits("h", { total: 2, queueHardTotal: 8 });
+    assert.deepEqual(
+      [after.source, after.revision, after.limits?.total, after.limits?.queue?.total, after.limits?.queue?.hardTotal],
+      [LimitsSource.LIMITS_SOURCE_OPERATOR, before.revision + 1, 2, 4, 8],
+    );
+    const admitted = await second; // the raised cap admitted bob at once
+    await assert.rejects(op.updateLimits("h", { total: 0 }), (e: AdmissionError) => {
+      assert.equal(e.code, grpcStatus.INVALID_ARGUMENT);
+      assert.match(e.message, /limits\.total/);
+      return true;
+    });
+    await assert.rejects(op.resetLimits("h", before.revision), (e: AdmissionError) => e.code === grpcStatus.FAILED_PRECONDITION);
+    const reset = await op.resetLimits("h");
+    assert.deepEqual([reset.source, reset.limits?.total], [LimitsSource.LIMITS_SOURCE_FILE, 1]);
+    await admitted.release();
+    await first.release();
+  } finally {
+    op.close();
+    client.close();
+    await server.stop();
   }
 });
