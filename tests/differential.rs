@@ -7,6 +7,13 @@
 //! ledger (budgets, allowances, replays, settle conflicts, uncertain reservations and their
 //! resolution, forgotten runs) and the auth buckets (attempts, lockouts, peeks, resets).
 //!
+//! Redis expires keys (windows, retained tickets, idle runs) by its own clock, not the frozen
+//! one the scripts decide with, so every duration here is seconds long, far longer than a
+//! sequence takes to run, and time advances in steps of the same size: a key never expires in
+//! Redis before the frozen clock says its time is up. (Found by a long run: 100 ms allowance
+//! windows expired under a slow sequence and Redis opened a fresh one the embedded store had
+//! not.)
+//!
 //! `ADMISSION_DIFFERENTIAL_CASES=N` runs N sequences of each kind instead of the default (run
 //! tens of thousands before a change to the rules lands: `scripts/test` runs the default).
 
@@ -147,7 +154,7 @@ fn ticket_op() -> impl Strategy<Value = TicketOp> {
         2 => (any::<usize>(), rss()).prop_map(|(p, r)| TicketOp::Renew(p, r)),
         1 => any::<usize>().prop_map(TicketOp::Park),
         1 => any::<usize>().prop_map(TicketOp::Unpark),
-        1 => (1u64..400).prop_map(TicketOp::Advance),
+        1 => (1u64..4_000).prop_map(TicketOp::Advance),
         1 => (0..HOSTS.len(), limits(), prop::bool::weighted(0.2))
             .prop_map(|(host, limits, stale)| TicketOp::SetLimits { host, limits, stale }),
         1 => (0..HOSTS.len(), prop::bool::weighted(0.2))
@@ -191,8 +198,8 @@ fn limits() -> impl Strategy<Value = Limits> {
                 queue_per_subject,
                 queue_hard_total: queue_total * 2,
                 overflow,
-                lease_ttl_ms: 500,
-                retention_ms: 800,
+                lease_ttl_ms: 5_000,
+                retention_ms: 8_000,
                 max_retained,
                 memory: if memory {
                     MemoryLimits::from_ratio(1000, 0.9)
@@ -503,7 +510,7 @@ fn ledger_op() -> impl Strategy<Value = LedgerOp> {
             }),
         1 => (host, 0..RUNS, 1u32..5, any::<bool>())
             .prop_map(|(host, run, step, consumed)| LedgerOp::Resolve { host, run, step, consumed }),
-        1 => (1u64..500).prop_map(LedgerOp::Advance),
+        1 => (1u64..5_000).prop_map(LedgerOp::Advance),
     ]
 }
 
@@ -532,7 +539,7 @@ fn resource_policy() -> impl Strategy<Value = ResourcePolicy> {
         prop::option::of((
             prop::option::of(200u64..3_000),
             prop::option::of(1_000u64..20_000),
-            100u64..2_000,
+            1_000u64..20_000,
         )),
     )
         .prop_map(|(default, bob, acct1, allowance)| ResourcePolicy {
@@ -555,8 +562,8 @@ fn resource_policy() -> impl Strategy<Value = ResourcePolicy> {
                 })
                 .into_iter()
                 .collect(),
-            reservation_ttl_ms: 400,
-            run_retention_ms: 1_500,
+            reservation_ttl_ms: 4_000,
+            run_retention_ms: 15_000,
         })
 }
 
@@ -683,15 +690,15 @@ fn auth_op() -> impl Strategy<Value = AuthOp> {
         6 => key.clone().prop_map(|(e, k)| AuthOp::Attempt(e, k)),
         2 => key.clone().prop_map(|(e, k)| AuthOp::Peek(e, k)),
         1 => key.prop_map(|(e, k)| AuthOp::Reset(e, k)),
-        2 => (1u64..600).prop_map(AuthOp::Advance),
+        2 => (1u64..6_000).prop_map(AuthOp::Advance),
     ]
 }
 
 fn rule() -> impl Strategy<Value = BucketRule> {
     (
         1u32..5,
-        100u64..1_000,
-        prop_oneof![Just(0u64), 50u64..1_500],
+        1_000u64..10_000,
+        prop_oneof![Just(0u64), 500u64..15_000],
     )
         .prop_map(|(max_attempts, window_ms, lockout_ms)| BucketRule {
             max_attempts,
