@@ -363,6 +363,8 @@ def test_an_operator_raises_a_cap_while_a_slot_waits_and_resets_it(start_server:
             op.update_limits("gw-1", total=0)
         assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT
         assert "limits.total" in bad.value.message
+        with pytest.raises(TypeError):
+            op.update_limits("gw-1", total=None)
         with pytest.raises(AdmissionError) as stale:
             op.reset_limits("gw-1", expected_revision=before.revision)
         assert stale.value.code == grpc.StatusCode.FAILED_PRECONDITION

@@ -539,6 +539,9 @@ class OperatorClient:
         unknown = set(changes) - _LIMIT_FIELDS - set(_QUEUE_FIELDS)
         if unknown:
             raise TypeError(f"update_limits: unknown fields {sorted(unknown)}")
+        nulls = sorted(k for k, v in changes.items() if v is None and k != "per_account")
+        if nulls:
+            raise TypeError(f"update_limits: only per_account may be None, not {nulls}")
         for _ in range(5):
             current = self.get_limits(host_id)
             limits = pb.HostLimits()
