@@ -18,7 +18,7 @@ local function put(scalars, caps, version)
   LIMITS_S, LIMITS_M = scalars, caps
   L = limits_of(scalars, caps)
   redis.call('HSET', B .. 'limits', 's', scalars, 'm', caps)
-  redis.call('HSET', C, 'lv', fmt(version))
+  redis.call('HSET', C, 'lv', fmt(version), 'ls', scalars, 'lm', caps)
   lv = version
   rev = redis.call('HINCRBY', C, 'rev', 1)
   -- A raised cap admits waiters at once; a lowered one revokes nothing.

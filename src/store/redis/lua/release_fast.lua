@@ -1,4 +1,5 @@
--- Release's common case in few commands, before the helpers are built: an admitted ticket,
+-- Release's common case in few commands, before the helpers are built: the limits of record
+-- the caller's own or newer (`adopt`), an admitted ticket,
 -- no lease due (see `due_bound`), nothing queued (so nothing to dispatch). As `finish` and the full rules do it.
 local k = ARGV[5]
 if k == '' then
@@ -9,10 +10,10 @@ local tk = B .. 't:' .. k
 local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
 if t[4] == ADMITTED then
   local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
-                      'lv')
+                      'lv', 'ls', 'lm')
   -- This ticket's own lease is in the set, so the bound is never the fallback.
   local nd = due_bound(c[5], now)
-  if nd > now and c[6] == MY_V then
+  if nd > now and adopt(c[6], c[7], c[8]) then
     nothing_due = true
     if num(c[3]) == 0 then
       redis.call('HSET', C, 'in_flight', fmt(num(c[1]) - 1), 'released', fmt(num(c[2]) + 1),

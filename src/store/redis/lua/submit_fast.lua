@@ -1,4 +1,5 @@
--- Submit's common case in few commands, before the helpers are built: no lease due (known
+-- Submit's common case in few commands, before the helpers are built: the limits of record
+-- the caller's own or newer (`adopt`), no lease due (known
 -- from the counters' `next_due` bound, see `due_bound`), nothing queued, no memory ladder,
 -- room for the ticket, a new run_id. The answer is what the full
 -- rules give (housekeeping and dispatch have nothing to do then); anything else falls
@@ -6,9 +7,9 @@
 if L.max_rss == 0 then
   local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
   local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued',
-                      's:' .. subject, 'next_due', 'lv')
-  local nd = due_bound(c[7], now + L.lease)
-  if nd > now and c[8] == MY_V then
+                      's:' .. subject, 'next_due', 'lv', 'ls', 'lm')
+  local nd = adopt(c[8], c[9], c[10]) and L.max_rss == 0 and due_bound(c[7], now + L.lease)
+  if nd and nd > now then
     nothing_due = true
     local acap = nil
     if account ~= '' then

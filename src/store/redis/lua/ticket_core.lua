@@ -14,12 +14,14 @@
 -- the stored ones. So replicas whose files differ never enforce different limits for a host at
 -- the same time: the most recently started replica's file is in force, from its first call
 -- for the host, unless an operator's SetLimits put others there (their version is at least
--- OPERATOR_LIMITS, above any start time: see limits_body.lua). The fast paths read `lv` with the counters they read anyway and run only when
--- it is the caller's own version; the full rules resolve the limits first
--- (`resolve_limits`). KEYS[1] is `B c` (the counters), named so Redis routes the
+-- OPERATOR_LIMITS, above any start time: see limits_body.lua). The fast paths read `lv`, and
+-- a copy of the limits in the counters' `ls`, `lm`, with the counters they read anyway, and
+-- run when the limits of record are the caller's own or newer (`adopt`); the full rules
+-- resolve the limits first (`resolve_limits`). KEYS[1] is `B c` (the counters), named so Redis routes the
 -- script to the host's slot; the other keys are derived from `B`.
 --
--- Keys: `t:<ticket>` hash (subject, account, instance, run, state (a code from the constants prelude), grant,
+-- Keys: `t:<ticket>` hash (subject, account, instance, run, state (a code from the constants
+-- prelude), grant,
 -- deadline, order, qat; an ended ticket keeps only run, state, grant and deadline, which is
 -- when it is forgotten (its subject, account and instance emptied), and its key and its run's
 -- expire by TTL just after); `ended` list of ended tickets, oldest first, trimmed to
@@ -88,9 +90,22 @@ local function resolve_limits(stored_v)
     L = limits_of(LIMITS_S, LIMITS_M)
   else
     redis.call('HSET', B .. 'limits', 's', LIMITS_S, 'm', LIMITS_M)
-    redis.call('HSET', C, 'lv', MY_V)
+    redis.call('HSET', C, 'lv', MY_V, 'ls', LIMITS_S, 'lm', LIMITS_M)
     redis.call('HINCRBY', C, 'rev', 1)
   end
+end
+-- The fast paths read the limits of record with the counters (`lv`, and a copy of them in
+-- `ls`, `lm`: the `limits` hash stays for replicas of older versions). Given what they read:
+-- true when they may decide with `L`, which is then the limits of record: the caller's own, or
+-- newer ones (another replica's newer file, an operator's). Older ones (or none) are the full
+-- rules' to replace.
+local function adopt(v, s, m)
+  if v == MY_V then return true end
+  local sv = tonumber(v)
+  if not sv or not s or sv < tonumber(MY_V) then return false end
+  LIMITS_S, LIMITS_M = s, m or ''
+  L = limits_of(LIMITS_S, LIMITS_M)
+  return true
 end
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
 -- with the others).
