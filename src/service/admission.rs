@@ -78,9 +78,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         }
         let (id, view) = self.store.submit(&host_id, args).await?.map_err(|e| {
             if let SubmitError::Refused(r) = &e {
-                record("decision", &edge::refusal_reason(*r));
-                self.metrics
-                    .decision("Submit", "refused", edge::refusal_reason(*r));
+                record("decision", &r.code());
+                self.metrics.decision("Submit", "refused", r.code());
             }
             ApiError::from(e)
         })?;

@@ -106,11 +106,6 @@ pub fn store_error_reason(e: &StoreError) -> &'static str {
     }
 }
 
-/// The ErrorInfo reason of a refusal: part of the public contract.
-pub fn refusal_reason(r: Refusal) -> &'static str {
-    r.code()
-}
-
 fn refusal_message(r: Refusal) -> &'static str {
     match r {
         Refusal::Busy => "BUSY: no slot is free and this submit may not queue",
@@ -153,7 +148,7 @@ impl From<ApiError> for Status {
             ),
             ApiError::Refused(r) => {
                 let mut details = ErrorDetails::with_error_info(
-                    refusal_reason(r),
+                    r.code(),
                     ERROR_DOMAIN,
                     HashMap::<String, String>::new(),
                 );
@@ -522,7 +517,7 @@ mod tests {
             let status = Status::from(ApiError::Refused(r));
             assert_eq!(status.code(), Code::ResourceExhausted);
             let info = status.get_details_error_info().expect("ErrorInfo");
-            assert_eq!(info.reason, refusal_reason(r));
+            assert_eq!(info.reason, r.code());
             assert_eq!(info.domain, ERROR_DOMAIN);
             let retry = status.get_details_retry_info().expect("RetryInfo");
             assert_eq!(retry.retry_delay, Some(retry_after(r)));

@@ -199,21 +199,12 @@ impl TicketStore for MemoryStore {
 
     fn reload_file_limits(&self, limits: LimitsTable) {
         *self.file_limits.write().expect("limits lock") = limits;
-        for (host_id, host) in self.all_hosts() {
+        for (host_id, _) in self.all_hosts() {
             let file = self.file_limits(&host_id);
-            let mut guard = host.inner.lock().expect("host lock");
-            let inner = &mut *guard;
-            if inner.limits.source == LimitsSource::File && inner.limits.limits != file {
-                inner.limits = LimitsRecord {
-                    limits: file,
-                    source: LimitsSource::File,
-                    revision: inner.limits.revision + 1,
-                };
-                inner
-                    .state
-                    .limits_changed(&inner.limits.limits, self.clock.now_ms());
-                inner.notify();
-            }
+            let _ = self.change_limits(&host_id, 0, |current| {
+                (current.source == LimitsSource::File && current.limits != file)
+                    .then_some((file, LimitsSource::File))
+            });
         }
     }
 

@@ -78,13 +78,14 @@ pub(super) fn cause(e: &redis::RedisError) -> String {
 /// error; a connection that broke after the command was sent leaves its outcome unknown.
 fn classify(addr: &str, e: redis::RedisError, sent: bool) -> StoreError {
     let what = format!("{addr}: {}", cause(&e));
+    let (answered, refused) = (
+        matches!(e.kind(), redis::ErrorKind::Server(_)),
+        e.is_connection_refusal(),
+    );
     let source = Some(Arc::new(e) as crate::store::ErrorSource);
-    let e = source
-        .as_ref()
-        .and_then(|s| s.downcast_ref::<redis::RedisError>());
-    if e.is_some_and(|e| matches!(e.kind(), redis::ErrorKind::Server(_))) {
+    if answered {
         StoreError::Protocol { what, source }
-    } else if !sent || e.is_some_and(redis::RedisError::is_connection_refusal) {
+    } else if !sent || refused {
         StoreError::Unreachable { what, source }
     } else {
         StoreError::ConnectionLost { what, source }

@@ -518,9 +518,9 @@ fn limits_record(reply: &Value) -> Result<Result<LimitsRecord, u64>, StoreError>
     match f.first().and_then(text).as_deref() {
         Some("moved") => Ok(Err(f.get(1).and_then(int).ok_or_else(bad)?)),
         Some("ok") if f.len() >= 4 => Ok(Ok(LimitsRecord {
-            source: match f[1].clone() {
-                v if text(&v).as_deref() == Some("operator") => LimitsSource::Operator,
-                v if text(&v).as_deref() == Some("file") => LimitsSource::File,
+            source: match text(&f[1]).as_deref() {
+                Some("operator") => LimitsSource::Operator,
+                Some("file") => LimitsSource::File,
                 _ => return Err(bad()),
             },
             revision: int(&f[2]).ok_or_else(bad)?,

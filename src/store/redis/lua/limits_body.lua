@@ -31,14 +31,6 @@ elseif what == 'reset' and lv >= OPERATOR_LIMITS then
   local mine_v, mine_s = string.match(ARGV[2], '^(%d+),(.*)$')
   put(mine_s, ARGV[4], tonumber(mine_v))
 end
-local out = {'ok', lv >= OPERATOR_LIMITS and 'operator' or 'file', rev, LIMITS_S}
-for _, m in ipairs({'subjects', 'accounts'}) do
-  local caps = L[m]
-  local names = {}
-  for name in pairs(caps) do table.insert(names, name) end
-  table.insert(out, #names)
-  for _, name in ipairs(names) do
-    table.insert(out, name); table.insert(out, caps[name])
-  end
-end
+local out = {'ok', lv >= OPERATOR_LIMITS and 'operator' or 'file', rev}
+append_limits(out)
 return out

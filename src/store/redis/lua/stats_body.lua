@@ -50,15 +50,5 @@ table.insert(out, #rows / 3)
 for _, v in ipairs(rows) do table.insert(out, v) end
 for i = 0, #QW_BOUNDS do table.insert(out, num(redis.call('HGET', QW, 'b' .. i))) end
 table.insert(out, num(redis.call('HGET', QW, 'sum')))
--- The limits of record: scalars, then each cap map as a count and name, cap pairs.
-table.insert(out, LIMITS_S)
-for _, m in ipairs({'subjects', 'accounts'}) do
-  local caps = L[m]
-  local names = {}
-  for name in pairs(caps) do table.insert(names, name) end
-  table.insert(out, #names)
-  for _, name in ipairs(names) do
-    table.insert(out, name); table.insert(out, caps[name])
-  end
-end
+append_limits(out)
 return out

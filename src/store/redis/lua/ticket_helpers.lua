@@ -233,3 +233,17 @@ local function view(k)
   if live(t.state) then lease = math.max(t.deadline - now, 0) end
   return {t.state, pos, t.grant, lease}
 end
+-- Append the limits of record to a reply (the stats and limits scripts): the scalars, then
+-- each cap map as a count and name, cap pairs.
+local function append_limits(out)
+  table.insert(out, LIMITS_S)
+  for _, m in ipairs({'subjects', 'accounts'}) do
+    local caps = L[m]
+    local names = {}
+    for name in pairs(caps) do table.insert(names, name) end
+    table.insert(out, #names)
+    for _, name in ipairs(names) do
+      table.insert(out, name); table.insert(out, caps[name])
+    end
+  end
+end
