@@ -231,6 +231,7 @@ fn submit(host: &str, subject: String, run: String, mode: api::SubmitMode) -> ap
         run_id: run,
         mode: mode as i32,
         rss_mb: None,
+        priority: 0,
     }
 }
 

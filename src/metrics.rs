@@ -119,6 +119,9 @@ impl HostCounts {
             *b += n;
         }
         c.queue_wait.sum_ms += d.queue_wait.sum_ms;
+        for (a, b) in c.shadow.iter_mut().zip(d.shadow) {
+            *a += b;
+        }
     }
 }
 
@@ -202,6 +205,7 @@ pub async fn render<S: Store>(
     let mut totals = String::new();
     let mut reservations = String::new();
     let mut waits = String::new();
+    let mut shadow = String::new();
     for (h, s, l) in &rows {
         if let Some(s) = s {
             let _ = writeln!(
@@ -231,6 +235,20 @@ pub async fn render<S: Store>(
                 c.queue_wait.sum_ms as f64 / 1000.0,
                 c.queue_wait.count()
             );
+            for d in crate::scheduler::ShadowDecision::ALL {
+                let n = c.shadow[d.index()];
+                if n > 0 {
+                    let decision = match d {
+                        crate::scheduler::ShadowDecision::Queued => "queue",
+                        crate::scheduler::ShadowDecision::Refused(_) => "refuse",
+                    };
+                    let _ = writeln!(
+                        shadow,
+                        "admission_shadow_decisions_total{{host_id=\"{h}\",decision=\"{decision}\",reason=\"{}\"}} {n}",
+                        d.code()
+                    );
+                }
+            }
             for (outcome, n) in [
                 ("admitted", c.admitted),
                 ("rejected", c.rejected),
@@ -288,6 +306,13 @@ pub async fn render<S: Store>(
         &mut out,
     );
     out.push_str(&waits);
+    family(
+        "admission_shadow_decisions_total",
+        "counter",
+        "In shadow mode, Submits admitted that enforce mode would have queued (decision queue) or refused (decision refuse, reason BUSY, QUEUE_FULL or MEMORY_PRESSURE), per host.",
+        &mut out,
+    );
+    out.push_str(&shadow);
     family(
         "admission_reservations_open",
         "gauge",

@@ -3,7 +3,8 @@
 //! by side, with the same frozen clock, and every answer and every counter must be the same:
 //! tickets (several hosts with their own limits, subject and account overrides, replays and
 //! run_id conflicts, release by run, Park/Unpark, leases running out, early forgetting, an
-//! operator's SetLimits and ResetLimits with current and stale revisions), the
+//! operator's SetLimits and ResetLimits with current and stale revisions, priorities with and
+//! without aging, weights, shadow mode, wait estimates), the
 //! ledger (budgets, allowances, replays, settle conflicts, uncertain reservations and their
 //! resolution, forgotten runs) and the auth buckets (attempts, lockouts, peeks, resets).
 //!
@@ -27,7 +28,8 @@ use admission_authority::ledger::{
     Allowance, AuthorizeArgs, Budget, Coverage, Resolution, ResourcePolicy, UnknownUsage, Usage,
 };
 use admission_authority::scheduler::{
-    Limits, LimitsTable, MemoryLimits, OverflowPolicy, SubmitArgs, SubmitMode, TicketView,
+    Limits, LimitsTable, MemoryLimits, Mode, OverflowPolicy, ShadowDecision, SubmitArgs,
+    SubmitMode, TicketView,
 };
 use admission_authority::store::memory::MemoryStore;
 use admission_authority::store::redis::RedisStore;
@@ -115,6 +117,7 @@ enum TicketOp {
         account: usize,
         try_mode: bool,
         rss_mb: Option<u32>,
+        priority: u8,
     },
     /// Submit an earlier run again, as it was or with another subject or account.
     Replay {
@@ -142,9 +145,10 @@ enum TicketOp {
 
 fn ticket_op() -> impl Strategy<Value = TicketOp> {
     prop_oneof![
-        5 => (0..HOSTS.len(), 0..SUBJECTS.len(), 0..ACCOUNTS.len(), any::<bool>(), rss())
-            .prop_map(|(host, subject, account, try_mode, rss_mb)| TicketOp::Submit {
-                host, subject, account, try_mode, rss_mb
+        5 => (0..HOSTS.len(), 0..SUBJECTS.len(), 0..ACCOUNTS.len(), any::<bool>(), rss(),
+              prop_oneof![2 => Just(3u8), 3 => 1u8..=5])
+            .prop_map(|(host, subject, account, try_mode, rss_mb, priority)| TicketOp::Submit {
+                host, subject, account, try_mode, rss_mb, priority
             }),
         1 => (any::<usize>(), prop::option::weighted(0.3, 0..SUBJECTS.len()),
               prop::option::weighted(0.3, 0..ACCOUNTS.len()))
@@ -176,6 +180,13 @@ fn limits() -> impl Strategy<Value = Limits> {
         prop_oneof![Just(1u32), Just(100_000)],
         // Subject and account overrides, sometimes above the default cap, sometimes below.
         (0u32..4, prop::option::of(0u32..3)),
+        // Weights (alice, bob), priority aging (off, or a few advances long), shadow mode.
+        (
+            prop::option::of(1u32..4),
+            prop::option::of(1u32..3),
+            prop_oneof![2 => Just(0u64), 1 => 3_000u64..12_000],
+            prop::bool::weighted(0.15),
+        ),
     )
         .prop_map(
             |(
@@ -185,6 +196,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                 memory,
                 max_retained,
                 (dave, acct1),
+                (alice_w, bob_w, priority_aging_ms, shadow),
             )| Limits {
                 total,
                 per_subject,
@@ -206,17 +218,25 @@ fn limits() -> impl Strategy<Value = Limits> {
                 } else {
                     MemoryLimits::OFF
                 },
+                weights: [("alice", alice_w), ("bob", bob_w)]
+                    .into_iter()
+                    .filter_map(|(s, w)| Some((s.to_string(), w?)))
+                    .collect(),
+                priority_aging_ms,
+                mode: if shadow { Mode::Shadow } else { Mode::Enforce },
             },
         )
 }
 
 /// The parts of a view both stores must agree on (the key is each store's own).
-fn view(v: &TicketView) -> (String, u32, u64, u64) {
+fn view(v: &TicketView) -> (String, u32, u64, u64, u64, Option<ShadowDecision>) {
     (
         format!("{:?}", v.state),
         v.position,
         v.grant,
         v.lease_remaining_ms,
+        v.eta_ms,
+        v.shadow,
     )
 }
 
@@ -250,6 +270,7 @@ async fn tickets_alike(
                 account,
                 try_mode,
                 rss_mb,
+                priority,
             } => Some((
                 host,
                 SubmitArgs {
@@ -263,6 +284,7 @@ async fn tickets_alike(
                         SubmitMode::Queue
                     },
                     rss_mb,
+                    priority,
                 },
             )),
             TicketOp::Replay {
@@ -418,6 +440,7 @@ async fn tickets_alike(
                             t.lease_remaining_ms,
                             t.run_id,
                             t.instance_id,
+                            t.priority,
                         )
                     })
                     .collect();

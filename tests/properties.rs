@@ -104,6 +104,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                     } else {
                         MemoryLimits::OFF
                     },
+                    ..Limits::default()
                 }
             },
         )
@@ -140,6 +141,7 @@ proptest! {
                         run_id: format!("run-{run}"),
                         mode: if try_mode { SubmitMode::Try } else { SubmitMode::Queue },
                         rss_mb,
+                        priority: 3,
                     };
                     let key = next_key;
                     next_key += 1;
@@ -225,6 +227,7 @@ proptest! {
             run_id: format!("run-{run}"),
             mode: SubmitMode::Queue,
             rss_mb: None,
+            priority: 3,
         };
         let holder = host.submit(&limits, args("holder", 0), 0, now).unwrap();
         let mut subject_of = HashMap::new();
@@ -269,5 +272,293 @@ proptest! {
             }
             seen_since.insert(s, Vec::new());
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Priorities, aging and weights
+
+/// A waiter's subject, when it joined, and (once aged) the admissions since and their bound.
+type Waiter = (usize, u64, Option<(usize, usize)>);
+
+/// A Submit of `subject` at `priority` on one host.
+fn prio_args(subject: &str, account: Option<&str>, run: usize, priority: u8) -> SubmitArgs {
+    SubmitArgs {
+        instance_id: "replica".into(),
+        subject: subject.into(),
+        account_id: account.map(str::to_string),
+        run_id: format!("run-{run}"),
+        mode: SubmitMode::Queue,
+        rss_mb: None,
+        priority,
+    }
+}
+
+#[derive(Clone, Debug)]
+enum PrioOp {
+    Submit {
+        subject: usize,
+        account: usize,
+        priority: u8,
+    },
+    Release {
+        pick: usize,
+    },
+    Park {
+        pick: usize,
+    },
+    Unpark {
+        pick: usize,
+    },
+    Advance {
+        ms: u64,
+    },
+}
+
+fn prio_op() -> impl Strategy<Value = PrioOp> {
+    prop_oneof![
+        5 => (0..SUBJECTS.len(), 0..ACCOUNTS.len(), 1u8..=5)
+            .prop_map(|(subject, account, priority)| PrioOp::Submit { subject, account, priority }),
+        3 => any::<usize>().prop_map(|pick| PrioOp::Release { pick }),
+        1 => any::<usize>().prop_map(|pick| PrioOp::Park { pick }),
+        1 => any::<usize>().prop_map(|pick| PrioOp::Unpark { pick }),
+        1 => (1u64..300).prop_map(|ms| PrioOp::Advance { ms }),
+    ]
+}
+
+fn prio_limits() -> impl Strategy<Value = Limits> {
+    (
+        1u32..5,
+        1u32..3,
+        prop_oneof![Just(None), (1u32..3).prop_map(Some)],
+        1u32..8,
+        prop_oneof![
+            Just(OverflowPolicy::Reject),
+            Just(OverflowPolicy::ShedOldest),
+            Just(OverflowPolicy::Queue)
+        ],
+        proptest::collection::hash_map(0..SUBJECTS.len(), 1u32..5, 0..3),
+        prop_oneof![Just(0u64), 200u64..2_000],
+    )
+        .prop_map(
+            |(total, per_subject, per_account, queue_total, overflow, weights, aging)| Limits {
+                total,
+                per_subject,
+                per_account,
+                subjects: [("dave".to_string(), 1)].into(),
+                queue_total,
+                queue_hard_total: queue_total * 2,
+                overflow,
+                lease_ttl_ms: 1_000,
+                retention_ms: 800,
+                weights: weights
+                    .into_iter()
+                    .map(|(s, w)| (SUBJECTS[s].to_string(), w))
+                    .collect(),
+                priority_aging_ms: aging,
+                ..Limits::default()
+            },
+        )
+}
+
+/// Whether queued ticket `w` would fit if the admission of `t` were undone.
+fn would_fit_without(
+    limits: &Limits,
+    live: &[admission_authority::scheduler::TicketInfo],
+    w: &admission_authority::scheduler::TicketInfo,
+    t: &admission_authority::scheduler::TicketInfo,
+) -> bool {
+    let admitted = |f: &dyn Fn(&admission_authority::scheduler::TicketInfo) -> bool| {
+        live.iter()
+            .filter(|x| x.state == TicketState::Admitted && x.key != t.key && f(x))
+            .count() as u32
+    };
+    let total_ok = admitted(&|_| true) < limits.total;
+    let subject_ok = admitted(&|x| x.subject == w.subject) < limits.subject_cap(&w.subject);
+    let account_ok = match w.account_id.as_deref().and_then(|a| limits.account_cap(a)) {
+        Some(cap) => admitted(&|x| x.account_id == w.account_id) < cap,
+        None => true,
+    };
+    total_ok && subject_ok && account_ok
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// With priorities, weights and aging in play: no cap is ever exceeded (the audit), and no
+    /// ticket is admitted while a waiter of a higher level (as served: aged waiters count as 1)
+    /// would have fit in its place.
+    #[test]
+    fn no_waiter_is_passed_over_by_a_lower_level(
+        limits in prio_limits(),
+        ops in proptest::collection::vec(prio_op(), 1..150),
+    ) {
+        let mut host = HostState::new();
+        let mut made: Vec<TicketKey> = Vec::new();
+        let mut now = 1_000u64;
+        for (i, op) in ops.into_iter().enumerate() {
+            let before: HashMap<TicketKey, TicketState> = host
+                .list(10_000, now).0.into_iter().map(|t| (t.key, t.state)).collect();
+            match op {
+                PrioOp::Submit { subject, account, priority } => {
+                    let key = (i + 1) as TicketKey;
+                    let args = prio_args(SUBJECTS[subject], ACCOUNTS[account], i, priority);
+                    if host.submit(&limits, args, key, now).is_ok() {
+                        made.push(key);
+                    }
+                }
+                PrioOp::Release { pick } if !made.is_empty() => {
+                    host.release(&limits, made[pick % made.len()], now);
+                }
+                PrioOp::Park { pick } if !made.is_empty() => {
+                    host.park(&limits, made[pick % made.len()], now);
+                }
+                PrioOp::Unpark { pick } if !made.is_empty() => {
+                    host.unpark(&limits, made[pick % made.len()], now);
+                }
+                PrioOp::Advance { ms } => {
+                    now += ms;
+                    host.housekeeping(&limits, now);
+                }
+                _ => {}
+            }
+            host.take_changes();
+            if let Err(e) = host.audit(&limits, now) {
+                return Err(TestCaseError::fail(format!("op {i}: {e}")));
+            }
+            let (live, _) = host.list(10_000, now);
+            for t in live.iter().filter(|t| {
+                t.state == TicketState::Admitted && before.get(&t.key) != Some(&TicketState::Admitted)
+            }) {
+                for w in live.iter().filter(|w| w.state == TicketState::Queued && w.priority < t.priority) {
+                    prop_assert!(
+                        !would_fit_without(&limits, &live, w, t),
+                        "op {}: {:?} (priority {}) admitted while {:?} (priority {}) fit",
+                        i, t.run_id, t.priority, w.run_id, w.priority
+                    );
+                }
+            }
+        }
+    }
+
+    /// total 1, per_subject 1, a flood of priority-1 work on every subject: a waiter of a
+    /// lower priority, once older than the aging bound, is admitted within one rotation of
+    /// the subjects for every waiter of its own subject ahead of it (and its own turn).
+    #[test]
+    fn aging_bounds_every_wait_under_a_flood_of_higher_priorities(
+        arrivals in proptest::collection::vec((0..SUBJECTS.len(), 1u8..=5, 1u64..150), 20..120),
+    ) {
+        const AGING: u64 = 500;
+        let limits = Limits {
+            total: 1,
+            per_subject: 1,
+            queue_total: 10_000,
+            queue_hard_total: 10_000,
+            priority_aging_ms: AGING,
+            lease_ttl_ms: 3_600_000,
+            ..Limits::default()
+        };
+        let mut host = HostState::new();
+        let mut now = 1_000u64;
+        let holder = host.submit(&limits, prio_args("holder", None, 0, 1), 0, now).unwrap();
+        let mut current = holder.key;
+        // Per waiter: subject, when it joined, and (once aged) the admissions since and the
+        // bound on them.
+        let mut waiting: HashMap<TicketKey, Waiter> = HashMap::new();
+        let mut next = 1u128;
+        for (subject, priority, dt) in arrivals {
+            // A flood: a fresh priority-1 waiter on another subject with every arrival.
+            for (s, p) in [(subject, priority), ((subject + 1) % SUBJECTS.len(), 1)] {
+                let key = next;
+                next += 1;
+                host.submit(&limits, prio_args(SUBJECTS[s], None, key as usize, p), key, now).unwrap();
+                waiting.insert(key, (s, now, None));
+            }
+            now += dt;
+            host.housekeeping(&limits, now);
+            // Waiters that just aged: the bound is one rotation per waiter of their subject
+            // ahead of them, and one for their own turn.
+            let keys: Vec<TicketKey> = waiting.keys().copied().collect();
+            for k in keys {
+                let (s, since, aged) = waiting[&k];
+                if aged.is_none() && now >= since + AGING {
+                    let ahead = waiting.values().filter(|(s2, t2, _)| *s2 == s && *t2 < since).count()
+                        + waiting.iter().filter(|(k2, (s2, t2, _))| *s2 == s && *t2 == since && **k2 < k).count();
+                    waiting.get_mut(&k).unwrap().2 = Some((0, (ahead + 1) * SUBJECTS.len()));
+                }
+            }
+            host.take_changes();
+            host.release(&limits, current, now);
+            let admitted: Vec<TicketKey> = host
+                .take_changes()
+                .into_iter()
+                .filter(|k| host.state_of(*k) == Some(TicketState::Admitted))
+                .collect();
+            prop_assert_eq!(admitted.len(), 1);
+            current = admitted[0];
+            waiting.remove(&current);
+            for (k, (_, _, aged)) in waiting.iter_mut() {
+                if let Some((n, bound)) = aged {
+                    *n += 1;
+                    prop_assert!(*n < *bound, "waiter {} still waits after {} admissions since it aged", k, n);
+                }
+            }
+        }
+    }
+
+    /// Every subject backlogged, weights 1..5: admissions over 1,000 slots are proportional to
+    /// weight (Jain's fairness index of admissions ÷ weight at least 0.95).
+    #[test]
+    fn backlogged_subjects_are_served_in_proportion_to_weight(
+        weights in proptest::collection::vec(1u32..=5, 2..=SUBJECTS.len()),
+        total in 1u32..4,
+        picks in proptest::collection::vec(any::<usize>(), 1_000),
+    ) {
+        let limits = Limits {
+            total,
+            per_subject: total,
+            queue_total: 10_000,
+            queue_hard_total: 10_000,
+            lease_ttl_ms: 3_600_000,
+            weights: weights.iter().enumerate().map(|(i, w)| (SUBJECTS[i].to_string(), *w)).collect(),
+            ..Limits::default()
+        };
+        let mut host = HostState::new();
+        let now = 1_000u64;
+        let mut subject_of: HashMap<TicketKey, usize> = HashMap::new();
+        let mut next = 1u128;
+        let mut holding: Vec<TicketKey> = Vec::new();
+        let refill = |host: &mut HostState, subject_of: &mut HashMap<TicketKey, usize>, next: &mut u128| {
+            for (s, _) in weights.iter().enumerate() {
+                let queued = host.stats(&limits, now).subjects.iter()
+                    .find(|r| r.name == SUBJECTS[s]).map_or(0, |r| r.queued);
+                for _ in queued..6 {
+                    let key = *next;
+                    *next += 1;
+                    host.submit(&limits, prio_args(SUBJECTS[s], None, key as usize, 3), key, now).unwrap();
+                    subject_of.insert(key, s);
+                }
+            }
+        };
+        refill(&mut host, &mut subject_of, &mut next);
+        holding.extend(subject_of.keys().copied().filter(|k| host.state_of(*k) == Some(TicketState::Admitted)));
+        host.take_changes();
+        let mut admissions = vec![0u64; weights.len()];
+        for pick in picks {
+            let k = holding.swap_remove(pick % holding.len());
+            host.release(&limits, k, now);
+            refill(&mut host, &mut subject_of, &mut next);
+            for k in host.take_changes() {
+                if host.state_of(k) == Some(TicketState::Admitted) {
+                    admissions[subject_of[&k]] += 1;
+                    holding.push(k);
+                }
+            }
+        }
+        let x: Vec<f64> = admissions.iter().zip(&weights).map(|(a, w)| *a as f64 / f64::from(*w)).collect();
+        let sum: f64 = x.iter().sum();
+        let squares: f64 = x.iter().map(|v| v * v).sum();
+        let jain = sum * sum / (x.len() as f64 * squares);
+        prop_assert!(jain >= 0.95, "Jain's index {} for admissions {:?} with weights {:?}", jain, admissions, weights);
     }
 }

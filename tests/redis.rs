@@ -65,6 +65,7 @@ fn queue_args(subject: &str, run: &str) -> admission_authority::scheduler::Submi
         run_id: run.into(),
         mode: admission_authority::scheduler::SubmitMode::Queue,
         rss_mb: None,
+        priority: 3,
     }
 }
 

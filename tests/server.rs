@@ -1027,3 +1027,196 @@ async fn sighup_applies_a_valid_file_and_keeps_running_on_an_invalid_one() {
     assert!(server.try_wait().is_none(), "the process is still up");
     assert_eq!(limits(&op).await, now);
 }
+
+#[tokio::test]
+async fn a_higher_priority_waiter_goes_first_and_a_bad_priority_is_named() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4"]);
+    let mut c = server.client().await;
+    let holder = c
+        .submit(submit_req("h", "alice", "hold"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut low = submit_req("h", "bob", "batch");
+    low.priority = 5;
+    let low = c.submit(low).await.unwrap().into_inner();
+    let mut high = submit_req("h", "carol", "interactive");
+    high.priority = 1;
+    let high = c.submit(high).await.unwrap().into_inner();
+    assert_eq!((high.position, low.position), (0, 0));
+    let low_now = c
+        .submit({
+            let mut r = submit_req("h", "bob", "batch");
+            r.priority = 5;
+            r
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(low_now.position, 1, "the priority-1 waiter is now ahead");
+
+    let mut bad = submit_req("h", "dave", "bad");
+    bad.priority = 6;
+    let err = c.submit(bad).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let violations = err.get_details_bad_request().unwrap().field_violations;
+    assert_eq!(violations[0].field, "priority");
+
+    let mut events = follow(&mut c, &high.ticket_id).await;
+    events.next().await.unwrap().unwrap();
+    release(&mut c, &holder.ticket_id).await;
+    let next = tokio::time::timeout(DEADLINE, events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(state_of(next.state), TicketState::Admitted);
+    let mut op = server.operator().await;
+    let listed = op
+        .list_tickets(api::ListTicketsRequest {
+            host_id: "h".into(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tickets;
+    let batch = listed.iter().find(|t| t.run_id == "batch").unwrap();
+    assert_eq!(
+        (state_of(batch.state), batch.priority),
+        (TicketState::Queued, 5)
+    );
+}
+
+#[tokio::test]
+async fn shadow_mode_admits_everything_and_counts_what_enforce_would_have_done() {
+    let port = common::free_port();
+    let admin = format!("127.0.0.1:{port}");
+    let server = Server::start(&[
+        "--total",
+        "1",
+        "--queue-total",
+        "4",
+        "--admin-listen",
+        &admin,
+    ]);
+    let mut c = server.client().await;
+    let mut op = server.operator().await;
+    let current = op
+        .get_limits(api::GetLimitsRequest {
+            host_id: "h".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut limits = current.limits.unwrap();
+    assert_eq!(limits.mode, "enforce");
+
+    // Weights and modes are checked like the file's keys, named as the message's fields.
+    let mut bad = limits.clone();
+    bad.mode = "loud".into();
+    bad.weights.insert("alice".into(), 0);
+    let err = op
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(bad),
+            expected_revision: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let fields: Vec<String> = err
+        .get_details_bad_request()
+        .unwrap()
+        .field_violations
+        .into_iter()
+        .map(|v| v.field)
+        .collect();
+    assert_eq!(fields, ["limits.weights.alice", "limits.mode"]);
+
+    limits.mode = "shadow".into();
+    limits.weights.insert("alice".into(), 3);
+    let set = op
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(limits),
+            expected_revision: current.revision,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let applied = set.limits.unwrap();
+    assert_eq!(
+        (applied.mode.as_str(), applied.weights["alice"]),
+        ("shadow", 3)
+    );
+
+    let first = c
+        .submit(submit_req("h", "alice", "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (state_of(first.state), first.shadow_reason.as_str()),
+        (TicketState::Admitted, "")
+    );
+    let second = c
+        .submit(submit_req("h", "bob", "r2"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (state_of(second.state), second.shadow_reason.as_str()),
+        (TicketState::Admitted, "QUEUED")
+    );
+    let mut try_req = submit_req("h", "carol", "r3");
+    try_req.mode = api::SubmitMode::Try as i32;
+    let third = c.submit(try_req).await.unwrap().into_inner();
+    assert_eq!(third.shadow_reason, "BUSY");
+    let s = stats(&mut c, "h").await;
+    assert_eq!(
+        (s.mode.as_str(), s.in_flight, s.queued, s.rejected),
+        ("shadow", 3, 0, 0)
+    );
+    assert_eq!((s.shadow_queued, s.shadow_busy), (1, 1));
+    let (_, body) = common::http_get(port, "/metrics");
+    for line in [
+        "admission_shadow_decisions_total{host_id=\"h\",decision=\"queue\",reason=\"QUEUED\"} 1",
+        "admission_shadow_decisions_total{host_id=\"h\",decision=\"refuse\",reason=\"BUSY\"} 1",
+    ] {
+        assert!(body.contains(line), "{line} missing from:\n{body}");
+    }
+}
+
+#[tokio::test]
+async fn submit_and_wait_estimate_the_wait_from_measured_holds() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4"]);
+    let mut c = server.client().await;
+    let first = c
+        .submit(submit_req("h", "alice", "r1"))
+        .await
+        .unwrap()
+        .into_inner();
+    let queued = c
+        .submit(submit_req("h", "bob", "r2"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(queued.eta_ms, 0, "no hold measured yet");
+    // A hold of at least 200 ms, then the next waiter's estimate follows it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    release(&mut c, &first.ticket_id).await;
+    let s = stats(&mut c, "h").await;
+    assert!(s.hold_avg_ms >= 200, "{s:?}");
+    let next = c
+        .submit(submit_req("h", "carol", "r3"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(state_of(next.state), TicketState::Queued);
+    // Position 0 of one slot: half a mean hold.
+    assert_eq!(next.eta_ms, s.hold_avg_ms / 2);
+    let mut events = follow(&mut c, &next.ticket_id).await;
+    let event = events.next().await.unwrap().unwrap();
+    assert_eq!(event.eta_ms, s.hold_avg_ms / 2);
+}

@@ -106,6 +106,7 @@ fn args(subject: &str, account: Option<&str>, run: &str, mode: SubmitMode) -> Su
         run_id: run.into(),
         mode,
         rss_mb: None,
+        priority: 3,
     }
 }
 

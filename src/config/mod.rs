@@ -34,7 +34,7 @@ use crate::auth::{AuthPolicy, BUILT_IN_BUCKETS, DEFAULT_BUCKET};
 use crate::ledger::{
     Allowance, Budget, MAX_USD, ResourcePolicy, UnknownUsage, micros_to_usd, usd_to_micros,
 };
-use crate::scheduler::{Limits, LimitsTable, MemoryLimits, OverflowPolicy};
+use crate::scheduler::{Limits, LimitsTable, MAX_WEIGHT, MemoryLimits, Mode, OverflowPolicy};
 
 /// How long a draining authority waits for admitted tickets, unless told otherwise.
 pub const DEFAULT_DRAIN_MS: u64 = 30_000;
@@ -60,6 +60,8 @@ const MIN_LEASE_MS: u64 = 10;
 const MAX_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 /// Most ended tickets a host may be told to remember (about 1.5 GiB of memory).
 const MAX_RETAINED: u64 = 10_000_000;
+/// The longest `priority_aging`.
+const MAX_PRIORITY_AGING_MS: u64 = 86_400_000;
 /// Longest auth window or lockout.
 const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
 /// Largest auth.local_max_keys: about 2 GiB of buckets at most.

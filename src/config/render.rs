@@ -101,14 +101,24 @@ fn render_limits(out: &mut String, l: &Limits, ind: &str) {
             let _ = writeln!(out, "{ind}per_account: null   # no per-account cap");
         }
     }
-    for (key, map) in [("subjects", &l.subjects), ("accounts", &l.accounts)] {
-        let sorted: BTreeMap<_, _> = map.iter().collect();
-        let body: Vec<String> = sorted
-            .iter()
-            .map(|(k, v)| format!("{}: {v}", yaml_key(k)))
-            .collect();
-        let _ = writeln!(out, "{ind}{key}: {{{}}}", body.join(", "));
-    }
+    // A subject with a weight is written {cap, weight}; its cap only when overridden.
+    let names: std::collections::BTreeSet<&String> =
+        l.subjects.keys().chain(l.weights.keys()).collect();
+    let body: Vec<String> = names
+        .iter()
+        .map(|k| match (l.subjects.get(*k), l.weights.get(*k)) {
+            (Some(c), None) => format!("{}: {c}", yaml_key(k)),
+            (Some(c), Some(w)) => format!("{}: {{cap: {c}, weight: {w}}}", yaml_key(k)),
+            (None, w) => format!("{}: {{weight: {}}}", yaml_key(k), w.copied().unwrap_or(1)),
+        })
+        .collect();
+    let _ = writeln!(out, "{ind}subjects: {{{}}}", body.join(", "));
+    let sorted: BTreeMap<_, _> = l.accounts.iter().collect();
+    let body: Vec<String> = sorted
+        .iter()
+        .map(|(k, v)| format!("{}: {v}", yaml_key(k)))
+        .collect();
+    let _ = writeln!(out, "{ind}accounts: {{{}}}", body.join(", "));
     let _ = writeln!(
         out,
         "{ind}queue: {{total: {}, per_subject: {}, hard_total: {}}}",
@@ -118,6 +128,16 @@ fn render_limits(out: &mut String, l: &Limits, ind: &str) {
     let _ = writeln!(out, "{ind}lease_ttl: {}", format_ms(l.lease_ttl_ms));
     let _ = writeln!(out, "{ind}retention: {}", format_ms(l.retention_ms));
     let _ = writeln!(out, "{ind}max_retained: {}", l.max_retained);
+    if l.priority_aging_ms > 0 {
+        let _ = writeln!(
+            out,
+            "{ind}priority_aging: {}",
+            format_ms(l.priority_aging_ms)
+        );
+    } else {
+        let _ = writeln!(out, "{ind}priority_aging: 0s   # off");
+    }
+    let _ = writeln!(out, "{ind}mode: {}", l.mode.name());
 }
 
 fn render_resources(out: &mut String, r: &ResourcePolicy) {

@@ -130,6 +130,9 @@ impl Cx {
             retention_ms: p.retention_ms.unwrap_or(d.retention_ms),
             max_retained: p.max_retained.unwrap_or(d.max_retained),
             memory,
+            weights: p.weights.clone().into_iter().collect(),
+            priority_aging_ms: p.priority_aging_ms.unwrap_or(d.priority_aging_ms),
+            mode: p.mode.unwrap_or(d.mode),
         }
     }
 }

@@ -39,6 +39,9 @@ pub(super) struct SchedPatch {
     pub(super) lease_ttl_ms: Option<u64>,
     pub(super) retention_ms: Option<u64>,
     pub(super) max_retained: Option<u32>,
+    pub(super) weights: BTreeMap<String, u32>,
+    pub(super) priority_aging_ms: Option<u64>,
+    pub(super) mode: Option<Mode>,
 }
 
 impl SchedPatch {
@@ -48,6 +51,8 @@ impl SchedPatch {
         subjects.extend(over.subjects.iter().map(|(k, v)| (k.clone(), *v)));
         let mut accounts = self.accounts.clone();
         accounts.extend(over.accounts.iter().map(|(k, v)| (k.clone(), *v)));
+        let mut weights = self.weights.clone();
+        weights.extend(over.weights.iter().map(|(k, v)| (k.clone(), *v)));
         SchedPatch {
             total: over.total.or(self.total),
             per_subject: over.per_subject.or(self.per_subject),
@@ -61,6 +66,9 @@ impl SchedPatch {
             lease_ttl_ms: over.lease_ttl_ms.or(self.lease_ttl_ms),
             retention_ms: over.retention_ms.or(self.retention_ms),
             max_retained: over.max_retained.or(self.max_retained),
+            weights,
+            priority_aging_ms: over.priority_aging_ms.or(self.priority_aging_ms),
+            mode: over.mode.or(self.mode),
         }
     }
 }
@@ -76,6 +84,8 @@ const SCHEDULING_KEYS: &[&str] = &[
     "lease_ttl",
     "retention",
     "max_retained",
+    "priority_aging",
+    "mode",
     "max_concurrent_runs",
     "queue_depth",
     "max_concurrent_runs_per_scope",
@@ -555,14 +565,54 @@ impl Cx {
         if let Some(v) = m.get("per_account") {
             p.per_account = self.count32(v, &join(path, "per_account"), 1);
         }
-        for (key, target) in [("subjects", &mut p.subjects), ("accounts", &mut p.accounts)] {
-            if let Some(v) = m.get(key) {
-                let mpath = join(path, key);
-                for (name, cv) in self.named_entries(v, &mpath) {
-                    if let Some(cap) = self.count32(cv, &join(&mpath, &name), 1) {
-                        target.insert(name, cap);
+        if let Some(v) = m.get("subjects") {
+            let mpath = join(path, "subjects");
+            for (name, sv) in self.named_entries(v, &mpath) {
+                let spath = join(&mpath, &name);
+                // A cap, or {cap, weight}.
+                let (cap, weight) = match sv {
+                    Value::Mapping(_) => {
+                        let sm = self.mapping(sv, &spath, &["cap", "weight"]);
+                        let cap = sm
+                            .and_then(|sm| sm.get("cap"))
+                            .and_then(|v| self.count32(v, &join(&spath, "cap"), 1));
+                        let weight = sm.and_then(|sm| sm.get("weight")).and_then(|v| {
+                            self.count(v, &join(&spath, "weight"), 1, u64::from(MAX_WEIGHT))
+                                .map(|n| n as u32)
+                        });
+                        (cap, weight)
                     }
+                    _ => (self.count32(sv, &spath, 1), None),
+                };
+                if let Some(cap) = cap {
+                    p.subjects.insert(name.clone(), cap);
                 }
+                if let Some(w) = weight {
+                    p.weights.insert(name, w);
+                }
+            }
+        }
+        if let Some(v) = m.get("accounts") {
+            let mpath = join(path, "accounts");
+            for (name, cv) in self.named_entries(v, &mpath) {
+                if let Some(cap) = self.count32(cv, &join(&mpath, &name), 1) {
+                    p.accounts.insert(name, cap);
+                }
+            }
+        }
+        if let Some(v) = m.get("priority_aging") {
+            p.priority_aging_ms =
+                self.duration(v, &join(path, "priority_aging"), 0, MAX_PRIORITY_AGING_MS);
+        }
+        if let Some(v) = m.get("mode") {
+            let s = v.as_str();
+            p.mode = s.and_then(Mode::parse);
+            if p.mode.is_none() {
+                let got = s.map_or_else(|| kind(v).to_string(), |s| format!("{s:?}"));
+                self.err(
+                    &join(path, "mode"),
+                    format_args!("must be one of {}, got {got}", Mode::NAMES.join(", ")),
+                );
             }
         }
         if let Some(v) = m.get("queue") {

@@ -37,6 +37,45 @@ impl OverflowPolicy {
     }
 }
 
+/// Whether a host's limits bind or are only reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Caps and queue bounds decide.
+    #[default]
+    Enforce,
+    /// Every Submit is admitted at once; the decision enforce would have made is reported
+    /// (a ticket's shadow decision, counters, a metric) and nothing is refused or queued.
+    Shadow,
+}
+
+impl Mode {
+    pub const NAMES: [&'static str; 2] = ["enforce", "shadow"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "enforce" => Some(Mode::Enforce),
+            "shadow" => Some(Mode::Shadow),
+            _ => None,
+        }
+    }
+}
+
+/// Priority levels: 1 is the highest, 5 the lowest.
+pub const LEVELS: usize = 5;
+
+/// The level of a Submit that names none.
+pub const DEFAULT_PRIORITY: u8 = 3;
+
+/// The largest weight a subject may have (the smallest, and the default, is 1).
+pub const MAX_WEIGHT: u32 = 1000;
+
 /// Where a host's limits come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LimitsSource {
@@ -114,9 +153,23 @@ pub struct Limits {
     /// the memory of a host whatever its rate of Submits.
     pub max_retained: u32,
     pub memory: MemoryLimits,
+    /// Weights of subjects in the round robin (1..=[`MAX_WEIGHT`]); a subject not named has
+    /// weight 1. A subject of weight w is served up to w times in a row when its turn comes.
+    pub weights: HashMap<String, u32>,
+    /// A waiter queued longer than this is served as priority 1; 0 = off.
+    pub priority_aging_ms: u64,
+    pub mode: Mode,
 }
 
 impl Limits {
+    pub fn weight(&self, subject: &str) -> u32 {
+        self.weights.get(subject).copied().unwrap_or(1)
+    }
+
+    pub fn shadow(&self) -> bool {
+        self.mode == Mode::Shadow
+    }
+
     pub fn subject_cap(&self, subject: &str) -> u32 {
         self.subjects
             .get(subject)
@@ -147,6 +200,9 @@ impl Default for Limits {
             retention_ms: 600_000,
             max_retained: DEFAULT_MAX_RETAINED,
             memory: MemoryLimits::OFF,
+            weights: HashMap::new(),
+            priority_aging_ms: 0,
+            mode: Mode::Enforce,
         }
     }
 }

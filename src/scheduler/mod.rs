@@ -13,7 +13,10 @@ mod limits;
 #[cfg(test)]
 mod tests;
 
-pub use limits::{Limits, LimitsRecord, LimitsSource, LimitsTable, MemoryLimits, OverflowPolicy};
+pub use limits::{
+    DEFAULT_PRIORITY, LEVELS, Limits, LimitsRecord, LimitsSource, LimitsTable, MAX_WEIGHT,
+    MemoryLimits, Mode, OverflowPolicy,
+};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -94,6 +97,8 @@ pub struct SubmitArgs {
     pub run_id: String,
     pub mode: SubmitMode,
     pub rss_mb: Option<u32>,
+    /// 1 (highest) ..= 5 (lowest); the edge turns "unset" into [`DEFAULT_PRIORITY`].
+    pub priority: u8,
 }
 
 /// A refusal that the caller should retry later. A normal outcome, not an error.
@@ -122,6 +127,45 @@ impl Refusal {
     }
 }
 
+/// What enforce mode would have done with a Submit that shadow mode admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShadowDecision {
+    /// It would have waited in the queue.
+    Queued,
+    /// It would have been refused.
+    Refused(Refusal),
+}
+
+impl ShadowDecision {
+    /// Every decision, in the order of [`Counters::shadow`].
+    pub const ALL: [ShadowDecision; 4] = [
+        ShadowDecision::Queued,
+        ShadowDecision::Refused(Refusal::Busy),
+        ShadowDecision::Refused(Refusal::QueueFull),
+        ShadowDecision::Refused(Refusal::MemoryPressure),
+    ];
+
+    /// `QUEUED` or the refusal's code: `SubmitResponse.shadow_reason` and the metric's reason.
+    pub fn code(self) -> &'static str {
+        match self {
+            ShadowDecision::Queued => "QUEUED",
+            ShadowDecision::Refused(r) => r.code(),
+        }
+    }
+
+    /// Its place in [`Counters::shadow`].
+    pub fn index(self) -> usize {
+        ShadowDecision::ALL
+            .iter()
+            .position(|d| *d == self)
+            .expect("every decision is listed")
+    }
+
+    pub fn from_code(code: &str) -> Option<Self> {
+        ShadowDecision::ALL.into_iter().find(|d| d.code() == code)
+    }
+}
+
 /// Why a Submit was not answered with a ticket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SubmitError {
@@ -143,6 +187,10 @@ pub struct TicketView {
     pub grant: u64,
     /// Lease left from now; 0 for ended tickets.
     pub lease_remaining_ms: u64,
+    /// While queued, the expected wait from now (see [`eta_ms`]); 0 = unknown or not queued.
+    pub eta_ms: u64,
+    /// Set only in the answer to a Submit that shadow mode admitted but enforce would not have.
+    pub shadow: Option<ShadowDecision>,
 }
 
 /// A live ticket as the operator listing sees it.
@@ -156,6 +204,8 @@ pub struct TicketInfo {
     pub instance_id: String,
     pub grant: u64,
     pub lease_remaining_ms: u64,
+    /// 1..=5; a waiter served as 1 after `priority_aging` shows 1.
+    pub priority: u8,
 }
 
 /// Cumulative counters of one host.
@@ -171,6 +221,11 @@ pub struct Counters {
     pub expired: u64,
     /// How long tickets that waited in the queue waited before their admission.
     pub queue_wait: WaitHistogram,
+    /// Shadow mode's decisions by [`ShadowDecision::index`]: what enforce would have done.
+    pub shadow: [u64; 4],
+    /// The host's mean slot hold in ms (admission to release, park or expiry), a moving
+    /// average of 1/16 weight (see [`next_hold_avg`]); 0 until a slot was freed.
+    pub hold_avg_ms: u64,
 }
 
 /// Upper bounds (ms) of the queue-wait histogram's buckets; a last bucket takes the rest.
@@ -239,8 +294,10 @@ struct Ticket {
     deadline: Millis,
     /// Key in its subject's queue while queued (smaller = earlier).
     order: i64,
-    /// When it last joined the queue.
-    queued_at: Millis,
+    /// When it entered its state: joined the queue, or was admitted (for hold times).
+    since: Millis,
+    /// Its priority level's index (0 = priority 1): the lane it waits in.
+    level: u8,
 }
 
 /// An ended ticket: only what an idempotent retry needs (its run_id lives in `runs` and
@@ -254,11 +311,49 @@ struct Ended {
 #[derive(Debug, Default)]
 struct SubjectState {
     in_flight: u32,
+    /// Its waiters, one lane per priority level.
+    lanes: [Lane; LEVELS],
+}
+
+impl SubjectState {
+    fn queued(&self) -> u32 {
+        self.lanes.iter().map(|l| l.queue.len() as u32).sum()
+    }
+}
+
+/// A subject's waiters of one priority level.
+#[derive(Debug, Default)]
+struct Lane {
     /// Queued tickets by order key: oldest first.
     queue: BTreeMap<i64, TicketKey>,
-    /// The generation of this subject's live entry in `rotation`; 0 while it has none (no
-    /// waiters). Entries of other generations are stale.
+    /// The generation of this lane's live entry in its level's rotation; 0 while it has none
+    /// (no waiters). Entries of other generations are stale.
     entry: u64,
+    /// Admissions in a row in its current turn at the head of the rotation (weights).
+    credit: u32,
+}
+
+/// The waiters of one priority level across subjects: the round robin of section "Dispatch"
+/// runs within a level.
+#[derive(Debug, Default)]
+struct Level {
+    queued: u32,
+    /// Subjects in round-robin order, head first. An entry whose lane has no queued ticket is
+    /// stale: it is dropped when it reaches the head (or by compaction), so withdrawing a
+    /// subject's last waiter costs O(1) instead of a search through the rotation. A lane that
+    /// gains a first waiter again joins at the tail with a new generation, so a stale entry
+    /// never gives it back an earlier place.
+    rotation: VecDeque<(Arc<str>, u64)>,
+    /// Number of rotation entries whose lane has queued tickets.
+    rotation_live: usize,
+    /// Lanes with queued tickets by depth and then by the order of their oldest waiter, for
+    /// shedding from the deepest queue: the last is the deepest, and of equally deep ones the
+    /// one whose oldest waiter came first (never the first by name, so tenant names do not
+    /// decide who loses). The Redis store picks the same.
+    by_depth: BTreeSet<(u32, Reverse<i64>, Arc<str>)>,
+    /// `depth_counts[d]` = number of lanes with more than `d` waiters; its prefix sums give
+    /// the waiters of earlier round-robin rounds without visiting every subject.
+    depth_counts: Vec<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -289,25 +384,14 @@ pub struct HostState {
     parked: u32,
     subjects: HashMap<Arc<str>, SubjectState>,
     accounts: HashMap<Arc<str>, AccountState>,
-    /// Subjects in round-robin order, head first. An entry whose subject has no queued ticket
-    /// is stale: it is dropped when it reaches the head (or by compaction), so withdrawing a
-    /// subject's last waiter costs O(1) instead of a search through the rotation. A subject
-    /// that gains a first waiter again joins at the tail with a new generation, so a stale
-    /// entry never gives it back an earlier place.
-    rotation: VecDeque<(Arc<str>, u64)>,
-    /// The last rotation generation handed out (per host, so never reused by a subject that
+    /// Waiters by priority level, highest first.
+    levels: [Level; LEVELS],
+    /// The last rotation generation handed out (per host, so never reused by a lane that
     /// was forgotten and came back).
     next_generation: u64,
-    /// Number of rotation entries whose subject has queued tickets.
-    rotation_live: usize,
-    /// Subjects with queued tickets by depth and then by the order of their oldest waiter, for
-    /// shedding from the deepest queue: the last is the deepest, and of equally deep ones the
-    /// one whose oldest waiter came first (never the first by name, so tenant names do not
-    /// decide who loses). The Redis store picks the same.
-    by_depth: BTreeSet<(u32, Reverse<i64>, Arc<str>)>,
-    /// `depth_counts[d]` = number of subjects with more than `d` waiters; its prefix sums give
-    /// the waiters of earlier round-robin rounds without visiting every subject.
-    depth_counts: Vec<u32>,
+    /// Waiters below priority 1 by the time they joined the queue and their order (not
+    /// their key, which each store draws at random: ties must break alike), for aging.
+    aging: BTreeMap<(Millis, i64), TicketKey>,
     /// Live tickets by lease deadline.
     leases: BTreeSet<(Millis, TicketKey)>,
     /// Ended tickets by the time they may be forgotten, with their run_id (retention is
@@ -359,13 +443,17 @@ impl HostState {
                 }
             }
             return Ok(self
-                .view(existing, now)
+                .view(limits, existing, now)
                 .expect("runs point at known tickets"));
         }
 
         let instance: Arc<str> = Arc::from(args.instance_id.as_str());
         if let Some(rss_mb) = args.rss_mb {
             self.report_rss(limits, &instance, rss_mb, now);
+        }
+        let level = level_of(args.priority);
+        if limits.shadow() {
+            return Ok(self.submit_shadow(limits, args, instance, key, now));
         }
         if limits.memory.is_hard(args.rss_mb) {
             return Err(self.refuse(Refusal::MemoryPressure));
@@ -380,21 +468,68 @@ impl HostState {
             if args.mode == SubmitMode::Try || limits.queue_total == 0 {
                 return Err(self.refuse(Refusal::Busy));
             }
-            self.make_room(limits, &args.subject, now)?;
+            self.make_room(limits, &args.subject, level, now)?;
         }
         let subject = intern(&mut self.subjects, &args.subject);
         let account = args
             .account_id
             .as_deref()
             .map(|a| intern(&mut self.accounts, a));
-        let t = self.new_ticket(subject, account, instance, args.run_id, key);
+        let t = self.new_ticket(subject, account, instance, args.run_id, key, level);
         self.tickets.insert(key, t);
         if eligible {
             self.admit(limits, key, now);
         } else {
             self.enqueue(limits, key, false, now);
         }
-        Ok(self.view(key, now).expect("just inserted"))
+        Ok(self.view(limits, key, now).expect("just inserted"))
+    }
+
+    /// Submit in shadow mode: admitted at once whatever the caps say, with what enforce would
+    /// have done. Enforce's queue is modelled by the admissions over the caps: a host `n`
+    /// over its total would have `n` waiters (so QUEUE_FULL is reported once that many reach
+    /// the queue bounds).
+    fn submit_shadow(
+        &mut self,
+        limits: &Limits,
+        args: SubmitArgs,
+        instance: Arc<str>,
+        key: TicketKey,
+        now: Millis,
+    ) -> TicketView {
+        // Waiters from before a switch to shadow go first, caps or not.
+        self.dispatch(limits, now);
+        let decision = if limits.memory.is_hard(args.rss_mb) {
+            Some(ShadowDecision::Refused(Refusal::MemoryPressure))
+        } else if !self.is_soft(limits, &instance, now)
+            && self.fits(limits, &args.subject, args.account_id.as_deref())
+        {
+            None
+        } else if args.mode == SubmitMode::Try || limits.queue_total == 0 {
+            Some(ShadowDecision::Refused(Refusal::Busy))
+        } else {
+            let subject_over = self.subjects.get(args.subject.as_str()).map_or(0, |s| {
+                s.in_flight
+                    .saturating_sub(limits.subject_cap(&args.subject))
+            });
+            let total_over = self.in_flight.saturating_sub(limits.total);
+            Some(shadow_queue_decision(limits, subject_over, total_over))
+        };
+        if let Some(d) = decision {
+            self.counters.shadow[d.index()] += 1;
+        }
+        let subject = intern(&mut self.subjects, &args.subject);
+        let account = args
+            .account_id
+            .as_deref()
+            .map(|a| intern(&mut self.accounts, a));
+        let level = level_of(args.priority);
+        let t = self.new_ticket(subject, account, instance, args.run_id, key, level);
+        self.tickets.insert(key, t);
+        self.admit(limits, key, now);
+        let mut view = self.view(limits, key, now).expect("just inserted");
+        view.shadow = decision;
+        view
     }
 
     /// Extend the lease of `key` (queued, admitted or parked) and record an rss report for the
@@ -408,7 +543,7 @@ impl HostState {
     ) -> Option<TicketView> {
         self.housekeeping(limits, now);
         let Some(t) = self.tickets.get_mut(&key) else {
-            return self.view(key, now);
+            return self.view(limits, key, now);
         };
         self.leases.remove(&(t.deadline, key));
         t.deadline = now + limits.lease_ttl_ms;
@@ -421,7 +556,7 @@ impl HostState {
                 self.dispatch(limits, now);
             }
         }
-        self.view(key, now)
+        self.view(limits, key, now)
     }
 
     /// Park an admitted ticket: it stops counting against every cap (its lease runs on) and
@@ -443,6 +578,7 @@ impl HostState {
             TicketState::Parked => {}
             TicketState::Admitted => {
                 let (subject, account) = (t.subject.clone(), t.account.clone());
+                self.observe_hold(now.saturating_sub(t.since));
                 self.in_flight -= 1;
                 self.subjects.get_mut(&subject).expect("interned").in_flight -= 1;
                 if let Some(a) = &account {
@@ -456,7 +592,7 @@ impl HostState {
             }
             other => return Some(Err(other)),
         }
-        Some(Ok(self.view(key, now).expect("known")))
+        Some(Ok(self.view(limits, key, now).expect("known")))
     }
 
     /// Ask for a slot again for a parked ticket: admitted at once if it fits (a new grant),
@@ -486,8 +622,9 @@ impl HostState {
                 }
                 // No waiter fits now (dispatch runs after every change), so a free slot that
                 // fits this ticket is its own.
-                let fits = !self.is_soft(limits, &instance, now)
-                    && self.fits(limits, &subject, account.as_deref());
+                let fits = limits.shadow()
+                    || (!self.is_soft(limits, &instance, now)
+                        && self.fits(limits, &subject, account.as_deref()));
                 if fits {
                     self.admit(limits, key, now);
                 } else {
@@ -496,7 +633,7 @@ impl HostState {
             }
             other => return Some(Err(other)),
         }
-        Some(Ok(self.view(key, now).expect("known")))
+        Some(Ok(self.view(limits, key, now).expect("known")))
     }
 
     /// Free an admitted or parked ticket (RELEASED) or withdraw a queued one (CANCELLED), then
@@ -510,7 +647,9 @@ impl HostState {
         let previous = t.state;
         match previous {
             TicketState::Admitted | TicketState::Parked => {
-                self.end(limits, key, TicketState::Released, now);
+                if let Some(held) = self.end(limits, key, TicketState::Released, now) {
+                    self.observe_hold(held);
+                }
                 self.counters.released += 1;
                 self.dispatch(limits, now);
             }
@@ -545,16 +684,34 @@ impl HostState {
     /// hosts that see no traffic.
     pub fn housekeeping(&mut self, limits: &Limits, now: Millis) {
         let mut freed = false;
+        // Slots freed together count into the mean hold shortest first, so the mean does not
+        // depend on the order of tickets whose leases ran out at the same time.
+        let mut holds = Vec::new();
         while let Some(&(deadline, key)) = self.leases.first() {
             if deadline > now {
                 break;
             }
-            self.end(limits, key, TicketState::Expired, now);
+            holds.extend(self.end(limits, key, TicketState::Expired, now));
             self.counters.expired += 1;
             freed = true;
         }
+        holds.sort_unstable();
+        for held in holds {
+            self.observe_hold(held);
+        }
         while self.retained.front().is_some_and(|r| r.0 <= now) {
             self.forget_oldest();
+        }
+        if limits.priority_aging_ms > 0 {
+            let cutoff = now.saturating_sub(limits.priority_aging_ms);
+            while let Some((&(since, _), &key)) = self.aging.first_key_value() {
+                if since > cutoff {
+                    break;
+                }
+                // No dispatch needed: a waiter that fit would have been admitted at its own
+                // level already; from now on it goes before the lower levels.
+                self.promote(key);
+            }
         }
         let stale_reports = self
             .instances
@@ -573,13 +730,19 @@ impl HostState {
 
     /// The host's limits changed to `limits`: admit waiters into any room a raised cap made.
     /// A lowered cap revokes nothing; new tickets wait until the host is under it.
+    /// Every subject's turn starts afresh (its weight may have changed).
     pub fn limits_changed(&mut self, limits: &Limits, now: Millis) {
+        for s in self.subjects.values_mut() {
+            for lane in &mut s.lanes {
+                lane.credit = 0;
+            }
+        }
         self.housekeeping(limits, now);
         self.dispatch(limits, now);
     }
 
     /// The ticket as callers see it, `None` if unknown (never issued, or forgotten).
-    pub fn view(&self, key: TicketKey, now: Millis) -> Option<TicketView> {
+    pub fn view(&self, limits: &Limits, key: TicketKey, now: Millis) -> Option<TicketView> {
         let Some(t) = self.tickets.get(&key) else {
             let e = self.ended.get(&key)?;
             return Some(TicketView {
@@ -588,18 +751,31 @@ impl HostState {
                 position: 0,
                 grant: e.grant,
                 lease_remaining_ms: 0,
+                eta_ms: 0,
+                shadow: None,
             });
+        };
+        let (position, eta) = if t.state == TicketState::Queued {
+            let (position, depth) = self.position(t);
+            let eta = eta_ms(
+                self.counters.hold_avg_ms,
+                position,
+                limits.total,
+                depth,
+                limits.subject_cap(&t.subject),
+            );
+            (position, eta)
+        } else {
+            (0, 0)
         };
         Some(TicketView {
             key,
             state: t.state,
-            position: if t.state == TicketState::Queued {
-                self.position(t)
-            } else {
-                0
-            },
+            position,
             grant: t.grant,
             lease_remaining_ms: t.deadline.saturating_sub(now),
+            eta_ms: eta,
+            shadow: None,
         })
     }
 
@@ -626,6 +802,7 @@ impl HostState {
                 instance_id: t.instance.to_string(),
                 grant: t.grant,
                 lease_remaining_ms: t.deadline.saturating_sub(now),
+                priority: t.level + 1,
             })
             .collect();
         (out, truncated)
@@ -636,11 +813,11 @@ impl HostState {
         let mut subjects: Vec<UsageRow> = self
             .subjects
             .iter()
-            .filter(|(_, s)| s.in_flight > 0 || !s.queue.is_empty())
+            .filter(|(_, s)| s.in_flight > 0 || s.queued() > 0)
             .map(|(name, s)| UsageRow {
                 name: name.to_string(),
                 in_flight: s.in_flight,
-                queued: s.queue.len() as u32,
+                queued: s.queued(),
                 cap: limits.subject_cap(name),
             })
             .collect();
@@ -747,7 +924,7 @@ impl HostState {
                     let in_queue = self
                         .subjects
                         .get(&*t.subject)
-                        .and_then(|s| s.queue.get(&t.order));
+                        .and_then(|s| s.lanes[t.level as usize].queue.get(&t.order));
                     if in_queue != Some(key) {
                         return Err(format!(
                             "queued ticket {key:x} missing from its subject queue"
@@ -773,23 +950,31 @@ impl HostState {
                 self.in_flight, self.queued, self.parked
             ));
         }
-        if in_flight > limits.total {
+        // Shadow mode admits over the caps.
+        let enforce = !limits.shadow();
+        if enforce && in_flight > limits.total {
             return Err(format!("in_flight {in_flight} over total {}", limits.total));
         }
         for (name, s) in &self.subjects {
             let (f, q) = subj.get(&**name).copied().unwrap_or_default();
-            if (s.in_flight, s.queue.len() as u32) != (f, q) {
+            if (s.in_flight, s.queued()) != (f, q) {
                 return Err(format!("subject {name}: counts out of step"));
             }
-            if f > limits.subject_cap(name) {
+            if enforce && f > limits.subject_cap(name) {
                 return Err(format!("subject {name}: in_flight {f} over its cap"));
             }
-            if q > 0 && s.entry == 0 {
-                return Err(format!("subject {name}: queued but not in the rotation"));
-            }
-            let head = s.queue.first_key_value().map_or(0, |(o, _)| *o);
-            if (q > 0) != self.by_depth.contains(&(q, Reverse(head), name.clone())) {
-                return Err(format!("subject {name}: depth index out of step"));
+            for (l, lane) in s.lanes.iter().enumerate() {
+                let q = lane.queue.len() as u32;
+                if q > 0 && lane.entry == 0 {
+                    return Err(format!("subject {name}: queued but not in the rotation"));
+                }
+                let head = lane.queue.first_key_value().map_or(0, |(o, _)| *o);
+                let indexed = self.levels[l]
+                    .by_depth
+                    .contains(&(q, Reverse(head), name.clone()));
+                if (q > 0) != indexed {
+                    return Err(format!("subject {name}: depth index out of step"));
+                }
             }
         }
         for (name, a) in &self.accounts {
@@ -798,37 +983,52 @@ impl HostState {
                 return Err(format!("account {name}: counts out of step"));
             }
             if let Some(cap) = limits.account_cap(name)
+                && enforce
                 && f > cap
             {
                 return Err(format!("account {name}: in_flight {f} over its cap"));
             }
         }
-        let mut depth_counts: Vec<u32> = Vec::new();
-        for s in self.subjects.values() {
-            for d in 0..s.queue.len() {
-                if depth_counts.len() <= d {
-                    depth_counts.push(0);
+        for (l, level) in self.levels.iter().enumerate() {
+            let mut depth_counts: Vec<u32> = Vec::new();
+            let mut queued = 0;
+            for s in self.subjects.values() {
+                let len = s.lanes[l].queue.len();
+                queued += len as u32;
+                for d in 0..len {
+                    if depth_counts.len() <= d {
+                        depth_counts.push(0);
+                    }
+                    depth_counts[d] += 1;
                 }
-                depth_counts[d] += 1;
+            }
+            if depth_counts != level.depth_counts || queued != level.queued {
+                return Err(format!(
+                    "level {l}: depth_counts {:?} != {depth_counts:?} or queued out of step",
+                    level.depth_counts
+                ));
+            }
+            let live = level
+                .rotation
+                .iter()
+                .filter(|(name, generation)| {
+                    self.subjects.get(&**name).is_some_and(|s| {
+                        s.lanes[l].entry == *generation && !s.lanes[l].queue.is_empty()
+                    })
+                })
+                .count();
+            if live != level.rotation_live {
+                return Err(format!(
+                    "level {l}: rotation_live {} != {live}",
+                    level.rotation_live
+                ));
             }
         }
-        if depth_counts != self.depth_counts {
-            return Err(format!(
-                "depth_counts {:?} != {depth_counts:?}",
-                self.depth_counts
-            ));
-        }
-        let live = self
-            .rotation
-            .iter()
-            .filter(|(name, generation)| {
-                self.subjects
-                    .get(&**name)
-                    .is_some_and(|s| s.entry == *generation && !s.queue.is_empty())
-            })
-            .count();
-        if live != self.rotation_live {
-            return Err(format!("rotation_live {} != {live}", self.rotation_live));
+        for (key, t) in &self.tickets {
+            let aging = self.aging.get(&(t.since, t.order)) == Some(key);
+            if aging != (t.state == TicketState::Queued && t.level > 0) {
+                return Err(format!("aging index out of step for {key:x}"));
+            }
         }
         let c = self.counters;
         let ended = c.released + c.cancelled + c.shed + c.expired;
@@ -842,7 +1042,7 @@ impl HostState {
         if c.admitted < u64::from(in_flight) + c.released {
             return Err("fewer admissions than admitted and released tickets".into());
         }
-        for (name, _) in &self.rotation {
+        for name in self.subjects.keys() {
             if let Some(key) = self.first_fitting(limits, name, now) {
                 return Err(format!("waiter {key:x} of {name} fits but is still queued"));
             }
@@ -864,6 +1064,7 @@ impl HostState {
         instance: Arc<str>,
         run_id: String,
         key: TicketKey,
+        level: u8,
     ) -> Ticket {
         self.counters.submitted += 1;
         let run_id: Arc<str> = Arc::from(run_id);
@@ -877,7 +1078,8 @@ impl HostState {
             grant: 0,
             deadline: 0,
             order: 0,
-            queued_at: 0,
+            since: 0,
+            level,
         }
     }
 
@@ -915,6 +1117,7 @@ impl HostState {
         self.grant = (self.grant + 1).max(self.grant_floor);
         t.grant = self.grant;
         t.state = TicketState::Admitted;
+        t.since = now;
         self.leases.remove(&(t.deadline, key));
         t.deadline = now + limits.lease_ttl_ms;
         self.leases.insert((t.deadline, key));
@@ -927,8 +1130,8 @@ impl HostState {
         t.subject.clone()
     }
 
-    /// Put a ticket (state QUEUED) into its subject's queue: at the back, or ahead of every
-    /// waiter of its subject when `front` (a parked ticket asking again).
+    /// Put a ticket (state QUEUED) into its subject's lane of its level: at the back, or
+    /// ahead of every waiter of that lane when `front` (a parked ticket asking again).
     fn enqueue(&mut self, limits: &Limits, key: TicketKey, front: bool, now: Millis) {
         let order = if front {
             self.next_front -= 1;
@@ -940,107 +1143,160 @@ impl HostState {
         let t = self.tickets.get_mut(&key).expect("enqueue a known ticket");
         t.state = TicketState::Queued;
         t.order = order;
-        t.queued_at = now;
+        t.since = now;
         self.leases.remove(&(t.deadline, key));
         t.deadline = now + limits.lease_ttl_ms;
         self.leases.insert((t.deadline, key));
-        let subject = t.subject.clone();
         if let Some(a) = &t.account {
             self.accounts.get_mut(a).expect("interned").queued += 1;
         }
+        if t.level > 0 {
+            self.aging.insert((now, order), key);
+        }
+        let (subject, level) = (t.subject.clone(), t.level as usize);
         self.queued += 1;
-        let s = self.subjects.get_mut(&subject).expect("interned");
-        let depth = s.queue.len() as u32;
-        let old_head = s.queue.first_key_value().map(|(o, _)| *o);
-        s.queue.insert(order, key);
-        let head = old_head.map_or(order, |h| h.min(order));
-        if let Some(old_head) = old_head {
-            self.by_depth
-                .remove(&(depth, Reverse(old_head), subject.clone()));
-        } else {
-            // A subject that gains its first waiter joins the rotation at the tail.
-            self.rotation_live += 1;
-            self.next_generation += 1;
-            s.entry = self.next_generation;
-            self.rotation
-                .push_back((subject.clone(), self.next_generation));
-        }
-        self.by_depth.insert((depth + 1, Reverse(head), subject));
-        if self.depth_counts.len() <= depth as usize {
-            self.depth_counts.push(0);
-        }
-        self.depth_counts[depth as usize] += 1;
+        self.enter_lane(subject, level, order, key);
         self.changes.push(key);
     }
 
-    /// Take a queued ticket out of its subject's queue (state unchanged).
+    /// The lane and level bookkeeping of a ticket joining `subject`'s lane of `level` under
+    /// `order` (the host's and account's counts are the caller's).
+    fn enter_lane(&mut self, subject: Arc<str>, level: usize, order: i64, key: TicketKey) {
+        let lane = &mut self.subjects.get_mut(&subject).expect("interned").lanes[level];
+        let depth = lane.queue.len() as u32;
+        let old_head = lane.queue.first_key_value().map(|(o, _)| *o);
+        lane.queue.insert(order, key);
+        let head = old_head.map_or(order, |h| h.min(order));
+        let lv = &mut self.levels[level];
+        lv.queued += 1;
+        if let Some(old_head) = old_head {
+            lv.by_depth
+                .remove(&(depth, Reverse(old_head), subject.clone()));
+        } else {
+            // A lane that gains its first waiter joins its level's rotation at the tail.
+            lv.rotation_live += 1;
+            self.next_generation += 1;
+            lane.entry = self.next_generation;
+            lane.credit = 0;
+            lv.rotation
+                .push_back((subject.clone(), self.next_generation));
+        }
+        lv.by_depth.insert((depth + 1, Reverse(head), subject));
+        if lv.depth_counts.len() <= depth as usize {
+            lv.depth_counts.push(0);
+        }
+        lv.depth_counts[depth as usize] += 1;
+    }
+
+    /// Take a queued ticket out of its lane (state unchanged).
     fn dequeue(&mut self, key: TicketKey) {
-        let t = &self.tickets[&key];
-        let subject = t.subject.clone();
-        let order = t.order;
         self.uncount_queued(key);
-        let s = self.subjects.get_mut(&subject).expect("interned");
-        let depth = s.queue.len() as u32;
-        let old_head = *s.queue.first_key_value().expect("queued").0;
-        s.queue.remove(&order);
-        self.shrink_depth(subject, depth, old_head);
+        self.leave_lane(key);
+    }
+
+    /// The lane and level bookkeeping of a queued ticket leaving its lane.
+    fn leave_lane(&mut self, key: TicketKey) {
+        let t = &self.tickets[&key];
+        let (subject, level, order) = (t.subject.clone(), t.level as usize, t.order);
+        let lane = &mut self.subjects.get_mut(&subject).expect("interned").lanes[level];
+        let depth = lane.queue.len() as u32;
+        let old_head = *lane.queue.first_key_value().expect("queued").0;
+        lane.queue.remove(&order);
+        self.shrink_depth(subject, level, depth, old_head);
         if depth == 1 {
-            self.compact_rotation();
+            self.compact_rotation(level);
         }
     }
 
-    /// The host's and the account's queued counts, for a ticket leaving the queue.
+    /// The host's, the account's and the aging counts, for a ticket leaving the queue.
     fn uncount_queued(&mut self, key: TicketKey) {
-        if let Some(a) = &self.tickets[&key].account {
+        let t = &self.tickets[&key];
+        if let Some(a) = &t.account {
             self.accounts.get_mut(a).expect("interned").queued -= 1;
+        }
+        if t.level > 0 {
+            self.aging.remove(&(t.since, t.order));
         }
         self.queued -= 1;
     }
 
-    /// The depth index and the live-rotation count, for a subject whose queue shrank from
-    /// `depth` by one (its oldest waiter was `old_head`; the queue is already shorter).
-    fn shrink_depth(&mut self, subject: Arc<str>, depth: u32, old_head: i64) {
-        self.depth_counts[depth as usize - 1] -= 1;
-        while self.depth_counts.last() == Some(&0) {
-            self.depth_counts.pop();
+    /// Serve a waiter past `priority_aging` as priority 1: it moves to its subject's lane of
+    /// level 1, keeping its order (so among that subject's waiters of level 1 it stands where
+    /// its age puts it).
+    fn promote(&mut self, key: TicketKey) {
+        let t = &self.tickets[&key];
+        self.aging.remove(&(t.since, t.order));
+        self.leave_lane(key);
+        let t = self.tickets.get_mut(&key).expect("known");
+        t.level = 0;
+        let (subject, order) = (t.subject.clone(), t.order);
+        self.enter_lane(subject, 0, order, key);
+        self.changes.push(key);
+    }
+
+    /// The depth index and the live-rotation count of a lane that shrank from `depth` by one
+    /// (its oldest waiter was `old_head`; the queue is already shorter).
+    fn shrink_depth(&mut self, subject: Arc<str>, level: usize, depth: u32, old_head: i64) {
+        let lv = &mut self.levels[level];
+        lv.queued -= 1;
+        lv.depth_counts[depth as usize - 1] -= 1;
+        while lv.depth_counts.last() == Some(&0) {
+            lv.depth_counts.pop();
         }
-        self.by_depth
+        lv.by_depth
             .remove(&(depth, Reverse(old_head), subject.clone()));
-        let head = self
-            .subjects
-            .get(&subject)
-            .and_then(|s| s.queue.first_key_value().map(|(o, _)| *o));
-        if let Some(head) = head {
-            self.by_depth.insert((depth - 1, Reverse(head), subject));
-        } else {
-            // Its rotation entry goes stale.
-            self.rotation_live -= 1;
-            if let Some(s) = self.subjects.get_mut(&subject) {
-                s.entry = 0;
+        let lane = self.subjects.get_mut(&subject).map(|s| &mut s.lanes[level]);
+        match lane.as_ref().and_then(|l| l.queue.first_key_value()) {
+            Some((head, _)) => {
+                lv.by_depth.insert((depth - 1, Reverse(*head), subject));
+            }
+            None => {
+                // Its rotation entry goes stale.
+                lv.rotation_live -= 1;
+                if let Some(lane) = lane {
+                    lane.entry = 0;
+                    lane.credit = 0;
+                }
             }
         }
     }
 
-    /// Drop stale rotation entries once they outnumber live ones: amortised O(1) per removal.
-    fn compact_rotation(&mut self) {
-        if self.rotation.len() > 2 * self.rotation_live + 16 {
+    /// Drop a level's stale rotation entries once they outnumber live ones: amortised O(1)
+    /// per removal.
+    fn compact_rotation(&mut self, level: usize) {
+        let lv = &mut self.levels[level];
+        if lv.rotation.len() > 2 * lv.rotation_live + 16 {
             let subjects = &self.subjects;
-            self.rotation.retain(|(name, generation)| {
-                subjects.get(name).is_some_and(|s| s.entry == *generation)
+            lv.rotation.retain(|(name, generation)| {
+                subjects
+                    .get(name)
+                    .is_some_and(|s| s.lanes[level].entry == *generation)
             });
         }
     }
 
+    /// A slot held `held` ms was freed: fold the hold into the host's mean.
+    fn observe_hold(&mut self, held: u64) {
+        self.counters.hold_avg_ms = next_hold_avg(self.counters.hold_avg_ms, held);
+    }
+
     /// End a live ticket in `state` (a terminal state): free what it held, schedule forgetting.
-    /// Counters are the caller's.
-    fn end(&mut self, limits: &Limits, key: TicketKey, state: TicketState, now: Millis) {
-        let Some(previous) = self.tickets.get(&key).map(|t| t.state) else {
-            return;
-        };
+    /// Counters, and the mean hold, are the caller's: returns how long an admitted ticket held
+    /// its slot.
+    fn end(
+        &mut self,
+        limits: &Limits,
+        key: TicketKey,
+        state: TicketState,
+        now: Millis,
+    ) -> Option<u64> {
+        let previous = self.tickets.get(&key).map(|t| t.state)?;
+        let mut held = None;
         match previous {
             TicketState::Queued => self.dequeue(key),
             TicketState::Admitted => {
                 let t = &self.tickets[&key];
+                let since = t.since;
                 self.in_flight -= 1;
                 self.subjects
                     .get_mut(&t.subject)
@@ -1049,9 +1305,10 @@ impl HostState {
                 if let Some(a) = &t.account {
                     self.accounts.get_mut(a).expect("interned").in_flight -= 1;
                 }
+                held = Some(now.saturating_sub(since));
             }
             TicketState::Parked => self.parked -= 1,
-            _ => return,
+            _ => return None,
         }
         let t = self.tickets.remove(&key).expect("known");
         self.leases.remove(&(t.deadline, key));
@@ -1071,6 +1328,7 @@ impl HostState {
         }
         self.forget_idle_names(&t.subject, t.account.as_deref());
         self.changes.push(key);
+        held
     }
 
     /// Forget the ended ticket remembered longest: a Submit of its run_id makes a new ticket.
@@ -1089,7 +1347,7 @@ impl HostState {
     fn forget_idle_names(&mut self, subject: &Arc<str>, account: Option<&str>) {
         if let Some(s) = self.subjects.get(subject)
             && s.in_flight == 0
-            && s.queue.is_empty()
+            && s.queued() == 0
         {
             self.subjects.remove(subject);
         }
@@ -1103,17 +1361,19 @@ impl HostState {
         }
     }
 
-    /// Make room in the queue for one more ticket of `subject`, per the overflow policy.
+    /// Make room in the queue for one more ticket of `subject` at level index `level`, per
+    /// the overflow policy. `shed_oldest` sheds from the lowest level with waiters, never from
+    /// a level above the newcomer's: the oldest waiter of the newcomer's own subject at its
+    /// lowest level when that subject's queue is full, otherwise the oldest waiter of the
+    /// deepest lane of the lowest level.
     fn make_room(
         &mut self,
         limits: &Limits,
         subject: &str,
+        level: u8,
         now: Millis,
     ) -> Result<(), SubmitError> {
-        let subject_depth = self
-            .subjects
-            .get(subject)
-            .map_or(0, |s| s.queue.len() as u32);
+        let subject_depth = self.subjects.get(subject).map_or(0, SubjectState::queued);
         let subject_full =
             limits.queue_per_subject > 0 && subject_depth >= limits.queue_per_subject;
         let total_full = self.queued >= limits.queue_total;
@@ -1130,77 +1390,109 @@ impl HostState {
                 }
             }
             OverflowPolicy::ShedOldest => {
-                let victim_subject: Option<&str> = if subject_full {
-                    Some(subject)
+                let victim = if subject_full {
+                    self.subjects.get(subject).and_then(|s| {
+                        s.lanes
+                            .iter()
+                            .enumerate()
+                            .rev()
+                            .find_map(|(l, lane)| Some((l, *lane.queue.first_key_value()?.1)))
+                    })
                 } else {
-                    self.by_depth.last().map(|(_, _, s)| &**s)
+                    self.levels.iter().enumerate().rev().find_map(|(l, lv)| {
+                        let (_, _, s) = lv.by_depth.last()?;
+                        let lane = &self.subjects.get(s)?.lanes[l];
+                        Some((l, *lane.queue.first_key_value()?.1))
+                    })
                 };
-                let victim = victim_subject
-                    .and_then(|s| self.subjects.get(s))
-                    .and_then(|s| s.queue.first_key_value().map(|(_, k)| *k));
                 match victim {
-                    Some(key) => {
+                    Some((l, key)) if l >= level as usize => {
                         self.end(limits, key, TicketState::Shed, now);
                         self.counters.shed += 1;
                         Ok(())
                     }
-                    None => Err(self.refuse(Refusal::QueueFull)),
+                    _ => Err(self.refuse(Refusal::QueueFull)),
                 }
             }
         }
     }
 
-    /// Admit queued tickets while any fits, round robin over subjects: take the subject at the
-    /// head of the rotation, admit its oldest ticket that fits (skipping tickets whose account
-    /// is full or whose replica is over the soft memory mark), move the subject to the tail.
-    /// Stops at the total cap, or after a full pass that admitted nothing.
+    /// Admit queued tickets while any fits: the highest level first, and within a level round
+    /// robin over subjects: take the subject at the head of the level's rotation, admit its
+    /// oldest ticket of that level that fits (skipping tickets whose account is full or whose
+    /// replica is over the soft memory mark); a subject of weight w keeps the head until it
+    /// was served w times in a row (or has nothing that fits), then moves to the tail.
+    /// A level is done at the total cap or after a full pass that admitted nothing; admitting
+    /// at a lower level never makes a higher level's waiter fit, so one pass over the levels
+    /// suffices. In shadow mode every waiter is admitted, caps or not.
     fn dispatch(&mut self, limits: &Limits, now: Millis) {
-        let mut idle_visits = 0usize;
-        while self.in_flight < limits.total && idle_visits < self.rotation_live {
-            let Some((subject, generation)) = self.rotation.pop_front() else {
-                break;
-            };
-            // One lookup of the subject serves the whole visit: this loop runs in every release
-            // on a crowded host, where the subject map is large and lookups miss the cache.
-            let Some(s) = self
-                .subjects
-                .get_mut(&subject)
-                .filter(|s| s.entry == generation)
-            else {
-                // Stale entry: the subject's waiters left by other ways than dispatch.
-                continue;
-            };
-            let (tickets, accounts, instances) = (&self.tickets, &self.accounts, &self.instances);
-            let pick = if s.in_flight < limits.subject_cap(&subject) {
-                s.queue
-                    .iter()
-                    .find(|(_, key)| {
-                        let t = &tickets[*key];
-                        account_has_room(limits, accounts, t.account.as_deref())
-                            && !instance_is_soft(limits, instances, &t.instance, now)
-                    })
-                    .map(|(order, key)| (*order, *key))
-            } else {
-                None
-            };
-            let Some((order, key)) = pick else {
-                idle_visits += 1;
-                self.rotation.push_back((subject, generation));
-                continue;
-            };
-            let depth = s.queue.len() as u32;
-            let old_head = *s.queue.first_key_value().expect("picked from it").0;
-            s.queue.remove(&order);
-            s.in_flight += 1;
-            let emptied = s.queue.is_empty();
-            self.uncount_queued(key);
-            self.shrink_depth(subject.clone(), depth, old_head);
-            let waited = now.saturating_sub(self.tickets[&key].queued_at);
-            self.counters.queue_wait.observe(waited);
-            self.admit_except_subject(limits, key, now);
-            idle_visits = 0;
-            if !emptied {
-                self.rotation.push_back((subject, generation));
+        let shadow = limits.shadow();
+        for level in 0..LEVELS {
+            let mut idle_visits = 0usize;
+            while (shadow || self.in_flight < limits.total)
+                && idle_visits < self.levels[level].rotation_live
+            {
+                let Some((subject, generation)) = self.levels[level].rotation.pop_front() else {
+                    break;
+                };
+                // One lookup of the subject serves the whole visit: this loop runs in every
+                // release on a crowded host, where the subject map is large and lookups miss
+                // the cache.
+                let Some(s) = self
+                    .subjects
+                    .get_mut(&subject)
+                    .filter(|s| s.lanes[level].entry == generation)
+                else {
+                    // Stale entry: the lane's waiters left by other ways than dispatch.
+                    continue;
+                };
+                let (tickets, accounts, instances) =
+                    (&self.tickets, &self.accounts, &self.instances);
+                let lane = &mut s.lanes[level];
+                let pick = if shadow {
+                    lane.queue.first_key_value().map(|(o, k)| (*o, *k))
+                } else if s.in_flight < limits.subject_cap(&subject) {
+                    lane.queue
+                        .iter()
+                        .find(|(_, key)| {
+                            let t = &tickets[*key];
+                            account_has_room(limits, accounts, t.account.as_deref())
+                                && !instance_is_soft(limits, instances, &t.instance, now)
+                        })
+                        .map(|(order, key)| (*order, *key))
+                } else {
+                    None
+                };
+                let Some((order, key)) = pick else {
+                    idle_visits += 1;
+                    lane.credit = 0;
+                    self.levels[level].rotation.push_back((subject, generation));
+                    continue;
+                };
+                let depth = lane.queue.len() as u32;
+                let old_head = *lane.queue.first_key_value().expect("picked from it").0;
+                lane.queue.remove(&order);
+                lane.credit += 1;
+                let stay = lane.credit < limits.weight(&subject);
+                if !stay {
+                    lane.credit = 0;
+                }
+                s.in_flight += 1;
+                let emptied = lane.queue.is_empty();
+                self.uncount_queued(key);
+                self.shrink_depth(subject.clone(), level, depth, old_head);
+                let waited = now.saturating_sub(self.tickets[&key].since);
+                self.counters.queue_wait.observe(waited);
+                self.admit_except_subject(limits, key, now);
+                idle_visits = 0;
+                if !emptied {
+                    let rotation = &mut self.levels[level].rotation;
+                    if stay {
+                        rotation.push_front((subject, generation));
+                    } else {
+                        rotation.push_back((subject, generation));
+                    }
+                }
             }
         }
     }
@@ -1208,49 +1500,71 @@ impl HostState {
     /// The oldest queued ticket of `subject` that fits now, if any.
     fn first_fitting(&self, limits: &Limits, subject: &str, now: Millis) -> Option<TicketKey> {
         let s = self.subjects.get(subject)?;
-        if self.in_flight >= limits.total || s.in_flight >= limits.subject_cap(subject) {
+        if !limits.shadow()
+            && (self.in_flight >= limits.total || s.in_flight >= limits.subject_cap(subject))
+        {
             return None;
         }
-        s.queue.values().copied().find(|key| {
-            let t = &self.tickets[key];
-            account_has_room(limits, &self.accounts, t.account.as_deref())
-                && !instance_is_soft(limits, &self.instances, &t.instance, now)
-        })
+        s.lanes
+            .iter()
+            .flat_map(|l| l.queue.values())
+            .copied()
+            .find(|key| {
+                let t = &self.tickets[key];
+                limits.shadow()
+                    || (account_has_room(limits, &self.accounts, t.account.as_deref())
+                        && !instance_is_soft(limits, &self.instances, &t.instance, now))
+            })
     }
 
-    /// 0-based place of a queued ticket in the dispatch order, counting as if every waiter were
-    /// eligible: in round r each subject with more than r waiters dispatches its r-th, in
-    /// rotation order. A ticket at depth k of its subject's queue comes after every waiter of
-    /// rounds 0..k (the prefix sum of `depth_counts`, O(k)) and after the subjects ahead of its
-    /// own in the rotation that have more than k waiters. Counting those visits the rotation up
-    /// to the ticket's subject, so it is done only while at most [`EXACT_POSITION_SUBJECTS`]
-    /// subjects are queued; beyond that the position is the lower bound from the earlier
-    /// rounds, and no operation grows with the number of queued subjects.
-    fn position(&self, t: &Ticket) -> u32 {
+    /// 0-based place of a queued ticket in the dispatch order, and its depth in its lane,
+    /// counting as if every waiter were eligible and every weight 1: every waiter of a higher
+    /// level goes first; within its level, in round r each lane with more than r waiters
+    /// dispatches its r-th, in rotation order. A ticket at depth k of its lane comes after
+    /// every waiter of rounds 0..k (the prefix sum of `depth_counts`, O(k)) and after the
+    /// lanes ahead of its own in the rotation that have more than k waiters. Counting those
+    /// visits the rotation up to the ticket's subject, so it is done only while at most
+    /// [`EXACT_POSITION_SUBJECTS`] lanes of its level are queued; beyond that the position is
+    /// the lower bound from the earlier rounds, and no operation grows with the number of
+    /// queued subjects.
+    fn position(&self, t: &Ticket) -> (u32, u32) {
         let Some(own) = self.subjects.get(&t.subject) else {
-            return 0;
+            return (0, 0);
         };
-        let depth = own.queue.range(..t.order).count();
-        let mut before: u64 = self
+        let level = t.level as usize;
+        let depth = own.lanes[level].queue.range(..t.order).count();
+        let lv = &self.levels[level];
+        let mut before: u64 = self.levels[..level]
+            .iter()
+            .map(|l| u64::from(l.queued))
+            .sum();
+        before += lv
             .depth_counts
             .iter()
             .take(depth)
             .map(|&c| u64::from(c))
-            .sum();
-        if self.rotation_live <= EXACT_POSITION_SUBJECTS {
-            for (name, generation) in &self.rotation {
-                let Some(s) = self.subjects.get(name).filter(|s| s.entry == *generation) else {
+            .sum::<u64>();
+        if lv.rotation_live <= EXACT_POSITION_SUBJECTS {
+            for (name, generation) in &lv.rotation {
+                let Some(s) = self
+                    .subjects
+                    .get(name)
+                    .filter(|s| s.lanes[level].entry == *generation)
+                else {
                     continue; // stale
                 };
                 if **name == *t.subject {
                     break;
                 }
-                if s.queue.len() > depth {
+                if s.lanes[level].queue.len() > depth {
                     before += 1;
                 }
             }
         }
-        u32::try_from(before).unwrap_or(u32::MAX)
+        (
+            u32::try_from(before).unwrap_or(u32::MAX),
+            u32::try_from(depth).unwrap_or(u32::MAX),
+        )
     }
 }
 
@@ -1260,6 +1574,61 @@ pub const RETAIN_SLACK: usize = 32;
 
 /// Up to this many subjects with waiters, `position` is exact; beyond, a lower bound.
 pub const EXACT_POSITION_SUBJECTS: usize = 1024;
+
+/// What enforce would have done with a Submit that does not fit, given how far the subject
+/// and the host are over their caps (the waiters enforce would have): queued, or refused
+/// when a queue bound would be reached (`shed_oldest` would queue it and shed another).
+pub fn shadow_queue_decision(
+    limits: &Limits,
+    subject_over: u32,
+    total_over: u32,
+) -> ShadowDecision {
+    let subject_full = limits.queue_per_subject > 0 && subject_over >= limits.queue_per_subject;
+    let total_full = total_over >= limits.queue_total;
+    let full = match limits.overflow {
+        OverflowPolicy::Reject => subject_full || total_full,
+        OverflowPolicy::Queue => subject_full || total_over >= limits.queue_hard_total,
+        OverflowPolicy::ShedOldest => false,
+    };
+    if full {
+        ShadowDecision::Refused(Refusal::QueueFull)
+    } else {
+        ShadowDecision::Queued
+    }
+}
+
+/// The level index (0 = priority 1) of a priority 1..=5; anything else is the default's.
+pub fn level_of(priority: u8) -> u8 {
+    if (1..=LEVELS as u8).contains(&priority) {
+        priority - 1
+    } else {
+        DEFAULT_PRIORITY - 1
+    }
+}
+
+/// The host's mean hold after a slot held `held_ms` was freed, given the mean before (0 =
+/// none yet): a moving average of weight 1/16, in whole ms (the Redis store computes the same).
+pub fn next_hold_avg(avg: u64, held_ms: u64) -> u64 {
+    if avg == 0 {
+        held_ms.max(1)
+    } else {
+        ((15 * avg + held_ms) / 16).max(1)
+    }
+}
+
+/// The expected wait of a waiter at `position` of the host's dispatch order and `depth` of
+/// its subject's lane: slots free one every `hold_avg / cap` on average, half an interval
+/// from now for the first, so the (p+1)-th free slot comes after (p + ½) intervals; the
+/// host's total and the subject's own cap each bound that pace, the slower estimate wins.
+/// 0 = unknown (no hold measured yet).
+pub fn eta_ms(hold_avg_ms: u64, position: u32, total: u32, depth: u32, subject_cap: u32) -> u64 {
+    if hold_avg_ms == 0 {
+        return 0;
+    }
+    let pace =
+        |p: u32, cap: u32| (2 * u64::from(p) + 1) * hold_avg_ms / (2 * u64::from(cap.max(1)));
+    pace(position, total).max(pace(depth, subject_cap)).max(1)
+}
 
 /// Whether an account (if bound) has room for one more admitted ticket.
 fn account_has_room(

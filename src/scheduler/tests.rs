@@ -39,8 +39,6 @@ impl Host {
         mode: SubmitMode,
         rss_mb: Option<u32>,
     ) -> Result<TicketView, SubmitError> {
-        let key = self.next_key;
-        self.next_key += 1;
         let args = SubmitArgs {
             instance_id: "replica-1".into(),
             subject: subject.into(),
@@ -48,7 +46,14 @@ impl Host {
             run_id: run.into(),
             mode,
             rss_mb,
+            priority: DEFAULT_PRIORITY,
         };
+        self.submit_args(args)
+    }
+
+    fn submit_args(&mut self, args: SubmitArgs) -> Result<TicketView, SubmitError> {
+        let key = self.next_key;
+        self.next_key += 1;
         let out = self.state.submit(&self.limits, args, key, self.now);
         self.audit();
         out
@@ -143,7 +148,7 @@ fn positions_follow_the_round_robin_dispatch_order() {
     let b1 = h.ok("bob", "b1");
     let a3 = h.ok("alice", "a3");
     let b2 = h.ok("bob", "b2");
-    let pos = |h: &Host, k| h.state.view(k, h.now).unwrap().position;
+    let pos = |h: &Host, k| h.state.view(&h.limits, k, h.now).unwrap().position;
     // Dispatch order a1, b1, a2, b2, a3.
     assert_eq!(
         [a1.key, b1.key, a2.key, b2.key, a3.key].map(|k| pos(&h, k)),
@@ -471,7 +476,7 @@ fn grants_increase_with_every_admission() {
     let b = h.ok("bob", "b");
     assert_eq!(b.grant, 0, "no grant while queued");
     h.release(a.key);
-    let b_now = h.state.view(b.key, h.now).unwrap();
+    let b_now = h.state.view(&h.limits, b.key, h.now).unwrap();
     assert!(b_now.grant > a.grant);
     h.release(b.key);
     let c = h.ok("carol", "c");
@@ -554,7 +559,10 @@ fn rotation_stays_bounded_when_waiters_leave_without_dispatch() {
         let v = h.ok(&format!("s{i}"), &format!("r{i}"));
         h.release(v.key);
     }
-    assert!(h.state.rotation.len() <= 16, "stale entries are compacted");
+    assert!(
+        h.state.levels[DEFAULT_PRIORITY as usize - 1].rotation.len() <= 16,
+        "stale entries are compacted"
+    );
 }
 
 #[test]
@@ -594,10 +602,10 @@ fn ended_tickets_are_bounded_per_host_and_forgotten_oldest_first() {
     }
     // The newest are remembered, the oldest forgotten.
     assert_eq!(
-        h.state.view(keys[999], h.now).map(|v| v.state),
+        h.state.view(&h.limits, keys[999], h.now).map(|v| v.state),
         Some(TicketState::Released)
     );
-    assert_eq!(h.state.view(keys[0], h.now), None);
+    assert_eq!(h.state.view(&h.limits, keys[0], h.now), None);
     assert_ne!(
         h.ok("alice", "run-0").key,
         keys[0],
@@ -617,4 +625,203 @@ fn grants_take_the_floor_and_always_increase() {
     // A floor that went back (a clock step) never makes a grant go back.
     h.state.set_grant_floor(10);
     assert_eq!(h.ok("alice", "r4").grant, 5_000_002);
+}
+
+impl Host {
+    fn prio(&mut self, subject: &str, run: &str, priority: u8) -> TicketView {
+        self.submit_args(SubmitArgs {
+            instance_id: "replica-1".into(),
+            subject: subject.into(),
+            account_id: None,
+            run_id: run.into(),
+            mode: SubmitMode::Queue,
+            rss_mb: None,
+            priority,
+        })
+        .expect("submit")
+    }
+
+    /// Release `current` and return the one ticket that took its slot.
+    fn handover(&mut self, current: TicketKey) -> TicketKey {
+        self.state.take_changes();
+        self.release(current);
+        let admitted: Vec<TicketKey> = self
+            .state
+            .take_changes()
+            .into_iter()
+            .filter(|k| self.state.state_of(*k) == Some(TicketState::Admitted))
+            .collect();
+        assert_eq!(admitted.len(), 1, "one release admits one waiter");
+        admitted[0]
+    }
+}
+
+#[test]
+fn a_free_slot_goes_to_the_highest_priority_then_round_robin_within_it() {
+    let mut h = Host::new(limits(1, 1, 20, 0));
+    let holder = h.ok("holder", "hold");
+    let low = h.prio("alice", "low", 5);
+    let mid_a = h.prio("alice", "mid-a", 3);
+    let mid_b = h.prio("bob", "mid-b", 3);
+    let high = h.prio("carol", "high", 1);
+    assert_eq!(
+        [&high, &mid_a, &mid_b, &low].map(|v| h
+            .state
+            .view(&h.limits, v.key, h.now)
+            .unwrap()
+            .position),
+        [0, 1, 2, 3],
+        "positions count every waiter of a higher level first"
+    );
+    let mut order = Vec::new();
+    let mut current = holder.key;
+    for _ in 0..4 {
+        current = h.handover(current);
+        order.push(current);
+    }
+    assert_eq!(order, [high.key, mid_a.key, mid_b.key, low.key]);
+}
+
+#[test]
+fn a_lower_level_takes_a_slot_a_blocked_higher_level_cannot_use() {
+    // alice is at her cap, so her priority-1 waiter cannot take the free slot; bob's
+    // priority-5 ticket can, and does.
+    let mut h = Host::new(limits(2, 1, 20, 0));
+    h.ok("alice", "hold");
+    let waiting = h.prio("alice", "urgent", 1);
+    assert_eq!(waiting.state, TicketState::Queued);
+    let bob = h.prio("bob", "batch", 5);
+    assert_eq!(bob.state, TicketState::Admitted);
+}
+
+#[test]
+fn weights_serve_a_subject_that_many_times_in_a_row() {
+    let mut l = limits(1, 1, 50, 0);
+    l.weights.insert("alice".into(), 3);
+    let mut h = Host::new(l);
+    let holder = h.ok("holder", "hold");
+    let mut subject_of = HashMap::new();
+    for i in 0..6 {
+        subject_of.insert(h.ok("alice", &format!("a{i}")).key, 'a');
+        subject_of.insert(h.ok("bob", &format!("b{i}")).key, 'b');
+    }
+    let mut current = holder.key;
+    let mut order = String::new();
+    for _ in 0..8 {
+        current = h.handover(current);
+        order.push(subject_of[&current]);
+    }
+    assert_eq!(order, "aaabaaab");
+}
+
+#[test]
+fn aging_serves_an_old_waiter_as_priority_one() {
+    let mut l = limits(1, 1, 50, 0);
+    l.priority_aging_ms = 1_000;
+    let mut h = Host::new(l);
+    let holder = h.ok("holder", "hold");
+    let old = h.prio("batch", "old", 5);
+    h.advance(600);
+    let fresh = h.prio("alice", "fresh", 1);
+    h.advance(300);
+    // Not yet aged: a priority-1 waiter goes first.
+    assert_eq!(h.state.view(&h.limits, old.key, h.now).unwrap().position, 1);
+    h.advance(100);
+    // Aged: served as priority 1, and older than the fresh one in the round robin (its lane
+    // joined the rotation after alice's, so alice goes first, then it).
+    let listed = h.state.list(10, h.now).0;
+    let info = listed.iter().find(|t| t.key == old.key).unwrap();
+    assert_eq!(info.priority, 1, "listed as served at priority 1");
+    let first = h.handover(holder.key);
+    assert_eq!(first, fresh.key);
+    assert_eq!(h.handover(first), old.key);
+}
+
+#[test]
+fn without_aging_a_low_priority_waiter_waits_behind_every_higher_one() {
+    let mut h = Host::new(limits(1, 1, 50, 0));
+    let holder = h.ok("holder", "hold");
+    let old = h.prio("batch", "old", 5);
+    h.advance(10_000);
+    h.prio("alice", "fresh", 1);
+    assert_ne!(h.handover(holder.key), old.key);
+}
+
+#[test]
+fn shed_oldest_sheds_the_lowest_level_and_never_above_the_newcomer() {
+    let mut l = limits(1, 1, 2, 0);
+    l.overflow = OverflowPolicy::ShedOldest;
+    let mut h = Host::new(l);
+    h.ok("holder", "hold");
+    let high = h.prio("alice", "high", 1);
+    let low = h.prio("bob", "low", 4);
+    // A priority-2 newcomer sheds the priority-4 waiter, though alice's queue is as deep.
+    let v = h.prio("carol", "new", 2);
+    assert_eq!(v.state, TicketState::Queued);
+    assert_eq!(h.state(low.key), TicketState::Shed);
+    assert_eq!(h.state(high.key), TicketState::Queued);
+    // A priority-5 newcomer finds only higher levels queued: refused, nothing shed.
+    let refused = h.submit_args(SubmitArgs {
+        instance_id: "replica-1".into(),
+        subject: "dave".into(),
+        account_id: None,
+        run_id: "lowest".into(),
+        mode: SubmitMode::Queue,
+        rss_mb: None,
+        priority: 5,
+    });
+    assert_eq!(refused, Err(SubmitError::Refused(Refusal::QueueFull)));
+    assert_eq!(h.stats().counters.shed, 1);
+}
+
+#[test]
+fn shadow_mode_admits_everything_and_says_what_enforce_would_have_done() {
+    let mut l = limits(1, 1, 1, 0);
+    l.mode = Mode::Shadow;
+    let mut h = Host::new(l);
+    let first = h.ok("alice", "r1");
+    assert_eq!((first.state, first.shadow), (TicketState::Admitted, None));
+    let second = h.ok("bob", "r2");
+    assert_eq!(second.state, TicketState::Admitted);
+    assert_eq!(second.shadow, Some(ShadowDecision::Queued));
+    // One over the total already "waits" in enforce's queue of 1: the next would not fit.
+    let third = h.ok("carol", "r3");
+    assert_eq!(
+        third.shadow,
+        Some(ShadowDecision::Refused(Refusal::QueueFull))
+    );
+    let tried = h
+        .submit_with("dave", None, "r4", SubmitMode::Try, None)
+        .unwrap();
+    assert_eq!(tried.shadow, Some(ShadowDecision::Refused(Refusal::Busy)));
+    let s = h.stats();
+    assert_eq!(s.in_flight, 4);
+    assert_eq!((s.counters.rejected, s.queued), (0, 0));
+    assert_eq!(s.counters.shadow, [1, 1, 1, 0]);
+}
+
+#[test]
+fn the_wait_estimate_follows_measured_holds_and_position() {
+    let mut h = Host::new(limits(2, 2, 20, 0));
+    let a = h.ok("alice", "a");
+    let b = h.ok("bob", "b");
+    let w = h.ok("carol", "w");
+    assert_eq!(w.eta_ms, 0, "unknown before any slot was freed");
+    h.advance(400);
+    h.release(a.key);
+    assert_eq!(h.stats().counters.hold_avg_ms, 400);
+    // carol took alice's slot; the next waiters are 0 and 1 in line for 2 slots of 400 ms.
+    let x = h.ok("dave", "x");
+    let y = h.ok("erin", "y");
+    assert_eq!((x.position, x.eta_ms), (0, 100));
+    assert_eq!((y.position, y.eta_ms), (1, 300));
+    h.advance(800);
+    h.release(b.key);
+    assert_eq!(h.stats().counters.hold_avg_ms, (15 * 400 + 1200) / 16);
+    assert_eq!(eta_ms(400, 3, 4, 0, 4), 350);
+    assert_eq!(
+        eta_ms(400, 0, 4, 3, 1),
+        1400,
+        "a subject's own cap can be the slower pace"
+    );
 }

@@ -12,7 +12,7 @@ use crate::api;
 use crate::auth::{AuthPolicy, BucketRule};
 use crate::config::{MAX_TOKENS, check_id};
 use crate::ledger::{AuthorizeArgs, Coverage, LedgerError, Resolution, Usage, usd_to_micros};
-use crate::scheduler::{Refusal, SubmitArgs, SubmitError, SubmitMode};
+use crate::scheduler::{DEFAULT_PRIORITY, LEVELS, Refusal, SubmitArgs, SubmitError, SubmitMode};
 use crate::store::{StoreError, TicketId};
 
 /// The ErrorInfo domain of every refusal.
@@ -208,7 +208,25 @@ pub fn operator_limits(
     if let Some(n) = l.per_account {
         block.insert("per_account".into(), n.into());
     }
-    block.insert("subjects".into(), caps(&l.subjects));
+    // The file writes a weight inside the subject's entry: {cap, weight}.
+    let mut subjects = Mapping::new();
+    for name in l.subjects.keys().chain(l.weights.keys()) {
+        let entry = match (l.subjects.get(name), l.weights.get(name)) {
+            (Some(c), None) => Value::from(*c),
+            (cap, weight) => {
+                let mut e = Mapping::new();
+                if let Some(c) = cap {
+                    e.insert("cap".into(), (*c).into());
+                }
+                if let Some(w) = weight {
+                    e.insert("weight".into(), (*w).into());
+                }
+                Value::Mapping(e)
+            }
+        };
+        subjects.insert(Value::from(name.as_str()), entry);
+    }
+    block.insert("subjects".into(), Value::Mapping(subjects));
     block.insert("accounts".into(), caps(&l.accounts));
     let mut q = Mapping::new();
     q.insert("total".into(), queue.total.into());
@@ -219,6 +237,13 @@ pub fn operator_limits(
     block.insert("lease_ttl".into(), format!("{}ms", l.lease_ttl_ms).into());
     block.insert("retention".into(), format!("{}ms", l.retention_ms).into());
     block.insert("max_retained".into(), l.max_retained.into());
+    block.insert(
+        "priority_aging".into(),
+        format!("{}ms", l.priority_aging_ms).into(),
+    );
+    if !l.mode.is_empty() {
+        block.insert("mode".into(), l.mode.as_str().into());
+    }
     crate::config::operator_limits(&Value::Mapping(block), memory).map_err(|errors| {
         // The file's keys, named as the message's fields.
         ApiError::InvalidFields(
@@ -228,7 +253,9 @@ pub fn operator_limits(
                 .map(|e| {
                     let e = e
                         .replacen("limits.lease_ttl:", "limits.lease_ttl_ms:", 1)
-                        .replacen("limits.retention:", "limits.retention_ms:", 1);
+                        .replacen("limits.retention:", "limits.retention_ms:", 1)
+                        .replacen("limits.priority_aging:", "limits.priority_aging_ms:", 1);
+                    let e = weight_field(&e).unwrap_or(e);
                     match e.split_once(": ") {
                         Some((field, rule)) => (field.to_string(), rule.to_string()),
                         None => ("limits".to_string(), e),
@@ -237,6 +264,15 @@ pub fn operator_limits(
                 .collect(),
         )
     })
+}
+
+/// A problem of a subject's weight as the file names it (`limits.subjects.<name>.weight`),
+/// named as the message's field (`limits.weights.<name>`); `None` for any other problem.
+fn weight_field(e: &str) -> Option<String> {
+    let rest = e.strip_prefix("limits.subjects.")?;
+    let (field, rule) = rest.split_once(": ")?;
+    let name = field.strip_suffix(".weight")?;
+    Some(format!("limits.weights.{name}: {rule}"))
 }
 
 /// Check an id field: 1..128 bytes of printable ASCII.
@@ -326,6 +362,16 @@ pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiE
         }
     };
     let rss_mb = rss(req.rss_mb)?;
+    let priority = match req.priority {
+        0 => DEFAULT_PRIORITY,
+        p if p <= LEVELS as u32 => p as u8,
+        p => {
+            return Err(ApiError::invalid(
+                "priority",
+                format!("must be 1 (highest) .. {LEVELS} (lowest), or 0 for the default; got {p}"),
+            ));
+        }
+    };
     let account_id = (!req.account_id.is_empty()).then_some(req.account_id);
     Ok((
         req.host_id,
@@ -336,6 +382,7 @@ pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiE
             run_id: req.run_id,
             mode,
             rss_mb,
+            priority,
         },
     ))
 }

@@ -45,6 +45,8 @@ impl From<(TicketId, TicketView)> for api::SubmitResponse {
             // another replica's file).
             lease_ttl_ms: ms32(v.lease_remaining_ms),
             grant: v.grant,
+            eta_ms: ms32(v.eta_ms),
+            shadow_reason: v.shadow.map_or_else(String::new, |d| d.code().to_string()),
         }
     }
 }
@@ -56,6 +58,7 @@ pub fn wait_event(id: &TicketId, v: &TicketView) -> api::WaitEvent {
         state: state(v.state),
         position: v.position,
         grant: v.grant,
+        eta_ms: ms32(v.eta_ms),
     }
 }
 
@@ -98,6 +101,7 @@ impl From<TicketView> for api::UnparkResponse {
             position: v.position,
             grant: v.grant,
             lease_ttl_ms: ms32(v.lease_remaining_ms),
+            eta_ms: ms32(v.eta_ms),
         }
     }
 }
@@ -176,6 +180,12 @@ pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool) -> api::Stats {
         authorize_denied: ledger.denied,
         authorize_deferred: ledger.deferred,
         settled: ledger.settled,
+        mode: limits.mode.name().to_string(),
+        shadow_queued: s.counters.shadow[0],
+        shadow_busy: s.counters.shadow[1],
+        shadow_queue_full: s.counters.shadow[2],
+        shadow_memory_pressure: s.counters.shadow[3],
+        hold_avg_ms: ms32(s.counters.hold_avg_ms),
         subjects: s
             .subjects
             .into_iter()
@@ -214,6 +224,7 @@ pub fn ticket_info(host_id: &str, t: TicketInfo) -> api::TicketInfo {
         instance_id: t.instance_id,
         grant: t.grant,
         lease_remaining_ms: ms32(t.lease_remaining_ms),
+        priority: u32::from(t.priority),
     }
 }
 
@@ -254,6 +265,9 @@ impl From<&Limits> for api::HostLimits {
             lease_ttl_ms: l.lease_ttl_ms,
             retention_ms: l.retention_ms,
             max_retained: l.max_retained,
+            weights: l.weights.clone().into_iter().collect(),
+            priority_aging_ms: l.priority_aging_ms,
+            mode: l.mode.name().to_string(),
         }
     }
 }

@@ -152,6 +152,8 @@ pub(super) async fn follow<S: Store>(
                 position: 0,
                 grant: 0,
                 lease_remaining_ms: 0,
+                eta_ms: 0,
+                shadow: None,
             },
             Err(e) => {
                 let _ = tx.send(Err(ApiError::from(e).into())).await;

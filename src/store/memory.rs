@@ -333,7 +333,7 @@ impl TicketStore for MemoryStore {
         };
         Ok(self.with_host(&host, |state, limits, now| {
             state.housekeeping(limits, now);
-            state.view(id.key, now)
+            state.view(limits, id.key, now)
         }))
     }
 

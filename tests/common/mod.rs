@@ -176,6 +176,7 @@ pub fn submit_req(host: &str, subject: &str, run: &str) -> api::SubmitRequest {
         run_id: run.into(),
         mode: api::SubmitMode::Queue as i32,
         rss_mb: None,
+        priority: 0,
     }
 }
 

@@ -11,9 +11,9 @@ use tokio::sync::watch;
 
 use super::{RedisStore, codes};
 use crate::scheduler::{
-    Counters, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, OverflowPolicy,
-    SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView, UsageRow,
-    WaitHistogram,
+    Counters, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Mode, OverflowPolicy,
+    ShadowDecision, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
+    UsageRow, WaitHistogram, level_of,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -108,14 +108,26 @@ fn limits_parts(l: &Limits) -> (String, String) {
         l.memory.max_rss_mb,
         l.memory.soft_rss_mb,
     );
-    let maps = if l.subjects.is_empty() && l.accounts.is_empty() {
+    let defaults = l.weights.is_empty() && l.priority_aging_ms == 0 && l.mode == Mode::Enforce;
+    let maps = if l.subjects.is_empty() && l.accounts.is_empty() && defaults {
         String::new()
     } else {
-        format!(
-            "{{\"subjects\":{},\"accounts\":{}}}",
+        let mut m = format!(
+            "{{\"subjects\":{},\"accounts\":{}",
             map(&l.subjects),
             map(&l.accounts)
-        )
+        );
+        if !l.weights.is_empty() {
+            let _ = write!(m, ",\"weights\":{}", map(&l.weights));
+        }
+        if l.priority_aging_ms > 0 {
+            let _ = write!(m, ",\"aging\":{}", l.priority_aging_ms);
+        }
+        if l.mode != Mode::Enforce {
+            let _ = write!(m, ",\"mode\":\"{}\"", l.mode.name());
+        }
+        m.push('}');
+        m
     };
     (scalars, maps)
 }
@@ -166,11 +178,11 @@ fn released(reply: Value) -> Result<Option<(TicketKey, TicketState)>, StoreError
     }
 }
 
-/// A `{state, position, grant, lease}` reply (or nil) as a view.
+/// A `{state, position, grant, lease, eta}` reply (or nil) as a view.
 fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
     match v {
         Value::Nil => Ok(None),
-        Value::Array(f) if f.len() == 4 => {
+        Value::Array(f) if f.len() == 5 => {
             let bad = || StoreError::protocol(format!("redis: malformed ticket view {v:?}"));
             Ok(Some(TicketView {
                 key,
@@ -180,6 +192,8 @@ fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
                     .ok_or_else(bad)?,
                 grant: int(&f[2]).ok_or_else(bad)?,
                 lease_remaining_ms: int(&f[3]).ok_or_else(bad)?,
+                eta_ms: int(&f[4]).ok_or_else(bad)?,
+                shadow: None,
             }))
         }
         other => Err(StoreError::protocol(format!(
@@ -290,6 +304,7 @@ impl TicketStore for RedisStore {
                     args.run_id,
                     mode.into(),
                     args.rss_mb.map_or_else(String::new, |r| r.to_string()),
+                    level_of(args.priority).saturating_add(1).to_string(),
                 ],
             )
             .await?;
@@ -313,9 +328,13 @@ impl TicketStore for RedisStore {
                     .and_then(codes::refusal)
                     .ok_or_else(malformed)?,
             ))),
-            "ok" if f.len() == 6 => {
+            "ok" if f.len() == 8 => {
                 let key = key_of(&f[1]).ok_or_else(malformed)?;
-                let v = view(key, &Value::Array(f[2..6].to_vec()))?.ok_or_else(malformed)?;
+                let mut v = view(key, &Value::Array(f[2..7].to_vec()))?.ok_or_else(malformed)?;
+                v.shadow = match text(&f[7]).ok_or_else(malformed)?.as_str() {
+                    "" => None,
+                    code => Some(ShadowDecision::from_code(code).ok_or_else(malformed)?),
+                };
                 let id = TicketId {
                     host_id: host_id.to_string(),
                     key,
@@ -450,11 +469,11 @@ impl TicketStore for RedisStore {
         let bad = || StoreError::protocol(format!("redis: list answered {f:?}"));
         let now = f.first().and_then(int).ok_or_else(bad)?;
         let body = &f[1..];
-        if !body.len().is_multiple_of(9) {
+        if !body.len().is_multiple_of(10) {
             return Err(bad());
         }
         let mut rows: Vec<(TicketInfo, i64)> = body
-            .chunks(9)
+            .chunks(10)
             .map(|r| {
                 let info = TicketInfo {
                     key: key_of(&r[0])?,
@@ -465,6 +484,7 @@ impl TicketStore for RedisStore {
                     instance_id: text(&r[5])?,
                     grant: int(&r[6])?,
                     lease_remaining_ms: int(&r[7])?.saturating_sub(now),
+                    priority: u8::try_from(int(&r[9])?).ok()?,
                 };
                 // Smaller is earlier; an unparked ticket goes ahead of its subject's queue (< 0).
                 Some((info, text(&r[8])?.parse::<i64>().ok()?))
@@ -543,8 +563,8 @@ fn parked(
         };
     };
     match f.first().and_then(text).as_deref() {
-        Some("ok") if f.len() == 5 => Ok(Some(Ok(
-            view(key, &Value::Array(f[1..5].to_vec()))?.ok_or_else(malformed)?
+        Some("ok") if f.len() == 6 => Ok(Some(Ok(
+            view(key, &Value::Array(f[1..6].to_vec()))?.ok_or_else(malformed)?
         ))),
         Some("state") => Ok(Some(Err(f.get(1).and_then(state).ok_or_else(malformed)?))),
         _ => Err(malformed()),
@@ -552,7 +572,8 @@ fn parked(
 }
 
 /// The limits of record the stats script answers: the scalars, then the subject and account
-/// caps, each as a count and then name, cap pairs. `None` when malformed.
+/// caps and the weights, each as a count and then name, value pairs, then aging and mode.
+/// `None` when malformed.
 fn limits_of(f: &[Value]) -> Option<Limits> {
     let scalars = text(f.first()?)?;
     let p: Vec<&str> = scalars.split(',').collect();
@@ -574,6 +595,9 @@ fn limits_of(f: &[Value]) -> Option<Limits> {
     };
     let subjects = caps()?;
     let accounts = caps()?;
+    let weights = caps()?;
+    let priority_aging_ms = int(f.get(i)?)?;
+    let mode = Mode::parse(&text(f.get(i + 1)?)?)?;
     Some(Limits {
         total: n32(0)?,
         per_subject: n32(1)?,
@@ -594,6 +618,9 @@ fn limits_of(f: &[Value]) -> Option<Limits> {
             max_rss_mb: n32(10)?,
             soft_rss_mb: n32(11)?,
         },
+        weights,
+        priority_aging_ms,
+        mode,
     })
 }
 
@@ -613,6 +640,8 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         shed: n(8)?,
         expired: n(9)?,
         queue_wait: WaitHistogram::default(),
+        shadow: [0; 4],
+        hold_avg_ms: 0,
     };
     let mut i = 11;
     let mut rows = || -> Result<Vec<(String, u32, u32)>, StoreError> {
@@ -633,9 +662,14 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
     for (j, b) in queue_wait.buckets.iter_mut().enumerate() {
         *b = n(i + j)?;
     }
-    queue_wait.sum_ms = n(i + queue_wait.buckets.len())?;
-    let limits =
-        limits_of(f.get(i + queue_wait.buckets.len() + 1..).ok_or_else(bad)?).ok_or_else(bad)?;
+    i += queue_wait.buckets.len();
+    queue_wait.sum_ms = n(i)?;
+    let mut shadow = [0; 4];
+    for (j, c) in shadow.iter_mut().enumerate() {
+        *c = n(i + 1 + j)?;
+    }
+    let hold_avg_ms = n(i + 5)?;
+    let limits = limits_of(f.get(i + 6..).ok_or_else(bad)?).ok_or_else(bad)?;
     let usage = |rows: Vec<(String, u32, u32)>, cap: &dyn Fn(&str) -> u32| -> Vec<UsageRow> {
         rows.into_iter()
             .map(|(name, in_flight, queued)| UsageRow {
@@ -654,6 +688,8 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         parked: n32(2)?,
         counters: Counters {
             queue_wait,
+            shadow,
+            hold_avg_ms,
             ..counters
         },
         reported_rss_mb: n32(10)?,

@@ -21,6 +21,9 @@ local function put(scalars, caps, version)
   redis.call('HSET', C, 'lv', fmt(version), 'ls', scalars, 'lm', caps)
   lv = version
   rev = redis.call('HINCRBY', C, 'rev', 1)
+  -- New limits start every subject's turn afresh (weights may have changed).
+  redis.call('DEL', WC)
+  WEIGHTED = next(L.weights) ~= nil
   -- A raised cap admits waiters at once; a lowered one revokes nothing.
   housekeeping(false)
   dispatch()

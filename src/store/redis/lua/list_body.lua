@@ -1,12 +1,12 @@
 -- Housekeeping, then every live ticket: {key, state, subject, account, run, instance, grant,
--- deadline, order} per ticket (sorted by the caller).
+-- deadline, order, priority} per ticket (sorted by the caller).
 housekeeping(false)
 local out = {fmt(now)}
 for _, k in ipairs(redis.call('ZRANGE', LEASES, 0, -1)) do
   local t = ticket(k)
   if t then
     for _, v in ipairs({k, t.state, t.subject, t.account, t.run, t.instance, fmt(t.grant),
-                        fmt(t.deadline), fmt(t.order)}) do
+                        fmt(t.deadline), fmt(t.order), fmt(t.lvl)}) do
       table.insert(out, v)
     end
   end

@@ -1,5 +1,5 @@
 -- Park an admitted ticket (a parked one stays). ARGV[5] ticket key.
--- Returns {'ok', state, position, grant, lease}, {'state', state} when the ticket may not be
+-- Returns {'ok', state, position, grant, lease, eta}, {'state', state} when the ticket may not be
 -- parked, or false when unknown.
 housekeeping(false)
 local k = ARGV[5]
@@ -9,6 +9,7 @@ if t.state == ADMITTED then
   incr('in_flight', -1)
   hincr(C, sf(t.subject), -1)
   if t.account ~= '' then hincr(AF, t.account, -1) end
+  observe_hold(t.qat)
   incr('parked', 1)
   redis.call('HSET', tkey(k), 'state', PARKED)
   dispatch()
@@ -16,4 +17,4 @@ elseif t.state ~= PARKED then
   return {'state', t.state}
 end
 local v = view(k)
-return {'ok', v[1], v[2], v[3], v[4]}
+return {'ok', v[1], v[2], v[3], v[4], v[5]}

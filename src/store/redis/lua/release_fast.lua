@@ -7,17 +7,18 @@ if k == '' then
   if not k then return false end
 end
 local tk = B .. 't:' .. k
-local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state')
+local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state', 'qat')
 if t[4] == ADMITTED then
   local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
-                      'lv', 'ls', 'lm')
+                      'lv', 'ls', 'lm', 'hold')
   -- This ticket's own lease is in the set, so the bound is never the fallback.
   local nd = due_bound(c[5], now)
   if nd > now and adopt(c[6], c[7], c[8]) then
     nothing_due = true
     if num(c[3]) == 0 then
       redis.call('HSET', C, 'in_flight', fmt(num(c[1]) - 1), 'released', fmt(num(c[2]) + 1),
-                 's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd))
+                 's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd),
+                 'hold', fmt(hold_avg(c[9], num(t[5]))))
       if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], '-1') end
       redis.call('ZREM', LEASES, k)
       retire(k, tk, t[3], RELEASED)

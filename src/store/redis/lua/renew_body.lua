@@ -1,5 +1,5 @@
 -- Renew leases. ARGV[5] rss_mb ('' none), ARGV[6..] ticket keys.
--- Returns per key {state, position, grant, lease}, or false when unknown.
+-- Returns per key {state, position, grant, lease, eta}, or false when unknown.
 housekeeping(false)
 local rss = tonumber(ARGV[5])
 local out = {}

@@ -1,7 +1,8 @@
 -- Housekeeping, then the host's gauges, counters and rows.
 -- Returns {in_flight, queued, parked, submitted, admitted, rejected, released, cancelled,
 -- shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
--- (account, in_flight, queued) x n}.
+-- (account, in_flight, queued) x n, queue-wait buckets and sum, shadow decisions (QUEUED,
+-- BUSY, QUEUE_FULL, MEMORY_PRESSURE), mean hold, the limits of record}.
 housekeeping(false)
 local out = {}
 for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
@@ -21,8 +22,10 @@ for _, f in ipairs(redis.call('HKEYS', C)) do
     seen[s] = true; table.insert(subjects, s)
   end
 end
-for _, s in ipairs(redis.call('LRANGE', ROT, 0, -1)) do
-  if not seen[s] then seen[s] = true; table.insert(subjects, s) end
+for p = 1, LEVELS do
+  for _, s in ipairs(redis.call('LRANGE', (lvl_keys(p)), 0, -1)) do
+    if not seen[s] then seen[s] = true; table.insert(subjects, s) end
+  end
 end
 local rows = {}
 for _, s in ipairs(subjects) do
@@ -50,5 +53,9 @@ table.insert(out, #rows / 3)
 for _, v in ipairs(rows) do table.insert(out, v) end
 for i = 0, #QW_BOUNDS do table.insert(out, num(redis.call('HGET', QW, 'b' .. i))) end
 table.insert(out, num(redis.call('HGET', QW, 'sum')))
+for _, r in ipairs({SHADOW_QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE}) do
+  table.insert(out, cnt('sh:' .. r))
+end
+table.insert(out, cnt('hold'))
 append_limits(out)
 return out

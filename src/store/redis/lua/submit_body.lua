@@ -1,8 +1,8 @@
 -- Submit a ticket. ARGV[5] ticket key (32 hex digits, fresh), ARGV[6] instance, ARGV[7]
 -- subject, ARGV[8] account ('' none), ARGV[9] run_id, ARGV[10] mode (Q queue, T try),
--- ARGV[11] rss_mb ('' none).
--- Returns {'ok', key, state, position, grant, lease}, {'refused', reason} or
--- {'conflict', field}. The key is not checked for a collision: it is 128 random bits, and
+-- ARGV[11] rss_mb ('' none), ARGV[12] priority (1..5).
+-- Returns {'ok', key, state, position, grant, lease, eta, shadow decision ('' none)},
+-- {'refused', reason} or {'conflict', field}. The key is not checked for a collision: it is 128 random bits, and
 -- finding a taken one is as likely as guessing one.
 housekeeping(false)
 local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -15,7 +15,7 @@ if existing then
     if live(t.state) and t.subject ~= subject then return {'conflict', 'subject'} end
     if live(t.state) and t.account ~= account then return {'conflict', 'account_id'} end
     local v = view(existing)
-    return {'ok', existing, v[1], v[2], v[3], v[4]}
+    return {'ok', existing, v[1], v[2], v[3], v[4], v[5], ''}
   end
   redis.call('SET', runkey(run), key)
 end
@@ -26,13 +26,49 @@ local function refuse(reason)
 end
 local rss = tonumber(ARGV[11])
 if rss then report_rss(inst, rss) end
-if L.max_rss > 0 and rss and rss >= L.max_rss then
+local prio = tonumber(ARGV[12])
+local shadow = L.mode == MODE_SHADOW
+if not shadow and L.max_rss > 0 and rss and rss >= L.max_rss then
   return refuse(MEMORY_PRESSURE)
 end
 dispatch()
 local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', sf(subject))
 local eligible = (not instance_soft(inst)) and num(c[2]) < L.total
   and num(c[5]) < subject_cap(subject) and account_has_room(account)
+-- A new ticket admitted at once: one write of the ticket, counters together; nothing is
+-- published (no Wait stream can follow a ticket before its id is answered).
+local function admit_now(decision)
+  local g = admit_new(key, subject, account, inst, run, next_grant(c[1]), ARGV[12])
+  redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
+             'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
+             sf(subject), fmt(num(c[5]) + 1))
+  if account ~= '' then hincr(AF, account, 1) end
+  return {'ok', key, ADMITTED, 0, g, L.lease, 0, decision}
+end
+if shadow then
+  -- What enforce would have done (scheduler::HostState::submit_shadow); admitted anyway.
+  local decision = ''
+  if L.max_rss > 0 and rss and rss >= L.max_rss then
+    decision = MEMORY_PRESSURE
+  elseif eligible then
+    decision = ''
+  elseif ARGV[10] == MODE_TRY or L.queue_total == 0 then
+    decision = BUSY
+  else
+    local subject_over = math.max(num(c[5]) - subject_cap(subject), 0)
+    local total_over = math.max(num(c[2]) - L.total, 0)
+    local subject_full = L.queue_per_subject > 0 and subject_over >= L.queue_per_subject
+    local full = false
+    if L.overflow == OVERFLOW_REJECT then
+      full = subject_full or total_over >= L.queue_total
+    elseif L.overflow == OVERFLOW_QUEUE then
+      full = subject_full or total_over >= L.queue_hard_total
+    end
+    decision = full and QUEUE_FULL or SHADOW_QUEUED
+  end
+  if decision ~= '' then incr('sh:' .. decision) end
+  return admit_now(decision)
+end
 if not eligible then
   if ARGV[10] == MODE_TRY or L.queue_total == 0 then
     return refuse(BUSY)
@@ -48,19 +84,30 @@ if not eligible then
         return refuse(QUEUE_FULL)
       end
     else
-      local victim_subject = subject
-      if not subject_full then
-        -- The deepest subject; of equally deep ones the one whose oldest waiter came first.
-        local top = redis.call('ZREVRANGE', DEPTH, 0, 0, 'WITHSCORES')
-        if top[2] then
-          victim_subject = dsubject(
-            redis.call('ZRANGEBYSCORE', DEPTH, top[2], top[2], 'LIMIT', 0, 1)[1])
-        else
-          victim_subject = nil
+      -- From the lowest priority with waiters, never above the newcomer's
+      -- (scheduler::HostState::make_room).
+      local victim, vp = nil, nil
+      if subject_full then
+        local last = redis.call('ZREVRANGE', qkey(subject), 0, 0, 'WITHSCORES')
+        if last[2] then
+          vp = math.floor((tonumber(last[2]) + SPAN / 2) / SPAN) + 3
+          victim = redis.call('ZRANGEBYSCORE', qkey(subject), lane_lo(vp), lane_hi(vp),
+                              'LIMIT', 0, 1)[1]
+        end
+      else
+        for p = LEVELS, 1, -1 do
+          local _, dk = lvl_keys(p)
+          -- The deepest lane; of equally deep ones the one whose oldest waiter came first.
+          local top = redis.call('ZREVRANGE', dk, 0, 0, 'WITHSCORES')
+          if top[2] then
+            local vs = dsubject(redis.call('ZRANGEBYSCORE', dk, top[2], top[2], 'LIMIT', 0, 1)[1])
+            victim = redis.call('ZRANGEBYSCORE', qkey(vs), lane_lo(p), lane_hi(p), 'LIMIT', 0, 1)[1]
+            vp = p
+            break
+          end
         end
       end
-      local victim = victim_subject and redis.call('ZRANGE', qkey(victim_subject), 0, 0)[1]
-      if not victim then
+      if not victim or vp < prio then
         return refuse(QUEUE_FULL)
       end
       finish(victim, ticket(victim), SHED)
@@ -68,19 +115,10 @@ if not eligible then
     end
   end
 end
-if eligible then
-  -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
-  -- published (no Wait stream can follow a ticket before its id is answered).
-  local g = admit_new(key, subject, account, inst, run, next_grant(c[1]))
-  redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
-             'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
-             sf(subject), fmt(num(c[5]) + 1))
-  if account ~= '' then hincr(AF, account, 1) end
-  return {'ok', key, ADMITTED, 0, g, L.lease}
-end
+if eligible then return admit_now('') end
 redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance', inst,
-           'run', run, 'state', 'N', 'grant', 0, 'deadline', 0, 'order', 0)
+           'run', run, 'state', 'N', 'grant', 0, 'deadline', 0, 'order', 0, 'lvl', ARGV[12])
 incr('submitted')
-enqueue(key, {subject = subject, account = account, instance = inst, run = run})
+enqueue(key, {subject = subject, account = account, instance = inst, run = run, lvl = prio})
 local v = view(key)
-return {'ok', key, v[1], v[2], v[3], v[4]}
+return {'ok', key, v[1], v[2], v[3], v[4], v[5], ''}

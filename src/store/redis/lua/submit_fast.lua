@@ -20,13 +20,14 @@ if L.max_rss == 0 then
       and num(c[6]) < (L.subjects[subject] or L.per_subject)
       and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
       and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
-      local g, deadline = admit_new(key, subject, account, inst, run, next_grant(c[1]))
+      local g, deadline = admit_new(key, subject, account, inst, run, next_grant(c[1]),
+                                    ARGV[12])
       redis.call('HSET', C, 'grant', g, 'in_flight', fmt(num(c[2]) + 1),
                  'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
                  's:' .. subject, fmt(num(c[6]) + 1),
                  'next_due', nd > now + L.lease and deadline or fmt(nd))
       if account ~= '' then redis.call('HINCRBY', AF, account, '1') end
-      return {'ok', key, ADMITTED, 0, g, L.lease}
+      return {'ok', key, ADMITTED, 0, g, L.lease, 0, ''}
     end
   end
 end

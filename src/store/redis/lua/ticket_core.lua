@@ -42,7 +42,9 @@ local format = string.format
 local function fmt(x) return format('%d', x) end
 local function num(v) return tonumber(v or '0') or 0 end
 local B = ARGV[1]
--- The limits as a table, from their scalars and their cap maps' JSON.
+-- The limits as a table, from their scalars and their maps' JSON: `subjects` and `accounts`
+-- (caps), `weights`, and `aging` (ms) and `mode` when not the defaults (0, enforce). Replicas
+-- of versions before priorities read only the caps.
 local function limits_of(scalars, maps_json)
   local total, per_subject, per_account, queue_total, queue_per_subject, queue_hard_total,
     overflow, lease, retention, max_retained, max_rss, soft_rss = string.match(scalars,
@@ -58,7 +60,8 @@ local function limits_of(scalars, maps_json)
           lease = tonumber(lease), retention = tonumber(retention),
           max_retained = tonumber(max_retained), max_rss = tonumber(max_rss),
           soft_rss = tonumber(soft_rss), subjects = maps.subjects or none,
-          accounts = maps.accounts or none}
+          accounts = maps.accounts or none, weights = maps.weights or none,
+          aging = maps.aging or 0, mode = maps.mode or 'enforce'}
 end
 -- The caller's limits and their version; `L` (and LIMITS_S, LIMITS_M, which the stats script
 -- answers) are the caller's until `resolve_limits` finds others of record.
@@ -76,6 +79,16 @@ if now == 0 then
 else
   now_us = now * 1000
 end
+-- The host's mean hold after a slot held since `since` is freed, given the mean before
+-- (scheduler::next_hold_avg). A ticket admitted by a version that did not record when is not
+-- counted.
+local function hold_avg(avg, since)
+  avg = tonumber(avg) or 0
+  if since <= 0 then return avg end
+  local held = math.max(now - since, 0)
+  if avg == 0 then return math.max(held, 1) end
+  return math.max(math.floor((15 * avg + held) / 16), 1)
+end
 -- The grant after `last` (the counters' `grant` field as read).
 local function next_grant(last) return math.max(num(last) + 1, now_us) end
 local C, LEASES, AF = B .. 'c', B .. 'leases', B .. 'af'
@@ -92,6 +105,8 @@ local function resolve_limits(stored_v)
     redis.call('HSET', B .. 'limits', 's', LIMITS_S, 'm', LIMITS_M)
     redis.call('HSET', C, 'lv', MY_V, 'ls', LIMITS_S, 'lm', LIMITS_M)
     redis.call('HINCRBY', C, 'rev', 1)
+    -- New limits start every subject's turn afresh (weights may have changed).
+    redis.call('DEL', B .. 'wc')
   end
 end
 -- The fast paths read the limits of record with the counters (`lv`, and a copy of them in
@@ -126,11 +141,11 @@ local function due_bound(stored, empty)
 end
 -- A new ticket admitted at once (Submit's fast path and full rules): the ticket and its lease
 -- in one write each; the caller writes the counters. Returns its grant and deadline.
-local function admit_new(key, subject, account, inst, run, grant)
+local function admit_new(key, subject, account, inst, run, grant, prio)
   local g, deadline = fmt(grant), fmt(now + L.lease)
   redis.call('HSET', B .. 't:' .. key, 'subject', subject, 'account', account,
              'instance', inst, 'run', run, 'state', ADMITTED, 'grant', g,
-             'deadline', deadline, 'order', '0')
+             'deadline', deadline, 'order', '0', 'qat', fmt(now), 'lvl', prio)
   redis.call('ZADD', LEASES, deadline, key)
   return g, deadline
 end

@@ -7,9 +7,10 @@ local t = ticket(k)
 if not t then return false end
 if t.state == PARKED then
   incr('parked', -1)
-  local fits = (not instance_soft(t.instance)) and cnt('in_flight') < L.total
+  local fits = L.mode == MODE_SHADOW or ((not instance_soft(t.instance))
+    and cnt('in_flight') < L.total
     and num(redis.call('HGET', C, sf(t.subject))) < subject_cap(t.subject)
-    and account_has_room(t.account)
+    and account_has_room(t.account))
   if fits then
     admit(k, t)
   else
@@ -19,4 +20,4 @@ elseif t.state ~= ADMITTED and t.state ~= QUEUED then
   return {'state', t.state}
 end
 local v = view(k)
-return {'ok', v[1], v[2], v[3], v[4]}
+return {'ok', v[1], v[2], v[3], v[4], v[5]}

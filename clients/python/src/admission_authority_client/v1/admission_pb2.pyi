@@ -247,6 +247,7 @@ class SubmitRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     RSS_MB_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     """The installation (all replicas of one gateway deployment). Limits are per host_id.
     1..128 bytes of printable ASCII.
@@ -271,6 +272,12 @@ class SubmitRequest(_message.Message):
     """The submitting replica's resident memory in MiB, for the memory ladder. Absent: unknown,
     no effect.
     """
+    priority: _builtins.int
+    """1 (highest) .. 5 (lowest); 0 means the default, 3. A free slot goes to the highest
+    priority with a waiter that fits; within a priority, round robin over subjects. With
+    scheduling.priority_aging set, a waiter queued longer than it is served as priority 1.
+    A repeated run_id keeps the priority of its first Submit. Above 5: INVALID_ARGUMENT.
+    """
     def __init__(
         self,
         *,
@@ -281,10 +288,11 @@ class SubmitRequest(_message.Message):
         run_id: _builtins.str = ...,
         mode: Global___SubmitMode.ValueType = ...,
         rss_mb: _builtins.int | None = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "rss_mb", b"rss_mb"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "account_id", b"account_id", "host_id", b"host_id", "instance_id", b"instance_id", "mode", b"mode", "rss_mb", b"rss_mb", "run_id", b"run_id", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "account_id", b"account_id", "host_id", b"host_id", "instance_id", b"instance_id", "mode", b"mode", "priority", b"priority", "rss_mb", b"rss_mb", "run_id", b"run_id", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rss_mb: _TypeAlias = _typing.Literal["rss_mb"]  # noqa: Y015
     _WhichOneofArgType__rss_mb: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb"]  # noqa: Y015
@@ -301,6 +309,8 @@ class SubmitResponse(_message.Message):
     POSITION_FIELD_NUMBER: _builtins.int
     LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
     GRANT_FIELD_NUMBER: _builtins.int
+    ETA_MS_FIELD_NUMBER: _builtins.int
+    SHADOW_REASON_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """Opaque ticket id, "<host_id>.<32 hex digits>"; pass it to Wait, Renew and Release. Those
     accept any id of 1..161 printable ASCII bytes: one the authority never issued is an unknown
@@ -318,6 +328,18 @@ class SubmitResponse(_message.Message):
     """How long the lease lasts without a Renew (or an open Wait stream while queued)."""
     grant: _builtins.int
     """Fencing number: increases with every admission of the host; 0 while queued."""
+    eta_ms: _builtins.int
+    """While QUEUED, the expected wait in milliseconds, from the host's mean slot hold and the
+    ticket's position: (position + 1/2) x mean hold / total (or, when its subject's cap is
+    the slower bound, its place among its subject's waiters over that cap). 0 = unknown (no
+    slot freed on the host yet) or not queued. An estimate for user interfaces and client
+    timeouts, not a promise.
+    """
+    shadow_reason: _builtins.str
+    """Only in scheduling.mode shadow, where every Submit is admitted: what enforce mode would
+    have done with this one when it would not have admitted it: QUEUED, BUSY, QUEUE_FULL or
+    MEMORY_PRESSURE. Empty when enforce would have admitted it too (and always in enforce).
+    """
     def __init__(
         self,
         *,
@@ -326,10 +348,12 @@ class SubmitResponse(_message.Message):
         position: _builtins.int = ...,
         lease_ttl_ms: _builtins.int = ...,
         grant: _builtins.int = ...,
+        eta_ms: _builtins.int = ...,
+        shadow_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eta_ms", b"eta_ms", "grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "shadow_reason", b"shadow_reason", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -363,6 +387,7 @@ class WaitEvent(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
     GRANT_FIELD_NUMBER: _builtins.int
+    ETA_MS_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket followed."""
     state: Global___TicketState.ValueType
@@ -371,6 +396,10 @@ class WaitEvent(_message.Message):
     """0-based place in the dispatch order while QUEUED, as in SubmitResponse; 0 otherwise."""
     grant: _builtins.int
     """Fencing number of the admission; 0 while queued."""
+    eta_ms: _builtins.int
+    """While QUEUED, the expected wait from now in milliseconds, as in SubmitResponse; 0 =
+    unknown or not queued.
+    """
     def __init__(
         self,
         *,
@@ -378,10 +407,11 @@ class WaitEvent(_message.Message):
         state: Global___TicketState.ValueType = ...,
         position: _builtins.int = ...,
         grant: _builtins.int = ...,
+        eta_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["grant", b"grant", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eta_ms", b"eta_ms", "grant", b"grant", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -576,6 +606,12 @@ class Stats(_message.Message):
     AUTHORIZE_DEFERRED_FIELD_NUMBER: _builtins.int
     SETTLED_FIELD_NUMBER: _builtins.int
     PER_SUBJECT_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    SHADOW_QUEUED_FIELD_NUMBER: _builtins.int
+    SHADOW_BUSY_FIELD_NUMBER: _builtins.int
+    SHADOW_QUEUE_FULL_FIELD_NUMBER: _builtins.int
+    SHADOW_MEMORY_PRESSURE_FIELD_NUMBER: _builtins.int
+    HOLD_AVG_MS_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The host's total cap on admitted tickets."""
     queue_total: _builtins.int
@@ -624,6 +660,20 @@ class Stats(_message.Message):
     """Steps settled (replays not counted)."""
     per_subject: _builtins.int
     """The host's default per-subject cap (subjects named in `subjects` may differ; see their rows)."""
+    mode: _builtins.str
+    """enforce or shadow (scheduling.mode)."""
+    shadow_queued: _builtins.int
+    """In shadow mode, Submits that enforce mode would have queued, or refused with BUSY,
+    QUEUE_FULL or MEMORY_PRESSURE (cumulative; all admitted).
+    """
+    shadow_busy: _builtins.int
+    shadow_queue_full: _builtins.int
+    shadow_memory_pressure: _builtins.int
+    hold_avg_ms: _builtins.int
+    """The host's mean slot hold in milliseconds (admission to release, park or lease expiry;
+    a moving average that weighs each new hold 1/16), which wait estimates use; 0 until a
+    slot was freed.
+    """
     @_builtins.property
     def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectStats]:
         """Per-subject rows, for subjects with admitted or queued tickets, by subject name."""
@@ -660,10 +710,16 @@ class Stats(_message.Message):
         authorize_deferred: _builtins.int = ...,
         settled: _builtins.int = ...,
         per_subject: _builtins.int = ...,
+        mode: _builtins.str = ...,
+        shadow_queued: _builtins.int = ...,
+        shadow_busy: _builtins.int = ...,
+        shadow_queue_full: _builtins.int = ...,
+        shadow_memory_pressure: _builtins.int = ...,
+        hold_avg_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "in_flight", b"in_flight", "max_rss_mb", b"max_rss_mb", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -795,6 +851,7 @@ class TicketInfo(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _builtins.int
     GRANT_FIELD_NUMBER: _builtins.int
     LEASE_REMAINING_MS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket id."""
     state: Global___TicketState.ValueType
@@ -811,6 +868,8 @@ class TicketInfo(_message.Message):
     """Its admission's fencing number; 0 while queued."""
     lease_remaining_ms: _builtins.int
     """Milliseconds until its lease runs out."""
+    priority: _builtins.int
+    """1..5: its Submit's priority (1 once served as 1 after scheduling.priority_aging)."""
     def __init__(
         self,
         *,
@@ -822,10 +881,11 @@ class TicketInfo(_message.Message):
         instance_id: _builtins.str = ...,
         grant: _builtins.int = ...,
         lease_remaining_ms: _builtins.int = ...,
+        priority: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "grant", b"grant", "instance_id", b"instance_id", "lease_remaining_ms", b"lease_remaining_ms", "run_id", b"run_id", "state", b"state", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "grant", b"grant", "instance_id", b"instance_id", "lease_remaining_ms", b"lease_remaining_ms", "priority", b"priority", "run_id", b"run_id", "state", b"state", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1463,6 +1523,7 @@ class UnparkResponse(_message.Message):
     POSITION_FIELD_NUMBER: _builtins.int
     GRANT_FIELD_NUMBER: _builtins.int
     LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
+    ETA_MS_FIELD_NUMBER: _builtins.int
     state: Global___TicketState.ValueType
     """ADMITTED or QUEUED."""
     position: _builtins.int
@@ -1471,6 +1532,8 @@ class UnparkResponse(_message.Message):
     """The new admission's fencing number; 0 while queued."""
     lease_ttl_ms: _builtins.int
     """Milliseconds until its lease runs out."""
+    eta_ms: _builtins.int
+    """While queued, the expected wait in milliseconds, as in SubmitResponse."""
     def __init__(
         self,
         *,
@@ -1478,10 +1541,11 @@ class UnparkResponse(_message.Message):
         position: _builtins.int = ...,
         grant: _builtins.int = ...,
         lease_ttl_ms: _builtins.int = ...,
+        eta_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["eta_ms", b"eta_ms", "grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1535,6 +1599,26 @@ class HostLimits(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class WeightsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOTAL_FIELD_NUMBER: _builtins.int
     PER_SUBJECT_FIELD_NUMBER: _builtins.int
     PER_ACCOUNT_FIELD_NUMBER: _builtins.int
@@ -1545,6 +1629,9 @@ class HostLimits(_message.Message):
     LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
     RETENTION_MS_FIELD_NUMBER: _builtins.int
     MAX_RETAINED_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    PRIORITY_AGING_MS_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """Cap on admitted tickets (>= 1)."""
     per_subject: _builtins.int
@@ -1559,6 +1646,12 @@ class HostLimits(_message.Message):
     """How long ended tickets are remembered for idempotent retries (0 .. 7 days)."""
     max_retained: _builtins.int
     """Most ended tickets remembered at once."""
+    priority_aging_ms: _builtins.int
+    """A waiter queued longer than this is served as priority 1; 0 = off (at most 1 day)."""
+    mode: _builtins.str
+    """enforce (default; empty means enforce) or shadow: admit every Submit and report what
+    enforce would have done.
+    """
     @_builtins.property
     def subjects(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Caps of named subjects (each >= 1)."""
@@ -1570,6 +1663,13 @@ class HostLimits(_message.Message):
     @_builtins.property
     def queue(self) -> Global___QueueLimits:
         """The queue's bounds."""
+
+    @_builtins.property
+    def weights(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Weights of named subjects in the round robin (each 1..1000; a subject not named has 1).
+        A subject of weight w is served up to w times in a row when its turn comes, so with
+        every subject backlogged admissions are proportional to weight; caps still bound each.
+        """
 
     def __init__(
         self,
@@ -1584,10 +1684,13 @@ class HostLimits(_message.Message):
         lease_ttl_ms: _builtins.int = ...,
         retention_ms: _builtins.int = ...,
         max_retained: _builtins.int = ...,
+        weights: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        priority_aging_ms: _builtins.int = ...,
+        mode: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "per_account", b"per_account", "queue", b"queue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "accounts", b"accounts", "lease_ttl_ms", b"lease_ttl_ms", "max_retained", b"max_retained", "overflow_policy", b"overflow_policy", "per_account", b"per_account", "per_subject", b"per_subject", "queue", b"queue", "retention_ms", b"retention_ms", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "accounts", b"accounts", "lease_ttl_ms", b"lease_ttl_ms", "max_retained", b"max_retained", "mode", b"mode", "overflow_policy", b"overflow_policy", "per_account", b"per_account", "per_subject", b"per_subject", "priority_aging_ms", b"priority_aging_ms", "queue", b"queue", "retention_ms", b"retention_ms", "subjects", b"subjects", "total", b"total", "weights", b"weights"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__per_account: _TypeAlias = _typing.Literal["per_account"]  # noqa: Y015
     _WhichOneofArgType__per_account: _TypeAlias = _typing.Literal["_per_account", b"_per_account"]  # noqa: Y015

@@ -426,7 +426,16 @@ export interface SubmitRequest {
    * The submitting replica's resident memory in MiB, for the memory ladder. Absent: unknown,
    * no effect.
    */
-  rssMb?: number | undefined;
+  rssMb?:
+    | number
+    | undefined;
+  /**
+   * 1 (highest) .. 5 (lowest); 0 means the default, 3. A free slot goes to the highest
+   * priority with a waiter that fits; within a priority, round robin over subjects. With
+   * scheduling.priority_aging set, a waiter queued longer than it is served as priority 1.
+   * A repeated run_id keeps the priority of its first Submit. Above 5: INVALID_ARGUMENT.
+   */
+  priority: number;
 }
 
 export interface SubmitResponse {
@@ -449,6 +458,20 @@ export interface SubmitResponse {
   leaseTtlMs: number;
   /** Fencing number: increases with every admission of the host; 0 while queued. */
   grant: number;
+  /**
+   * While QUEUED, the expected wait in milliseconds, from the host's mean slot hold and the
+   * ticket's position: (position + 1/2) x mean hold / total (or, when its subject's cap is
+   * the slower bound, its place among its subject's waiters over that cap). 0 = unknown (no
+   * slot freed on the host yet) or not queued. An estimate for user interfaces and client
+   * timeouts, not a promise.
+   */
+  etaMs: number;
+  /**
+   * Only in scheduling.mode shadow, where every Submit is admitted: what enforce mode would
+   * have done with this one when it would not have admitted it: QUEUED, BUSY, QUEUE_FULL or
+   * MEMORY_PRESSURE. Empty when enforce would have admitted it too (and always in enforce).
+   */
+  shadowReason: string;
 }
 
 export interface WaitRequest {
@@ -465,6 +488,11 @@ export interface WaitEvent {
   position: number;
   /** Fencing number of the admission; 0 while queued. */
   grant: number;
+  /**
+   * While QUEUED, the expected wait from now in milliseconds, as in SubmitResponse; 0 =
+   * unknown or not queued.
+   */
+  etaMs: number;
 }
 
 export interface RenewRequest {
@@ -578,6 +606,22 @@ export interface Stats {
   settled: number;
   /** The host's default per-subject cap (subjects named in `subjects` may differ; see their rows). */
   perSubject: number;
+  /** enforce or shadow (scheduling.mode). */
+  mode: string;
+  /**
+   * In shadow mode, Submits that enforce mode would have queued, or refused with BUSY,
+   * QUEUE_FULL or MEMORY_PRESSURE (cumulative; all admitted).
+   */
+  shadowQueued: number;
+  shadowBusy: number;
+  shadowQueueFull: number;
+  shadowMemoryPressure: number;
+  /**
+   * The host's mean slot hold in milliseconds (admission to release, park or lease expiry;
+   * a moving average that weighs each new hold 1/16), which wait estimates use; 0 until a
+   * slot was freed.
+   */
+  holdAvgMs: number;
 }
 
 export interface SubjectStats {
@@ -633,6 +677,8 @@ export interface TicketInfo {
   grant: number;
   /** Milliseconds until its lease runs out. */
   leaseRemainingMs: number;
+  /** 1..5: its Submit's priority (1 once served as 1 after scheduling.priority_aging). */
+  priority: number;
 }
 
 export interface DrainRequest {
@@ -875,6 +921,8 @@ export interface UnparkResponse {
   grant: number;
   /** Milliseconds until its lease runs out. */
   leaseTtlMs: number;
+  /** While queued, the expected wait in milliseconds, as in SubmitResponse. */
+  etaMs: number;
 }
 
 /**
@@ -906,6 +954,19 @@ export interface HostLimits {
   retentionMs: number;
   /** Most ended tickets remembered at once. */
   maxRetained: number;
+  /**
+   * Weights of named subjects in the round robin (each 1..1000; a subject not named has 1).
+   * A subject of weight w is served up to w times in a row when its turn comes, so with
+   * every subject backlogged admissions are proportional to weight; caps still bound each.
+   */
+  weights: { [key: string]: number };
+  /** A waiter queued longer than this is served as priority 1; 0 = off (at most 1 day). */
+  priorityAgingMs: number;
+  /**
+   * enforce (default; empty means enforce) or shadow: admit every Submit and report what
+   * enforce would have done.
+   */
+  mode: string;
 }
 
 export interface HostLimits_SubjectsEntry {
@@ -914,6 +975,11 @@ export interface HostLimits_SubjectsEntry {
 }
 
 export interface HostLimits_AccountsEntry {
+  key: string;
+  value: number;
+}
+
+export interface HostLimits_WeightsEntry {
   key: string;
   value: number;
 }
@@ -972,7 +1038,7 @@ export interface ResetLimitsResponse {
 }
 
 function createBaseSubmitRequest(): SubmitRequest {
-  return { hostId: "", instanceId: "", subject: "", accountId: "", runId: "", mode: 0, rssMb: undefined };
+  return { hostId: "", instanceId: "", subject: "", accountId: "", runId: "", mode: 0, rssMb: undefined, priority: 0 };
 }
 
 export const SubmitRequest: MessageFns<SubmitRequest> = {
@@ -997,6 +1063,9 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     }
     if (message.rssMb !== undefined) {
       writer.uint32(56).uint32(message.rssMb);
+    }
+    if (message.priority !== 0) {
+      writer.uint32(64).uint32(message.priority);
     }
     return writer;
   },
@@ -1070,6 +1139,14 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
             message.rssMb = reader.uint32();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.priority = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1111,6 +1188,7 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
         : isSet(object.rss_mb)
         ? globalThis.Number(object.rss_mb)
         : undefined,
+      priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
     };
   },
 
@@ -1137,6 +1215,9 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     if (message.rssMb !== undefined) {
       obj.rssMb = Math.round(message.rssMb);
     }
+    if (message.priority !== 0) {
+      obj.priority = Math.round(message.priority);
+    }
     return obj;
   },
 
@@ -1152,12 +1233,13 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     message.runId = object.runId ?? "";
     message.mode = object.mode ?? 0;
     message.rssMb = object.rssMb ?? undefined;
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
 
 function createBaseSubmitResponse(): SubmitResponse {
-  return { ticketId: "", state: 0, position: 0, leaseTtlMs: 0, grant: 0 };
+  return { ticketId: "", state: 0, position: 0, leaseTtlMs: 0, grant: 0, etaMs: 0, shadowReason: "" };
 }
 
 export const SubmitResponse: MessageFns<SubmitResponse> = {
@@ -1176,6 +1258,12 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     }
     if (message.grant !== 0) {
       writer.uint32(40).uint64(message.grant);
+    }
+    if (message.etaMs !== 0) {
+      writer.uint32(48).uint32(message.etaMs);
+    }
+    if (message.shadowReason !== "") {
+      writer.uint32(58).string(message.shadowReason);
     }
     return writer;
   },
@@ -1233,6 +1321,22 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
             message.grant = longToNumber(reader.uint64());
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.etaMs = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.shadowReason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1260,6 +1364,16 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
         ? globalThis.Number(object.lease_ttl_ms)
         : 0,
       grant: isSet(object.grant) ? globalThis.Number(object.grant) : 0,
+      etaMs: isSet(object.etaMs)
+        ? globalThis.Number(object.etaMs)
+        : isSet(object.eta_ms)
+        ? globalThis.Number(object.eta_ms)
+        : 0,
+      shadowReason: isSet(object.shadowReason)
+        ? globalThis.String(object.shadowReason)
+        : isSet(object.shadow_reason)
+        ? globalThis.String(object.shadow_reason)
+        : "",
     };
   },
 
@@ -1280,6 +1394,12 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     if (message.grant !== 0) {
       obj.grant = Math.round(message.grant);
     }
+    if (message.etaMs !== 0) {
+      obj.etaMs = Math.round(message.etaMs);
+    }
+    if (message.shadowReason !== "") {
+      obj.shadowReason = message.shadowReason;
+    }
     return obj;
   },
 
@@ -1293,6 +1413,8 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     message.position = object.position ?? 0;
     message.leaseTtlMs = object.leaseTtlMs ?? 0;
     message.grant = object.grant ?? 0;
+    message.etaMs = object.etaMs ?? 0;
+    message.shadowReason = object.shadowReason ?? "";
     return message;
   },
 };
@@ -1371,7 +1493,7 @@ export const WaitRequest: MessageFns<WaitRequest> = {
 };
 
 function createBaseWaitEvent(): WaitEvent {
-  return { ticketId: "", state: 0, position: 0, grant: 0 };
+  return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0 };
 }
 
 export const WaitEvent: MessageFns<WaitEvent> = {
@@ -1387,6 +1509,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     }
     if (message.grant !== 0) {
       writer.uint32(32).uint64(message.grant);
+    }
+    if (message.etaMs !== 0) {
+      writer.uint32(40).uint32(message.etaMs);
     }
     return writer;
   },
@@ -1436,6 +1561,14 @@ export const WaitEvent: MessageFns<WaitEvent> = {
             message.grant = longToNumber(reader.uint64());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.etaMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1458,6 +1591,11 @@ export const WaitEvent: MessageFns<WaitEvent> = {
       state: isSet(object.state) ? ticketStateFromJSON(object.state) : 0,
       position: isSet(object.position) ? globalThis.Number(object.position) : 0,
       grant: isSet(object.grant) ? globalThis.Number(object.grant) : 0,
+      etaMs: isSet(object.etaMs)
+        ? globalThis.Number(object.etaMs)
+        : isSet(object.eta_ms)
+        ? globalThis.Number(object.eta_ms)
+        : 0,
     };
   },
 
@@ -1475,6 +1613,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     if (message.grant !== 0) {
       obj.grant = Math.round(message.grant);
     }
+    if (message.etaMs !== 0) {
+      obj.etaMs = Math.round(message.etaMs);
+    }
     return obj;
   },
 
@@ -1487,6 +1628,7 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     message.state = object.state ?? 0;
     message.position = object.position ?? 0;
     message.grant = object.grant ?? 0;
+    message.etaMs = object.etaMs ?? 0;
     return message;
   },
 };
@@ -2070,6 +2212,12 @@ function createBaseStats(): Stats {
     authorizeDeferred: 0,
     settled: 0,
     perSubject: 0,
+    mode: "",
+    shadowQueued: 0,
+    shadowBusy: 0,
+    shadowQueueFull: 0,
+    shadowMemoryPressure: 0,
+    holdAvgMs: 0,
   };
 }
 
@@ -2149,6 +2297,24 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.perSubject !== 0) {
       writer.uint32(200).uint32(message.perSubject);
+    }
+    if (message.mode !== "") {
+      writer.uint32(210).string(message.mode);
+    }
+    if (message.shadowQueued !== 0) {
+      writer.uint32(216).uint64(message.shadowQueued);
+    }
+    if (message.shadowBusy !== 0) {
+      writer.uint32(224).uint64(message.shadowBusy);
+    }
+    if (message.shadowQueueFull !== 0) {
+      writer.uint32(232).uint64(message.shadowQueueFull);
+    }
+    if (message.shadowMemoryPressure !== 0) {
+      writer.uint32(240).uint64(message.shadowMemoryPressure);
+    }
+    if (message.holdAvgMs !== 0) {
+      writer.uint32(248).uint32(message.holdAvgMs);
     }
     return writer;
   },
@@ -2366,6 +2532,54 @@ export const Stats: MessageFns<Stats> = {
             message.perSubject = reader.uint32();
             continue;
           }
+          case 26: {
+            if (tag !== 210) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+          case 27: {
+            if (tag !== 216) {
+              break;
+            }
+
+            message.shadowQueued = longToNumber(reader.uint64());
+            continue;
+          }
+          case 28: {
+            if (tag !== 224) {
+              break;
+            }
+
+            message.shadowBusy = longToNumber(reader.uint64());
+            continue;
+          }
+          case 29: {
+            if (tag !== 232) {
+              break;
+            }
+
+            message.shadowQueueFull = longToNumber(reader.uint64());
+            continue;
+          }
+          case 30: {
+            if (tag !== 240) {
+              break;
+            }
+
+            message.shadowMemoryPressure = longToNumber(reader.uint64());
+            continue;
+          }
+          case 31: {
+            if (tag !== 248) {
+              break;
+            }
+
+            message.holdAvgMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2457,6 +2671,32 @@ export const Stats: MessageFns<Stats> = {
         : isSet(object.per_subject)
         ? globalThis.Number(object.per_subject)
         : 0,
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      shadowQueued: isSet(object.shadowQueued)
+        ? globalThis.Number(object.shadowQueued)
+        : isSet(object.shadow_queued)
+        ? globalThis.Number(object.shadow_queued)
+        : 0,
+      shadowBusy: isSet(object.shadowBusy)
+        ? globalThis.Number(object.shadowBusy)
+        : isSet(object.shadow_busy)
+        ? globalThis.Number(object.shadow_busy)
+        : 0,
+      shadowQueueFull: isSet(object.shadowQueueFull)
+        ? globalThis.Number(object.shadowQueueFull)
+        : isSet(object.shadow_queue_full)
+        ? globalThis.Number(object.shadow_queue_full)
+        : 0,
+      shadowMemoryPressure: isSet(object.shadowMemoryPressure)
+        ? globalThis.Number(object.shadowMemoryPressure)
+        : isSet(object.shadow_memory_pressure)
+        ? globalThis.Number(object.shadow_memory_pressure)
+        : 0,
+      holdAvgMs: isSet(object.holdAvgMs)
+        ? globalThis.Number(object.holdAvgMs)
+        : isSet(object.hold_avg_ms)
+        ? globalThis.Number(object.hold_avg_ms)
+        : 0,
     };
   },
 
@@ -2537,6 +2777,24 @@ export const Stats: MessageFns<Stats> = {
     if (message.perSubject !== 0) {
       obj.perSubject = Math.round(message.perSubject);
     }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
+    if (message.shadowQueued !== 0) {
+      obj.shadowQueued = Math.round(message.shadowQueued);
+    }
+    if (message.shadowBusy !== 0) {
+      obj.shadowBusy = Math.round(message.shadowBusy);
+    }
+    if (message.shadowQueueFull !== 0) {
+      obj.shadowQueueFull = Math.round(message.shadowQueueFull);
+    }
+    if (message.shadowMemoryPressure !== 0) {
+      obj.shadowMemoryPressure = Math.round(message.shadowMemoryPressure);
+    }
+    if (message.holdAvgMs !== 0) {
+      obj.holdAvgMs = Math.round(message.holdAvgMs);
+    }
     return obj;
   },
 
@@ -2570,6 +2828,12 @@ export const Stats: MessageFns<Stats> = {
     message.authorizeDeferred = object.authorizeDeferred ?? 0;
     message.settled = object.settled ?? 0;
     message.perSubject = object.perSubject ?? 0;
+    message.mode = object.mode ?? "";
+    message.shadowQueued = object.shadowQueued ?? 0;
+    message.shadowBusy = object.shadowBusy ?? 0;
+    message.shadowQueueFull = object.shadowQueueFull ?? 0;
+    message.shadowMemoryPressure = object.shadowMemoryPressure ?? 0;
+    message.holdAvgMs = object.holdAvgMs ?? 0;
     return message;
   },
 };
@@ -3004,6 +3268,7 @@ function createBaseTicketInfo(): TicketInfo {
     instanceId: "",
     grant: 0,
     leaseRemainingMs: 0,
+    priority: 0,
   };
 }
 
@@ -3032,6 +3297,9 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     }
     if (message.leaseRemainingMs !== 0) {
       writer.uint32(64).uint32(message.leaseRemainingMs);
+    }
+    if (message.priority !== 0) {
+      writer.uint32(72).uint32(message.priority);
     }
     return writer;
   },
@@ -3113,6 +3381,14 @@ export const TicketInfo: MessageFns<TicketInfo> = {
             message.leaseRemainingMs = reader.uint32();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.priority = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3155,6 +3431,7 @@ export const TicketInfo: MessageFns<TicketInfo> = {
         : isSet(object.lease_remaining_ms)
         ? globalThis.Number(object.lease_remaining_ms)
         : 0,
+      priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
     };
   },
 
@@ -3184,6 +3461,9 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     if (message.leaseRemainingMs !== 0) {
       obj.leaseRemainingMs = Math.round(message.leaseRemainingMs);
     }
+    if (message.priority !== 0) {
+      obj.priority = Math.round(message.priority);
+    }
     return obj;
   },
 
@@ -3200,6 +3480,7 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     message.instanceId = object.instanceId ?? "";
     message.grant = object.grant ?? 0;
     message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
@@ -5439,7 +5720,7 @@ export const UnparkRequest: MessageFns<UnparkRequest> = {
 };
 
 function createBaseUnparkResponse(): UnparkResponse {
-  return { state: 0, position: 0, grant: 0, leaseTtlMs: 0 };
+  return { state: 0, position: 0, grant: 0, leaseTtlMs: 0, etaMs: 0 };
 }
 
 export const UnparkResponse: MessageFns<UnparkResponse> = {
@@ -5455,6 +5736,9 @@ export const UnparkResponse: MessageFns<UnparkResponse> = {
     }
     if (message.leaseTtlMs !== 0) {
       writer.uint32(32).uint32(message.leaseTtlMs);
+    }
+    if (message.etaMs !== 0) {
+      writer.uint32(40).uint32(message.etaMs);
     }
     return writer;
   },
@@ -5504,6 +5788,14 @@ export const UnparkResponse: MessageFns<UnparkResponse> = {
             message.leaseTtlMs = reader.uint32();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.etaMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5526,6 +5818,11 @@ export const UnparkResponse: MessageFns<UnparkResponse> = {
         : isSet(object.lease_ttl_ms)
         ? globalThis.Number(object.lease_ttl_ms)
         : 0,
+      etaMs: isSet(object.etaMs)
+        ? globalThis.Number(object.etaMs)
+        : isSet(object.eta_ms)
+        ? globalThis.Number(object.eta_ms)
+        : 0,
     };
   },
 
@@ -5543,6 +5840,9 @@ export const UnparkResponse: MessageFns<UnparkResponse> = {
     if (message.leaseTtlMs !== 0) {
       obj.leaseTtlMs = Math.round(message.leaseTtlMs);
     }
+    if (message.etaMs !== 0) {
+      obj.etaMs = Math.round(message.etaMs);
+    }
     return obj;
   },
 
@@ -5555,6 +5855,7 @@ export const UnparkResponse: MessageFns<UnparkResponse> = {
     message.position = object.position ?? 0;
     message.grant = object.grant ?? 0;
     message.leaseTtlMs = object.leaseTtlMs ?? 0;
+    message.etaMs = object.etaMs ?? 0;
     return message;
   },
 };
@@ -5571,6 +5872,9 @@ function createBaseHostLimits(): HostLimits {
     leaseTtlMs: 0,
     retentionMs: 0,
     maxRetained: 0,
+    weights: {},
+    priorityAgingMs: 0,
+    mode: "",
   };
 }
 
@@ -5605,6 +5909,15 @@ export const HostLimits: MessageFns<HostLimits> = {
     }
     if (message.maxRetained !== 0) {
       writer.uint32(80).uint32(message.maxRetained);
+    }
+    globalThis.Object.entries(message.weights).forEach(([key, value]: [string, number]) => {
+      HostLimits_WeightsEntry.encode({ key: key as any, value }, writer.uint32(90).fork()).join();
+    });
+    if (message.priorityAgingMs !== 0) {
+      writer.uint32(96).uint64(message.priorityAgingMs);
+    }
+    if (message.mode !== "") {
+      writer.uint32(106).string(message.mode);
     }
     return writer;
   },
@@ -5708,6 +6021,33 @@ export const HostLimits: MessageFns<HostLimits> = {
             message.maxRetained = reader.uint32();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            const entry11 = HostLimits_WeightsEntry.decode(reader, reader.uint32());
+            if (entry11.value !== undefined) {
+              message.weights[entry11.key] = entry11.value;
+            }
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.priorityAgingMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5782,6 +6122,26 @@ export const HostLimits: MessageFns<HostLimits> = {
         : isSet(object.max_retained)
         ? globalThis.Number(object.max_retained)
         : 0,
+      weights: isObject(object.weights)
+        ? (globalThis.Object.entries(object.weights) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      priorityAgingMs: isSet(object.priorityAgingMs)
+        ? globalThis.Number(object.priorityAgingMs)
+        : isSet(object.priority_aging_ms)
+        ? globalThis.Number(object.priority_aging_ms)
+        : 0,
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
     };
   },
 
@@ -5829,6 +6189,21 @@ export const HostLimits: MessageFns<HostLimits> = {
     if (message.maxRetained !== 0) {
       obj.maxRetained = Math.round(message.maxRetained);
     }
+    if (message.weights) {
+      const entries = globalThis.Object.entries(message.weights) as [string, number][];
+      if (entries.length > 0) {
+        obj.weights = {};
+        entries.forEach(([k, v]) => {
+          obj.weights[k] = Math.round(v);
+        });
+      }
+    }
+    if (message.priorityAgingMs !== 0) {
+      obj.priorityAgingMs = Math.round(message.priorityAgingMs);
+    }
+    if (message.mode !== "") {
+      obj.mode = message.mode;
+    }
     return obj;
   },
 
@@ -5865,6 +6240,17 @@ export const HostLimits: MessageFns<HostLimits> = {
     message.leaseTtlMs = object.leaseTtlMs ?? 0;
     message.retentionMs = object.retentionMs ?? 0;
     message.maxRetained = object.maxRetained ?? 0;
+    message.weights = (globalThis.Object.entries(object.weights ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.priorityAgingMs = object.priorityAgingMs ?? 0;
+    message.mode = object.mode ?? "";
     return message;
   },
 };
@@ -6033,6 +6419,91 @@ export const HostLimits_AccountsEntry: MessageFns<HostLimits_AccountsEntry> = {
   },
   fromPartial<I extends Exact<DeepPartial<HostLimits_AccountsEntry>, I>>(object: I): HostLimits_AccountsEntry {
     const message = createBaseHostLimits_AccountsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
+    return message;
+  },
+};
+
+function createBaseHostLimits_WeightsEntry(): HostLimits_WeightsEntry {
+  return { key: "", value: 0 };
+}
+
+export const HostLimits_WeightsEntry: MessageFns<HostLimits_WeightsEntry> = {
+  encode(message: HostLimits_WeightsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(16).uint32(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HostLimits_WeightsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHostLimits_WeightsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HostLimits_WeightsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: HostLimits_WeightsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = Math.round(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HostLimits_WeightsEntry>, I>>(base?: I): HostLimits_WeightsEntry {
+    return HostLimits_WeightsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HostLimits_WeightsEntry>, I>>(object: I): HostLimits_WeightsEntry {
+    const message = createBaseHostLimits_WeightsEntry();
     message.key = object.key ?? "";
     message.value = object.value ?? 0;
     return message;
