@@ -372,3 +372,58 @@ def test_an_operator_raises_a_cap_while_a_slot_waits_and_resets_it(start_server:
     assert (reset.source, reset.limits.total) == (pb.LIMITS_SOURCE_FILE, 1)
     op.close()
     gw.close()
+
+
+def test_a_priority_slot_goes_first_and_reports_its_place_while_it_waits(
+    start_server: StartServer,
+) -> None:
+    server = start_server("--total", "1", "--queue-total", "4")
+    gw = AdmissionClient(server.addr, host_id="h")
+    order: list[str] = []
+    seen: list[tuple[int, int]] = []
+
+    def run(name: str, priority: int, report: bool) -> None:
+        with AdmissionClient(server.addr, host_id="h") as c:
+            on_queued = (lambda p, eta: seen.append((p, eta))) if report else None
+            with c.slot(name, priority=priority, wait_timeout=10, on_queued=on_queued):
+                order.append(name)
+
+    with gw.slot("holder"):
+        # A measured hold, so that waiters get an estimate.
+        pass
+    with gw.slot("holder"):
+        low = threading.Thread(target=run, args=("batch", 5, True))
+        low.start()
+        eventually("batch queued", lambda: gw.stats().queued == 1 or None)
+        high = threading.Thread(target=run, args=("interactive", 1, False))
+        high.start()
+        eventually("both queued", lambda: gw.stats().queued == 2 or None)
+        eventually("batch told it moved back", lambda: any(p == 1 for p, _ in seen) or None)
+    low.join(10)
+    high.join(10)
+    assert order == ["interactive", "batch"]
+    assert seen[0][0] == 0 and seen[0][1] > 0, seen
+    gw.close()
+
+
+def test_an_operator_turns_on_shadow_mode_and_weights(start_server: StartServer) -> None:
+    server = start_server("--total", "1")
+    gw = AdmissionClient(server.addr, host_id="gw-1")
+    op = OperatorClient(server.addr)
+    with pytest.raises(TypeError):
+        op.update_limits("gw-1", weights=3)
+    after = op.update_limits("gw-1", mode="shadow", weights={"alice": 4}, priority_aging_ms=60_000)
+    assert (after.limits.mode, dict(after.limits.weights), after.limits.priority_aging_ms) == (
+        "shadow",
+        {"alice": 4},
+        60_000,
+    )
+    with gw.slot("alice") as first, gw.slot("bob") as second:
+        assert (first.shadow_reason, second.shadow_reason) == ("", "BUSY")
+        s = gw.stats()
+        assert (s.in_flight, s.shadow_busy, s.mode) == (2, 1, "shadow")
+    with pytest.raises(AdmissionError) as bad:
+        op.update_limits("gw-1", weights={"alice": 1001})
+    assert "limits.weights.alice" in bad.value.message
+    op.close()
+    gw.close()

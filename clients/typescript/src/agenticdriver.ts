@@ -221,6 +221,7 @@ export class AuthorityScheduler {
         runId,
         mode: mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
         rssMb: this.rssMb(),
+        priority: 0,
       });
     } catch (e) {
       // Given up on after the client's retries, it may still have made a ticket: free its run.

@@ -169,6 +169,11 @@ export interface AcquireOptions {
   mode?: "queue" | "try";
   /** This replica's resident memory, MiB. */
   rssMb?: number;
+  /** 1 (highest) .. 5 (lowest); 0 or unset: the host's default, 3. */
+  priority?: number;
+  /** While queued: the ticket's place in line and the authority's estimate of the wait in ms
+   * (0 = unknown), from the Submit's answer and then from every Wait event. */
+  onQueued?: (position: number, etaMs: number) => void;
   /** Aborting while queued withdraws the ticket and rejects with the signal's reason. */
   signal?: AbortSignal;
 }
@@ -229,6 +234,9 @@ export class SlotHandle {
     /** Fencing number: larger for every later admission of the host. */
     readonly grant: number,
     readonly leaseTtlMs: number,
+    /** In the authority's shadow mode: what enforce mode would have done with this Submit
+     * (QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE); "" otherwise. */
+    readonly shadowReason = "",
   ) {
     this.timer = setInterval(() => void this.renew(), Math.max(leaseTtlMs / 3, 5));
     this.timer.unref();
@@ -370,6 +378,7 @@ export class AdmissionClient {
         runId,
         mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
         rssMb: opts.rssMb,
+        priority: opts.priority ?? 0,
       });
     } catch (e) {
       if (e instanceof AdmissionError && e.mayHaveApplied) this.releaseRunSoon(runId);
@@ -378,7 +387,8 @@ export class AdmissionClient {
     let grant = r.grant;
     try {
       if (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
-        grant = await this.waitAdmitted(r.ticketId, opts.signal);
+        opts.onQueued?.(r.position, r.etaMs);
+        grant = await this.waitAdmitted(r.ticketId, opts.signal, opts.onQueued);
       } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
         throw new TicketEndedError(r.ticketId, stateName(r.state));
       }
@@ -386,12 +396,16 @@ export class AdmissionClient {
       await this.releaseTicket(r.ticketId);
       throw e;
     }
-    return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs);
+    return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs, r.shadowReason);
   }
 
   /** Follow a queued ticket until it is admitted (resolves with its grant); rejects when it
    * ends otherwise, or with the signal's reason when the signal aborts (the caller withdraws). */
-  waitAdmitted(ticketId: string, signal: AbortSignal | undefined): Promise<number> {
+  waitAdmitted(
+    ticketId: string,
+    signal: AbortSignal | undefined,
+    onQueued?: (position: number, etaMs: number) => void,
+  ): Promise<number> {
     return new Promise((resolve, reject) => {
       const stream = this.stub.wait({ ticketId }, this.metadata());
       let settled = false;
@@ -412,6 +426,8 @@ export class AdmissionClient {
           finish(() => resolve(e.grant));
         } else if (e.state !== gen.TicketState.TICKET_STATE_QUEUED) {
           finish(() => reject(new TicketEndedError(ticketId, stateName(e.state))));
+        } else {
+          onQueued?.(e.position, e.etaMs);
         }
       });
       stream.on("error", (err: ServiceError) => {
@@ -523,6 +539,12 @@ export interface LimitsChanges {
   leaseTtlMs?: number;
   retentionMs?: number;
   maxRetained?: number;
+  priorityAgingMs?: number;
+  mode?: "enforce" | "shadow";
+  /** Maps replaced whole. */
+  subjects?: Record<string, number>;
+  accounts?: Record<string, number>;
+  weights?: Record<string, number>;
 }
 
 /** A client for the Operator service: a host's limits while the fleet runs, and `stub` for the
@@ -593,6 +615,11 @@ export class OperatorClient {
         leaseTtlMs: changes.leaseTtlMs ?? l.leaseTtlMs,
         retentionMs: changes.retentionMs ?? l.retentionMs,
         maxRetained: changes.maxRetained ?? l.maxRetained,
+        priorityAgingMs: changes.priorityAgingMs ?? l.priorityAgingMs,
+        mode: changes.mode ?? l.mode,
+        subjects: changes.subjects ?? l.subjects,
+        accounts: changes.accounts ?? l.accounts,
+        weights: changes.weights ?? l.weights,
       };
       try {
         return await this.setLimits(hostId, limits, current.revision);

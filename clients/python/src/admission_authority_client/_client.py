@@ -65,6 +65,9 @@ class Slot:
     #: Set when a background renewal found the ticket no longer admitted (its lease ran out,
     #: e.g. after a long network partition): the run no longer holds a slot.
     lost: bool = False
+    #: In the authority's shadow mode: what enforce mode would have done with this Submit
+    #: (``QUEUED``, ``BUSY``, ``QUEUE_FULL``, ``MEMORY_PRESSURE``); empty otherwise.
+    shadow_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class _Requests:
         account_id: str | None,
         mode: Mode,
         rss_mb: int | None,
+        priority: int,
     ) -> pb.SubmitRequest:
         req = pb.SubmitRequest(
             host_id=self.host_id,
@@ -128,6 +132,7 @@ class _Requests:
             account_id=account_id or "",
             run_id=run_id or uuid.uuid4().hex,
             mode=pb.SUBMIT_MODE_TRY if mode == "try" else pb.SUBMIT_MODE_QUEUE,
+            priority=priority,
         )
         if rss_mb is not None:
             req.rss_mb = rss_mb
@@ -296,17 +301,24 @@ class AdmissionClient(_Connection):
         mode: Mode = "queue",
         rss_mb: int | None = None,
         wait_timeout: float | None = None,
+        priority: int = 0,
+        on_queued: Callable[[int, int], None] | None = None,
     ) -> Iterator[Slot]:
         """Hold one installation-wide slot for the block: Submit, wait in the queue if need be,
         renew in the background, and Release on exit, on error and on interruption (a queued
         ticket is withdrawn). Refusals raise :class:`~admission_authority_client.Busy` and its
         siblings; ``wait_timeout`` (seconds) bounds the wait in the queue (``TimeoutError``).
 
+        ``priority`` is 1 (highest) .. 5 (lowest), 0 for the host's default (3). While the
+        ticket waits, ``on_queued(position, eta_ms)`` is called with its place in line and the
+        authority's estimate of the wait (0 = unknown), first from the Submit's answer and then
+        whenever the Wait stream reports a change.
+
         A Submit the authority could not answer is repeated with the same run_id within the
         client's deadline; when it still fails and may have made a ticket, that ticket is
         released by run before the error is raised, so no slot is left held.
         """
-        req = self._req.submit(subject, run_id, account_id, mode, rss_mb)
+        req = self._req.submit(subject, run_id, account_id, mode, rss_mb, priority)
         try:
             r = self._unary(self.stub.Submit, req)
         except AdmissionError as e:
@@ -314,9 +326,11 @@ class AdmissionClient(_Connection):
                 self._release_run_soon(req.run_id)
             raise
         try:
-            slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms)
+            slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms, shadow_reason=r.shadow_reason)
             if r.state == pb.TICKET_STATE_QUEUED:
-                slot.grant = self._wait(r.ticket_id, wait_timeout)
+                if on_queued is not None:
+                    on_queued(r.position, r.eta_ms)
+                slot.grant = self._wait(r.ticket_id, wait_timeout, on_queued)
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state))
             stop = threading.Event()
@@ -332,13 +346,20 @@ class AdmissionClient(_Connection):
         finally:
             self._release(r.ticket_id)
 
-    def _wait(self, ticket_id: str, timeout: float | None) -> int:
+    def _wait(
+        self,
+        ticket_id: str,
+        timeout: float | None,
+        on_queued: Callable[[int, int], None] | None = None,
+    ) -> int:
         try:
             for event in self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout, metadata=self._md):
                 if event.state == pb.TICKET_STATE_ADMITTED:
                     return event.grant
                 if event.state != pb.TICKET_STATE_QUEUED:
                     raise TicketEnded(ticket_id, _state_name(event.state))
+                if on_queued is not None:
+                    on_queued(event.position, event.eta_ms)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s") from None
@@ -459,7 +480,9 @@ class AdmissionClient(_Connection):
 
 
 _LIMIT_FIELDS = {"total", "per_subject", "per_account", "overflow_policy", "lease_ttl_ms",
-                 "retention_ms", "max_retained"}
+                 "retention_ms", "max_retained", "priority_aging_ms", "mode"}
+#: Map fields update_limits replaces whole (a dict of name to value).
+_MAP_FIELDS = {"subjects", "accounts", "weights"}
 _QUEUE_FIELDS = {"queue_total": "total", "queue_per_subject": "per_subject",
                  "queue_hard_total": "hard_total"}
 
@@ -531,12 +554,16 @@ class OperatorClient:
         req = pb.SetLimitsRequest(host_id=host_id, limits=limits, expected_revision=expected_revision)
         return self._call(self.stub.SetLimits, req)
 
-    def update_limits(self, host_id: str, **changes: int | str | None) -> pb.SetLimitsResponse:
+    def update_limits(
+        self, host_id: str, **changes: int | str | dict[str, int] | None
+    ) -> pb.SetLimitsResponse:
         """Change some fields of the limits in force (``total``, ``per_subject``,
         ``per_account`` (None: no cap), ``queue_total``, ``queue_per_subject``,
         ``queue_hard_total``, ``overflow_policy``, ``lease_ttl_ms``, ``retention_ms``,
-        ``max_retained``) and keep the rest, at the revision read."""
-        unknown = set(changes) - _LIMIT_FIELDS - set(_QUEUE_FIELDS)
+        ``max_retained``, ``priority_aging_ms``, ``mode`` (``"enforce"`` or ``"shadow"``),
+        and the maps ``subjects``, ``accounts``, ``weights``, each replaced whole by the dict
+        given) and keep the rest, at the revision read."""
+        unknown = set(changes) - _LIMIT_FIELDS - set(_QUEUE_FIELDS) - _MAP_FIELDS
         if unknown:
             raise TypeError(f"update_limits: unknown fields {sorted(unknown)}")
         nulls = sorted(k for k, v in changes.items() if v is None and k != "per_account")
@@ -549,6 +576,12 @@ class OperatorClient:
             for name, value in changes.items():
                 if name in _QUEUE_FIELDS:
                     setattr(limits.queue, _QUEUE_FIELDS[name], value)
+                elif name in _MAP_FIELDS:
+                    if not isinstance(value, dict):
+                        raise TypeError(f"update_limits: {name} takes a dict of name to value")
+                    field = getattr(limits, name)
+                    field.clear()
+                    field.update(value)
                 elif value is None and name == "per_account":
                     limits.ClearField("per_account")
                 else:
@@ -648,10 +681,12 @@ class AsyncAdmissionClient(_Connection):
         mode: Mode = "queue",
         rss_mb: int | None = None,
         wait_timeout: float | None = None,
+        priority: int = 0,
+        on_queued: Callable[[int, int], None] | None = None,
     ) -> AsyncIterator[Slot]:
         """As :meth:`AdmissionClient.slot`; cancelling the task while it waits in the queue
         withdraws the ticket."""
-        req = self._req.submit(subject, run_id, account_id, mode, rss_mb)
+        req = self._req.submit(subject, run_id, account_id, mode, rss_mb, priority)
         try:
             r = await self._unary(self.stub.Submit, req)
         except AdmissionError as e:
@@ -663,9 +698,11 @@ class AsyncAdmissionClient(_Connection):
             self._release_run_soon(req.run_id)
             raise
         try:
-            slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms)
+            slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms, shadow_reason=r.shadow_reason)
             if r.state == pb.TICKET_STATE_QUEUED:
-                slot.grant = await self._wait(r.ticket_id, wait_timeout)
+                if on_queued is not None:
+                    on_queued(r.position, r.eta_ms)
+                slot.grant = await self._wait(r.ticket_id, wait_timeout, on_queued)
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state))
             renewer = asyncio.create_task(self._renew_until(slot))
@@ -679,7 +716,12 @@ class AsyncAdmissionClient(_Connection):
             # Shielded, so a cancellation that interrupted the wait still withdraws the ticket.
             await asyncio.shield(self._release(r.ticket_id))
 
-    async def _wait(self, ticket_id: str, timeout: float | None) -> int:
+    async def _wait(
+        self,
+        ticket_id: str,
+        timeout: float | None,
+        on_queued: Callable[[int, int], None] | None = None,
+    ) -> int:
         try:
             call = self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout, metadata=self._md)
             async for event in call:
@@ -687,6 +729,8 @@ class AsyncAdmissionClient(_Connection):
                     return int(event.grant)
                 if event.state != pb.TICKET_STATE_QUEUED:
                     raise TicketEnded(ticket_id, _state_name(event.state))
+                if on_queued is not None:
+                    on_queued(event.position, event.eta_ms)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s") from None

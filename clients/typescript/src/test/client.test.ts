@@ -300,3 +300,59 @@ test("an operator raises a cap while a slot waits, and resets it", async () => {
     await server.stop();
   }
 });
+
+test("a priority slot goes first and hears its place and wait estimate while queued", async () => {
+  const server = await startServer("--total", "1", "--queue-total", "4");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  try {
+    // A measured hold, so waiters get an estimate.
+    await (await client.acquire("holder")).release();
+    const holder = await client.acquire("holder");
+    const seen: [number, number][] = [];
+    const order: string[] = [];
+    const low = client.acquire("batch", { priority: 5, onQueued: (p, eta) => seen.push([p, eta]) }).then((s) => {
+      order.push("batch");
+      return s;
+    });
+    await eventually("batch to queue", async () => (await client.stats()).queued === 1);
+    const high = client.acquire("interactive", { priority: 1 }).then((s) => {
+      order.push("interactive");
+      return s;
+    });
+    await eventually("both to queue", async () => (await client.stats()).queued === 2);
+    await eventually("batch to hear it moved back", async () => seen.some(([p]) => p === 1));
+    assert.ok(seen[0][0] === 0 && seen[0][1] > 0, JSON.stringify(seen));
+    await holder.release();
+    await (await high).release();
+    await (await low).release();
+    assert.deepEqual(order, ["interactive", "batch"]);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
+test("an operator turns on shadow mode and weights", async () => {
+  const server = await startServer("--total", "1");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const op = new OperatorClient(server.addr);
+  try {
+    const after = await op.updateLimits("h", { mode: "shadow", weights: { alice: 4 }, priorityAgingMs: 60_000 });
+    assert.deepEqual([after.limits?.mode, after.limits?.weights, after.limits?.priorityAgingMs], ["shadow", { alice: 4 }, 60_000]);
+    const first = await client.acquire("alice");
+    const second = await client.acquire("bob");
+    assert.deepEqual([first.shadowReason, second.shadowReason], ["", "BUSY"]);
+    const s = await client.stats();
+    assert.deepEqual([s.inFlight, s.shadowBusy, s.mode], [2, 1, "shadow"]);
+    await assert.rejects(op.updateLimits("h", { weights: { alice: 1001 } }), (e: AdmissionError) => {
+      assert.match(e.message, /limits\.weights\.alice/);
+      return true;
+    });
+    await first.release();
+    await second.release();
+  } finally {
+    op.close();
+    client.close();
+    await server.stop();
+  }
+});
