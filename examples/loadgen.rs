@@ -35,6 +35,15 @@ hosts:
     scheduling: { total: 64, queue: { total: 200000, hard_total: 200000 } }
   streams:
     scheduling: { total: 1, queue: { total: 20000, hard_total: 20000 } }
+  # The free host's limits with weights and priority aging in force (cycles there use
+  # priorities 1..5).
+  weighted:
+    scheduling:
+      subjects: { s0: { weight: 5 }, s1: { weight: 3 }, s2: { weight: 2 }, s3: { weight: 8 } }
+      priority_aging: 30s
+  # The wait-estimate scenario: 8 slots, a closed loop of 24 runs.
+  eta:
+    scheduling: { total: 8, per_subject: 8, queue: { total: 1000, hard_total: 1000 } }
 resources:
   default: { max_tokens: 1000000000, unknown_usage: reject }
 allowances:
@@ -66,6 +75,8 @@ struct Args {
     soak: Option<f64>,
     /// `--only wake`: only the Wait-stream wake-up scenario.
     only_wake: bool,
+    /// `--only eta`: only the wait-estimate scenario.
+    only_eta: bool,
 }
 
 fn args() -> Args {
@@ -79,6 +90,7 @@ fn args() -> Args {
         redis_pool: None,
         soak: None,
         only_wake: false,
+        only_eta: false,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -97,10 +109,11 @@ fn args() -> Args {
             "--redis-url" => a.redis_url = Some(value),
             "--only" if value == "redis" => a.only_redis = true,
             "--only" if value == "wake" => a.only_wake = true,
+            "--only" if value == "eta" => a.only_eta = true,
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
             _ => panic!(
-                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake] [--soak SECONDS]"
+                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta] [--soak SECONDS]"
             ),
         }
     }
@@ -425,7 +438,8 @@ async fn open_reservations(chans: &[Channel]) {
     .await;
 }
 
-/// Submit then Release, on `host`; returns (Submit alone, whole cycle).
+/// Submit then Release, on `host` (priorities 1..5 in turn on the `weighted` host); returns
+/// (Submit alone, whole cycle).
 async fn submit_release(
     chans: &[Channel],
     host: &'static str,
@@ -439,13 +453,17 @@ async fn submit_release(
         let mut client = AdmissionClient::new(chans[w % chans.len()].clone());
         async move {
             let t = Instant::now();
+            let mut req = submit(
+                host,
+                format!("s{}", w % 500),
+                format!("{tag}-{w}-{i}"),
+                mode,
+            );
+            if host == "weighted" {
+                req.priority = 1 + (i % 5) as u32;
+            }
             let r = client
-                .submit(submit(
-                    host,
-                    format!("s{}", w % 500),
-                    format!("{tag}-{w}-{i}"),
-                    mode,
-                ))
+                .submit(req)
                 .await
                 .expect("submit on a free host")
                 .into_inner();
@@ -461,6 +479,112 @@ async fn submit_release(
         }
     })
     .await
+}
+
+/// Priorities and weights against none: Submit+Release cycles at 64 on the `weighted` host
+/// (weights, aging, priorities 1..5) and on the `free` host, alternating; returns the median
+/// ratio and its round's figures.
+async fn weighted_cycles(
+    server: &Server,
+    chans: &[Channel],
+    rounds: usize,
+    seconds: f64,
+    tag: &'static str,
+) -> (f64, (Figures, Figures)) {
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        let (_, plain) = metered(
+            server,
+            submit_release(chans, "free", api::SubmitMode::Queue, 64, seconds, tag),
+            |(_, f)| f.rate * seconds,
+            |(_, f), u| f.cpu_us = Some(u),
+        )
+        .await;
+        let (_, weighted) = metered(
+            server,
+            submit_release(chans, "weighted", api::SubmitMode::Queue, 64, seconds, tag),
+            |(_, f)| f.rate * seconds,
+            |(_, f), u| f.cpu_us = Some(u),
+        )
+        .await;
+        out.push((weighted.rate / plain.rate, (plain, weighted)));
+    }
+    median(out)
+}
+
+/// The wait estimate against the wait: a closed loop of 24 runs on the `eta` host (8 slots),
+/// each holding its slot 80..120 ms (spread evenly), for `seconds`. Every Submit that queued
+/// records its eta_ms and the wait until its Wait stream said ADMITTED; the first second is
+/// warm-up. Returns the samples and the median of |eta - wait| / wait.
+async fn eta_accuracy(chans: &[Channel], seconds: f64) -> (usize, f64, f64) {
+    let chans = chans.to_vec();
+    let start = Instant::now();
+    let warm = Duration::from_secs(1);
+    let deadline = start + warm + Duration::from_secs_f64(seconds);
+    let mut tasks = Vec::new();
+    for w in 0..24usize {
+        let mut client = AdmissionClient::new(chans[w % chans.len()].clone());
+        tasks.push(tokio::spawn(async move {
+            let mut samples = Vec::new();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let r = client
+                    .submit(submit(
+                        "eta",
+                        format!("s{w}"),
+                        format!("eta-{w}-{i}"),
+                        api::SubmitMode::Queue,
+                    ))
+                    .await
+                    .expect("submit on the eta host")
+                    .into_inner();
+                if r.state == api::TicketState::Queued as i32 {
+                    let mut events = client
+                        .wait(api::WaitRequest {
+                            ticket_id: r.ticket_id.clone(),
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    while let Some(e) = events.next().await {
+                        if e.unwrap().state != api::TicketState::Queued as i32 {
+                            break;
+                        }
+                    }
+                    if t > start + warm {
+                        samples.push((f64::from(r.eta_ms), t.elapsed().as_secs_f64() * 1000.0));
+                    }
+                }
+                // Holds of 80..120 ms, spread evenly over the runs and their turns.
+                let hold = 80 + (w as u64 * 7 + i * 13) % 41;
+                tokio::time::sleep(Duration::from_millis(hold)).await;
+                client
+                    .release(api::ReleaseRequest {
+                        ticket_id: r.ticket_id,
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+            samples
+        }));
+    }
+    let mut samples = Vec::new();
+    for t in tasks {
+        samples.extend(t.await.unwrap());
+    }
+    let mut errors: Vec<f64> = samples
+        .iter()
+        .filter(|(_, wait)| *wait > 0.0)
+        .map(|(eta, wait)| (eta - wait).abs() / wait)
+        .collect();
+    errors.sort_by(f64::total_cmp);
+    let mut waits: Vec<f64> = samples.iter().map(|(_, w)| *w).collect();
+    waits.sort_by(f64::total_cmp);
+    let median_of = |v: &[f64]| v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
+    (samples.len(), median_of(&errors), median_of(&waits))
 }
 
 /// Fill `host` (total 64) with 64 admitted tickets and `queued` waiters over `subjects`
@@ -839,6 +963,18 @@ async fn main() {
         soak(&a, &dir, seconds).await;
         return;
     }
+    if a.only_eta {
+        let config = dir.join("bench.yaml");
+        std::fs::write(&config, CONFIG).unwrap();
+        let server = Server::start(&config);
+        let chans = channels(&server.addr, 2).await;
+        let (n, err, wait) = eta_accuracy(&chans, a.seconds.max(5.0)).await;
+        println!(
+            "wait estimate: median |eta - wait| / wait {:.0} % over {n} queued Submits (median wait {wait:.0} ms; target ≤ 25 %)",
+            err * 100.0
+        );
+        return;
+    }
     if a.only_wake {
         let config = dir.join("bench.yaml");
         std::fs::write(&config, CONFIG).unwrap();
@@ -915,6 +1051,21 @@ async fn main() {
         if c == 64 {
             at64 = Some((check, cycle));
         }
+    }
+    let mut weighted_summary = None;
+    let mut eta_summary = None;
+    if !a.only_redis {
+        let (ratio, (plain, weighted)) =
+            weighted_cycles(&server, &chans, a.rounds, a.seconds, "w").await;
+        row("Submit+Release cycle, no priorities or weights", 64, &plain);
+        row(
+            "Submit+Release cycle, priorities 1..5, weights, aging",
+            64,
+            &weighted,
+        );
+        weighted_summary = Some(ratio);
+        let (n, err, wait) = eta_accuracy(&chans, a.seconds.max(5.0)).await;
+        eta_summary = Some((n, err, wait));
     }
 
     // The same Submit+Release cycles on a server whose store is Redis, each round measured right
@@ -1037,14 +1188,30 @@ async fn main() {
         row("health.Check on the Redis-backed server", 64, &check);
         row("CheckAuthAttempt, Redis store", 64, &auth);
         let auth_p99 = auth.p99_ms / check.p99_ms.max(0.001);
-        redis_summary = Some((ratio, per_rpc, auth_ratio, auth_p99));
+        let (w_ratio, (plain, weighted)) =
+            weighted_cycles(&on_redis, &redis_chans, a.rounds, a.seconds, "rw").await;
+        row(
+            "Submit+Release cycle, Redis, no priorities or weights",
+            64,
+            &plain,
+        );
+        row(
+            "Submit+Release cycle, Redis, priorities 1..5, weights, aging",
+            64,
+            &weighted,
+        );
+        redis_summary = Some((ratio, per_rpc, auth_ratio, auth_p99, w_ratio));
     }
-    let redis_line = |(ratio, (all, scripts), auth_ratio, auth_p99): (
+    let redis_line = |(ratio, (all, scripts), auth_ratio, auth_p99, w_ratio): (
         f64,
         (f64, f64),
         f64,
         f64,
+        f64,
     )| {
+        println!(
+            "Redis store: cycles with priorities 1..5, weights and aging = {w_ratio:.2} × the cycles without (target ≥ 0.95)"
+        );
         println!(
             "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's (target ≥ 0.5); {scripts:.2} EVALSHA per RPC (one round trip each; {all:.1} Redis commands per RPC in all, the EVALSHA included)"
         );
@@ -1210,6 +1377,17 @@ async fn main() {
         let _ = cycle;
         println!(
             "100k queued: rotation {rotation_ratio:.2} × the small-queue rate; TRY on a free host {try_ratio:.2} × the empty-queue rate (targets ≥ 0.8; both relative to Check measured beside them)"
+        );
+    }
+    if let Some(ratio) = weighted_summary {
+        println!(
+            "Submit+Release cycles with priorities 1..5, weights and aging = {ratio:.2} × the cycles without (target ≥ 0.95)"
+        );
+    }
+    if let Some((n, err, wait)) = eta_summary {
+        println!(
+            "wait estimate: median |eta - wait| / wait {:.0} % over {n} queued Submits (median wait {wait:.0} ms; target ≤ 25 %)",
+            err * 100.0
         );
     }
     if let Some(summary) = redis_summary {
