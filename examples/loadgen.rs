@@ -1196,7 +1196,7 @@ async fn main() {
             &plain,
         );
         row(
-            "Submit+Release cycle, Redis, priorities 1..5, weights, aging",
+            "Submit+Release cycle, Redis, priorities, weights, aging",
             64,
             &weighted,
         );
