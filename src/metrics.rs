@@ -89,7 +89,13 @@ struct HostCounts {
     queued: u64,
     parked: u64,
     counters: Counters,
+    /// Adaptive caps in force by account (the host's rows that adapt).
+    adaptive: Vec<(String, u32)>,
 }
+
+/// Adaptive-cap series per host at most (accounts with live tickets or a moved cap come
+/// first by name; the rest are left out), so invented account ids cannot grow a scrape.
+pub const MAX_ADAPTIVE_SERIES: usize = 100;
 
 impl From<HostStats> for HostCounts {
     fn from(s: HostStats) -> Self {
@@ -98,6 +104,13 @@ impl From<HostStats> for HostCounts {
             queued: u64::from(s.queued),
             parked: u64::from(s.parked),
             counters: s.counters,
+            adaptive: s
+                .accounts
+                .iter()
+                .filter(|r| r.adaptive)
+                .take(MAX_ADAPTIVE_SERIES)
+                .map(|r| (r.name.clone(), r.cap))
+                .collect(),
         }
     }
 }
@@ -120,6 +133,9 @@ impl HostCounts {
         }
         c.queue_wait.sum_ms += d.queue_wait.sum_ms;
         for (a, b) in c.shadow.iter_mut().zip(d.shadow) {
+            *a += b;
+        }
+        for (a, b) in c.outcomes.iter_mut().zip(d.outcomes) {
             *a += b;
         }
     }
@@ -206,6 +222,8 @@ pub async fn render<S: Store>(
     let mut reservations = String::new();
     let mut waits = String::new();
     let mut shadow = String::new();
+    let mut adaptive = String::new();
+    let mut outcomes = String::new();
     for (h, s, l) in &rows {
         if let Some(s) = s {
             let _ = writeln!(
@@ -235,6 +253,23 @@ pub async fn render<S: Store>(
                 c.queue_wait.sum_ms as f64 / 1000.0,
                 c.queue_wait.count()
             );
+            for (account, cap) in &s.adaptive {
+                let _ = writeln!(
+                    adaptive,
+                    "admission_adaptive_cap{{host_id=\"{h}\",account_id=\"{}\"}} {cap}",
+                    escape(account)
+                );
+            }
+            for o in crate::scheduler::Outcome::REPORTED {
+                let n = c.outcomes[o.index().expect("reported")];
+                if n > 0 {
+                    let _ = writeln!(
+                        outcomes,
+                        "admission_release_outcomes_total{{host_id=\"{h}\",outcome=\"{}\"}} {n}",
+                        o.name()
+                    );
+                }
+            }
             for d in crate::scheduler::ShadowDecision::ALL {
                 let n = c.shadow[d.index()];
                 if n > 0 {
@@ -313,6 +348,20 @@ pub async fn render<S: Store>(
         &mut out,
     );
     out.push_str(&shadow);
+    family(
+        "admission_release_outcomes_total",
+        "counter",
+        "Releases of admitted tickets by the outcome the run reported (ok, rate_limited, overloaded, failed), per host.",
+        &mut out,
+    );
+    out.push_str(&outcomes);
+    family(
+        "admission_adaptive_cap",
+        "gauge",
+        "The adaptive cap in force of accounts with live tickets or a cap moved from its max, per host (at most 100 accounts per host).",
+        &mut out,
+    );
+    out.push_str(&adaptive);
     family(
         "admission_reservations_open",
         "gauge",

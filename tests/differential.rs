@@ -4,7 +4,8 @@
 //! tickets (several hosts with their own limits, subject and account overrides, replays and
 //! run_id conflicts, release by run, Park/Unpark, leases running out, early forgetting, an
 //! operator's SetLimits and ResetLimits with current and stale revisions, priorities with and
-//! without aging, weights, shadow mode, wait estimates), the
+//! without aging, weights, shadow mode, wait estimates, releases reporting outcomes and
+//! adaptive account caps), the
 //! ledger (budgets, allowances, replays, settle conflicts, uncertain reservations and their
 //! resolution, forgotten runs) and the auth buckets (attempts, lockouts, peeks, resets).
 //!
@@ -28,8 +29,8 @@ use admission_authority::ledger::{
     Allowance, AuthorizeArgs, Budget, Coverage, Resolution, ResourcePolicy, UnknownUsage, Usage,
 };
 use admission_authority::scheduler::{
-    Limits, LimitsTable, MemoryLimits, Mode, OverflowPolicy, ShadowDecision, SubmitArgs,
-    SubmitMode, TicketView,
+    Adaptive, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy, Report,
+    ShadowDecision, SubmitArgs, SubmitMode, TicketView,
 };
 use admission_authority::store::memory::MemoryStore;
 use admission_authority::store::redis::RedisStore;
@@ -125,8 +126,9 @@ enum TicketOp {
         subject: Option<usize>,
         account: Option<usize>,
     },
-    Release(usize),
-    ReleaseRun(usize),
+    /// Release with a report of the run's provider call (outcome, latency).
+    Release(usize, Report),
+    ReleaseRun(usize, Report),
     Renew(usize, Option<u32>),
     Park(usize),
     Unpark(usize),
@@ -134,7 +136,7 @@ enum TicketOp {
     /// An operator's SetLimits on a host, at its current revision or at a stale one.
     SetLimits {
         host: usize,
-        limits: Limits,
+        limits: Box<Limits>,
         stale: bool,
     },
     ResetLimits {
@@ -153,17 +155,53 @@ fn ticket_op() -> impl Strategy<Value = TicketOp> {
         1 => (any::<usize>(), prop::option::weighted(0.3, 0..SUBJECTS.len()),
               prop::option::weighted(0.3, 0..ACCOUNTS.len()))
             .prop_map(|(pick, subject, account)| TicketOp::Replay { pick, subject, account }),
-        2 => any::<usize>().prop_map(TicketOp::Release),
-        1 => any::<usize>().prop_map(TicketOp::ReleaseRun),
+        2 => (any::<usize>(), report()).prop_map(|(p, r)| TicketOp::Release(p, r)),
+        1 => (any::<usize>(), report()).prop_map(|(p, r)| TicketOp::ReleaseRun(p, r)),
         2 => (any::<usize>(), rss()).prop_map(|(p, r)| TicketOp::Renew(p, r)),
         1 => any::<usize>().prop_map(TicketOp::Park),
         1 => any::<usize>().prop_map(TicketOp::Unpark),
         1 => (1u64..4_000).prop_map(TicketOp::Advance),
         1 => (0..HOSTS.len(), limits(), prop::bool::weighted(0.2))
-            .prop_map(|(host, limits, stale)| TicketOp::SetLimits { host, limits, stale }),
+            .prop_map(|(host, limits, stale)| TicketOp::SetLimits { host, limits: Box::new(limits), stale }),
         1 => (0..HOSTS.len(), prop::bool::weighted(0.2))
             .prop_map(|(host, stale)| TicketOp::ResetLimits { host, stale }),
     ]
+}
+
+fn report() -> impl Strategy<Value = Report> {
+    (
+        prop_oneof![
+            1 => Just(Outcome::Unspecified),
+            3 => Just(Outcome::Ok),
+            2 => Just(Outcome::RateLimited),
+            1 => Just(Outcome::Overloaded),
+            1 => Just(Outcome::Failed),
+        ],
+        prop::option::of(0u32..5_000),
+    )
+        .prop_map(|(outcome, latency_ms)| Report {
+            outcome,
+            latency_ms,
+        })
+}
+
+fn adaptive() -> impl Strategy<Value = Adaptive> {
+    (
+        1u32..3,
+        0u32..4,
+        300u32..900,
+        1u32..3,
+        prop_oneof![Just(0u64), 2_000u64..9_000],
+    )
+        .prop_map(
+            |(min, extra, decrease_pm, increase, cooldown_ms)| Adaptive {
+                min,
+                max: min + extra,
+                decrease_pm,
+                increase,
+                cooldown_ms,
+            },
+        )
 }
 
 fn limits() -> impl Strategy<Value = Limits> {
@@ -187,6 +225,8 @@ fn limits() -> impl Strategy<Value = Limits> {
             prop_oneof![2 => Just(0u64), 1 => 3_000u64..12_000],
             prop::bool::weighted(0.15),
         ),
+        // Adaptive caps: acct-2's own, and a default for the other accounts.
+        (prop::option::of(adaptive()), prop::option::of(adaptive())),
     )
         .prop_map(
             |(
@@ -197,6 +237,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                 max_retained,
                 (dave, acct1),
                 (alice_w, bob_w, priority_aging_ms, shadow),
+                (acct2, default_adaptive),
             )| Limits {
                 total,
                 per_subject,
@@ -224,6 +265,11 @@ fn limits() -> impl Strategy<Value = Limits> {
                     .collect(),
                 priority_aging_ms,
                 mode: if shadow { Mode::Shadow } else { Mode::Enforce },
+                adaptive: acct2
+                    .map(|a| ("acct-2".to_string(), a))
+                    .into_iter()
+                    .collect(),
+                adaptive_default: default_adaptive,
             },
         )
 }
@@ -326,20 +372,20 @@ async fn tickets_alike(
             }
         }
         match op {
-            TicketOp::Release(p) => {
+            TicketOp::Release(p, report) => {
                 if let Some(p) = pick(&made, p) {
                     let t = &made[p];
-                    let a = m.release(&t.memory).await.unwrap();
-                    let b = r.release(&t.redis).await.unwrap();
+                    let a = m.release(&t.memory, report).await.unwrap();
+                    let b = r.release(&t.redis, report).await.unwrap();
                     prop_assert_eq!(a, b, "op {}: release", i);
                 }
             }
-            TicketOp::ReleaseRun(p) => {
+            TicketOp::ReleaseRun(p, report) => {
                 if let Some(p) = pick(&made, p) {
                     let t = &made[p];
                     let host = HOSTS[t.host];
-                    let a = m.release_run(host, &t.args.run_id).await.unwrap();
-                    let b = r.release_run(host, &t.args.run_id).await.unwrap();
+                    let a = m.release_run(host, &t.args.run_id, report).await.unwrap();
+                    let b = r.release_run(host, &t.args.run_id, report).await.unwrap();
                     prop_assert_eq!(a.as_ref().map(|(_, s)| *s), b.as_ref().map(|(_, s)| *s));
                     prop_assert_eq!(
                         a.map(|(id, _)| id == t.memory),
@@ -393,11 +439,11 @@ async fn tickets_alike(
                 let at = m.get_limits(HOSTS[host]).await.unwrap().revision;
                 let expected = if stale { at.saturating_sub(1) } else { at };
                 let a = m
-                    .set_limits(HOSTS[host], limits.clone(), expected)
+                    .set_limits(HOSTS[host], (**limits).clone(), expected)
                     .await
                     .unwrap();
                 let b = r
-                    .set_limits(HOSTS[host], limits.clone(), expected)
+                    .set_limits(HOSTS[host], (**limits).clone(), expected)
                     .await
                     .unwrap();
                 prop_assert_eq!(a, b, "op {}: set limits", i);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use admission_authority::auth::{AuthPolicy, AuthVerdict, BucketRule};
 use admission_authority::clock::ManualClock;
+use admission_authority::scheduler::Report;
 use admission_authority::store::redis::{AUTH_SKIP_MS, RedisStore};
 use admission_authority::store::{AuthStore, Policy};
 
@@ -454,7 +455,7 @@ async fn the_store_works_on_a_three_node_redis_cluster() {
         assert_eq!(v.state, TicketState::Queued);
         let mut watch = store.watch(&waiter);
         assert_eq!(
-            store.release(&holder).await.unwrap(),
+            store.release(&holder, Report::default()).await.unwrap(),
             Some(TicketState::Admitted)
         );
         tokio::time::timeout(Duration::from_secs(5), watch.changed())
@@ -557,15 +558,15 @@ async fn ended_tickets_leave_only_keys_that_expire() {
     assert_eq!(v.state, TicketState::Queued);
     let (withdrawn, _) = submit("carol", "r3").await;
     assert_eq!(
-        store.release(&withdrawn).await.unwrap(),
+        store.release(&withdrawn, Report::default()).await.unwrap(),
         Some(TicketState::Queued)
     );
     assert_eq!(
-        store.release(&holder).await.unwrap(),
+        store.release(&holder, Report::default()).await.unwrap(),
         Some(TicketState::Admitted)
     );
     assert_eq!(
-        store.release(&waiter).await.unwrap(),
+        store.release(&waiter, Report::default()).await.unwrap(),
         Some(TicketState::Admitted)
     );
     let (abandoned, _) = submit("dave", "r4").await; // never renewed: its lease runs out
@@ -659,7 +660,7 @@ async fn grants_keep_increasing_after_redis_restarts_empty() {
         RedisStore::new(&redis.url(), "g:", 1, policy, Arc::new(ManualClock::new(0))).unwrap();
     let cycle = async |run: String| {
         let (id, v) = store.submit("h", queue_args("alice", &run)).await?.unwrap();
-        store.release(&id).await?;
+        store.release(&id, Report::default()).await?;
         Ok::<u64, admission_authority::store::StoreError>(v.grant)
     };
     let mut before = Vec::new();

@@ -612,6 +612,7 @@ async fn bad_input_is_refused_with_the_field_named_and_changes_nothing() {
             ticket_id: real.ticket_id.clone(),
             host_id: "h".into(),
             run_id: "r1".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -1219,4 +1220,106 @@ async fn submit_and_wait_estimate_the_wait_from_measured_holds() {
     let mut events = follow(&mut c, &next.ticket_id).await;
     let event = events.next().await.unwrap().unwrap();
     assert_eq!(event.eta_ms, s.hold_avg_ms / 2);
+}
+
+#[tokio::test]
+async fn released_outcomes_move_an_adaptive_account_cap_that_an_operator_can_pin() {
+    let port = common::free_port();
+    let admin = format!("127.0.0.1:{port}");
+    let server = Server::start_with_config(
+        "adaptive",
+        "scheduling:\n  total: 10\n  per_subject: 10\n  queue: { total: 10 }\n  accounts:\n    acct: { adaptive: { min: 1, max: 4, cooldown: 0s } }\n",
+        &["--admin-listen", &admin],
+    );
+    let mut c = server.client().await;
+    let mut op = server.operator().await;
+    let bound = |run: &str| {
+        let mut r = submit_req("h", "alice", run);
+        r.account_id = "acct".into();
+        r
+    };
+    let first = c.submit(bound("r1")).await.unwrap().into_inner();
+    let mut bad = api::ReleaseRequest {
+        ticket_id: first.ticket_id.clone(),
+        outcome: 9,
+        ..Default::default()
+    };
+    let err = c.release(bad.clone()).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        err.get_details_bad_request().unwrap().field_violations[0].field,
+        "outcome"
+    );
+    assert_eq!(stats(&mut c, "h").await.in_flight, 1, "nothing changed");
+    bad.outcome = api::Outcome::RateLimited as i32;
+    bad.latency_ms = Some(1200);
+    c.release(bad).await.unwrap();
+    let s = stats(&mut c, "h").await;
+    let row = s.accounts.iter().find(|a| a.account_id == "acct").unwrap();
+    assert_eq!(
+        (row.cap, row.adaptive, row.in_flight),
+        (2, true, 0),
+        "4 × 0.7 = 2.8"
+    );
+    assert_eq!(
+        (s.outcome_rate_limited, s.latency_sum_ms, s.latency_count),
+        (1, 1200, 1)
+    );
+    // The third bound run waits: the cap is 2 now.
+    let _a = c.submit(bound("r2")).await.unwrap().into_inner();
+    let _b = c.submit(bound("r3")).await.unwrap().into_inner();
+    let third = c.submit(bound("r4")).await.unwrap().into_inner();
+    assert_eq!(state_of(third.state), TicketState::Queued);
+    let (_, body) = common::http_get(port, "/metrics");
+    for line in [
+        "admission_adaptive_cap{host_id=\"h\",account_id=\"acct\"} 2",
+        "admission_release_outcomes_total{host_id=\"h\",outcome=\"rate_limited\"} 1",
+    ] {
+        assert!(body.contains(line), "{line} missing from:\n{body}");
+    }
+
+    // Pinned at 3 by an operator (min = max): the waiter is admitted at once.
+    let current = op
+        .get_limits(api::GetLimitsRequest {
+            host_id: "h".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut limits = current.limits.unwrap();
+    let acct = limits.adaptive_accounts.get_mut("acct").unwrap();
+    assert_eq!((acct.min, acct.max, acct.cooldown_ms), (1, 4, Some(0)));
+    acct.min = 3;
+    acct.max = 3;
+    op.set_limits(api::SetLimitsRequest {
+        host_id: "h".into(),
+        limits: Some(limits.clone()),
+        expected_revision: current.revision,
+    })
+    .await
+    .unwrap();
+    let mut events = follow(&mut c, &third.ticket_id).await;
+    let mut last = events.next().await.unwrap().unwrap();
+    while state_of(last.state) == TicketState::Queued {
+        last = tokio::time::timeout(DEADLINE, events.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(state_of(last.state), TicketState::Admitted);
+    // Settings out of range are named as the message's fields.
+    limits.adaptive_accounts.get_mut("acct").unwrap().min = 5;
+    let err = op
+        .set_limits(api::SetLimitsRequest {
+            host_id: "h".into(),
+            limits: Some(limits),
+            expected_revision: 0,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().contains("limits.adaptive_accounts.acct.min"),
+        "{err:?}"
+    );
 }

@@ -13,7 +13,8 @@ use admission_authority::ledger::{
     Resolution, ResourcePolicy, StepState, UnknownUsage, Usage, usd_to_micros,
 };
 use admission_authority::scheduler::{
-    Limits, LimitsTable, Refusal, SubmitArgs, SubmitError, SubmitMode, TicketState, TicketView,
+    Limits, LimitsTable, Refusal, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
+    TicketView,
 };
 use admission_authority::store::memory::MemoryStore;
 use admission_authority::store::redis::RedisStore;
@@ -191,7 +192,7 @@ where
     let mut order = Vec::new();
     for _ in 0..5 {
         assert_eq!(
-            s.release(&current).await.unwrap(),
+            s.release(&current, Report::default()).await.unwrap(),
             Some(TicketState::Admitted)
         );
         let mut admitted = Vec::new();
@@ -248,7 +249,7 @@ where
     let (waiter, v) = submit(s, "h", "bob", "wait").await.unwrap();
     assert_eq!(v.state, TicketState::Queued);
     let mut watch = s.watch(&waiter);
-    s.release(&holder).await.unwrap();
+    s.release(&holder, Report::default()).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), watch.changed())
         .await
         .expect("the waiter's watch fires on admission");
@@ -323,11 +324,11 @@ where
         SubmitError::RunIdConflict { field: "subject" }
     );
     assert_eq!(
-        s.release(&first).await.unwrap(),
+        s.release(&first, Report::default()).await.unwrap(),
         Some(TicketState::Admitted)
     );
     assert_eq!(
-        s.release(&first).await.unwrap(),
+        s.release(&first, Report::default()).await.unwrap(),
         Some(TicketState::Released)
     );
     let (late, v) = submit(s, "h", "alice", "run-1").await.unwrap();
@@ -355,7 +356,7 @@ where
     for i in 0..slack {
         let (id, v) = submit(s, "h", "alice", &format!("run-{i}")).await.unwrap();
         assert_eq!(v.state, TicketState::Admitted);
-        s.release(&id).await.unwrap();
+        s.release(&id, Report::default()).await.unwrap();
         ended.push((id, v.grant));
     }
     // An ended ticket answers a repeat with its final state and grant, whoever repeats it.
@@ -366,7 +367,7 @@ where
     );
     // max_retained 1 + RETAIN_SLACK ended tickets: the oldest RETAIN_SLACK are forgotten.
     let (last, _) = submit(s, "h", "alice", "run-last").await.unwrap();
-    s.release(&last).await.unwrap();
+    s.release(&last, Report::default()).await.unwrap();
     for (id, _) in &ended {
         assert_eq!(state(s, id).await, None, "forgotten early: {id}");
     }
@@ -415,22 +416,38 @@ where
     let (queued, v) = submit(s, "h", "bob", "run-2").await.unwrap();
     assert_eq!(v.state, TicketState::Queued);
     assert_eq!(
-        s.release_run("h", "run-2").await.unwrap(),
+        s.release_run("h", "run-2", Report::default())
+            .await
+            .unwrap(),
         Some((queued.clone(), TicketState::Queued)),
         "a queued ticket is withdrawn"
     );
     assert_eq!(
-        s.release_run("h", "run-1").await.unwrap(),
+        s.release_run("h", "run-1", Report::default())
+            .await
+            .unwrap(),
         Some((held.clone(), TicketState::Admitted))
     );
     assert_eq!(
-        s.release_run("h", "run-1").await.unwrap(),
+        s.release_run("h", "run-1", Report::default())
+            .await
+            .unwrap(),
         Some((held.clone(), TicketState::Released)),
         "twice is no error"
     );
     assert_eq!(state(s, &queued).await, Some(TicketState::Cancelled));
-    assert_eq!(s.release_run("h", "never").await.unwrap(), None);
-    assert_eq!(s.release_run("other-host", "run-1").await.unwrap(), None);
+    assert_eq!(
+        s.release_run("h", "never", Report::default())
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        s.release_run("other-host", "run-1", Report::default())
+            .await
+            .unwrap(),
+        None
+    );
     let st = s.stats("h").await.unwrap();
     assert_eq!((st.in_flight, st.queued, st.counters.released), (0, 0, 1));
 }
@@ -458,7 +475,10 @@ where
         let st = s.stats(host).await.unwrap();
         assert_eq!((st.in_flight, st.counters.admitted), (1, 1), "{host}");
     }
-    assert_eq!(s.release(&odd).await.unwrap(), Some(TicketState::Admitted));
+    assert_eq!(
+        s.release(&odd, Report::default()).await.unwrap(),
+        Some(TicketState::Admitted)
+    );
     assert_eq!(state(s, &plain).await, Some(TicketState::Admitted));
 }
 
@@ -511,7 +531,9 @@ where
         assert!(seen.insert(id.key));
     }
     assert_eq!(
-        s.release(&TicketId::random("host.one")).await.unwrap(),
+        s.release(&TicketId::random("host.one"), Report::default())
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(s.ticket(&TicketId::random("other")).await.unwrap(), None);
@@ -560,7 +582,7 @@ where
     // The human answered, but bob holds the slot: alice's parked ticket queues ahead of a2.
     let back = s.unpark(&human).await.unwrap().unwrap().unwrap();
     assert_eq!((back.state, back.position), (TicketState::Queued, 0));
-    s.release(&bob).await.unwrap();
+    s.release(&bob, Report::default()).await.unwrap();
     let again = s.ticket(&human).await.unwrap().unwrap();
     assert_eq!(again.state, TicketState::Admitted);
     assert!(again.grant > v.grant, "a new admission, a new grant");

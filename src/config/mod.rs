@@ -34,7 +34,9 @@ use crate::auth::{AuthPolicy, BUILT_IN_BUCKETS, DEFAULT_BUCKET};
 use crate::ledger::{
     Allowance, Budget, MAX_USD, ResourcePolicy, UnknownUsage, micros_to_usd, usd_to_micros,
 };
-use crate::scheduler::{Limits, LimitsTable, MAX_WEIGHT, MemoryLimits, Mode, OverflowPolicy};
+use crate::scheduler::{
+    Adaptive, Limits, LimitsTable, MAX_WEIGHT, MemoryLimits, Mode, OverflowPolicy,
+};
 
 /// How long a draining authority waits for admitted tickets, unless told otherwise.
 pub const DEFAULT_DRAIN_MS: u64 = 30_000;
@@ -62,6 +64,8 @@ const MAX_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 const MAX_RETAINED: u64 = 10_000_000;
 /// The longest `priority_aging`.
 const MAX_PRIORITY_AGING_MS: u64 = 86_400_000;
+/// The longest cooldown of an adaptive cap.
+const MAX_COOLDOWN_MS: u64 = 3_600_000;
 /// Longest auth window or lockout.
 const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
 /// Largest auth.local_max_keys: about 2 GiB of buckets at most.

@@ -113,8 +113,13 @@ fn render_limits(out: &mut String, l: &Limits, ind: &str) {
         })
         .collect();
     let _ = writeln!(out, "{ind}subjects: {{{}}}", body.join(", "));
-    let sorted: BTreeMap<_, _> = l.accounts.iter().collect();
-    let body: Vec<String> = sorted
+    // An adaptive account is written {adaptive: {...}}.
+    let mut accounts: BTreeMap<&String, String> =
+        l.accounts.iter().map(|(k, v)| (k, v.to_string())).collect();
+    for (k, a) in &l.adaptive {
+        accounts.insert(k, format!("{{adaptive: {}}}", render_adaptive(a)));
+    }
+    let body: Vec<String> = accounts
         .iter()
         .map(|(k, v)| format!("{}: {v}", yaml_key(k)))
         .collect();
@@ -138,6 +143,28 @@ fn render_limits(out: &mut String, l: &Limits, ind: &str) {
         let _ = writeln!(out, "{ind}priority_aging: 0s   # off");
     }
     let _ = writeln!(out, "{ind}mode: {}", l.mode.name());
+    match &l.adaptive_default {
+        Some(a) => {
+            let _ = writeln!(out, "{ind}adaptive: {}", render_adaptive(a));
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "{ind}adaptive: null   # accounts without a cap of their own use per_account"
+            );
+        }
+    }
+}
+
+fn render_adaptive(a: &Adaptive) -> String {
+    format!(
+        "{{min: {}, max: {}, decrease: {}, increase: {}, cooldown: {}}}",
+        a.min,
+        a.max,
+        f64::from(a.decrease_pm) / 1000.0,
+        a.increase,
+        format_ms(a.cooldown_ms)
+    )
 }
 
 fn render_resources(out: &mut String, r: &ResourcePolicy) {

@@ -133,6 +133,8 @@ impl Cx {
             weights: p.weights.clone().into_iter().collect(),
             priority_aging_ms: p.priority_aging_ms.unwrap_or(d.priority_aging_ms),
             mode: p.mode.unwrap_or(d.mode),
+            adaptive: p.adaptive.clone().into_iter().collect(),
+            adaptive_default: p.adaptive_default,
         }
     }
 }

@@ -42,6 +42,8 @@ pub(super) struct SchedPatch {
     pub(super) weights: BTreeMap<String, u32>,
     pub(super) priority_aging_ms: Option<u64>,
     pub(super) mode: Option<Mode>,
+    pub(super) adaptive: BTreeMap<String, Adaptive>,
+    pub(super) adaptive_default: Option<Adaptive>,
 }
 
 impl SchedPatch {
@@ -53,6 +55,15 @@ impl SchedPatch {
         accounts.extend(over.accounts.iter().map(|(k, v)| (k.clone(), *v)));
         let mut weights = self.weights.clone();
         weights.extend(over.weights.iter().map(|(k, v)| (k.clone(), *v)));
+        // An account named in the block on top is fixed or adaptive as that block says.
+        let mut adaptive = self.adaptive.clone();
+        for name in over.accounts.keys() {
+            adaptive.remove(name);
+        }
+        adaptive.extend(over.adaptive.iter().map(|(k, v)| (k.clone(), *v)));
+        for name in over.adaptive.keys() {
+            accounts.remove(name);
+        }
         SchedPatch {
             total: over.total.or(self.total),
             per_subject: over.per_subject.or(self.per_subject),
@@ -69,6 +80,8 @@ impl SchedPatch {
             weights,
             priority_aging_ms: over.priority_aging_ms.or(self.priority_aging_ms),
             mode: over.mode.or(self.mode),
+            adaptive,
+            adaptive_default: over.adaptive_default.or(self.adaptive_default),
         }
     }
 }
@@ -86,6 +99,7 @@ const SCHEDULING_KEYS: &[&str] = &[
     "max_retained",
     "priority_aging",
     "mode",
+    "adaptive",
     "max_concurrent_runs",
     "queue_depth",
     "max_concurrent_runs_per_scope",
@@ -551,6 +565,67 @@ impl Cx {
         p
     }
 
+    /// An adaptive cap's settings: `{min: 1, max (required), decrease: 0.7, increase: 1,
+    /// cooldown: 1s}`.
+    pub(super) fn adaptive(&mut self, v: &Value, path: &str) -> Option<Adaptive> {
+        let m = self.mapping(v, path, &["min", "max", "decrease", "increase", "cooldown"])?;
+        let mut a = Adaptive::up_to(1);
+        let mut ok = true;
+        match m.get("max") {
+            Some(v) => match self.count32(v, &join(path, "max"), 1) {
+                Some(n) => a.max = n,
+                None => ok = false,
+            },
+            None => {
+                self.err(
+                    path,
+                    "max is required (the cap it starts at and never exceeds)",
+                );
+                ok = false;
+            }
+        }
+        if let Some(v) = m.get("min") {
+            match self.count32(v, &join(path, "min"), 1) {
+                Some(n) => a.min = n,
+                None => ok = false,
+            }
+        }
+        if ok && a.min > a.max {
+            self.err(
+                &join(path, "min"),
+                format_args!("must be <= max ({})", a.max),
+            );
+            ok = false;
+        }
+        if let Some(v) = m.get("decrease") {
+            match v.as_f64() {
+                Some(d) if d > 0.0 && d < 1.0 && (d * 1000.0).round() >= 1.0 => {
+                    a.decrease_pm = ((d * 1000.0).round() as u32).min(999);
+                }
+                _ => {
+                    self.err(
+                        &join(path, "decrease"),
+                        "must be a number between 0 and 1 (the factor a rate-limited outcome multiplies the cap by)",
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if let Some(v) = m.get("increase") {
+            match self.count(v, &join(path, "increase"), 1, 1000) {
+                Some(n) => a.increase = n as u32,
+                None => ok = false,
+            }
+        }
+        if let Some(v) = m.get("cooldown") {
+            match self.duration(v, &join(path, "cooldown"), 0, MAX_COOLDOWN_MS) {
+                Some(ms) => a.cooldown_ms = ms,
+                None => ok = false,
+            }
+        }
+        ok.then_some(a)
+    }
+
     pub(super) fn scheduling(&mut self, v: &Value, path: &str) -> SchedPatch {
         let mut p = SchedPatch::default();
         let Some(m) = self.mapping(v, path, SCHEDULING_KEYS) else {
@@ -594,11 +669,42 @@ impl Cx {
         }
         if let Some(v) = m.get("accounts") {
             let mpath = join(path, "accounts");
-            for (name, cv) in self.named_entries(v, &mpath) {
-                if let Some(cap) = self.count32(cv, &join(&mpath, &name), 1) {
-                    p.accounts.insert(name, cap);
+            for (name, av) in self.named_entries(v, &mpath) {
+                let apath = join(&mpath, &name);
+                // A cap, {cap}, or {adaptive: {...}}.
+                match av {
+                    Value::Mapping(_) => {
+                        let Some(am) = self.mapping(av, &apath, &["cap", "adaptive"]) else {
+                            continue;
+                        };
+                        match (am.get("cap"), am.get("adaptive")) {
+                            (Some(_), Some(_)) => self.err(
+                                &apath,
+                                "give cap or adaptive, not both (an adaptive cap moves within min..max)",
+                            ),
+                            (Some(cv), None) => {
+                                if let Some(cap) = self.count32(cv, &join(&apath, "cap"), 1) {
+                                    p.accounts.insert(name, cap);
+                                }
+                            }
+                            (None, Some(ad)) => {
+                                if let Some(a) = self.adaptive(ad, &join(&apath, "adaptive")) {
+                                    p.adaptive.insert(name, a);
+                                }
+                            }
+                            (None, None) => self.err(&apath, "give cap or adaptive"),
+                        }
+                    }
+                    _ => {
+                        if let Some(cap) = self.count32(av, &apath, 1) {
+                            p.accounts.insert(name, cap);
+                        }
+                    }
                 }
             }
+        }
+        if let Some(v) = m.get("adaptive") {
+            p.adaptive_default = self.adaptive(v, &join(path, "adaptive"));
         }
         if let Some(v) = m.get("priority_aging") {
             p.priority_aging_ms =

@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 
+use super::adaptive::Adaptive;
+
 /// What to do when a Submit must queue and a queue bound is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OverflowPolicy {
@@ -159,9 +161,24 @@ pub struct Limits {
     /// A waiter queued longer than this is served as priority 1; 0 = off.
     pub priority_aging_ms: u64,
     pub mode: Mode,
+    /// Adaptive caps of named accounts (an account in `accounts` has a fixed cap instead).
+    pub adaptive: HashMap<String, Adaptive>,
+    /// Adaptive caps of every other bound account; `None`: `per_account` applies.
+    pub adaptive_default: Option<Adaptive>,
 }
 
 impl Limits {
+    /// How the cap of `account` adapts, if it does: a fixed cap in `accounts` wins, then the
+    /// account's own adaptive settings, then the default ones.
+    pub fn adaptive_of(&self, account: &str) -> Option<&Adaptive> {
+        if self.accounts.contains_key(account) {
+            return None;
+        }
+        self.adaptive
+            .get(account)
+            .or(self.adaptive_default.as_ref())
+    }
+
     pub fn weight(&self, subject: &str) -> u32 {
         self.weights.get(subject).copied().unwrap_or(1)
     }
@@ -203,6 +220,8 @@ impl Default for Limits {
             weights: HashMap::new(),
             priority_aging_ms: 0,
             mode: Mode::Enforce,
+            adaptive: HashMap::new(),
+            adaptive_default: None,
         }
     }
 }

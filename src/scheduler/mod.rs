@@ -9,10 +9,12 @@
 //!   returns at once when the host is at its total cap;
 //! * `position`, which is O(subjects with queued tickets) and is only computed for queued tickets.
 
+mod adaptive;
 mod limits;
 #[cfg(test)]
 mod tests;
 
+pub use adaptive::{Adaptive, AdaptiveState, Outcome, after_outcome};
 pub use limits::{
     DEFAULT_PRIORITY, LEVELS, Limits, LimitsRecord, LimitsSource, LimitsTable, MAX_WEIGHT,
     MemoryLimits, Mode, OverflowPolicy,
@@ -226,7 +228,24 @@ pub struct Counters {
     /// The host's mean slot hold in ms (admission to release, park or expiry), a moving
     /// average of 1/16 weight (see [`next_hold_avg`]); 0 until a slot was freed.
     pub hold_avg_ms: u64,
+    /// Releases of admitted tickets by the outcome they reported, by [`Outcome::index`].
+    pub outcomes: [u64; 4],
+    /// The latencies those releases reported (ms), summed, and how many did.
+    pub latency_sum_ms: u64,
+    pub latency_count: u64,
 }
+
+/// What a Release says about the run's call to the model provider.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub outcome: Outcome,
+    pub latency_ms: Option<u32>,
+}
+
+/// Accounts whose adaptive cap a host remembers away from its start at most: past it, the
+/// outcomes of other accounts leave their caps at `max` (so invented account ids cannot grow
+/// the host without bound).
+pub const MAX_ADAPTIVE_ACCOUNTS: usize = 10_000;
 
 /// Upper bounds (ms) of the queue-wait histogram's buckets; a last bucket takes the rest.
 pub const QUEUE_WAIT_BOUNDS_MS: [u64; 10] = [
@@ -263,6 +282,8 @@ pub struct UsageRow {
     pub in_flight: u32,
     pub queued: u32,
     pub cap: u32,
+    /// An account whose cap adapts to the outcomes releases report.
+    pub adaptive: bool,
 }
 
 /// A snapshot of one host's gauges and counters.
@@ -389,6 +410,9 @@ pub struct HostState {
     /// The last rotation generation handed out (per host, so never reused by a lane that
     /// was forgotten and came back).
     next_generation: u64,
+    /// Adaptive caps learned away from their start, by account (at most
+    /// [`MAX_ADAPTIVE_ACCOUNTS`]; an account back at its start is forgotten).
+    adaptive: HashMap<Arc<str>, AdaptiveState>,
     /// Waiters below priority 1 by the time they joined the queue and their order (not
     /// their key, which each store draws at random: ties must break alike), for aging.
     aging: BTreeMap<(Millis, i64), TicketKey>,
@@ -640,11 +664,28 @@ impl HostState {
     /// dispatch. Returns the state before the call; `None` for an unknown key. Ended tickets are
     /// left as they are.
     pub fn release(&mut self, limits: &Limits, key: TicketKey, now: Millis) -> Option<TicketState> {
+        self.release_reporting(limits, key, Report::default(), now)
+    }
+
+    /// [`HostState::release`] with what the run reports about its provider call: an admitted
+    /// ticket's outcome is counted and moves its account's adaptive cap (before the dispatch
+    /// the release makes, so a raised cap admits at once).
+    pub fn release_reporting(
+        &mut self,
+        limits: &Limits,
+        key: TicketKey,
+        report: Report,
+        now: Millis,
+    ) -> Option<TicketState> {
         self.housekeeping(limits, now);
         let Some(t) = self.tickets.get(&key) else {
             return self.ended.get(&key).map(|e| e.state);
         };
         let previous = t.state;
+        if previous == TicketState::Admitted {
+            let account = t.account.clone();
+            self.record_outcome(limits, account.as_deref(), report, now);
+        }
         match previous {
             TicketState::Admitted | TicketState::Parked => {
                 if let Some(held) = self.end(limits, key, TicketState::Released, now) {
@@ -672,11 +713,56 @@ impl HostState {
         &mut self,
         limits: &Limits,
         run_id: &str,
+        report: Report,
         now: Millis,
     ) -> Option<(TicketKey, TicketState)> {
         self.housekeeping(limits, now);
         let key = *self.runs.get(run_id)?;
-        self.release(limits, key, now).map(|s| (key, s))
+        self.release_reporting(limits, key, report, now)
+            .map(|s| (key, s))
+    }
+
+    /// Count an admitted ticket's reported outcome and latency, and move its account's
+    /// adaptive cap (given the account's admitted tickets before this release).
+    fn record_outcome(
+        &mut self,
+        limits: &Limits,
+        account: Option<&str>,
+        report: Report,
+        now: Millis,
+    ) {
+        if let Some(i) = report.outcome.index() {
+            self.counters.outcomes[i] += 1;
+        }
+        if let Some(ms) = report.latency_ms {
+            self.counters.latency_sum_ms += u64::from(ms);
+            self.counters.latency_count += 1;
+        }
+        let Some(account) = account.filter(|_| report.outcome != Outcome::Unspecified) else {
+            return;
+        };
+        let Some(a) = limits.adaptive_of(account) else {
+            return;
+        };
+        let in_flight = self.accounts.get(account).map_or(0, |s| s.in_flight);
+        let before = self
+            .adaptive
+            .get(account)
+            .copied()
+            .unwrap_or_else(|| a.fresh());
+        let after = after_outcome(a, before, report.outcome, in_flight, now);
+        if after.is_fresh(a, now) {
+            self.adaptive.remove(account);
+        } else if self.adaptive.contains_key(account) || self.adaptive.len() < MAX_ADAPTIVE_ACCOUNTS
+        {
+            self.adaptive.insert(Arc::from(account), after);
+        }
+    }
+
+    /// The cap of `account` in force now: its adaptive cap when it has one, else its fixed one
+    /// (`None`: no cap).
+    pub fn account_cap(&self, limits: &Limits, account: &str) -> Option<u32> {
+        account_cap(limits, &self.adaptive, account)
     }
 
     /// Expire every lease due at `now`, forget tickets past retention, and dispatch into the
@@ -819,18 +905,34 @@ impl HostState {
                 in_flight: s.in_flight,
                 queued: s.queued(),
                 cap: limits.subject_cap(name),
+                adaptive: false,
             })
             .collect();
         subjects.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut accounts: Vec<UsageRow> = self
+        // Accounts with live tickets, and those whose adaptive cap moved from its start.
+        let names: std::collections::BTreeSet<&str> = self
             .accounts
             .iter()
             .filter(|(_, a)| a.in_flight > 0 || a.queued > 0)
-            .map(|(name, a)| UsageRow {
-                name: name.to_string(),
-                in_flight: a.in_flight,
-                queued: a.queued,
-                cap: limits.account_cap(name).unwrap_or(0),
+            .map(|(name, _)| &**name)
+            .chain(
+                self.adaptive
+                    .keys()
+                    .map(|n| &**n)
+                    .filter(|n| limits.adaptive_of(n).is_some()),
+            )
+            .collect();
+        let mut accounts: Vec<UsageRow> = names
+            .into_iter()
+            .map(|name| {
+                let a = self.accounts.get(name);
+                UsageRow {
+                    name: name.to_string(),
+                    in_flight: a.map_or(0, |a| a.in_flight),
+                    queued: a.map_or(0, |a| a.queued),
+                    cap: self.account_cap(limits, name).unwrap_or(0),
+                    adaptive: limits.adaptive_of(name).is_some(),
+                }
             })
             .collect();
         accounts.sort_by(|a, b| a.name.cmp(&b.name));
@@ -982,7 +1084,7 @@ impl HostState {
             if (a.in_flight, a.queued) != (f, q) {
                 return Err(format!("account {name}: counts out of step"));
             }
-            if let Some(cap) = limits.account_cap(name)
+            if let Some(cap) = self.account_cap(limits, name)
                 && enforce
                 && f > cap
             {
@@ -1100,7 +1202,8 @@ impl HostState {
             return false;
         }
         let s = self.subjects.get(subject).map_or(0, |s| s.in_flight);
-        s < limits.subject_cap(subject) && account_has_room(limits, &self.accounts, account)
+        s < limits.subject_cap(subject)
+            && account_has_room(limits, &self.accounts, &self.adaptive, account)
     }
 
     /// Move a new ticket, or one already taken out of its queue, to ADMITTED. The caller has
@@ -1446,8 +1549,12 @@ impl HostState {
                     // Stale entry: the lane's waiters left by other ways than dispatch.
                     continue;
                 };
-                let (tickets, accounts, instances) =
-                    (&self.tickets, &self.accounts, &self.instances);
+                let (tickets, accounts, instances, adaptive) = (
+                    &self.tickets,
+                    &self.accounts,
+                    &self.instances,
+                    &self.adaptive,
+                );
                 let lane = &mut s.lanes[level];
                 let pick = if shadow {
                     lane.queue.first_key_value().map(|(o, k)| (*o, *k))
@@ -1456,7 +1563,7 @@ impl HostState {
                         .iter()
                         .find(|(_, key)| {
                             let t = &tickets[*key];
-                            account_has_room(limits, accounts, t.account.as_deref())
+                            account_has_room(limits, accounts, adaptive, t.account.as_deref())
                                 && !instance_is_soft(limits, instances, &t.instance, now)
                         })
                         .map(|(order, key)| (*order, *key))
@@ -1512,8 +1619,12 @@ impl HostState {
             .find(|key| {
                 let t = &self.tickets[key];
                 limits.shadow()
-                    || (account_has_room(limits, &self.accounts, t.account.as_deref())
-                        && !instance_is_soft(limits, &self.instances, &t.instance, now))
+                    || (account_has_room(
+                        limits,
+                        &self.accounts,
+                        &self.adaptive,
+                        t.account.as_deref(),
+                    ) && !instance_is_soft(limits, &self.instances, &t.instance, now))
             })
     }
 
@@ -1634,11 +1745,25 @@ pub fn eta_ms(hold_avg_ms: u64, position: u32, total: u32, depth: u32, subject_c
 fn account_has_room(
     limits: &Limits,
     accounts: &HashMap<Arc<str>, AccountState>,
+    adaptive: &HashMap<Arc<str>, AdaptiveState>,
     account: Option<&str>,
 ) -> bool {
-    match account.and_then(|a| limits.account_cap(a).map(|cap| (a, cap))) {
+    match account.and_then(|a| account_cap(limits, adaptive, a).map(|cap| (a, cap))) {
         Some((a, cap)) => accounts.get(a).map_or(0, |a| a.in_flight) < cap,
         None => true,
+    }
+}
+
+/// The cap of `account` in force: the adaptive cap when its limits make it adaptive (its
+/// learned value, or `max` when none is remembered), else the fixed one.
+fn account_cap(
+    limits: &Limits,
+    adaptive: &HashMap<Arc<str>, AdaptiveState>,
+    account: &str,
+) -> Option<u32> {
+    match limits.adaptive_of(account) {
+        Some(a) => Some(adaptive.get(account).map_or(a.max, |s| s.cap(a))),
+        None => limits.account_cap(account),
     }
 }
 

@@ -160,17 +160,18 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::ReleaseRequest>,
     ) -> Result<Response<api::ReleaseResponse>, Status> {
         let (_, ext, req) = request.into_parts();
+        let report = edge::release_report(&req)?;
         let (id, previous) = match edge::release_target(&req)? {
             // Never issued: as for a ticket long forgotten.
             edge::ReleaseTarget::Ticket(None) => return Ok(Response::new(replies::released(None))),
             edge::ReleaseTarget::Ticket(Some(id)) => {
                 security::caller(&ext)?.act_for(&id.host_id)?;
-                let previous = self.store.release(&id).await?;
+                let previous = self.store.release(&id, report).await?;
                 (id, previous)
             }
             edge::ReleaseTarget::Run { host_id, run_id } => {
                 security::caller(&ext)?.act_for(host_id)?;
-                match self.store.release_run(host_id, run_id).await? {
+                match self.store.release_run(host_id, run_id, report).await? {
                     Some((id, previous)) => (id, Some(previous)),
                     None => return Ok(Response::new(replies::released(None))),
                 }

@@ -12,7 +12,9 @@ use crate::api;
 use crate::auth::{AuthPolicy, BucketRule};
 use crate::config::{MAX_TOKENS, check_id};
 use crate::ledger::{AuthorizeArgs, Coverage, LedgerError, Resolution, Usage, usd_to_micros};
-use crate::scheduler::{DEFAULT_PRIORITY, LEVELS, Refusal, SubmitArgs, SubmitError, SubmitMode};
+use crate::scheduler::{
+    DEFAULT_PRIORITY, LEVELS, Outcome, Refusal, Report, SubmitArgs, SubmitError, SubmitMode,
+};
 use crate::store::{StoreError, TicketId};
 
 /// The ErrorInfo domain of every refusal.
@@ -227,7 +229,40 @@ pub fn operator_limits(
         subjects.insert(Value::from(name.as_str()), entry);
     }
     block.insert("subjects".into(), Value::Mapping(subjects));
-    block.insert("accounts".into(), caps(&l.accounts));
+    // The file writes an adaptive account as {adaptive: {...}} among the accounts.
+    let adaptive = |a: &api::AdaptiveLimits| {
+        let mut m = Mapping::new();
+        if a.min > 0 {
+            m.insert("min".into(), a.min.into());
+        }
+        m.insert("max".into(), a.max.into());
+        if a.decrease != 0.0 {
+            m.insert("decrease".into(), a.decrease.into());
+        }
+        if a.increase > 0 {
+            m.insert("increase".into(), a.increase.into());
+        }
+        if let Some(ms) = a.cooldown_ms {
+            m.insert("cooldown".into(), format!("{ms}ms").into());
+        }
+        Value::Mapping(m)
+    };
+    let mut accounts = match caps(&l.accounts) {
+        Value::Mapping(m) => m,
+        _ => Mapping::new(),
+    };
+    for (name, a) in &l.adaptive_accounts {
+        let mut e = Mapping::new();
+        e.insert("adaptive".into(), adaptive(a));
+        if let Some(cap) = accounts.remove(name.as_str()) {
+            e.insert("cap".into(), cap);
+        }
+        accounts.insert(Value::from(name.as_str()), Value::Mapping(e));
+    }
+    block.insert("accounts".into(), Value::Mapping(accounts));
+    if let Some(a) = &l.adaptive {
+        block.insert("adaptive".into(), adaptive(a));
+    }
     let mut q = Mapping::new();
     q.insert("total".into(), queue.total.into());
     q.insert("per_subject".into(), queue.per_subject.into());
@@ -256,6 +291,7 @@ pub fn operator_limits(
                         .replacen("limits.retention:", "limits.retention_ms:", 1)
                         .replacen("limits.priority_aging:", "limits.priority_aging_ms:", 1);
                     let e = weight_field(&e).unwrap_or(e);
+                    let e = adaptive_field(&e).unwrap_or(e);
                     match e.split_once(": ") {
                         Some((field, rule)) => (field.to_string(), rule.to_string()),
                         None => ("limits".to_string(), e),
@@ -273,6 +309,25 @@ fn weight_field(e: &str) -> Option<String> {
     let (field, rule) = rest.split_once(": ")?;
     let name = field.strip_suffix(".weight")?;
     Some(format!("limits.weights.{name}: {rule}"))
+}
+
+/// A problem of an account's adaptive settings as the file names it
+/// (`limits.accounts.<name>.adaptive.max`, `limits.accounts.<name>`), named as the message's
+/// field (`limits.adaptive_accounts.<name>.max`); a default's cooldown as `cooldown_ms`.
+fn adaptive_field(e: &str) -> Option<String> {
+    let (field, rule) = e.split_once(": ")?;
+    let renamed = match field
+        .strip_prefix("limits.accounts.")
+        .and_then(|rest| rest.split_once(".adaptive"))
+    {
+        Some((name, key)) => format!("limits.adaptive_accounts.{name}{key}"),
+        None if field.starts_with("limits.adaptive") => field.to_string(),
+        None => return None,
+    };
+    Some(format!(
+        "{}: {rule}",
+        renamed.replace(".cooldown", ".cooldown_ms")
+    ))
 }
 
 /// Check an id field: 1..128 bytes of printable ASCII.
@@ -304,6 +359,30 @@ pub fn ticket_id(value: &str, field: &str) -> Result<Option<TicketId>, ApiError>
 pub enum ReleaseTarget<'a> {
     Ticket(Option<TicketId>),
     Run { host_id: &'a str, run_id: &'a str },
+}
+
+/// Validate a ReleaseRequest's report: the outcome and latency of the run's provider call.
+pub fn release_report(req: &api::ReleaseRequest) -> Result<Report, ApiError> {
+    let outcome = match api::Outcome::try_from(req.outcome) {
+        Ok(api::Outcome::Unspecified) => Outcome::Unspecified,
+        Ok(api::Outcome::Ok) => Outcome::Ok,
+        Ok(api::Outcome::RateLimited) => Outcome::RateLimited,
+        Ok(api::Outcome::Overloaded) => Outcome::Overloaded,
+        Ok(api::Outcome::Failed) => Outcome::Failed,
+        Err(_) => {
+            return Err(ApiError::invalid(
+                "outcome",
+                format!(
+                    "unknown value {}; use OUTCOME_OK (1), OUTCOME_RATE_LIMITED (2), OUTCOME_OVERLOADED (3) or OUTCOME_FAILED (4)",
+                    req.outcome
+                ),
+            ));
+        }
+    };
+    Ok(Report {
+        outcome,
+        latency_ms: req.latency_ms,
+    })
 }
 
 /// Validate a ReleaseRequest: `ticket_id`, or `host_id` and `run_id`, not both.

@@ -186,6 +186,12 @@ pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool) -> api::Stats {
         shadow_queue_full: s.counters.shadow[2],
         shadow_memory_pressure: s.counters.shadow[3],
         hold_avg_ms: ms32(s.counters.hold_avg_ms),
+        outcome_ok: s.counters.outcomes[0],
+        outcome_rate_limited: s.counters.outcomes[1],
+        outcome_overloaded: s.counters.outcomes[2],
+        outcome_failed: s.counters.outcomes[3],
+        latency_sum_ms: s.counters.latency_sum_ms,
+        latency_count: s.counters.latency_count,
         subjects: s
             .subjects
             .into_iter()
@@ -204,6 +210,7 @@ pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool) -> api::Stats {
                 in_flight: r.in_flight,
                 queued: r.queued,
                 cap: r.cap,
+                adaptive: r.adaptive,
             })
             .collect(),
     }
@@ -268,7 +275,23 @@ impl From<&Limits> for api::HostLimits {
             weights: l.weights.clone().into_iter().collect(),
             priority_aging_ms: l.priority_aging_ms,
             mode: l.mode.name().to_string(),
+            adaptive_accounts: l
+                .adaptive
+                .iter()
+                .map(|(k, a)| (k.clone(), adaptive_limits(a)))
+                .collect(),
+            adaptive: l.adaptive_default.as_ref().map(adaptive_limits),
         }
+    }
+}
+
+fn adaptive_limits(a: &crate::scheduler::Adaptive) -> api::AdaptiveLimits {
+    api::AdaptiveLimits {
+        min: a.min,
+        max: a.max,
+        decrease: f64::from(a.decrease_pm) / 1000.0,
+        increase: a.increase,
+        cooldown_ms: Some(a.cooldown_ms),
     }
 }
 

@@ -20,8 +20,8 @@ use crate::ledger::{
     Authorization, AuthorizeArgs, Ledger, LedgerStats, ReservationInfo, Resolution, Usage,
 };
 use crate::scheduler::{
-    HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, SubmitArgs, SubmitError,
-    TicketInfo, TicketMap, TicketState, TicketView,
+    HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Report, SubmitArgs,
+    SubmitError, TicketInfo, TicketMap, TicketState, TicketView,
 };
 
 pub struct MemoryStore {
@@ -274,12 +274,16 @@ impl TicketStore for MemoryStore {
             .collect())
     }
 
-    async fn release(&self, id: &TicketId) -> Result<Option<TicketState>, StoreError> {
+    async fn release(
+        &self,
+        id: &TicketId,
+        report: Report,
+    ) -> Result<Option<TicketState>, StoreError> {
         let Some(host) = self.existing_host(&id.host_id) else {
             return Ok(None);
         };
         Ok(self.with_host(&host, |state, limits, now| {
-            state.release(limits, id.key, now)
+            state.release_reporting(limits, id.key, report, now)
         }))
     }
 
@@ -287,12 +291,13 @@ impl TicketStore for MemoryStore {
         &self,
         host_id: &str,
         run_id: &str,
+        report: Report,
     ) -> Result<Option<(TicketId, TicketState)>, StoreError> {
         let Some(host) = self.existing_host(host_id) else {
             return Ok(None);
         };
         let found = self.with_host(&host, |state, limits, now| {
-            state.release_run(limits, run_id, now)
+            state.release_run(limits, run_id, report, now)
         });
         Ok(found.map(|(key, s)| {
             (

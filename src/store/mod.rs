@@ -17,8 +17,8 @@ use crate::ledger::{
     ResourcePolicy, Usage,
 };
 use crate::scheduler::{
-    HostStats, Limits, LimitsRecord, LimitsTable, SubmitArgs, SubmitError, TicketInfo, TicketKey,
-    TicketState, TicketView,
+    HostStats, Limits, LimitsRecord, LimitsTable, Report, SubmitArgs, SubmitError, TicketInfo,
+    TicketKey, TicketState, TicketView,
 };
 
 /// Everything a store enforces, resolved from configuration.
@@ -230,10 +230,13 @@ pub trait TicketStore: Send + Sync + 'static {
         rss_mb: Option<u32>,
     ) -> impl Future<Output = Result<Vec<Option<TicketView>>, StoreError>> + Send;
 
-    /// Release or withdraw; the state before the call, `None` if unknown.
+    /// Release or withdraw, with what the run reports about its provider call (see
+    /// [`HostState::release_reporting`](crate::scheduler::HostState::release_reporting)); the
+    /// state before the call, `None` if unknown.
     fn release(
         &self,
         id: &TicketId,
+        report: Report,
     ) -> impl Future<Output = Result<Option<TicketState>, StoreError>> + Send;
 
     /// Release or withdraw the ticket Submit made for `(host_id, run_id)`: its id and the state
@@ -242,6 +245,7 @@ pub trait TicketStore: Send + Sync + 'static {
         &self,
         host_id: &str,
         run_id: &str,
+        report: Report,
     ) -> impl Future<Output = Result<Option<(TicketId, TicketState)>, StoreError>> + Send;
 
     /// Park an admitted ticket (parking a parked one changes nothing): the ticket after it,

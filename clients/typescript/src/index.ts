@@ -340,7 +340,11 @@ export class AdmissionClient {
    * it had ("EXPIRED" when there was none). */
   async releaseRun(runId: string, opts: RetryOptions & { hostId?: string } = {}): Promise<string> {
     const hostId = opts.hostId ?? this.hostId;
-    const r = await this.call(this.stub.release, { ticketId: "", hostId, runId }, opts);
+    const r = await this.call(
+      this.stub.release,
+      { ticketId: "", hostId, runId, outcome: gen.Outcome.OUTCOME_UNSPECIFIED },
+      opts,
+    );
     return stateName(r.previousState);
   }
 
@@ -444,7 +448,12 @@ export class AdmissionClient {
   /** Release or withdraw a ticket; a failure is left to the lease. */
   async releaseTicket(ticketId: string): Promise<void> {
     try {
-      await this.call(this.stub.release, { ticketId, hostId: "", runId: "" });
+      await this.call(this.stub.release, {
+        ticketId,
+        hostId: "",
+        runId: "",
+        outcome: gen.Outcome.OUTCOME_UNSPECIFIED,
+      });
     } catch {
       // The lease frees the slot within lease_ttl anyway.
     }

@@ -11,9 +11,9 @@ use tokio::sync::watch;
 
 use super::{RedisStore, codes};
 use crate::scheduler::{
-    Counters, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Mode, OverflowPolicy,
-    ShadowDecision, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
-    UsageRow, WaitHistogram, level_of,
+    Adaptive, Counters, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Mode, Outcome,
+    OverflowPolicy, Report, ShadowDecision, SubmitArgs, SubmitError, TicketInfo, TicketKey,
+    TicketState, TicketView, UsageRow, WaitHistogram, level_of,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -108,7 +108,11 @@ fn limits_parts(l: &Limits) -> (String, String) {
         l.memory.max_rss_mb,
         l.memory.soft_rss_mb,
     );
-    let defaults = l.weights.is_empty() && l.priority_aging_ms == 0 && l.mode == Mode::Enforce;
+    let defaults = l.weights.is_empty()
+        && l.priority_aging_ms == 0
+        && l.mode == Mode::Enforce
+        && l.adaptive.is_empty()
+        && l.adaptive_default.is_none();
     let maps = if l.subjects.is_empty() && l.accounts.is_empty() && defaults {
         String::new()
     } else {
@@ -126,10 +130,63 @@ fn limits_parts(l: &Limits) -> (String, String) {
         if l.mode != Mode::Enforce {
             let _ = write!(m, ",\"mode\":\"{}\"", l.mode.name());
         }
+        if let Some(a) = &l.adaptive_default {
+            let _ = write!(m, ",\"adaptive\":\"{}\"", adaptive_arg(a));
+        }
+        if !l.adaptive.is_empty() {
+            m.push_str(",\"adaptiveAccounts\":{");
+            for (i, (k, a)) in l.adaptive.iter().enumerate() {
+                if i > 0 {
+                    m.push(',');
+                }
+                let _ = write!(
+                    m,
+                    "\"{}\":\"{}\"",
+                    k.replace('\\', "\\\\").replace('"', "\\\""),
+                    adaptive_arg(a)
+                );
+            }
+            m.push('}');
+        }
         m.push('}');
         m
     };
     (scalars, maps)
+}
+
+/// A release's report as the scripts read it: the outcome's name ('' when unspecified) and the
+/// latency ('' when not reported).
+fn report_args(r: Report) -> (String, String) {
+    let outcome = match r.outcome {
+        Outcome::Unspecified => String::new(),
+        o => o.name().to_string(),
+    };
+    (
+        outcome,
+        r.latency_ms.map_or_else(String::new, |l| l.to_string()),
+    )
+}
+
+/// An adaptive cap's settings as the scripts read them: `min,max,decrease‰,increase,cooldown`.
+fn adaptive_arg(a: &Adaptive) -> String {
+    format!(
+        "{},{},{},{},{}",
+        a.min, a.max, a.decrease_pm, a.increase, a.cooldown_ms
+    )
+}
+
+fn adaptive_of_arg(s: &str) -> Option<Adaptive> {
+    let p: Vec<&str> = s.split(',').collect();
+    if p.len() != 5 {
+        return None;
+    }
+    Some(Adaptive {
+        min: p[0].parse().ok()?,
+        max: p[1].parse().ok()?,
+        decrease_pm: p[2].parse().ok()?,
+        increase: p[3].parse().ok()?,
+        cooldown_ms: p[4].parse().ok()?,
+    })
 }
 
 /// A reply field as text: a string or an integer; `None` for anything else (never a guess).
@@ -376,9 +433,18 @@ impl TicketStore for RedisStore {
         Ok(out)
     }
 
-    async fn release(&self, id: &TicketId) -> Result<Option<TicketState>, StoreError> {
+    async fn release(
+        &self,
+        id: &TicketId,
+        report: Report,
+    ) -> Result<Option<TicketState>, StoreError> {
+        let (outcome, latency) = report_args(report);
         let reply = self
-            .sched(&self.release, &id.host_id, &[hex(id.key), String::new()])
+            .sched(
+                &self.release,
+                &id.host_id,
+                &[hex(id.key), String::new(), outcome, latency],
+            )
             .await?;
         Ok(released(reply)?.map(|(_, s)| s))
     }
@@ -387,9 +453,15 @@ impl TicketStore for RedisStore {
         &self,
         host_id: &str,
         run_id: &str,
+        report: Report,
     ) -> Result<Option<(TicketId, TicketState)>, StoreError> {
+        let (outcome, latency) = report_args(report);
         let reply = self
-            .sched(&self.release, host_id, &[String::new(), run_id.to_string()])
+            .sched(
+                &self.release,
+                host_id,
+                &[String::new(), run_id.to_string(), outcome, latency],
+            )
             .await?;
         Ok(released(reply)?.map(|(key, s)| {
             (
@@ -598,6 +670,16 @@ fn limits_of(f: &[Value]) -> Option<Limits> {
     let weights = caps()?;
     let priority_aging_ms = int(f.get(i)?)?;
     let mode = Mode::parse(&text(f.get(i + 1)?)?)?;
+    let adaptive_default = match text(f.get(i + 2)?)?.as_str() {
+        "" => None,
+        s => Some(adaptive_of_arg(s)?),
+    };
+    let count = usize::try_from(int(f.get(i + 3)?)?).ok()?;
+    let mut adaptive = HashMap::new();
+    for j in 0..count {
+        let k = i + 4 + 2 * j;
+        adaptive.insert(text(f.get(k)?)?, adaptive_of_arg(&text(f.get(k + 1)?)?)?);
+    }
     Some(Limits {
         total: n32(0)?,
         per_subject: n32(1)?,
@@ -621,8 +703,13 @@ fn limits_of(f: &[Value]) -> Option<Limits> {
         weights,
         priority_aging_ms,
         mode,
+        adaptive,
+        adaptive_default,
     })
 }
+
+/// A stats row as the script answers it: name, in_flight, queued and (accounts) the cap.
+type StatsRow = (String, u32, u32, Option<u32>);
 
 fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
     let Value::Array(f) = reply else {
@@ -642,22 +729,34 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         queue_wait: WaitHistogram::default(),
         shadow: [0; 4],
         hold_avg_ms: 0,
+        outcomes: [0; 4],
+        latency_sum_ms: 0,
+        latency_count: 0,
     };
     let mut i = 11;
-    let mut rows = || -> Result<Vec<(String, u32, u32)>, StoreError> {
+    // Rows of name, in_flight, queued and (with `cap`) the cap in force (-1: none).
+    let mut rows = |cap: bool| -> Result<Vec<StatsRow>, StoreError> {
         let count = n(i)? as usize;
         i += 1;
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
             let name = f.get(i).and_then(text).ok_or_else(bad)?;
-            out.push((name, n32(i + 1)?, n32(i + 2)?));
-            i += 3;
+            let c = if cap {
+                let c = f.get(i + 3).and_then(text).ok_or_else(bad)?;
+                (c != "-1")
+                    .then(|| c.parse::<u32>().map_err(|_| bad()))
+                    .transpose()?
+            } else {
+                None
+            };
+            out.push((name, n32(i + 1)?, n32(i + 2)?, c));
+            i += if cap { 4 } else { 3 };
         }
         out.sort();
         Ok(out)
     };
-    let subject_rows = rows()?;
-    let account_rows = rows()?;
+    let subject_rows = rows(false)?;
+    let account_rows = rows(true)?;
     let mut queue_wait = WaitHistogram::default();
     for (j, b) in queue_wait.buckets.iter_mut().enumerate() {
         *b = n(i + j)?;
@@ -669,19 +768,32 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         *c = n(i + 1 + j)?;
     }
     let hold_avg_ms = n(i + 5)?;
-    let limits = limits_of(f.get(i + 6..).ok_or_else(bad)?).ok_or_else(bad)?;
-    let usage = |rows: Vec<(String, u32, u32)>, cap: &dyn Fn(&str) -> u32| -> Vec<UsageRow> {
-        rows.into_iter()
-            .map(|(name, in_flight, queued)| UsageRow {
-                cap: cap(&name),
-                in_flight,
-                queued,
-                name,
-            })
-            .collect()
-    };
-    let subjects = usage(subject_rows, &|s| limits.subject_cap(s));
-    let accounts = usage(account_rows, &|a| limits.account_cap(a).unwrap_or(0));
+    let mut outcomes = [0; 4];
+    for (j, c) in outcomes.iter_mut().enumerate() {
+        *c = n(i + 6 + j)?;
+    }
+    let (latency_sum_ms, latency_count) = (n(i + 10)?, n(i + 11)?);
+    let limits = limits_of(f.get(i + 12..).ok_or_else(bad)?).ok_or_else(bad)?;
+    let subjects = subject_rows
+        .into_iter()
+        .map(|(name, in_flight, queued, _)| UsageRow {
+            cap: limits.subject_cap(&name),
+            in_flight,
+            queued,
+            name,
+            adaptive: false,
+        })
+        .collect();
+    let accounts = account_rows
+        .into_iter()
+        .map(|(name, in_flight, queued, cap)| UsageRow {
+            cap: cap.unwrap_or(0),
+            in_flight,
+            queued,
+            adaptive: limits.adaptive_of(&name).is_some(),
+            name,
+        })
+        .collect();
     Ok(HostStats {
         in_flight: n32(0)?,
         queued: n32(1)?,
@@ -690,6 +802,9 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
             queue_wait,
             shadow,
             hold_avg_ms,
+            outcomes,
+            latency_sum_ms,
+            latency_count,
             ..counters
         },
         reported_rss_mb: n32(10)?,

@@ -1,6 +1,7 @@
 -- Release's common case in few commands, before the helpers are built: the limits of record
 -- the caller's own or newer (`adopt`), an admitted ticket,
 -- no lease due (see `due_bound`), nothing queued (so nothing to dispatch). As `finish` and the full rules do it.
+-- ARGV[7] the outcome reported ('' none), ARGV[8] the latency ('' none).
 local k = ARGV[5]
 if k == '' then
   k = redis.call('GET', B .. 'run:' .. ARGV[6])
@@ -16,6 +17,10 @@ if t[4] == ADMITTED then
   if nd > now and adopt(c[6], c[7], c[8]) then
     nothing_due = true
     if num(c[3]) == 0 then
+      if ARGV[7] ~= '' or ARGV[8] ~= '' then
+        local af = t[2] ~= '' and num(redis.call('HGET', AF, t[2])) or 0
+        record_outcome(t[2], ARGV[7], ARGV[8], af)
+      end
       redis.call('HSET', C, 'in_flight', fmt(num(c[1]) - 1), 'released', fmt(num(c[2]) + 1),
                  's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd),
                  'hold', fmt(hold_avg(c[9], num(t[5]))))

@@ -1,8 +1,9 @@
 -- Housekeeping, then the host's gauges, counters and rows.
 -- Returns {in_flight, queued, parked, submitted, admitted, rejected, released, cancelled,
 -- shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
--- (account, in_flight, queued) x n, queue-wait buckets and sum, shadow decisions (QUEUED,
--- BUSY, QUEUE_FULL, MEMORY_PRESSURE), mean hold, the limits of record}.
+-- (account, in_flight, queued, cap (-1 none)) x n, queue-wait buckets and sum, shadow
+-- decisions (QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE), mean hold, outcomes (ok,
+-- rate_limited, overloaded, failed), latency sum and count, the limits of record}.
 housekeeping(false)
 local out = {}
 for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
@@ -36,8 +37,9 @@ for _, s in ipairs(subjects) do
 end
 table.insert(out, #rows / 3)
 for _, v in ipairs(rows) do table.insert(out, v) end
+-- Accounts with live tickets, and those whose adaptive cap moved from its start.
 local accounts, aseen = {}, {}
-for _, h in ipairs({AF, AQ}) do
+for _, h in ipairs({AF, AQ, AD}) do
   for _, a in ipairs(redis.call('HKEYS', h)) do
     if not aseen[a] then aseen[a] = true; table.insert(accounts, a) end
   end
@@ -45,11 +47,13 @@ end
 rows = {}
 for _, a in ipairs(accounts) do
   local f, q = num(redis.call('HGET', AF, a)), num(redis.call('HGET', AQ, a))
-  if f > 0 or q > 0 then
+  local moved = adaptive_of(a) ~= nil and redis.call('HEXISTS', AD, a) == 1
+  if f > 0 or q > 0 or moved then
     table.insert(rows, a); table.insert(rows, f); table.insert(rows, q)
+    table.insert(rows, account_cap(a) or -1)
   end
 end
-table.insert(out, #rows / 3)
+table.insert(out, #rows / 4)
 for _, v in ipairs(rows) do table.insert(out, v) end
 for i = 0, #QW_BOUNDS do table.insert(out, num(redis.call('HGET', QW, 'b' .. i))) end
 table.insert(out, num(redis.call('HGET', QW, 'sum')))
@@ -57,5 +61,10 @@ for _, r in ipairs({SHADOW_QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE}) do
   table.insert(out, cnt('sh:' .. r))
 end
 table.insert(out, cnt('hold'))
+for _, o in ipairs({'ok', 'rate_limited', 'overloaded', 'failed'}) do
+  table.insert(out, cnt('o:' .. o))
+end
+table.insert(out, cnt('lat_sum'))
+table.insert(out, cnt('lat_n'))
 append_limits(out)
 return out

@@ -11,11 +11,7 @@ if L.max_rss == 0 then
   local nd = adopt(c[8], c[9], c[10]) and L.max_rss == 0 and due_bound(c[7], now + L.lease)
   if nd and nd > now then
     nothing_due = true
-    local acap = nil
-    if account ~= '' then
-      acap = L.accounts[account]
-      if not acap and L.per_account >= 0 then acap = L.per_account end
-    end
+    local acap = account_cap_of(account)
     if num(c[5]) == 0 and num(c[2]) < L.total
       and num(c[6]) < (L.subjects[subject] or L.per_subject)
       and (acap == nil or num(redis.call('HGET', AF, account)) < acap)

@@ -61,7 +61,8 @@ local function limits_of(scalars, maps_json)
           max_retained = tonumber(max_retained), max_rss = tonumber(max_rss),
           soft_rss = tonumber(soft_rss), subjects = maps.subjects or none,
           accounts = maps.accounts or none, weights = maps.weights or none,
-          aging = maps.aging or 0, mode = maps.mode or 'enforce'}
+          aging = maps.aging or 0, mode = maps.mode or 'enforce',
+          adaptive = maps.adaptive, adaptive_accounts = maps.adaptiveAccounts or none}
 end
 -- The caller's limits and their version; `L` (and LIMITS_S, LIMITS_M, which the stats script
 -- answers) are the caller's until `resolve_limits` finds others of record.
@@ -121,6 +122,71 @@ local function adopt(v, s, m)
   LIMITS_S, LIMITS_M = s, m or ''
   L = limits_of(LIMITS_S, LIMITS_M)
   return true
+end
+-- Adaptive account caps (scheduler::adaptive). Settings travel as `min,max,decrease‰,increase,
+-- cooldown`; `AD` holds each account's learned cap away from its start as `cap‰|last_cut`.
+local AD = B .. 'ad'
+local adaptive_parsed = {}
+-- The settings of `a`'s adaptive cap, or nil: a fixed cap in `accounts` wins, then the
+-- account's own, then the default (scheduler::Limits::adaptive_of).
+local function adaptive_of(a)
+  if L.accounts[a] then return nil end
+  local s = L.adaptive_accounts[a] or L.adaptive
+  if not s then return nil end
+  local p = adaptive_parsed[s]
+  if not p then
+    local mn, mx, dec, inc, cd = string.match(s, '^(%d+),(%d+),(%d+),(%d+),(%d+)$')
+    p = {min = tonumber(mn), max = tonumber(mx), dec = tonumber(dec), inc = tonumber(inc),
+         cd = tonumber(cd)}
+    adaptive_parsed[s] = p
+  end
+  return p
+end
+-- An account's learned cap in thousandths and when it was last cut (its start when none).
+local function adaptive_state(a, ad)
+  local st = redis.call('HGET', AD, a)
+  if not st then return ad.max * 1000, 0, false end
+  local sep = string.find(st, '|', 1, true)
+  return tonumber(string.sub(st, 1, sep - 1)), tonumber(string.sub(st, sep + 1)), true
+end
+local function clamp_cap(m, ad) return math.min(math.max(math.floor(m / 1000), ad.min), ad.max) end
+-- The cap of account `a` in force (nil: none), given its adaptive settings or fixed caps.
+local function account_cap_of(a)
+  if a == '' then return nil end
+  local ad = adaptive_of(a)
+  if ad then return clamp_cap(adaptive_state(a, ad), ad) end
+  local v = L.accounts[a]
+  if v then return v end
+  if L.per_account >= 0 then return L.per_account end
+  return nil
+end
+-- A release of an admitted ticket reported `outcome` ('' none) and `latency` ('' none):
+-- count them, and move the account's adaptive cap given its admitted tickets before this
+-- release (scheduler::HostState::record_outcome, scheduler::after_outcome).
+local function record_outcome(account, outcome, latency, in_flight)
+  if outcome ~= '' then redis.call('HINCRBY', C, 'o:' .. outcome, 1) end
+  if latency ~= '' then
+    redis.call('HINCRBY', C, 'lat_sum', latency)
+    redis.call('HINCRBY', C, 'lat_n', 1)
+  end
+  if account == '' or outcome == '' then return end
+  local ad = adaptive_of(account)
+  if not ad then return end
+  local m, last, known = adaptive_state(account, ad)
+  if outcome == 'rate_limited' or outcome == 'overloaded' then
+    if last == 0 or now >= last + ad.cd then
+      m = math.max(math.floor(m * ad.dec / 1000), ad.min * 1000)
+      last = now
+    end
+  elseif outcome == 'ok' then
+    local cap = clamp_cap(m, ad)
+    if in_flight >= cap then m = math.min(m + math.floor(ad.inc * 1000 / cap), ad.max * 1000) end
+  end
+  if m >= ad.max * 1000 and (last == 0 or now >= last + ad.cd) then
+    if known then redis.call('HDEL', AD, account) end
+  elseif known or redis.call('HLEN', AD) < MAX_ADAPTIVE_ACCOUNTS then
+    redis.call('HSET', AD, account, fmt(m) .. '|' .. fmt(last))
+  end
 end
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
 -- with the others).

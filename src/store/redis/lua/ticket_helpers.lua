@@ -49,13 +49,7 @@ local function lane_head(q, p)
 end
 local function lane_len(q, p) return redis.call('ZCOUNT', q, lane_lo(p), lane_hi(p)) end
 local function subject_cap(s) return L.subjects[s] or L.per_subject end
-local function account_cap(a)
-  if a == '' then return nil end
-  local v = L.accounts[a]
-  if v then return v end
-  if L.per_account >= 0 then return L.per_account end
-  return nil
-end
+local account_cap = account_cap_of
 local function account_has_room(a)
   local cap = account_cap(a)
   return cap == nil or num(redis.call('HGET', AF, a)) < cap
@@ -376,4 +370,11 @@ local function append_limits(out)
   end
   table.insert(out, L.aging)
   table.insert(out, L.mode)
+  table.insert(out, L.adaptive or '')
+  local names = {}
+  for name in pairs(L.adaptive_accounts) do table.insert(names, name) end
+  table.insert(out, #names)
+  for _, name in ipairs(names) do
+    table.insert(out, name); table.insert(out, L.adaptive_accounts[name])
+  end
 end

@@ -100,6 +100,38 @@ TICKET_STATE_PARKED: TicketState.ValueType  # 7
 """An admitted ticket that lent its slot out while its run waits on a human."""
 Global___TicketState: _TypeAlias = TicketState  # noqa: Y015
 
+class _Outcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Outcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OUTCOME_UNSPECIFIED: _Outcome.ValueType  # 0
+    """Not reported: nothing moves."""
+    OUTCOME_OK: _Outcome.ValueType  # 1
+    """The provider answered."""
+    OUTCOME_RATE_LIMITED: _Outcome.ValueType  # 2
+    """The provider answered 429 (rate limited)."""
+    OUTCOME_OVERLOADED: _Outcome.ValueType  # 3
+    """The provider answered 5xx, or the call timed out."""
+    OUTCOME_FAILED: _Outcome.ValueType  # 4
+    """Anything else (the run's own error): counted, the cap does not move."""
+
+class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
+    """What a run's call to the model provider came to."""
+
+OUTCOME_UNSPECIFIED: Outcome.ValueType  # 0
+"""Not reported: nothing moves."""
+OUTCOME_OK: Outcome.ValueType  # 1
+"""The provider answered."""
+OUTCOME_RATE_LIMITED: Outcome.ValueType  # 2
+"""The provider answered 429 (rate limited)."""
+OUTCOME_OVERLOADED: Outcome.ValueType  # 3
+"""The provider answered 5xx, or the call timed out."""
+OUTCOME_FAILED: Outcome.ValueType  # 4
+"""Anything else (the run's own error): counted, the cap does not move."""
+Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
+
 class _Decision:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -504,6 +536,8 @@ class ReleaseRequest(_message.Message):
     TICKET_ID_FIELD_NUMBER: _builtins.int
     HOST_ID_FIELD_NUMBER: _builtins.int
     RUN_ID_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    LATENCY_MS_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket to free (admitted) or withdraw (queued). Give ticket_id, or host_id and run_id
     instead (not both).
@@ -515,18 +549,29 @@ class ReleaseRequest(_message.Message):
     """
     run_id: _builtins.str
     """The run_id of that Submit."""
+    outcome: Global___Outcome.ValueType
+    """What the run's call to the model provider came to, for an admitted ticket: counted per
+    host (GetStats), and for an account with an adaptive cap it moves the cap (RATE_LIMITED and
+    OVERLOADED lower it, OK at the cap raises it). Ignored for a queued or parked ticket.
+    """
+    latency_ms: _builtins.int
+    """How long that call took, in milliseconds; absent: not reported."""
     def __init__(
         self,
         *,
         ticket_id: _builtins.str = ...,
         host_id: _builtins.str = ...,
         run_id: _builtins.str = ...,
+        outcome: Global___Outcome.ValueType = ...,
+        latency_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_latency_ms", b"_latency_ms", "latency_ms", b"latency_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id", "run_id", b"run_id", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_latency_ms", b"_latency_ms", "host_id", b"host_id", "latency_ms", b"latency_ms", "outcome", b"outcome", "run_id", b"run_id", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__latency_ms: _TypeAlias = _typing.Literal["latency_ms"]  # noqa: Y015
+    _WhichOneofArgType__latency_ms: _TypeAlias = _typing.Literal["_latency_ms", b"_latency_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__latency_ms) -> _WhichOneofReturnType__latency_ms | None: ...
 
 Global___ReleaseRequest: _TypeAlias = ReleaseRequest  # noqa: Y015
 
@@ -612,6 +657,12 @@ class Stats(_message.Message):
     SHADOW_QUEUE_FULL_FIELD_NUMBER: _builtins.int
     SHADOW_MEMORY_PRESSURE_FIELD_NUMBER: _builtins.int
     HOLD_AVG_MS_FIELD_NUMBER: _builtins.int
+    OUTCOME_OK_FIELD_NUMBER: _builtins.int
+    OUTCOME_RATE_LIMITED_FIELD_NUMBER: _builtins.int
+    OUTCOME_OVERLOADED_FIELD_NUMBER: _builtins.int
+    OUTCOME_FAILED_FIELD_NUMBER: _builtins.int
+    LATENCY_SUM_MS_FIELD_NUMBER: _builtins.int
+    LATENCY_COUNT_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The host's total cap on admitted tickets."""
     queue_total: _builtins.int
@@ -674,6 +725,14 @@ class Stats(_message.Message):
     a moving average that weighs each new hold 1/16), which wait estimates use; 0 until a
     slot was freed.
     """
+    outcome_ok: _builtins.int
+    """Releases of admitted tickets by the outcome they reported (cumulative)."""
+    outcome_rate_limited: _builtins.int
+    outcome_overloaded: _builtins.int
+    outcome_failed: _builtins.int
+    latency_sum_ms: _builtins.int
+    """The latencies those releases reported: their sum in milliseconds and their number."""
+    latency_count: _builtins.int
     @_builtins.property
     def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectStats]:
         """Per-subject rows, for subjects with admitted or queued tickets, by subject name."""
@@ -716,10 +775,16 @@ class Stats(_message.Message):
         shadow_queue_full: _builtins.int = ...,
         shadow_memory_pressure: _builtins.int = ...,
         hold_avg_ms: _builtins.int = ...,
+        outcome_ok: _builtins.int = ...,
+        outcome_rate_limited: _builtins.int = ...,
+        outcome_overloaded: _builtins.int = ...,
+        outcome_failed: _builtins.int = ...,
+        latency_sum_ms: _builtins.int = ...,
+        latency_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -765,6 +830,7 @@ class AccountStats(_message.Message):
     IN_FLIGHT_FIELD_NUMBER: _builtins.int
     QUEUED_FIELD_NUMBER: _builtins.int
     CAP_FIELD_NUMBER: _builtins.int
+    ADAPTIVE_FIELD_NUMBER: _builtins.int
     account_id: _builtins.str
     """The account id (accounts are per host)."""
     in_flight: _builtins.int
@@ -772,7 +838,11 @@ class AccountStats(_message.Message):
     queued: _builtins.int
     """Its queued tickets now."""
     cap: _builtins.int
-    """Its cap (accounts.<id> override or per_account); 0 = no per-account cap."""
+    """Its cap in force (accounts.<id> override, its adaptive cap, or per_account); 0 = no
+    per-account cap.
+    """
+    adaptive: _builtins.bool
+    """True when the cap is adaptive (moves with the outcomes releases report)."""
     def __init__(
         self,
         *,
@@ -780,10 +850,11 @@ class AccountStats(_message.Message):
         in_flight: _builtins.int = ...,
         queued: _builtins.int = ...,
         cap: _builtins.int = ...,
+        adaptive: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "cap", b"cap", "in_flight", b"in_flight", "queued", b"queued"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "adaptive", b"adaptive", "cap", b"cap", "in_flight", b"in_flight", "queued", b"queued"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1619,6 +1690,27 @@ class HostLimits(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class AdaptiveAccountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___AdaptiveLimits: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___AdaptiveLimits | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TOTAL_FIELD_NUMBER: _builtins.int
     PER_SUBJECT_FIELD_NUMBER: _builtins.int
     PER_ACCOUNT_FIELD_NUMBER: _builtins.int
@@ -1632,6 +1724,8 @@ class HostLimits(_message.Message):
     WEIGHTS_FIELD_NUMBER: _builtins.int
     PRIORITY_AGING_MS_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    ADAPTIVE_ACCOUNTS_FIELD_NUMBER: _builtins.int
+    ADAPTIVE_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """Cap on admitted tickets (>= 1)."""
     per_subject: _builtins.int
@@ -1671,6 +1765,14 @@ class HostLimits(_message.Message):
         every subject backlogged admissions are proportional to weight; caps still bound each.
         """
 
+    @_builtins.property
+    def adaptive_accounts(self) -> _containers.MessageMap[_builtins.str, Global___AdaptiveLimits]:
+        """Adaptive caps of named accounts (an account may be in accounts or here, not both)."""
+
+    @_builtins.property
+    def adaptive(self) -> Global___AdaptiveLimits:
+        """Adaptive caps of every other bound account; unset: per_account applies."""
+
     def __init__(
         self,
         *,
@@ -1687,16 +1789,62 @@ class HostLimits(_message.Message):
         weights: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         priority_aging_ms: _builtins.int = ...,
         mode: _builtins.str = ...,
+        adaptive_accounts: _abc.Mapping[_builtins.str, Global___AdaptiveLimits] | None = ...,
+        adaptive: Global___AdaptiveLimits | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "per_account", b"per_account", "queue", b"queue"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "adaptive", b"adaptive", "per_account", b"per_account", "queue", b"queue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "accounts", b"accounts", "lease_ttl_ms", b"lease_ttl_ms", "max_retained", b"max_retained", "mode", b"mode", "overflow_policy", b"overflow_policy", "per_account", b"per_account", "per_subject", b"per_subject", "priority_aging_ms", b"priority_aging_ms", "queue", b"queue", "retention_ms", b"retention_ms", "subjects", b"subjects", "total", b"total", "weights", b"weights"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_per_account", b"_per_account", "accounts", b"accounts", "adaptive", b"adaptive", "adaptive_accounts", b"adaptive_accounts", "lease_ttl_ms", b"lease_ttl_ms", "max_retained", b"max_retained", "mode", b"mode", "overflow_policy", b"overflow_policy", "per_account", b"per_account", "per_subject", b"per_subject", "priority_aging_ms", b"priority_aging_ms", "queue", b"queue", "retention_ms", b"retention_ms", "subjects", b"subjects", "total", b"total", "weights", b"weights"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__per_account: _TypeAlias = _typing.Literal["per_account"]  # noqa: Y015
     _WhichOneofArgType__per_account: _TypeAlias = _typing.Literal["_per_account", b"_per_account"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__per_account) -> _WhichOneofReturnType__per_account | None: ...
 
 Global___HostLimits: _TypeAlias = HostLimits  # noqa: Y015
+
+@_typing.final
+class AdaptiveLimits(_message.Message):
+    """How an account's cap adapts to what the provider answers: it starts at max; a RATE_LIMITED
+    or OVERLOADED release multiplies it by decrease (at most once per cooldown, never below
+    min); OK releases while the account runs at its cap raise it by about increase per cap's
+    worth of them (never above max). min = max pins it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_FIELD_NUMBER: _builtins.int
+    MAX_FIELD_NUMBER: _builtins.int
+    DECREASE_FIELD_NUMBER: _builtins.int
+    INCREASE_FIELD_NUMBER: _builtins.int
+    COOLDOWN_MS_FIELD_NUMBER: _builtins.int
+    min: _builtins.int
+    """>= 1 (0 = default 1)."""
+    max: _builtins.int
+    """>= min; required."""
+    decrease: _builtins.float
+    """Between 0 and 1, exclusive (0 = default 0.7); kept to thousandths."""
+    increase: _builtins.int
+    """1..1000 (0 = default 1)."""
+    cooldown_ms: _builtins.int
+    """0 .. 1 h (unset: default 1 s)."""
+    def __init__(
+        self,
+        *,
+        min: _builtins.int = ...,
+        max: _builtins.int = ...,
+        decrease: _builtins.float = ...,
+        increase: _builtins.int = ...,
+        cooldown_ms: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cooldown_ms", b"_cooldown_ms", "cooldown_ms", b"cooldown_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cooldown_ms", b"_cooldown_ms", "cooldown_ms", b"cooldown_ms", "decrease", b"decrease", "increase", b"increase", "max", b"max", "min", b"min"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cooldown_ms: _TypeAlias = _typing.Literal["cooldown_ms"]  # noqa: Y015
+    _WhichOneofArgType__cooldown_ms: _TypeAlias = _typing.Literal["_cooldown_ms", b"_cooldown_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cooldown_ms) -> _WhichOneofReturnType__cooldown_ms | None: ...
+
+Global___AdaptiveLimits: _TypeAlias = AdaptiveLimits  # noqa: Y015
 
 @_typing.final
 class QueueLimits(_message.Message):

@@ -162,6 +162,63 @@ export function ticketStateToJSON(object: TicketState): string {
   }
 }
 
+/** What a run's call to the model provider came to. */
+export enum Outcome {
+  /** OUTCOME_UNSPECIFIED - Not reported: nothing moves. */
+  OUTCOME_UNSPECIFIED = 0,
+  /** OUTCOME_OK - The provider answered. */
+  OUTCOME_OK = 1,
+  /** OUTCOME_RATE_LIMITED - The provider answered 429 (rate limited). */
+  OUTCOME_RATE_LIMITED = 2,
+  /** OUTCOME_OVERLOADED - The provider answered 5xx, or the call timed out. */
+  OUTCOME_OVERLOADED = 3,
+  /** OUTCOME_FAILED - Anything else (the run's own error): counted, the cap does not move. */
+  OUTCOME_FAILED = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function outcomeFromJSON(object: any): Outcome {
+  switch (object) {
+    case 0:
+    case "OUTCOME_UNSPECIFIED":
+      return Outcome.OUTCOME_UNSPECIFIED;
+    case 1:
+    case "OUTCOME_OK":
+      return Outcome.OUTCOME_OK;
+    case 2:
+    case "OUTCOME_RATE_LIMITED":
+      return Outcome.OUTCOME_RATE_LIMITED;
+    case 3:
+    case "OUTCOME_OVERLOADED":
+      return Outcome.OUTCOME_OVERLOADED;
+    case 4:
+    case "OUTCOME_FAILED":
+      return Outcome.OUTCOME_FAILED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return Outcome.UNRECOGNIZED;
+  }
+}
+
+export function outcomeToJSON(object: Outcome): string {
+  switch (object) {
+    case Outcome.OUTCOME_UNSPECIFIED:
+      return "OUTCOME_UNSPECIFIED";
+    case Outcome.OUTCOME_OK:
+      return "OUTCOME_OK";
+    case Outcome.OUTCOME_RATE_LIMITED:
+      return "OUTCOME_RATE_LIMITED";
+    case Outcome.OUTCOME_OVERLOADED:
+      return "OUTCOME_OVERLOADED";
+    case Outcome.OUTCOME_FAILED:
+      return "OUTCOME_FAILED";
+    case Outcome.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** An Authorize answer. */
 export enum Decision {
   /** DECISION_UNSPECIFIED - Never sent by the server. */
@@ -533,6 +590,14 @@ export interface ReleaseRequest {
   hostId: string;
   /** The run_id of that Submit. */
   runId: string;
+  /**
+   * What the run's call to the model provider came to, for an admitted ticket: counted per
+   * host (GetStats), and for an account with an adaptive cap it moves the cap (RATE_LIMITED and
+   * OVERLOADED lower it, OK at the cap raises it). Ignored for a queued or parked ticket.
+   */
+  outcome: Outcome;
+  /** How long that call took, in milliseconds; absent: not reported. */
+  latencyMs?: number | undefined;
 }
 
 export interface ReleaseResponse {
@@ -622,6 +687,14 @@ export interface Stats {
    * slot was freed.
    */
   holdAvgMs: number;
+  /** Releases of admitted tickets by the outcome they reported (cumulative). */
+  outcomeOk: number;
+  outcomeRateLimited: number;
+  outcomeOverloaded: number;
+  outcomeFailed: number;
+  /** The latencies those releases reported: their sum in milliseconds and their number. */
+  latencySumMs: number;
+  latencyCount: number;
 }
 
 export interface SubjectStats {
@@ -642,8 +715,13 @@ export interface AccountStats {
   inFlight: number;
   /** Its queued tickets now. */
   queued: number;
-  /** Its cap (accounts.<id> override or per_account); 0 = no per-account cap. */
+  /**
+   * Its cap in force (accounts.<id> override, its adaptive cap, or per_account); 0 = no
+   * per-account cap.
+   */
   cap: number;
+  /** True when the cap is adaptive (moves with the outcomes releases report). */
+  adaptive: boolean;
 }
 
 export interface ListTicketsRequest {
@@ -967,6 +1045,10 @@ export interface HostLimits {
    * enforce would have done.
    */
   mode: string;
+  /** Adaptive caps of named accounts (an account may be in accounts or here, not both). */
+  adaptiveAccounts: { [key: string]: AdaptiveLimits };
+  /** Adaptive caps of every other bound account; unset: per_account applies. */
+  adaptive?: AdaptiveLimits | undefined;
 }
 
 export interface HostLimits_SubjectsEntry {
@@ -982,6 +1064,30 @@ export interface HostLimits_AccountsEntry {
 export interface HostLimits_WeightsEntry {
   key: string;
   value: number;
+}
+
+export interface HostLimits_AdaptiveAccountsEntry {
+  key: string;
+  value?: AdaptiveLimits | undefined;
+}
+
+/**
+ * How an account's cap adapts to what the provider answers: it starts at max; a RATE_LIMITED
+ * or OVERLOADED release multiplies it by decrease (at most once per cooldown, never below
+ * min); OK releases while the account runs at its cap raise it by about increase per cap's
+ * worth of them (never above max). min = max pins it.
+ */
+export interface AdaptiveLimits {
+  /** >= 1 (0 = default 1). */
+  min: number;
+  /** >= min; required. */
+  max: number;
+  /** Between 0 and 1, exclusive (0 = default 0.7); kept to thousandths. */
+  decrease: number;
+  /** 1..1000 (0 = default 1). */
+  increase: number;
+  /** 0 .. 1 h (unset: default 1 s). */
+  cooldownMs?: number | undefined;
 }
 
 export interface QueueLimits {
@@ -1907,7 +2013,7 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
 };
 
 function createBaseReleaseRequest(): ReleaseRequest {
-  return { ticketId: "", hostId: "", runId: "" };
+  return { ticketId: "", hostId: "", runId: "", outcome: 0, latencyMs: undefined };
 }
 
 export const ReleaseRequest: MessageFns<ReleaseRequest> = {
@@ -1920,6 +2026,12 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
     }
     if (message.runId !== "") {
       writer.uint32(26).string(message.runId);
+    }
+    if (message.outcome !== 0) {
+      writer.uint32(32).int32(message.outcome);
+    }
+    if (message.latencyMs !== undefined) {
+      writer.uint32(40).uint32(message.latencyMs);
     }
     return writer;
   },
@@ -1961,6 +2073,22 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
             message.runId = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.outcome = reader.int32() as any;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.latencyMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1990,6 +2118,12 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
         : isSet(object.run_id)
         ? globalThis.String(object.run_id)
         : "",
+      outcome: isSet(object.outcome) ? outcomeFromJSON(object.outcome) : 0,
+      latencyMs: isSet(object.latencyMs)
+        ? globalThis.Number(object.latencyMs)
+        : isSet(object.latency_ms)
+        ? globalThis.Number(object.latency_ms)
+        : undefined,
     };
   },
 
@@ -2004,6 +2138,12 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
     if (message.runId !== "") {
       obj.runId = message.runId;
     }
+    if (message.outcome !== 0) {
+      obj.outcome = outcomeToJSON(message.outcome);
+    }
+    if (message.latencyMs !== undefined) {
+      obj.latencyMs = Math.round(message.latencyMs);
+    }
     return obj;
   },
 
@@ -2015,6 +2155,8 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
     message.ticketId = object.ticketId ?? "";
     message.hostId = object.hostId ?? "";
     message.runId = object.runId ?? "";
+    message.outcome = object.outcome ?? 0;
+    message.latencyMs = object.latencyMs ?? undefined;
     return message;
   },
 };
@@ -2218,6 +2360,12 @@ function createBaseStats(): Stats {
     shadowQueueFull: 0,
     shadowMemoryPressure: 0,
     holdAvgMs: 0,
+    outcomeOk: 0,
+    outcomeRateLimited: 0,
+    outcomeOverloaded: 0,
+    outcomeFailed: 0,
+    latencySumMs: 0,
+    latencyCount: 0,
   };
 }
 
@@ -2315,6 +2463,24 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.holdAvgMs !== 0) {
       writer.uint32(248).uint32(message.holdAvgMs);
+    }
+    if (message.outcomeOk !== 0) {
+      writer.uint32(256).uint64(message.outcomeOk);
+    }
+    if (message.outcomeRateLimited !== 0) {
+      writer.uint32(264).uint64(message.outcomeRateLimited);
+    }
+    if (message.outcomeOverloaded !== 0) {
+      writer.uint32(272).uint64(message.outcomeOverloaded);
+    }
+    if (message.outcomeFailed !== 0) {
+      writer.uint32(280).uint64(message.outcomeFailed);
+    }
+    if (message.latencySumMs !== 0) {
+      writer.uint32(288).uint64(message.latencySumMs);
+    }
+    if (message.latencyCount !== 0) {
+      writer.uint32(296).uint64(message.latencyCount);
     }
     return writer;
   },
@@ -2580,6 +2746,54 @@ export const Stats: MessageFns<Stats> = {
             message.holdAvgMs = reader.uint32();
             continue;
           }
+          case 32: {
+            if (tag !== 256) {
+              break;
+            }
+
+            message.outcomeOk = longToNumber(reader.uint64());
+            continue;
+          }
+          case 33: {
+            if (tag !== 264) {
+              break;
+            }
+
+            message.outcomeRateLimited = longToNumber(reader.uint64());
+            continue;
+          }
+          case 34: {
+            if (tag !== 272) {
+              break;
+            }
+
+            message.outcomeOverloaded = longToNumber(reader.uint64());
+            continue;
+          }
+          case 35: {
+            if (tag !== 280) {
+              break;
+            }
+
+            message.outcomeFailed = longToNumber(reader.uint64());
+            continue;
+          }
+          case 36: {
+            if (tag !== 288) {
+              break;
+            }
+
+            message.latencySumMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 37: {
+            if (tag !== 296) {
+              break;
+            }
+
+            message.latencyCount = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2697,6 +2911,36 @@ export const Stats: MessageFns<Stats> = {
         : isSet(object.hold_avg_ms)
         ? globalThis.Number(object.hold_avg_ms)
         : 0,
+      outcomeOk: isSet(object.outcomeOk)
+        ? globalThis.Number(object.outcomeOk)
+        : isSet(object.outcome_ok)
+        ? globalThis.Number(object.outcome_ok)
+        : 0,
+      outcomeRateLimited: isSet(object.outcomeRateLimited)
+        ? globalThis.Number(object.outcomeRateLimited)
+        : isSet(object.outcome_rate_limited)
+        ? globalThis.Number(object.outcome_rate_limited)
+        : 0,
+      outcomeOverloaded: isSet(object.outcomeOverloaded)
+        ? globalThis.Number(object.outcomeOverloaded)
+        : isSet(object.outcome_overloaded)
+        ? globalThis.Number(object.outcome_overloaded)
+        : 0,
+      outcomeFailed: isSet(object.outcomeFailed)
+        ? globalThis.Number(object.outcomeFailed)
+        : isSet(object.outcome_failed)
+        ? globalThis.Number(object.outcome_failed)
+        : 0,
+      latencySumMs: isSet(object.latencySumMs)
+        ? globalThis.Number(object.latencySumMs)
+        : isSet(object.latency_sum_ms)
+        ? globalThis.Number(object.latency_sum_ms)
+        : 0,
+      latencyCount: isSet(object.latencyCount)
+        ? globalThis.Number(object.latencyCount)
+        : isSet(object.latency_count)
+        ? globalThis.Number(object.latency_count)
+        : 0,
     };
   },
 
@@ -2795,6 +3039,24 @@ export const Stats: MessageFns<Stats> = {
     if (message.holdAvgMs !== 0) {
       obj.holdAvgMs = Math.round(message.holdAvgMs);
     }
+    if (message.outcomeOk !== 0) {
+      obj.outcomeOk = Math.round(message.outcomeOk);
+    }
+    if (message.outcomeRateLimited !== 0) {
+      obj.outcomeRateLimited = Math.round(message.outcomeRateLimited);
+    }
+    if (message.outcomeOverloaded !== 0) {
+      obj.outcomeOverloaded = Math.round(message.outcomeOverloaded);
+    }
+    if (message.outcomeFailed !== 0) {
+      obj.outcomeFailed = Math.round(message.outcomeFailed);
+    }
+    if (message.latencySumMs !== 0) {
+      obj.latencySumMs = Math.round(message.latencySumMs);
+    }
+    if (message.latencyCount !== 0) {
+      obj.latencyCount = Math.round(message.latencyCount);
+    }
     return obj;
   },
 
@@ -2834,6 +3096,12 @@ export const Stats: MessageFns<Stats> = {
     message.shadowQueueFull = object.shadowQueueFull ?? 0;
     message.shadowMemoryPressure = object.shadowMemoryPressure ?? 0;
     message.holdAvgMs = object.holdAvgMs ?? 0;
+    message.outcomeOk = object.outcomeOk ?? 0;
+    message.outcomeRateLimited = object.outcomeRateLimited ?? 0;
+    message.outcomeOverloaded = object.outcomeOverloaded ?? 0;
+    message.outcomeFailed = object.outcomeFailed ?? 0;
+    message.latencySumMs = object.latencySumMs ?? 0;
+    message.latencyCount = object.latencyCount ?? 0;
     return message;
   },
 };
@@ -2960,7 +3228,7 @@ export const SubjectStats: MessageFns<SubjectStats> = {
 };
 
 function createBaseAccountStats(): AccountStats {
-  return { accountId: "", inFlight: 0, queued: 0, cap: 0 };
+  return { accountId: "", inFlight: 0, queued: 0, cap: 0, adaptive: false };
 }
 
 export const AccountStats: MessageFns<AccountStats> = {
@@ -2976,6 +3244,9 @@ export const AccountStats: MessageFns<AccountStats> = {
     }
     if (message.cap !== 0) {
       writer.uint32(32).uint32(message.cap);
+    }
+    if (message.adaptive !== false) {
+      writer.uint32(40).bool(message.adaptive);
     }
     return writer;
   },
@@ -3025,6 +3296,14 @@ export const AccountStats: MessageFns<AccountStats> = {
             message.cap = reader.uint32();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.adaptive = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3051,6 +3330,7 @@ export const AccountStats: MessageFns<AccountStats> = {
         : 0,
       queued: isSet(object.queued) ? globalThis.Number(object.queued) : 0,
       cap: isSet(object.cap) ? globalThis.Number(object.cap) : 0,
+      adaptive: isSet(object.adaptive) ? globalThis.Boolean(object.adaptive) : false,
     };
   },
 
@@ -3068,6 +3348,9 @@ export const AccountStats: MessageFns<AccountStats> = {
     if (message.cap !== 0) {
       obj.cap = Math.round(message.cap);
     }
+    if (message.adaptive !== false) {
+      obj.adaptive = message.adaptive;
+    }
     return obj;
   },
 
@@ -3080,6 +3363,7 @@ export const AccountStats: MessageFns<AccountStats> = {
     message.inFlight = object.inFlight ?? 0;
     message.queued = object.queued ?? 0;
     message.cap = object.cap ?? 0;
+    message.adaptive = object.adaptive ?? false;
     return message;
   },
 };
@@ -5875,6 +6159,8 @@ function createBaseHostLimits(): HostLimits {
     weights: {},
     priorityAgingMs: 0,
     mode: "",
+    adaptiveAccounts: {},
+    adaptive: undefined,
   };
 }
 
@@ -5918,6 +6204,12 @@ export const HostLimits: MessageFns<HostLimits> = {
     }
     if (message.mode !== "") {
       writer.uint32(106).string(message.mode);
+    }
+    globalThis.Object.entries(message.adaptiveAccounts).forEach(([key, value]: [string, AdaptiveLimits]) => {
+      HostLimits_AdaptiveAccountsEntry.encode({ key: key as any, value }, writer.uint32(114).fork()).join();
+    });
+    if (message.adaptive !== undefined) {
+      AdaptiveLimits.encode(message.adaptive, writer.uint32(122).fork()).join();
     }
     return writer;
   },
@@ -6048,6 +6340,25 @@ export const HostLimits: MessageFns<HostLimits> = {
             message.mode = reader.string();
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            const entry14 = HostLimits_AdaptiveAccountsEntry.decode(reader, reader.uint32());
+            if (entry14.value !== undefined) {
+              message.adaptiveAccounts[entry14.key] = entry14.value;
+            }
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            message.adaptive = AdaptiveLimits.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6142,6 +6453,34 @@ export const HostLimits: MessageFns<HostLimits> = {
         ? globalThis.Number(object.priority_aging_ms)
         : 0,
       mode: isSet(object.mode) ? globalThis.String(object.mode) : "",
+      adaptiveAccounts: isObject(object.adaptiveAccounts)
+        ? (globalThis.Object.entries(object.adaptiveAccounts) as [string, any][]).reduce(
+          (acc: { [key: string]: AdaptiveLimits }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: AdaptiveLimits.fromJSON(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.adaptive_accounts)
+        ? (globalThis.Object.entries(object.adaptive_accounts) as [string, any][]).reduce(
+          (acc: { [key: string]: AdaptiveLimits }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: AdaptiveLimits.fromJSON(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      adaptive: isSet(object.adaptive) ? AdaptiveLimits.fromJSON(object.adaptive) : undefined,
     };
   },
 
@@ -6204,6 +6543,18 @@ export const HostLimits: MessageFns<HostLimits> = {
     if (message.mode !== "") {
       obj.mode = message.mode;
     }
+    if (message.adaptiveAccounts) {
+      const entries = globalThis.Object.entries(message.adaptiveAccounts) as [string, AdaptiveLimits][];
+      if (entries.length > 0) {
+        obj.adaptiveAccounts = {};
+        entries.forEach(([k, v]) => {
+          obj.adaptiveAccounts[k] = AdaptiveLimits.toJSON(v);
+        });
+      }
+    }
+    if (message.adaptive !== undefined) {
+      obj.adaptive = AdaptiveLimits.toJSON(message.adaptive);
+    }
     return obj;
   },
 
@@ -6251,6 +6602,16 @@ export const HostLimits: MessageFns<HostLimits> = {
     );
     message.priorityAgingMs = object.priorityAgingMs ?? 0;
     message.mode = object.mode ?? "";
+    message.adaptiveAccounts = (globalThis.Object.entries(object.adaptiveAccounts ?? {}) as [string, AdaptiveLimits][])
+      .reduce((acc: { [key: string]: AdaptiveLimits }, [key, value]: [string, AdaptiveLimits]) => {
+        if (value !== undefined) {
+          acc[key] = AdaptiveLimits.fromPartial(value);
+        }
+        return acc;
+      }, {});
+    message.adaptive = (object.adaptive !== undefined && object.adaptive !== null)
+      ? AdaptiveLimits.fromPartial(object.adaptive)
+      : undefined;
     return message;
   },
 };
@@ -6506,6 +6867,234 @@ export const HostLimits_WeightsEntry: MessageFns<HostLimits_WeightsEntry> = {
     const message = createBaseHostLimits_WeightsEntry();
     message.key = object.key ?? "";
     message.value = object.value ?? 0;
+    return message;
+  },
+};
+
+function createBaseHostLimits_AdaptiveAccountsEntry(): HostLimits_AdaptiveAccountsEntry {
+  return { key: "", value: undefined };
+}
+
+export const HostLimits_AdaptiveAccountsEntry: MessageFns<HostLimits_AdaptiveAccountsEntry> = {
+  encode(message: HostLimits_AdaptiveAccountsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== undefined) {
+      AdaptiveLimits.encode(message.value, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HostLimits_AdaptiveAccountsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHostLimits_AdaptiveAccountsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = AdaptiveLimits.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HostLimits_AdaptiveAccountsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? AdaptiveLimits.fromJSON(object.value) : undefined,
+    };
+  },
+
+  toJSON(message: HostLimits_AdaptiveAccountsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== undefined) {
+      obj.value = AdaptiveLimits.toJSON(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HostLimits_AdaptiveAccountsEntry>, I>>(
+    base?: I,
+  ): HostLimits_AdaptiveAccountsEntry {
+    return HostLimits_AdaptiveAccountsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HostLimits_AdaptiveAccountsEntry>, I>>(
+    object: I,
+  ): HostLimits_AdaptiveAccountsEntry {
+    const message = createBaseHostLimits_AdaptiveAccountsEntry();
+    message.key = object.key ?? "";
+    message.value = (object.value !== undefined && object.value !== null)
+      ? AdaptiveLimits.fromPartial(object.value)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseAdaptiveLimits(): AdaptiveLimits {
+  return { min: 0, max: 0, decrease: 0, increase: 0, cooldownMs: undefined };
+}
+
+export const AdaptiveLimits: MessageFns<AdaptiveLimits> = {
+  encode(message: AdaptiveLimits, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.min !== 0) {
+      writer.uint32(8).uint32(message.min);
+    }
+    if (message.max !== 0) {
+      writer.uint32(16).uint32(message.max);
+    }
+    if (message.decrease !== 0) {
+      writer.uint32(25).double(message.decrease);
+    }
+    if (message.increase !== 0) {
+      writer.uint32(32).uint32(message.increase);
+    }
+    if (message.cooldownMs !== undefined) {
+      writer.uint32(40).uint64(message.cooldownMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AdaptiveLimits {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAdaptiveLimits();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.min = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.max = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.decrease = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.increase = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.cooldownMs = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AdaptiveLimits {
+    return {
+      min: isSet(object.min) ? globalThis.Number(object.min) : 0,
+      max: isSet(object.max) ? globalThis.Number(object.max) : 0,
+      decrease: isSet(object.decrease) ? globalThis.Number(object.decrease) : 0,
+      increase: isSet(object.increase) ? globalThis.Number(object.increase) : 0,
+      cooldownMs: isSet(object.cooldownMs)
+        ? globalThis.Number(object.cooldownMs)
+        : isSet(object.cooldown_ms)
+        ? globalThis.Number(object.cooldown_ms)
+        : undefined,
+    };
+  },
+
+  toJSON(message: AdaptiveLimits): unknown {
+    const obj: any = {};
+    if (message.min !== 0) {
+      obj.min = Math.round(message.min);
+    }
+    if (message.max !== 0) {
+      obj.max = Math.round(message.max);
+    }
+    if (message.decrease !== 0) {
+      obj.decrease = floatToJson(message.decrease);
+    }
+    if (message.increase !== 0) {
+      obj.increase = Math.round(message.increase);
+    }
+    if (message.cooldownMs !== undefined) {
+      obj.cooldownMs = Math.round(message.cooldownMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AdaptiveLimits>, I>>(base?: I): AdaptiveLimits {
+    return AdaptiveLimits.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AdaptiveLimits>, I>>(object: I): AdaptiveLimits {
+    const message = createBaseAdaptiveLimits();
+    message.min = object.min ?? 0;
+    message.max = object.max ?? 0;
+    message.decrease = object.decrease ?? 0;
+    message.increase = object.increase ?? 0;
+    message.cooldownMs = object.cooldownMs ?? undefined;
     return message;
   },
 };
