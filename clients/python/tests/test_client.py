@@ -427,3 +427,59 @@ def test_an_operator_turns_on_shadow_mode_and_weights(start_server: StartServer)
     assert "limits.weights.alice" in bad.value.message
     op.close()
     gw.close()
+
+
+class _ProviderError(Exception):
+    """An SDK error as openai's and anthropic's carry it."""
+
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+
+
+class _Response:
+    status_code = 503
+
+
+class _HttpxStatusError(Exception):
+    response = _Response()
+
+
+class APITimeoutError(Exception):
+    pass
+
+
+def test_provider_errors_map_to_outcomes() -> None:
+    from admission_authority_client import outcome_of
+
+    assert outcome_of(_ProviderError(429)) == "rate_limited"
+    assert outcome_of(_ProviderError(500)) == "overloaded"
+    assert outcome_of(_ProviderError(400)) == "failed"
+    assert outcome_of(_HttpxStatusError()) == "overloaded"
+    assert outcome_of(APITimeoutError()) == "overloaded"
+    assert outcome_of(TimeoutError()) == "overloaded"
+    assert outcome_of(ValueError("bad json")) == "failed"
+    wrapped = RuntimeError("turn failed")
+    wrapped.__cause__ = _ProviderError(429)
+    assert outcome_of(wrapped) == "rate_limited"
+
+
+def test_a_slot_reports_its_outcome_and_a_429_lowers_an_adaptive_cap(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "adaptive.yaml"
+    config.write_text(
+        "scheduling:\n  total: 10\n  per_subject: 10\n"
+        "  accounts:\n    acct: { adaptive: { min: 1, max: 4, cooldown: 0s } }\n"
+    )
+    server = start_server("--config", str(config))
+    with AdmissionClient(server.addr, host_id="h") as client:
+        with pytest.raises(_ProviderError):
+            with client.slot("alice", account_id="acct"):
+                raise _ProviderError(429)
+        with client.slot("alice", account_id="acct") as slot:
+            slot.latency_ms = 250
+        s = client.stats()
+        assert (s.outcome_rate_limited, s.outcome_ok, s.latency_count) == (1, 1, 2)
+        row = next(a for a in s.accounts if a.account_id == "acct")
+        assert (row.cap, row.adaptive) == (2, True)

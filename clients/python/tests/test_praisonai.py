@@ -567,3 +567,24 @@ def test_the_plain_client_never_imports_praisonai() -> None:
     code = "import sys, admission_authority_client as a; a.AdmissionClient; print('praisonai_bot' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_turn_that_ends_in_a_provider_rate_limit_reports_it(start_server: StartServer) -> None:
+    server = start_server("--total", "3")
+    gate = AuthorityGate(client(server, "r"))
+
+    class RateLimitError(Exception):
+        """As litellm and the provider SDKs name it."""
+
+    async def main() -> None:
+        ok = gate.admit(session_id="alice")
+        await ok.__aenter__()
+        await ok.__aexit__(None, None, None)
+        limited = gate.admit(session_id="bob")
+        await limited.__aenter__()
+        await limited.__aexit__(RateLimitError, RateLimitError("429 Too Many Requests"), None)
+        s = authority_stats(server.addr)
+        assert (s.outcome_ok, s.outcome_rate_limited, s.released) == (1, 1, 2)
+        await gate.aclose()
+
+    asyncio.run(main())

@@ -20,6 +20,7 @@ import {
   type AdmissionClient,
   AdmissionError,
   AdmissionRefusedError,
+  type ReleaseReport,
   SlotHandle,
   TicketEndedError,
 } from "./index.js";
@@ -82,8 +83,10 @@ export interface Ticket {
   /** Resolves once admitted; rejects with a {@link SchedulerError} (or an AdmissionError when
    * the authority cannot be reached). */
   wait(): Promise<void>;
-  /** Free the slot, or withdraw the ticket while it waits. Idempotent. */
-  release(): Promise<void>;
+  /** Free the slot, or withdraw the ticket while it waits. Idempotent. An admitted run may
+   * say what its provider call came to (an outcome, or the error it ended in), which moves an
+   * adaptive account cap on the authority. */
+  release(report?: ReleaseReport): Promise<void>;
 }
 
 class AuthorityTicket implements Ticket {
@@ -143,14 +146,14 @@ class AuthorityTicket implements Ticket {
     await this.admitted;
   }
 
-  release(): Promise<void> {
+  release(report?: ReleaseReport): Promise<void> {
     this.released ??= (async () => {
       this.withdraw.abort();
       const slot = this.slot;
       if (slot) {
         this.slot = undefined;
         this.scheduler.active -= 1;
-        await slot.release();
+        await slot.release(report);
       } else {
         await this.admitted.then(
           (s) => s.release(),

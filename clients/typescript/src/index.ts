@@ -222,9 +222,60 @@ function stateName(state: gen.TicketState): string {
 }
 
 /** An admitted ticket. Release it when the run ends (idempotent). */
+/** What a run's provider call came to: "ok"; "rate_limited" (429); "overloaded" (5xx, a
+ * timeout); "failed" (anything else). Reported on release, it moves an adaptive account cap. */
+export type Outcome = "ok" | "rate_limited" | "overloaded" | "failed";
+
+const OUTCOMES: Record<Outcome, gen.Outcome> = {
+  ok: gen.Outcome.OUTCOME_OK,
+  rate_limited: gen.Outcome.OUTCOME_RATE_LIMITED,
+  overloaded: gen.Outcome.OUTCOME_OVERLOADED,
+  failed: gen.Outcome.OUTCOME_FAILED,
+};
+
+/** The HTTP status an SDK or fetch error carries: `status` (openai, anthropic), `statusCode`,
+ * or `response.status` (a fetch Response). */
+function statusOf(err: unknown): number | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const e = err as { status?: unknown; statusCode?: unknown; response?: { status?: unknown } };
+  for (const v of [e.status, e.statusCode, e.response?.status]) {
+    if (typeof v === "number" && v >= 100 && v <= 599) return v;
+  }
+  return undefined;
+}
+
+/** The outcome a model provider's error stands for: HTTP 429 or a rate-limit error class is
+ * "rate_limited"; 5xx, timeouts (TimeoutError, AbortError of a timeout signal) and connection
+ * errors are "overloaded"; anything else "failed". Reads the error, then its `cause`. */
+export function outcomeOf(err: unknown): Outcome {
+  let e: unknown = err;
+  for (let depth = 0; depth < 3 && e !== undefined && e !== null; depth++) {
+    const status = statusOf(e);
+    if (status === 429) return "rate_limited";
+    if (status !== undefined) return status >= 500 ? "overloaded" : "failed";
+    const name = typeof e === "object" ? `${(e as object).constructor?.name ?? ""} ${(e as { name?: string }).name ?? ""}` : "";
+    if (/RateLimit/.test(name)) return "rate_limited";
+    if (/Timeout|Overloaded|ServiceUnavailable|InternalServer|APIConnection/.test(name)) return "overloaded";
+    e = typeof e === "object" ? (e as { cause?: unknown }).cause : undefined;
+  }
+  return "failed";
+}
+
+/** What a release reports: an outcome, or the error the run's provider call ended in (mapped
+ * by {@link outcomeOf}), and the call's latency (default: how long the slot was held). */
+export interface ReleaseReport {
+  outcome?: Outcome;
+  error?: unknown;
+  latencyMs?: number;
+}
+
 export class SlotHandle {
   /** Set when a background renewal found the ticket no longer admitted: the slot is lost. */
   lost = false;
+  /** The outcome to report when the slot is released without one (e.g. by `await using`);
+   * unset: none is reported. */
+  outcome: Outcome | undefined;
+  private readonly admittedAt = Date.now();
   private readonly timer: NodeJS.Timeout;
   private released: Promise<void> | undefined;
 
@@ -255,10 +306,18 @@ export class SlotHandle {
     }
   }
 
-  /** Free the slot. Safe to call more than once. */
-  release(): Promise<void> {
+  /** Free the slot, reporting what the run's provider call came to (see
+   * {@link ReleaseReport}; without one, {@link SlotHandle.outcome} if set). Safe to call more
+   * than once: the first call's report counts. */
+  release(report: ReleaseReport = {}): Promise<void> {
     clearInterval(this.timer);
-    this.released ??= this.client.releaseTicket(this.ticketId);
+    const outcome = report.outcome ?? (report.error !== undefined ? outcomeOf(report.error) : this.outcome);
+    this.released ??= this.client.releaseTicket(
+      this.ticketId,
+      outcome === undefined
+        ? undefined
+        : { outcome: OUTCOMES[outcome], latencyMs: report.latencyMs ?? Date.now() - this.admittedAt },
+    );
     return this.released;
   }
 
@@ -403,6 +462,22 @@ export class AdmissionClient {
     return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs, r.shadowReason);
   }
 
+  /** Run `fn` holding a slot, as Python's `slot()` does: the slot is released when `fn`
+   * settles, reporting "ok" (or `slot.outcome`) when it resolves and the outcome of its error
+   * ({@link outcomeOf}) when it rejects, which is rethrown. */
+  async withSlot<T>(subject: string, fn: (slot: SlotHandle) => Promise<T>, opts: AcquireOptions = {}): Promise<T> {
+    const slot = await this.acquire(subject, opts);
+    let result: T;
+    try {
+      result = await fn(slot);
+    } catch (e) {
+      await slot.release({ outcome: slot.outcome, error: slot.outcome === undefined ? e : undefined });
+      throw e;
+    }
+    await slot.release({ outcome: slot.outcome ?? "ok" });
+    return result;
+  }
+
   /** Follow a queued ticket until it is admitted (resolves with its grant); rejects when it
    * ends otherwise, or with the signal's reason when the signal aborts (the caller withdraws). */
   waitAdmitted(
@@ -446,13 +521,14 @@ export class AdmissionClient {
   }
 
   /** Release or withdraw a ticket; a failure is left to the lease. */
-  async releaseTicket(ticketId: string): Promise<void> {
+  async releaseTicket(ticketId: string, report?: { outcome: gen.Outcome; latencyMs: number }): Promise<void> {
     try {
       await this.call(this.stub.release, {
         ticketId,
         hostId: "",
         runId: "",
-        outcome: gen.Outcome.OUTCOME_UNSPECIFIED,
+        outcome: report?.outcome ?? gen.Outcome.OUTCOME_UNSPECIFIED,
+        latencyMs: report === undefined ? undefined : Math.max(0, Math.round(report.latencyMs)),
       });
     } catch {
       // The lease frees the slot within lease_ttl anyway.

@@ -2,7 +2,8 @@
 replicas.
 
 * :class:`AdmissionClient` (blocking) and :class:`AsyncAdmissionClient` (asyncio):
-  ``slot(...)`` holds a scheduler slot for a ``with`` block; ``authorize`` / ``settle`` reserve
+  ``slot(...)`` holds a scheduler slot for a ``with`` block (and reports on release what the
+  block's provider call came to, see :func:`outcome_of`); ``authorize`` / ``settle`` reserve
   and record model-step budgets; ``check_auth_attempt`` counts auth attempts.
 * Refusals raise :class:`AdmissionRefused` subclasses (:class:`Busy`, :class:`QueueFull`,
   :class:`MemoryPressure`, :class:`Draining`) with ``reason`` and ``retry_after`` (seconds).
@@ -19,7 +20,9 @@ from ._client import (
     Coverage,
     Mode,
     OperatorClient,
+    Outcome,
     Slot,
+    outcome_of,
 )
 from .errors import (
     AdmissionError,
@@ -33,6 +36,8 @@ from .errors import (
 )
 
 __all__ = [
+    "Outcome",
+    "outcome_of",
     "AdmissionClient",
     "AdmissionError",
     "AdmissionRefused",

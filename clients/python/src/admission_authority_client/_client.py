@@ -68,6 +68,74 @@ class Slot:
     #: In the authority's shadow mode: what enforce mode would have done with this Submit
     #: (``QUEUED``, ``BUSY``, ``QUEUE_FULL``, ``MEMORY_PRESSURE``); empty otherwise.
     shadow_reason: str = ""
+    #: What the run's provider call came to, reported on release (it moves an adaptive account
+    #: cap). Unset: ``"ok"`` when the block returns, :func:`outcome_of` its exception when it
+    #: raises.
+    outcome: Outcome | None = None
+    #: The provider call's latency reported on release; unset: the block's duration.
+    latency_ms: int | None = None
+
+
+#: What a run's provider call came to: ``ok``; ``rate_limited`` (429); ``overloaded`` (5xx, a
+#: timeout); ``failed`` (anything else).
+Outcome = Literal["ok", "rate_limited", "overloaded", "failed"]
+
+_OUTCOMES = {
+    "ok": pb.OUTCOME_OK,
+    "rate_limited": pb.OUTCOME_RATE_LIMITED,
+    "overloaded": pb.OUTCOME_OVERLOADED,
+    "failed": pb.OUTCOME_FAILED,
+}
+
+
+def _status_of(exc: BaseException) -> int | None:
+    """The HTTP status an SDK error carries: ``status_code`` (openai, anthropic), ``status``,
+    or ``response.status_code`` (httpx)."""
+    for holder in (exc, getattr(exc, "response", None)):
+        for attr in ("status_code", "status"):
+            value = getattr(holder, attr, None)
+            if isinstance(value, int) and 100 <= value <= 599:
+                return value
+    return None
+
+
+def outcome_of(exc: BaseException) -> Outcome:
+    """The outcome a model provider's error stands for: HTTP 429 or a rate-limit error class is
+    ``rate_limited``; 5xx, timeouts and overload or connection errors are ``overloaded``;
+    anything else is ``failed``. Reads the status the openai, anthropic and httpx errors carry,
+    then the class names along the exception and its cause."""
+    seen: BaseException | None = exc
+    for _ in range(3):
+        if seen is None:
+            break
+        status = _status_of(seen)
+        if status == 429:
+            return "rate_limited"
+        if status is not None and status >= 500:
+            return "overloaded"
+        if status is not None:
+            return "failed"
+        names = " ".join(c.__name__ for c in type(seen).__mro__)
+        if "RateLimit" in names:
+            return "rate_limited"
+        if isinstance(seen, TimeoutError) or any(
+            k in names for k in ("Timeout", "Overloaded", "ServiceUnavailable", "InternalServer", "APIConnection")
+        ):
+            return "overloaded"
+        seen = seen.__cause__
+    return "failed"
+
+
+def _report(slot: Slot, failure: BaseException | None, started: float) -> pb.ReleaseRequest:
+    """The Release of an admitted slot with what its block came to (nothing for a block the
+    caller interrupted or cancelled)."""
+    req = pb.ReleaseRequest(ticket_id=slot.ticket_id)
+    if isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)):
+        return req
+    outcome = slot.outcome or (outcome_of(failure) if failure is not None else "ok")
+    req.outcome = _OUTCOMES[outcome]
+    req.latency_ms = slot.latency_ms if slot.latency_ms is not None else int((time.monotonic() - started) * 1000)
+    return req
 
 
 @dataclass(frozen=True)
@@ -325,6 +393,7 @@ class AdmissionClient(_Connection):
             if e.may_have_applied:
                 self._release_run_soon(req.run_id)
             raise
+        release: pb.ReleaseRequest | None = None
         try:
             slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms, shadow_reason=r.shadow_reason)
             if r.state == pb.TICKET_STATE_QUEUED:
@@ -338,13 +407,19 @@ class AdmissionClient(_Connection):
                 target=self._renew_until, args=(slot, stop), daemon=True, name="admission-renew"
             )
             renewer.start()
+            started = time.monotonic()
+            failure: BaseException | None = None
             try:
                 yield slot
+            except BaseException as e:
+                failure = e
+                raise
             finally:
                 stop.set()
                 renewer.join()
+                release = _report(slot, failure, started)
         finally:
-            self._release(r.ticket_id)
+            self._release(r.ticket_id, release)
 
     def _wait(
         self,
@@ -422,9 +497,9 @@ class AdmissionClient(_Connection):
                           _state_name(r.tickets[0].state))
                 return
 
-    def _release(self, ticket_id: str) -> None:
+    def _release(self, ticket_id: str, req: pb.ReleaseRequest | None = None) -> None:
         try:
-            self._unary(self.stub.Release, pb.ReleaseRequest(ticket_id=ticket_id))
+            self._unary(self.stub.Release, req or pb.ReleaseRequest(ticket_id=ticket_id))
         except AdmissionError as e:
             # The lease frees the slot within lease_ttl anyway.
             log.warning("releasing %s failed; its lease will expire: %s", ticket_id, e)
@@ -697,6 +772,7 @@ class AsyncAdmissionClient(_Connection):
             # The Submit may have reached the authority: withdraw whatever it made.
             self._release_run_soon(req.run_id)
             raise
+        release: pb.ReleaseRequest | None = None
         try:
             slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms, shadow_reason=r.shadow_reason)
             if r.state == pb.TICKET_STATE_QUEUED:
@@ -706,15 +782,21 @@ class AsyncAdmissionClient(_Connection):
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state))
             renewer = asyncio.create_task(self._renew_until(slot))
+            started = time.monotonic()
+            failure: BaseException | None = None
             try:
                 yield slot
+            except BaseException as e:
+                failure = e
+                raise
             finally:
                 renewer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await renewer
+                release = _report(slot, failure, started)
         finally:
             # Shielded, so a cancellation that interrupted the wait still withdraws the ticket.
-            await asyncio.shield(self._release(r.ticket_id))
+            await asyncio.shield(self._release(r.ticket_id, release))
 
     async def _wait(
         self,
@@ -795,9 +877,9 @@ class AsyncAdmissionClient(_Connection):
                           _state_name(r.tickets[0].state))
                 return
 
-    async def _release(self, ticket_id: str) -> None:
+    async def _release(self, ticket_id: str, req: pb.ReleaseRequest | None = None) -> None:
         try:
-            await self._unary(self.stub.Release, pb.ReleaseRequest(ticket_id=ticket_id))
+            await self._unary(self.stub.Release, req or pb.ReleaseRequest(ticket_id=ticket_id))
         except AdmissionError as e:
             log.warning("releasing %s failed; its lease will expire: %s", ticket_id, e)
 

@@ -50,7 +50,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'admission-authority-client[praisonai]'"
     ) from e
 
-from ._client import AdmissionClient, AsyncAdmissionClient
+from ._client import AdmissionClient, AsyncAdmissionClient, outcome_of
 from .errors import _details
 from .v1 import admission_pb2 as pb
 
@@ -256,8 +256,9 @@ class _Admission:
             await local.__aexit__(exc_type, exc, tb)
         turn, self._turn = self._turn, None
         if turn is not None:
-            # Shielded: a cancelled turn still gives its slot back.
-            await asyncio.shield(self._gate._exit(turn))
+            # Shielded: a cancelled turn still gives its slot back. The release says what the
+            # turn's provider calls came to (a rate-limit error lowers an adaptive cap).
+            await asyncio.shield(self._gate._exit(turn, exc))
         return False
 
 
@@ -541,8 +542,9 @@ class AuthorityGate:
         self._count("rejected")
         raise AuthorityRejected(self.budget_message, r.reason or "RESOURCE_LIMIT")
 
-    async def _exit(self, turn: _Turn) -> None:
-        """End a turn: settle its budget, give its slot back. Safe to call twice."""
+    async def _exit(self, turn: _Turn, failure: BaseException | None = None) -> None:
+        """End a turn: settle its budget, give its slot back, reporting the turn's outcome (OK,
+        or what its exception stands for; nothing for a cancelled turn). Safe to call twice."""
         if turn.closed:
             return
         turn.closed = True
@@ -554,7 +556,15 @@ class AuthorityGate:
         self._held.pop(turn.ticket_id, None)
         if turn.authorized:
             await self._settle(turn)
-        await self._release(turn.ticket_id)
+        request = pb.ReleaseRequest(ticket_id=turn.ticket_id)
+        if not isinstance(failure, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+            request.outcome = {
+                "ok": pb.OUTCOME_OK,
+                "rate_limited": pb.OUTCOME_RATE_LIMITED,
+                "overloaded": pb.OUTCOME_OVERLOADED,
+                "failed": pb.OUTCOME_FAILED,
+            }[outcome_of(failure) if failure is not None else "ok"]
+        await self._release(turn.ticket_id, request)
 
     async def _settle(self, turn: _Turn) -> None:
         with turn.usage_lock:
@@ -570,9 +580,9 @@ class AuthorityGate:
             # The reservation keeps counting as spent; an operator can resolve it.
             log.warning("settling run %s failed: %s", turn.run_id, e)
 
-    async def _release(self, ticket_id: str) -> None:
+    async def _release(self, ticket_id: str, request: pb.ReleaseRequest | None = None) -> None:
         try:
-            await self._call(self._client.stub.Release, pb.ReleaseRequest(ticket_id=ticket_id))
+            await self._call(self._client.stub.Release, request or pb.ReleaseRequest(ticket_id=ticket_id))
         except (grpc.aio.AioRpcError, _Unreachable) as e:
             log.warning("releasing %s failed; its lease will expire: %s", ticket_id, e)
 

@@ -356,3 +356,44 @@ test("an operator turns on shadow mode and weights", async () => {
     await server.stop();
   }
 });
+
+test("provider errors map to outcomes, and a 429 lowers an adaptive account cap", async () => {
+  const { outcomeOf } = await import("../index.js");
+  class RateLimitError extends Error {}
+  assert.equal(outcomeOf(Object.assign(new Error("x"), { status: 429 })), "rate_limited");
+  assert.equal(outcomeOf({ response: { status: 503 } }), "overloaded");
+  assert.equal(outcomeOf(Object.assign(new Error("x"), { status: 400 })), "failed");
+  assert.equal(outcomeOf(new RateLimitError("slow down")), "rate_limited");
+  assert.equal(outcomeOf(new DOMException("timed out", "TimeoutError")), "overloaded");
+  assert.equal(outcomeOf(new Error("wrapped", { cause: { statusCode: 429 } })), "rate_limited");
+  assert.equal(outcomeOf(new TypeError("bad json")), "failed");
+
+  const dir = mkdtempSync(join(tmpdir(), "adaptive-"));
+  const config = join(dir, "adaptive.yaml");
+  writeFileSync(
+    config,
+    "scheduling:\n  total: 10\n  per_subject: 10\n  accounts:\n    acct: { adaptive: { min: 1, max: 4, cooldown: 0s } }\n",
+  );
+  const server = await startServer("--config", config);
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  try {
+    await assert.rejects(
+      client.withSlot(
+        "alice",
+        async () => {
+          throw Object.assign(new Error("429 Too Many Requests"), { status: 429 });
+        },
+        { accountId: "acct" },
+      ),
+      /429/,
+    );
+    assert.equal(await client.withSlot("alice", async () => 7, { accountId: "acct" }), 7);
+    const s = await client.stats();
+    assert.deepEqual([s.outcomeRateLimited, s.outcomeOk, s.latencyCount], [1, 1, 2]);
+    const row = s.accounts.find((a) => a.accountId === "acct");
+    assert.deepEqual([row?.cap, row?.adaptive], [2, true]);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
