@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use admission_authority::api::{self, admission_client::AdmissionClient};
+
+#[path = "shared/adaptive_scenario.rs"]
+mod adaptive_scenario;
 use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -41,6 +44,11 @@ hosts:
     scheduling:
       subjects: { s0: { weight: 5 }, s1: { weight: 3 }, s2: { weight: 2 }, s3: { weight: 8 } }
       priority_aging: 30s
+  # Bound to accounts, releases reporting outcomes: with adaptive account caps, and without.
+  bound:
+    scheduling: { per_account: 100000 }
+  bound-adaptive:
+    scheduling: { adaptive: { max: 100000 } }
   # The wait-estimate scenario: 8 slots, a closed loop of 24 runs.
   eta:
     scheduling: { total: 8, per_subject: 8, queue: { total: 1000, hard_total: 1000 } }
@@ -77,6 +85,10 @@ struct Args {
     only_wake: bool,
     /// `--only eta`: only the wait-estimate scenario.
     only_eta: bool,
+    /// `--only adaptive`: only the adaptive-cap scenario (needs `--redis-url`).
+    only_adaptive: bool,
+    /// `--csv PATH`: the adaptive scenario's samples (seconds, cap, provider limit) as CSV.
+    csv: Option<PathBuf>,
 }
 
 fn args() -> Args {
@@ -91,6 +103,8 @@ fn args() -> Args {
         soak: None,
         only_wake: false,
         only_eta: false,
+        only_adaptive: false,
+        csv: None,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -110,10 +124,12 @@ fn args() -> Args {
             "--only" if value == "redis" => a.only_redis = true,
             "--only" if value == "wake" => a.only_wake = true,
             "--only" if value == "eta" => a.only_eta = true,
+            "--only" if value == "adaptive" => a.only_adaptive = true,
+            "--csv" => a.csv = Some(PathBuf::from(value)),
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
             _ => panic!(
-                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta] [--soak SECONDS]"
+                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive] [--csv PATH] [--soak SECONDS]"
             ),
         }
     }
@@ -508,6 +524,64 @@ async fn weighted_cycles(
         )
         .await;
         out.push((weighted.rate / plain.rate, (plain, weighted)));
+    }
+    median(out)
+}
+
+/// Submit+Release cycles bound to 50 accounts, each Release reporting OK and a latency.
+async fn bound_cycles(
+    chans: &[Channel],
+    host: &'static str,
+    seconds: f64,
+    tag: &'static str,
+) -> Figures {
+    let chans = chans.to_vec();
+    let (_, cycle) = drive(64, seconds, move |w, i| {
+        let mut client = AdmissionClient::new(chans[w % chans.len()].clone());
+        async move {
+            let t = Instant::now();
+            let mut req = submit(
+                host,
+                format!("s{}", w % 500),
+                format!("{tag}-{w}-{i}"),
+                api::SubmitMode::Queue,
+            );
+            req.account_id = format!("acct-{}", w % 50);
+            let r = client
+                .submit(req)
+                .await
+                .expect("submit on a free host")
+                .into_inner();
+            let s = t.elapsed();
+            client
+                .release(api::ReleaseRequest {
+                    ticket_id: r.ticket_id,
+                    outcome: api::Outcome::Ok as i32,
+                    latency_ms: Some(40),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            (s, t.elapsed())
+        }
+    })
+    .await;
+    cycle
+}
+
+/// Adaptive caps against none: bound cycles reporting outcomes on `bound-adaptive` and on
+/// `bound`, alternating; the median ratio and its round's figures.
+async fn adaptive_cycles(
+    chans: &[Channel],
+    rounds: usize,
+    seconds: f64,
+    tag: &'static str,
+) -> (f64, (Figures, Figures)) {
+    let mut out = Vec::new();
+    for _ in 0..rounds {
+        let plain = bound_cycles(chans, "bound", seconds, tag).await;
+        let adaptive = bound_cycles(chans, "bound-adaptive", seconds, tag).await;
+        out.push((adaptive.rate / plain.rate, (plain, adaptive)));
     }
     median(out)
 }
@@ -954,6 +1028,120 @@ async fn used_memory_mib(conn: Option<&mut redis::aio::MultiplexedConnection>) -
     Some(bytes / (1024.0 * 1024.0))
 }
 
+/// The adaptive-cap scenario at full size: two replicas on one redis-server, 30 runs calling a
+/// fake provider that refuses beyond N calls (50 ms each); N is 10 for 40 s, 5 for 30 s, 10
+/// for 30 s; then the same fleet for 20 s against a fixed cap of 10 (the baseline).
+async fn adaptive(a: &Args, dir: &std::path::Path) {
+    use adaptive_scenario::{Phase, Provider};
+    let url = a
+        .redis_url
+        .as_deref()
+        .expect("--only adaptive needs --redis-url (two replicas share one redis-server)");
+    let config = dir.join("adaptive.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "scheduling:\n  total: 1000\n  per_subject: 1000\n  queue: {{ total: 1000 }}\n\
+             hosts:\n  adaptive:\n    scheduling:\n      accounts:\n        provider: {{ adaptive: {{ max: 40 }} }}\n\
+             \x20 static:\n    scheduling:\n      accounts: {{ provider: 10 }}\n\
+             store:\n  redis: {{ url: \"{url}\", prefix: \"loadgen-adaptive-{}:\" }}\n",
+            std::process::id()
+        ),
+    )
+    .unwrap();
+    let (one, two) = (Server::start(&config), Server::start(&config));
+    let mut fleet = channels(&one.addr, 1).await;
+    fleet.extend(channels(&two.addr, 1).await);
+    let provider = Provider::start(10, 50).await;
+    let phases = [
+        Phase {
+            limit: 10,
+            seconds: 40.0,
+        },
+        Phase {
+            limit: 5,
+            seconds: 30.0,
+        },
+        Phase {
+            limit: 10,
+            seconds: 30.0,
+        },
+    ];
+    let (samples, figures) = adaptive_scenario::run(
+        &provider, &fleet, "adaptive", "provider", 30, &phases, 250, true,
+    )
+    .await;
+    let (_, fixed) = adaptive_scenario::run(
+        &provider,
+        &fleet,
+        "static",
+        "provider",
+        30,
+        &[Phase {
+            limit: 10,
+            seconds: 20.0,
+        }],
+        1000,
+        false,
+    )
+    .await;
+    if let Some(path) = &a.csv {
+        let mut out = String::from("seconds,cap,limit\n");
+        for (t, cap, limit) in &samples {
+            out.push_str(&format!("{t:.2},{cap},{limit}\n"));
+        }
+        std::fs::write(path, out).unwrap();
+    }
+    println!(
+        "| {:<8} | {:>5} | {:>14} | {:>10} | {:>8} | {:>8} | {:>10} |",
+        "phase", "N", "converged (s)", "cap ± 1", "mean cap", "200/s", "429 share"
+    );
+    let rate = |f: &adaptive_scenario::PhaseFigures| f.ok as f64 / f.counted_seconds.max(0.1);
+    let share = |f: &adaptive_scenario::PhaseFigures| {
+        f.limited as f64 / (f.ok + f.limited).max(1) as f64 * 100.0
+    };
+    for (i, f) in figures.iter().enumerate() {
+        println!(
+            "| {:<8} | {:>5} | {:>14} | {:>9.0}% | {:>8.2} | {:>8.0} | {:>9.2}% |",
+            format!("{} ({:.0} s)", i + 1, f.seconds),
+            f.limit,
+            f.converged_after
+                .map_or_else(|| "never".to_string(), |s| format!("{s:.1}")),
+            f.within_share * 100.0,
+            f.mean_cap,
+            rate(f),
+            share(f)
+        );
+    }
+    let base = &fixed[0];
+    println!(
+        "| {:<8} | {:>5} | {:>14} | {:>10} | {:>8} | {:>8.0} | {:>9.2}% |",
+        "fixed",
+        10,
+        "-",
+        "-",
+        "10",
+        rate(base),
+        share(base)
+    );
+    println!(
+        "\nadaptive cap: converged to N ± 1 after {} s (N = 10), {} s (N halved), {} s (N doubled) (target ≤ 30 s); 429 share after convergence {:.2} %, {:.2} %, {:.2} % (target < 2 %); 200s/s {:.2} × the fixed cap of 10 (target ≥ 0.9)",
+        figures[0]
+            .converged_after
+            .map_or("never".into(), |s| format!("{s:.1}")),
+        figures[1]
+            .converged_after
+            .map_or("never".into(), |s| format!("{s:.1}")),
+        figures[2]
+            .converged_after
+            .map_or("never".into(), |s| format!("{s:.1}")),
+        share(&figures[0]),
+        share(&figures[1]),
+        share(&figures[2]),
+        rate(&figures[0]) / rate(base).max(0.001)
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let a = args();
@@ -961,6 +1149,10 @@ async fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     if let Some(seconds) = a.soak {
         soak(&a, &dir, seconds).await;
+        return;
+    }
+    if a.only_adaptive {
+        adaptive(&a, &dir).await;
         return;
     }
     if a.only_eta {
@@ -1053,6 +1245,7 @@ async fn main() {
         }
     }
     let mut weighted_summary = None;
+    let mut adaptive_summary = None;
     let mut eta_summary = None;
     if !a.only_redis {
         let (ratio, (plain, weighted)) =
@@ -1064,6 +1257,14 @@ async fn main() {
             &weighted,
         );
         weighted_summary = Some(ratio);
+        let (a_ratio, (plain, adaptive)) = adaptive_cycles(&chans, a.rounds, a.seconds, "ad").await;
+        row("Submit+Release(OK) cycle, 50 accounts", 64, &plain);
+        row(
+            "Submit+Release(OK) cycle, 50 adaptive accounts",
+            64,
+            &adaptive,
+        );
+        adaptive_summary = Some(a_ratio);
         let (n, err, wait) = eta_accuracy(&chans, a.seconds.max(5.0)).await;
         eta_summary = Some((n, err, wait));
     }
@@ -1200,15 +1401,23 @@ async fn main() {
             64,
             &weighted,
         );
-        redis_summary = Some((ratio, per_rpc, auth_ratio, auth_p99, w_ratio));
+        let (ad_ratio, (plain, adaptive)) =
+            adaptive_cycles(&redis_chans, a.rounds, a.seconds, "rad").await;
+        row("Submit+Release(OK) cycle, Redis, 50 accounts", 64, &plain);
+        row("Submit+Release(OK) cycle, Redis, adaptive", 64, &adaptive);
+        redis_summary = Some((ratio, per_rpc, auth_ratio, auth_p99, w_ratio, ad_ratio));
     }
-    let redis_line = |(ratio, (all, scripts), auth_ratio, auth_p99, w_ratio): (
+    let redis_line = |(ratio, (all, scripts), auth_ratio, auth_p99, w_ratio, ad_ratio): (
         f64,
         (f64, f64),
         f64,
         f64,
         f64,
+        f64,
     )| {
+        println!(
+            "Redis store: cycles reporting outcomes with adaptive account caps = {ad_ratio:.2} × without (target ≥ 0.95)"
+        );
         println!(
             "Redis store: cycles with priorities 1..5, weights and aging = {w_ratio:.2} × the cycles without (target ≥ 0.95)"
         );
@@ -1382,6 +1591,11 @@ async fn main() {
     if let Some(ratio) = weighted_summary {
         println!(
             "Submit+Release cycles with priorities 1..5, weights and aging = {ratio:.2} × the cycles without (target ≥ 0.95)"
+        );
+    }
+    if let Some(ratio) = adaptive_summary {
+        println!(
+            "Submit+Release cycles reporting outcomes with adaptive account caps = {ratio:.2} × without (target ≥ 0.95)"
         );
     }
     if let Some((n, err, wait)) = eta_summary {

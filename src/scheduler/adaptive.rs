@@ -37,16 +37,24 @@ impl Adaptive {
         AdaptiveState {
             cap_milli: u64::from(self.max) * 1000,
             last_cut: 0,
+            knee_milli: 0,
         }
     }
 }
 
-/// One account's learned cap, in thousandths, and when it was last cut (0 = never).
+/// One account's learned cap, in thousandths, when it was last cut (0 = never), and the knee:
+/// the cap at which the provider last refused (0 = none known).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AdaptiveState {
     pub cap_milli: u64,
     pub last_cut: Millis,
+    pub knee_milli: u64,
 }
+
+/// Near the knee, OKs raise the cap this many times more slowly than `increase` says, so an
+/// account probes a provider's known limit gently (one refused call every few seconds, not one
+/// per round of calls).
+pub const PROBE_SLOWDOWN: u64 = 8;
 
 impl AdaptiveState {
     /// The cap in force: the whole part, within `min..=max`.
@@ -111,10 +119,22 @@ impl Outcome {
 }
 
 /// The account's state after a release that reported `outcome`, given the account's admitted
-/// tickets just before the release (`in_flight`): a limit outcome (RateLimited, Overloaded)
-/// multiplies the cap by `decrease`, never below `min` and at most once per cooldown; an OK
-/// while the account ran at its cap raises it by `increase` ÷ cap (so by about `increase` per
-/// cap's worth of OKs), never above `max`. Other outcomes change nothing.
+/// tickets just before the release (`in_flight`):
+///
+/// * a limit outcome (RateLimited, Overloaded), at most once per cooldown: at or above the knee
+///   (the cap at which the provider last refused), the cap steps back to one below it; below
+///   it, or with no knee known, the cap is multiplied by `decrease` (never below `min`) and the
+///   cap it hit becomes the knee;
+/// * an OK while the account ran at its cap, and no cut within the cooldown, raises the cap
+///   (never above `max`): by `increase` ÷ cap (about `increase` per cap's worth of OKs) with no
+///   knee known; more than one below the knee, by at least half the distance to one below the
+///   knee per cap's worth (a cut is recovered in a few rounds of calls); from there on,
+///   [`PROBE_SLOWDOWN`] times more slowly. Two above the knee, the knee is forgotten (the
+///   provider's limit rose).
+///
+/// Other outcomes change nothing. So against a provider that refuses calls beyond N, the cap
+/// finds N in a few cooldowns, then stays at N and probes N + 1 once per cooldown and a few
+/// rounds of calls; when N falls, a refusal below the knee cuts again.
 pub fn after_outcome(
     a: &Adaptive,
     s: AdaptiveState,
@@ -124,28 +144,58 @@ pub fn after_outcome(
 ) -> AdaptiveState {
     match outcome {
         Outcome::RateLimited | Outcome::Overloaded => {
-            if s.last_cut != 0 && now < s.last_cut + a.cooldown_ms {
+            if cooling(a, &s, now) {
                 return s;
             }
-            AdaptiveState {
-                cap_milli: (s.cap_milli * u64::from(a.decrease_pm) / 1000)
-                    .max(u64::from(a.min) * 1000),
-                last_cut: now,
+            let floor = u64::from(a.min) * 1000;
+            if s.knee_milli != 0 && u64::from(s.cap(a)) >= s.knee_milli / 1000 {
+                AdaptiveState {
+                    cap_milli: s.knee_milli.saturating_sub(1000).max(floor),
+                    last_cut: now,
+                    knee_milli: s.knee_milli,
+                }
+            } else {
+                AdaptiveState {
+                    cap_milli: (s.cap_milli * u64::from(a.decrease_pm) / 1000).max(floor),
+                    last_cut: now,
+                    knee_milli: s.cap_milli,
+                }
             }
         }
         Outcome::Ok => {
-            let cap = s.cap(a);
-            if in_flight < cap {
+            let cap = u64::from(s.cap(a));
+            if u64::from(in_flight) < cap || cooling(a, &s, now) {
                 return s;
             }
+            let step = u64::from(a.increase) * 1000 / cap;
+            let below_knee = s.knee_milli.saturating_sub(1000);
+            let delta = if s.knee_milli == 0 {
+                step
+            } else if s.cap_milli < below_knee {
+                step.max((below_knee - s.cap_milli) / (2 * cap))
+            } else {
+                step / PROBE_SLOWDOWN
+            }
+            .max(1);
+            let cap_milli = (s.cap_milli + delta).min(u64::from(a.max) * 1000);
             AdaptiveState {
-                cap_milli: (s.cap_milli + u64::from(a.increase) * 1000 / u64::from(cap))
-                    .min(u64::from(a.max) * 1000),
+                cap_milli,
                 last_cut: s.last_cut,
+                knee_milli: if s.knee_milli != 0 && cap_milli >= s.knee_milli + 2000 {
+                    0
+                } else {
+                    s.knee_milli
+                },
             }
         }
         Outcome::Unspecified | Outcome::Failed => s,
     }
+}
+
+/// Whether a cut happened within the cooldown: the cap holds still (no second cut for the same
+/// burst, no raise while the calls of the burst drain).
+fn cooling(a: &Adaptive, s: &AdaptiveState, now: Millis) -> bool {
+    s.last_cut != 0 && now < s.last_cut + a.cooldown_ms
 }
 
 #[cfg(test)]
@@ -186,7 +236,8 @@ mod tests {
         let a = a();
         let s = AdaptiveState {
             cap_milli: 10_000,
-            last_cut: 1,
+            last_cut: 0,
+            knee_milli: 0,
         };
         // Below the cap: the account is not asking for more.
         assert_eq!(after_outcome(&a, s, Outcome::Ok, 9, 10), s);
@@ -202,6 +253,49 @@ mod tests {
         }
         assert_eq!(u.cap_milli, 20_000, "bounded by max");
         assert!(u.is_fresh(&a, 10));
+    }
+
+    #[test]
+    fn after_a_cut_the_cap_recovers_fast_to_below_the_knee_then_probes_slowly() {
+        let a = a();
+        let mut s = AdaptiveState {
+            cap_milli: 11_000,
+            last_cut: 0,
+            knee_milli: 0,
+        };
+        s = after_outcome(&a, s, Outcome::RateLimited, 11, 5_000);
+        assert_eq!((s.cap(&a), s.knee_milli), (7, 11_000));
+        // Rounds of calls at the cap: half the way to 10 per round, then one at most per 8.
+        let mut rounds = Vec::new();
+        for _ in 0..12 {
+            for _ in 0..s.cap(&a) {
+                s = after_outcome(&a, s, Outcome::Ok, s.cap(&a), 6_000);
+            }
+            rounds.push(s.cap(&a));
+        }
+        assert_eq!(
+            rounds,
+            [8, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11],
+            "two rounds back to one below the knee, eight more to probe the knee again"
+        );
+        // A refusal at the knee again steps back to one below it, and holds for a cooldown.
+        let at_knee = after_outcome(&a, s, Outcome::RateLimited, 11, 9_000);
+        assert_eq!((at_knee.cap(&a), at_knee.knee_milli), (10, 11_000));
+        let held = after_outcome(&a, at_knee, Outcome::Ok, 10, 9_500);
+        assert_eq!(held, at_knee, "no raise within the cooldown");
+        // A refusal below the knee: the limit fell, cut by decrease.
+        let fell = after_outcome(&a, at_knee, Outcome::RateLimited, 10, 10_000);
+        assert_eq!((fell.cap(&a), fell.knee_milli), (7, 10_000));
+        // Two above the knee, it is forgotten: the provider's limit rose.
+        let mut t = AdaptiveState {
+            cap_milli: 12_900,
+            last_cut: 0,
+            knee_milli: 11_000,
+        };
+        for _ in 0..20 {
+            t = after_outcome(&a, t, Outcome::Ok, t.cap(&a), 6_000);
+        }
+        assert_eq!(t.knee_milli, 0);
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod limits;
 #[cfg(test)]
 mod tests;
 
-pub use adaptive::{Adaptive, AdaptiveState, Outcome, after_outcome};
+pub use adaptive::{Adaptive, AdaptiveState, Outcome, PROBE_SLOWDOWN, after_outcome};
 pub use limits::{
     DEFAULT_PRIORITY, LEVELS, Limits, LimitsRecord, LimitsSource, LimitsTable, MAX_WEIGHT,
     MemoryLimits, Mode, OverflowPolicy,

@@ -7,7 +7,8 @@ use crate::auth::AuthVerdict;
 use crate::ledger::{Coverage, Decision, Reason, Resolution, StepState, UnknownUsage, Usage};
 use crate::scheduler::{
     DEFAULT_PRIORITY, EXACT_POSITION_SUBJECTS, LEVELS, MAX_ADAPTIVE_ACCOUNTS, Mode, OverflowPolicy,
-    QUEUE_WAIT_BOUNDS_MS, RETAIN_SLACK, Refusal, ShadowDecision, SubmitMode, TicketState,
+    PROBE_SLOWDOWN, QUEUE_WAIT_BOUNDS_MS, RETAIN_SLACK, Refusal, ShadowDecision, SubmitMode,
+    TicketState,
 };
 
 /// The least version of an operator's limits of record: above any replica's start time in µs
@@ -232,7 +233,7 @@ pub(super) fn ticket_constants() -> String {
         "local RETAIN_SLACK, EXACT_POSITION_SUBJECTS = {RETAIN_SLACK}, {EXACT_POSITION_SUBJECTS}\n\
          local OPERATOR_LIMITS = {OPERATOR_LIMITS}\n\
          local LEVELS, DEFAULT_PRIORITY = {LEVELS}, {DEFAULT_PRIORITY}\n\
-         local MAX_ADAPTIVE_ACCOUNTS = {MAX_ADAPTIVE_ACCOUNTS}\n\
+         local MAX_ADAPTIVE_ACCOUNTS, PROBE_SLOWDOWN = {MAX_ADAPTIVE_ACCOUNTS}, {PROBE_SLOWDOWN}\n\
          local SHADOW_QUEUED, MODE_SHADOW = '{queued}', '{shadow}'\n\
          local QW_BOUNDS = {{{}}}\n",
         bounds.join(", "),

@@ -124,7 +124,8 @@ local function adopt(v, s, m)
   return true
 end
 -- Adaptive account caps (scheduler::adaptive). Settings travel as `min,max,decrease‰,increase,
--- cooldown`; `AD` holds each account's learned cap away from its start as `cap‰|last_cut`.
+-- cooldown`; `AD` holds each account's learned cap away from its start as
+-- `cap‰|last_cut|knee‰`.
 local AD = B .. 'ad'
 local adaptive_parsed = {}
 -- The settings of `a`'s adaptive cap, or nil: a fixed cap in `accounts` wins, then the
@@ -142,12 +143,13 @@ local function adaptive_of(a)
   end
   return p
 end
--- An account's learned cap in thousandths and when it was last cut (its start when none).
+-- An account's learned cap in thousandths, when it was last cut and its knee (its start when
+-- none is remembered), and whether one is.
 local function adaptive_state(a, ad)
   local st = redis.call('HGET', AD, a)
-  if not st then return ad.max * 1000, 0, false end
-  local sep = string.find(st, '|', 1, true)
-  return tonumber(string.sub(st, 1, sep - 1)), tonumber(string.sub(st, sep + 1)), true
+  if not st then return ad.max * 1000, 0, 0, false end
+  local m, last, knee = string.match(st, '^(%d+)|(%d+)|(%d+)$')
+  return tonumber(m), tonumber(last), tonumber(knee), true
 end
 local function clamp_cap(m, ad) return math.min(math.max(math.floor(m / 1000), ad.min), ad.max) end
 -- The cap of account `a` in force (nil: none), given its adaptive settings or fixed caps.
@@ -172,20 +174,37 @@ local function record_outcome(account, outcome, latency, in_flight)
   if account == '' or outcome == '' then return end
   local ad = adaptive_of(account)
   if not ad then return end
-  local m, last, known = adaptive_state(account, ad)
-  if outcome == 'rate_limited' or outcome == 'overloaded' then
-    if last == 0 or now >= last + ad.cd then
+  local m, last, knee, known = adaptive_state(account, ad)
+  local cooling = last ~= 0 and now < last + ad.cd
+  if (outcome == 'rate_limited' or outcome == 'overloaded') and not cooling then
+    if knee ~= 0 and clamp_cap(m, ad) >= math.floor(knee / 1000) then
+      m = math.max(knee - 1000, ad.min * 1000)
+    else
+      knee = m
       m = math.max(math.floor(m * ad.dec / 1000), ad.min * 1000)
-      last = now
     end
-  elseif outcome == 'ok' then
+    last = now
+  elseif outcome == 'ok' and not cooling then
     local cap = clamp_cap(m, ad)
-    if in_flight >= cap then m = math.min(m + math.floor(ad.inc * 1000 / cap), ad.max * 1000) end
+    if in_flight >= cap then
+      local step = math.floor(ad.inc * 1000 / cap)
+      local below = math.max(knee - 1000, 0)
+      local delta
+      if knee == 0 then
+        delta = step
+      elseif m < below then
+        delta = math.max(step, math.floor((below - m) / (2 * cap)))
+      else
+        delta = math.floor(step / PROBE_SLOWDOWN)
+      end
+      m = math.min(m + math.max(delta, 1), ad.max * 1000)
+      if knee ~= 0 and m >= knee + 2000 then knee = 0 end
+    end
   end
   if m >= ad.max * 1000 and (last == 0 or now >= last + ad.cd) then
     if known then redis.call('HDEL', AD, account) end
   elseif known or redis.call('HLEN', AD) < MAX_ADAPTIVE_ACCOUNTS then
-    redis.call('HSET', AD, account, fmt(m) .. '|' .. fmt(last))
+    redis.call('HSET', AD, account, fmt(m) .. '|' .. fmt(last) .. '|' .. fmt(knee))
   end
 end
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written
