@@ -751,6 +751,11 @@ impl HostState {
             .copied()
             .unwrap_or_else(|| a.fresh());
         let after = after_outcome(a, before, report.outcome, in_flight, now);
+        // Only a change is written: an account is forgotten when a change brings it back to
+        // its start (so the stores need not read the state of an account far below its cap).
+        if after == before {
+            return;
+        }
         if after.is_fresh(a, now) {
             self.adaptive.remove(account);
         } else if self.adaptive.contains_key(account) || self.adaptive.len() < MAX_ADAPTIVE_ACCOUNTS

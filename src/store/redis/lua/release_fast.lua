@@ -11,7 +11,7 @@ local tk = B .. 't:' .. k
 local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state', 'qat')
 if t[4] == ADMITTED then
   local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
-                      'lv', 'ls', 'lm', 'hold')
+                      'lv', 'ls', 'lm', 'hold', 'a:' .. t[2])
   -- This ticket's own lease is in the set, so the bound is never the fallback.
   local nd = due_bound(c[5], now)
   if nd > now and adopt(c[6], c[7], c[8]) then
@@ -19,7 +19,7 @@ if t[4] == ADMITTED then
     if num(c[3]) == 0 then
       if ARGV[7] ~= '' or ARGV[8] ~= '' then
         local af = t[2] ~= '' and num(redis.call('HGET', AF, t[2])) or 0
-        record_outcome(t[2], ARGV[7], ARGV[8], af)
+        record_outcome(t[2], ARGV[7], ARGV[8], af, c[10])
       end
       redis.call('HSET', C, 'in_flight', fmt(num(c[1]) - 1), 'released', fmt(num(c[2]) + 1),
                  's:' .. t[1], fmt(num(c[4]) - 1), 'next_due', fmt(nd),

@@ -17,10 +17,14 @@ for _, inst in ipairs(redis.call('HKEYS', RSS)) do
 end
 table.insert(out, rss)
 local subjects, seen = {}, {}
+local accounts, aseen = {}, {}
 for _, f in ipairs(redis.call('HKEYS', C)) do
   if string.sub(f, 1, 2) == 's:' then
     local s = string.sub(f, 3)
     seen[s] = true; table.insert(subjects, s)
+  elseif string.sub(f, 1, 2) == 'a:' then
+    local a = string.sub(f, 3)
+    aseen[a] = true; table.insert(accounts, a)
   end
 end
 for p = 1, LEVELS do
@@ -38,8 +42,7 @@ end
 table.insert(out, #rows / 3)
 for _, v in ipairs(rows) do table.insert(out, v) end
 -- Accounts with live tickets, and those whose adaptive cap moved from its start.
-local accounts, aseen = {}, {}
-for _, h in ipairs({AF, AQ, AD}) do
+for _, h in ipairs({AF, AQ}) do
   for _, a in ipairs(redis.call('HKEYS', h)) do
     if not aseen[a] then aseen[a] = true; table.insert(accounts, a) end
   end
@@ -47,7 +50,7 @@ end
 rows = {}
 for _, a in ipairs(accounts) do
   local f, q = num(redis.call('HGET', AF, a)), num(redis.call('HGET', AQ, a))
-  local moved = adaptive_of(a) ~= nil and redis.call('HEXISTS', AD, a) == 1
+  local moved = adaptive_of(a) ~= nil and redis.call('HEXISTS', C, 'a:' .. a) == 1
   if f > 0 or q > 0 or moved then
     table.insert(rows, a); table.insert(rows, f); table.insert(rows, q)
     table.insert(rows, account_cap(a) or -1)

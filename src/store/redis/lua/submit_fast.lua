@@ -7,14 +7,18 @@
 if L.max_rss == 0 then
   local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
   local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued',
-                      's:' .. subject, 'next_due', 'lv', 'ls', 'lm')
+                      's:' .. subject, 'next_due', 'lv', 'ls', 'lm', 'a:' .. account)
   local nd = adopt(c[8], c[9], c[10]) and L.max_rss == 0 and due_bound(c[7], now + L.lease)
   if nd and nd > now then
     nothing_due = true
-    local acap = account_cap_of(account)
+    local acap, af = nil, 0
+    if account ~= '' and (L.accounts[account] or L.per_account >= 0 or adaptive_of(account)) then
+      af = num(redis.call('HGET', AF, account))
+      acap = account_cap_of(account, af, c[11])
+    end
     if num(c[5]) == 0 and num(c[2]) < L.total
       and num(c[6]) < (L.subjects[subject] or L.per_subject)
-      and (acap == nil or num(redis.call('HGET', AF, account)) < acap)
+      and (acap == nil or af < acap)
       and not redis.call('SET', B .. 'run:' .. run, key, 'NX', 'GET') then
       local g, deadline = admit_new(key, subject, account, inst, run, next_grant(c[1]),
                                     ARGV[12])

@@ -124,9 +124,9 @@ local function adopt(v, s, m)
   return true
 end
 -- Adaptive account caps (scheduler::adaptive). Settings travel as `min,max,decrease‰,increase,
--- cooldown`; `AD` holds each account's learned cap away from its start as
--- `cap‰|last_cut|knee‰`.
-local AD = B .. 'ad'
+-- cooldown`. Each account's learned cap away from its start is the counters' field
+-- `a:<account>` = `cap‰|last_cut|knee‰` (read with the counters the fast paths read anyway, so
+-- an adaptive account costs no extra command there), and `a_n` counts them.
 local adaptive_parsed = {}
 -- The settings of `a`'s adaptive cap, or nil: a fixed cap in `accounts` wins, then the
 -- account's own, then the default (scheduler::Limits::adaptive_of).
@@ -144,19 +144,24 @@ local function adaptive_of(a)
   return p
 end
 -- An account's learned cap in thousandths, when it was last cut and its knee (its start when
--- none is remembered), and whether one is.
-local function adaptive_state(a, ad)
-  local st = redis.call('HGET', AD, a)
+-- none is remembered), and whether one is. `pre`: the field as already read (false: absent),
+-- nil to read it.
+local function adaptive_state(a, ad, pre)
+  local st = pre
+  if st == nil then st = redis.call('HGET', C, 'a:' .. a) end
   if not st then return ad.max * 1000, 0, 0, false end
   local m, last, knee = string.match(st, '^(%d+)|(%d+)|(%d+)$')
   return tonumber(m), tonumber(last), tonumber(knee), true
 end
 local function clamp_cap(m, ad) return math.min(math.max(math.floor(m / 1000), ad.min), ad.max) end
--- The cap of account `a` in force (nil: none), given its adaptive settings or fixed caps.
-local function account_cap_of(a)
+-- The cap of account `a` in force (nil: none), given its adaptive settings or fixed caps. With
+-- `in_flight` (the account's admitted tickets) below an adaptive cap's `min`, that bound is
+-- answered without reading the learned cap (it only matters whether the account has room).
+local function account_cap_of(a, in_flight, pre)
   if a == '' then return nil end
   local ad = adaptive_of(a)
-  if ad then return clamp_cap(adaptive_state(a, ad), ad) end
+  if ad and in_flight and in_flight < ad.min then return ad.min end
+  if ad then return clamp_cap(adaptive_state(a, ad, pre), ad) end
   local v = L.accounts[a]
   if v then return v end
   if L.per_account >= 0 then return L.per_account end
@@ -165,16 +170,18 @@ end
 -- A release of an admitted ticket reported `outcome` ('' none) and `latency` ('' none):
 -- count them, and move the account's adaptive cap given its admitted tickets before this
 -- release (scheduler::HostState::record_outcome, scheduler::after_outcome).
-local function record_outcome(account, outcome, latency, in_flight)
+local function record_outcome(account, outcome, latency, in_flight, pre)
   if outcome ~= '' then redis.call('HINCRBY', C, 'o:' .. outcome, 1) end
   if latency ~= '' then
     redis.call('HINCRBY', C, 'lat_sum', latency)
     redis.call('HINCRBY', C, 'lat_n', 1)
   end
-  if account == '' or outcome == '' then return end
+  if account == '' or outcome == '' or outcome == 'failed' then return end
   local ad = adaptive_of(account)
-  if not ad then return end
-  local m, last, knee, known = adaptive_state(account, ad)
+  -- An OK below `min` cannot be at the cap: nothing changes, nothing need be read.
+  if not ad or (outcome == 'ok' and in_flight < ad.min) then return end
+  local m, last, knee, known = adaptive_state(account, ad, pre)
+  local m0, last0, knee0 = m, last, knee
   local cooling = last ~= 0 and now < last + ad.cd
   if (outcome == 'rate_limited' or outcome == 'overloaded') and not cooling then
     if knee ~= 0 and clamp_cap(m, ad) >= math.floor(knee / 1000) then
@@ -201,10 +208,15 @@ local function record_outcome(account, outcome, latency, in_flight)
       if knee ~= 0 and m >= knee + 2000 then knee = 0 end
     end
   end
+  if m == m0 and last == last0 and knee == knee0 then return end
   if m >= ad.max * 1000 and (last == 0 or now >= last + ad.cd) then
-    if known then redis.call('HDEL', AD, account) end
-  elseif known or redis.call('HLEN', AD) < MAX_ADAPTIVE_ACCOUNTS then
-    redis.call('HSET', AD, account, fmt(m) .. '|' .. fmt(last) .. '|' .. fmt(knee))
+    if known then
+      redis.call('HDEL', C, 'a:' .. account)
+      redis.call('HINCRBY', C, 'a_n', -1)
+    end
+  elseif known or num(redis.call('HGET', C, 'a_n')) < MAX_ADAPTIVE_ACCOUNTS then
+    redis.call('HSET', C, 'a:' .. account, fmt(m) .. '|' .. fmt(last) .. '|' .. fmt(knee))
+    if not known then redis.call('HINCRBY', C, 'a_n', 1) end
   end
 end
 -- A subject's in-flight count is the field `s:<subject>` of the counters (read and written

@@ -51,8 +51,9 @@ local function lane_len(q, p) return redis.call('ZCOUNT', q, lane_lo(p), lane_hi
 local function subject_cap(s) return L.subjects[s] or L.per_subject end
 local account_cap = account_cap_of
 local function account_has_room(a)
-  local cap = account_cap(a)
-  return cap == nil or num(redis.call('HGET', AF, a)) < cap
+  if a == '' or not (L.accounts[a] or L.per_account >= 0 or adaptive_of(a)) then return true end
+  local af = num(redis.call('HGET', AF, a))
+  return af < account_cap(a, af)
 end
 local function rss_of(inst)
   local r = redis.call('HGET', RSS, inst)
