@@ -745,6 +745,11 @@ impl HostState {
             return;
         };
         let in_flight = self.accounts.get(account).map_or(0, |s| s.in_flight);
+        // An OK below `min` cannot be at the cap, a FAILED changes nothing: no state to read.
+        if (report.outcome == Outcome::Ok && in_flight < a.min) || report.outcome == Outcome::Failed
+        {
+            return;
+        }
         let before = self
             .adaptive
             .get(account)
@@ -1753,9 +1758,15 @@ fn account_has_room(
     adaptive: &HashMap<Arc<str>, AdaptiveState>,
     account: Option<&str>,
 ) -> bool {
-    match account.and_then(|a| account_cap(limits, adaptive, a).map(|cap| (a, cap))) {
-        Some((a, cap)) => accounts.get(a).map_or(0, |a| a.in_flight) < cap,
-        None => true,
+    let Some(a) = account else { return true };
+    let in_flight = || accounts.get(a).map_or(0, |s| s.in_flight);
+    match limits.adaptive_of(a) {
+        // Below `min` there is room whatever the cap learned (one lookup fewer).
+        Some(ad) => {
+            let n = in_flight();
+            n < ad.min || n < adaptive.get(a).map_or(ad.max, |s| s.cap(ad))
+        }
+        None => limits.account_cap(a).is_none_or(|cap| in_flight() < cap),
     }
 }
 
