@@ -178,6 +178,10 @@ export class AuthorityScheduler {
   /** @internal */ active = 0;
   /** @internal */ queued = 0;
   private readonly rssMb: () => number | undefined;
+  /** The last Submit sent: the next one waits for its answer, so Submits reach the authority
+   * in the order they were made (gRPC calls on one channel may otherwise overtake each other,
+   * and the queue's order is the round robin's). */
+  private lastSubmit: Promise<unknown> = Promise.resolve();
 
   constructor(
     readonly client: AdmissionClient,
@@ -213,7 +217,13 @@ export class AuthorityScheduler {
   }
 
   /** @internal */
-  async submitRequest(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
+  submitRequest(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
+    const sent = this.lastSubmit.then(() => this.sendSubmit(identity, mode));
+    this.lastSubmit = sent.catch(() => {});
+    return sent;
+  }
+
+  private async sendSubmit(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
     const runId = randomUUID();
     try {
       return await this.client.call(this.client.stub.submit, {

@@ -66,6 +66,38 @@ test("round robin across subjects: releases admit a1, b1, a2, b2, a3", async () 
   }
 });
 
+test("tickets submitted back to back reach the authority in the order they were made", async () => {
+  const server = await startServer("--total", "1", "--per-subject", "1", "--queue-total", "8");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const scheduler = new AuthorityScheduler(client);
+  try {
+    for (let round = 0; round < 5; round++) {
+      const holder = scheduler.submit(who("holder"));
+      await holder.wait();
+      const order: string[] = [];
+      const tickets = new Map<string, Ticket>();
+      // No pause between the Submits: the order is the scheduler's to keep.
+      for (const [name, subject] of [["a1", "alice"], ["a2", "alice"], ["a3", "alice"], ["b1", "bob"], ["b2", "bob"]]) {
+        const ticket = scheduler.submit(who(subject));
+        tickets.set(name, ticket);
+        void ticket.wait().then(() => order.push(name), () => {});
+      }
+      await eventually("all five to queue", async () => (await client.stats()).queued === 5);
+      let running: Ticket = holder;
+      for (let i = 0; i < 5; i++) {
+        await running.release();
+        await eventually(`admission ${i + 1}`, async () => order.length === i + 1);
+        running = tickets.get(order.at(-1)!)!;
+      }
+      await running.release();
+      assert.deepEqual(order, ["a1", "b1", "a2", "b2", "a3"], `round ${round}`);
+    }
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
 test("account capacity is shared per (host, account)", async () => {
   const server = await startServer("--total", "10", "--per-account", "1");
   const client = new AdmissionClient(server.addr, { hostId: "h" });
