@@ -254,13 +254,49 @@ export interface ResourceContext {
   model: string;
   /** 1-based. */
   step: number;
-  /** The run's cumulative usage so far (all earlier steps). When present, the earlier steps
-   * not yet settled are settled from it before this step is authorized. */
-  usage?: { inputTokens?: number; outputTokens?: number; costUsd?: number };
+  /** The run's cumulative usage so far (all earlier steps): flat numbers, or the snapshot
+   * AgenticDriver's usage meter gives (`{ usage, observedUsage, coverage }`). When present, the
+   * earlier steps not yet settled are settled from it before this step is authorized, with the
+   * meter's coverage (unknown when it says so). */
+  usage?: UsageNumbers | MeterSnapshot;
   /** Output tokens this step may ask for (default: the object's `requestedOutputTokens`). */
   requestedOutputTokens?: number;
   estimatedInputTokens?: number;
   signal?: AbortSignal;
+}
+
+/** Cumulative usage as numbers. */
+export interface UsageNumbers {
+  inputTokens?: number;
+  outputTokens?: number;
+  costUsd?: number;
+}
+
+/** AgenticDriver's `meter.snapshot()`: the usage it accounts, what the provider reported, and
+ * how complete that is. */
+export interface MeterSnapshot {
+  usage?: UsageNumbers;
+  observedUsage?: UsageNumbers;
+  coverage?: "complete" | "partial" | "unknown";
+}
+
+/** The numbers and coverage of either shape: the meter's accounted usage (else what was
+ * observed), its coverage; flat numbers are complete. */
+function usageOf(u: UsageNumbers | MeterSnapshot): { numbers: Required<UsageNumbers>; coverage: gen.Coverage } {
+  const snapshot = u as MeterSnapshot;
+  const isSnapshot = "usage" in u || "observedUsage" in u || "coverage" in u;
+  const n: UsageNumbers = isSnapshot ? (snapshot.usage ?? snapshot.observedUsage ?? {}) : (u as UsageNumbers);
+  const coverage = !isSnapshot
+    ? gen.Coverage.COVERAGE_COMPLETE
+    : snapshot.coverage === "partial"
+      ? gen.Coverage.COVERAGE_PARTIAL
+      : snapshot.coverage === "unknown" || (!snapshot.usage && !snapshot.observedUsage)
+        ? gen.Coverage.COVERAGE_UNKNOWN
+        : gen.Coverage.COVERAGE_COMPLETE;
+  return {
+    numbers: { inputTokens: n.inputTokens ?? 0, outputTokens: n.outputTokens ?? 0, costUsd: n.costUsd ?? 0 },
+    coverage,
+  };
 }
 
 export interface ResourceAdmissionOptions {
@@ -281,7 +317,7 @@ export class AuthorityResourceAdmission {
   readonly unknown: "reject" | "allow";
   private readonly requestedOutputTokens: number;
   /** Per (host, run): the last authorized step not yet settled, and the usage snapshot then. */
-  private readonly open = new Map<string, { step: number; usage: Required<NonNullable<ResourceContext["usage"]>> }>();
+  private readonly open = new Map<string, { step: number; usage: Required<UsageNumbers> }>();
 
   constructor(
     private readonly client: AdmissionClient,
@@ -296,11 +332,9 @@ export class AuthorityResourceAdmission {
     context.signal?.throwIfAborted();
     const { identity, runId } = context;
     const key = `${identity.hostId}\u0000${runId}`;
-    const usage = {
-      inputTokens: context.usage?.inputTokens ?? 0,
-      outputTokens: context.usage?.outputTokens ?? 0,
-      costUsd: context.usage?.costUsd ?? 0,
-    };
+    const usage = context.usage
+      ? usageOf(context.usage).numbers
+      : { inputTokens: 0, outputTokens: 0, costUsd: 0 };
     const previous = this.open.get(key);
     if (previous && context.usage && previous.step < context.step) {
       await this.settleOpen(identity, runId, context.usage);
@@ -345,16 +379,17 @@ export class AuthorityResourceAdmission {
     const open = this.open.get(key);
     if (!open) return;
     this.open.delete(key);
-    const since = (now: number | undefined, then: number) => Math.max(0, (now ?? 0) - then);
+    const now = usage ? usageOf(usage) : undefined;
+    const since = (n: number | undefined, then: number) => Math.max(0, (n ?? 0) - then);
     await this.client.call(this.client.stub.settle, {
       hostId: identity.hostId,
       runId,
       step: open.step,
       usage: {
-        inputTokens: since(usage?.inputTokens, open.usage.inputTokens),
-        outputTokens: since(usage?.outputTokens, open.usage.outputTokens),
-        costUsd: since(usage?.costUsd, open.usage.costUsd),
-        coverage: usage ? gen.Coverage.COVERAGE_COMPLETE : gen.Coverage.COVERAGE_UNKNOWN,
+        inputTokens: since(now?.numbers.inputTokens, open.usage.inputTokens),
+        outputTokens: since(now?.numbers.outputTokens, open.usage.outputTokens),
+        costUsd: since(now?.numbers.costUsd, open.usage.costUsd),
+        coverage: now?.coverage ?? gen.Coverage.COVERAGE_UNKNOWN,
       },
     });
   }

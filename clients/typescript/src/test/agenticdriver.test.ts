@@ -227,11 +227,46 @@ test("authorize answers allow, deny and unknown from the server's budgets", asyn
     // An earlier step never settled (no snapshot): usage unknown; this budget defers.
     assert.equal(await step("deferred", "r2", 1), "allow");
     assert.equal(await step("deferred", "r2", 2), "unknown");
+    // The driver's real shape: the meter's snapshot, nested, with its coverage.
+    assert.equal(await step("alice", "r5", 1), "allow");
+    assert.equal(
+      await admission.authorize({
+        identity: who("alice"),
+        runId: "r5",
+        model: "claude",
+        step: 2,
+        usage: { usage: { inputTokens: 400, outputTokens: 200 }, observedUsage: {}, coverage: "complete" },
+      }),
+      "allow",
+    );
+    assert.equal(
+      await admission.authorize({
+        identity: who("alice"),
+        runId: "r5",
+        model: "claude",
+        step: 3,
+        usage: { usage: { inputTokens: 900, outputTokens: 300 }, coverage: "complete" },
+      }),
+      "deny",
+      "600 settled for step 1 and 600 more for step 2: the 1,000 budget is spent",
+    );
+    // A meter that says its usage is unknown is settled as unknown: this budget defers.
+    assert.equal(await step("deferred", "r6", 1), "allow");
+    assert.equal(
+      await admission.authorize({
+        identity: who("deferred"),
+        runId: "r6",
+        model: "claude",
+        step: 2,
+        usage: { usage: { inputTokens: 5, outputTokens: 5 }, coverage: "unknown" },
+      }),
+      "unknown",
+    );
     // A run that finishes settles its last step.
     assert.equal(await step("alice", "r3", 1), "allow");
     await admission.finish(who("alice"), "r3", { inputTokens: 10, outputTokens: 20 });
     const s = await client.stats();
-    assert.deepEqual([s.settled, s.authorizeAllowed, s.authorizeDenied, s.authorizeDeferred], [3, 4, 1, 1]);
+    assert.deepEqual([s.settled, s.authorizeAllowed, s.authorizeDenied, s.authorizeDeferred], [6, 7, 2, 2]);
   } finally {
     client.close();
     await server.stop();
