@@ -59,4 +59,9 @@ impl Gates {
     pub fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
         self.closing.subscribe()
     }
+
+    /// Wait streams still open (each holds a `closing` receiver until it ends).
+    pub fn open_streams(&self) -> usize {
+        self.closing.receiver_count()
+    }
 }

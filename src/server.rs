@@ -280,6 +280,15 @@ async fn drain_then_stop<S: Store>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     gates.close_streams();
+    // Let the streams send their UNAVAILABLE and clients read it before the server starts
+    // closing connections: a socket closed with a client's late frames unread is reset, and a
+    // reset can reach the client before the status it has not read yet (seen under load as a
+    // stream ending with UNKNOWN). Bounded: at most a second, plus a moment to flush.
+    let until = tokio::time::Instant::now() + Duration::from_secs(1);
+    while gates.open_streams() > 0 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
 /// The server's TLS settings from the configured files; with a client CA, every client must
