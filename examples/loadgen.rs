@@ -94,6 +94,8 @@ struct Args {
     csv: Option<PathBuf>,
 }
 
+const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
+
 fn args() -> Args {
     let mut a = Args {
         seconds: 2.0,
@@ -113,6 +115,10 @@ fn args() -> Args {
     let mut it = std::env::args();
     it.next(); // the program name
     while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
         let value = it.next().unwrap_or_default();
         match flag.as_str() {
             "--seconds" => a.seconds = value.parse().expect("--seconds N"),
@@ -133,9 +139,10 @@ fn args() -> Args {
             "--csv" => a.csv = Some(PathBuf::from(value)),
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
-            _ => panic!(
-                "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules] [--csv PATH] [--soak SECONDS]"
-            ),
+            _ => {
+                eprintln!("loadgen: unknown option {flag}\n{USAGE}");
+                std::process::exit(2);
+            }
         }
     }
     a

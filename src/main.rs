@@ -111,8 +111,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // With RUST_LOG=debug, every RPC's span (rpc, host_id, subject, decision) is logged when it
     // closes, with its duration.
+    // Colours only for a person at a terminal, never in a file or a log collector.
     let fmt = tracing_subscriber::fmt::layer()
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let fmt = if args.log_format == "json" {
         fmt.json().boxed()

@@ -186,3 +186,30 @@ fn hash_token_prints_the_sha256_that_token_sha256_takes() {
         "SHA-256 of the token without its trailing newline"
     );
 }
+
+#[test]
+fn serve_help_says_the_defaults_of_the_scheduling_flags() {
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .expect("run serve --help");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "--total <N>",
+        "--per-subject <N>",
+        "--lease-ttl <DURATION>",
+        "--queue-total <N>",
+    ] {
+        let at = help
+            .find(line)
+            .unwrap_or_else(|| panic!("{line} missing:\n{help}"));
+        let rest = &help[at..];
+        let entry = &rest[..rest.find('\n').unwrap_or(rest.len())];
+        assert!(entry.contains("default"), "no default in: {entry}");
+    }
+    assert!(
+        help.contains("default 32") && help.contains("default 30s"),
+        "{help}"
+    );
+}

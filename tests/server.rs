@@ -1323,3 +1323,25 @@ async fn released_outcomes_move_an_adaptive_account_cap_that_an_operator_can_pin
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn text_logs_to_a_file_carry_no_terminal_colours() {
+    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("text-log-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    let server = Server::spawn(
+        &["--total", "1"],
+        "debug,h2=info,hyper=info,tower=info",
+        std::process::Stdio::from(file),
+    );
+    let mut c = server.client().await;
+    c.submit(submit_req("h", "alice", "r1")).await.unwrap();
+    drop(c);
+    drop(server);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("Submit"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "ANSI escapes in a log file:\n{text}"
+    );
+}

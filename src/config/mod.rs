@@ -132,28 +132,29 @@ pub struct Overrides {
     /// Allow a non-loopback listen address without credentials.
     #[arg(long)]
     pub insecure: bool,
-    /// Cap on admitted tickets per host.
+    /// Cap on admitted tickets per host (default 32; the file's scheduling.total wins over the
+    /// default, this flag over both).
     #[arg(long, value_name = "N")]
     pub total: Option<u32>,
-    /// Cap on admitted tickets per subject.
+    /// Cap on admitted tickets per subject (default 4).
     #[arg(long, value_name = "N")]
     pub per_subject: Option<u32>,
-    /// Cap on admitted tickets per account.
+    /// Cap on admitted tickets per account (default: none).
     #[arg(long, value_name = "N")]
     pub per_account: Option<u32>,
-    /// Declared queue depth per host (0 = no queue).
+    /// Declared queue depth per host (default 0 = no queue: saturation answers BUSY).
     #[arg(long, value_name = "N")]
     pub queue_total: Option<u32>,
-    /// Queue bound per subject (0 = none).
+    /// Queue bound per subject (default 0 = none).
     #[arg(long, value_name = "N")]
     pub queue_per_subject: Option<u32>,
-    /// reject | shed_oldest | queue.
+    /// reject | shed_oldest | queue (default reject).
     #[arg(long, value_name = "POLICY")]
     pub overflow_policy: Option<String>,
-    /// Lease of an admitted ticket without Renew, e.g. 30s.
+    /// Lease of an admitted ticket without Renew (default 30s).
     #[arg(long, value_name = "DURATION")]
     pub lease_ttl: Option<String>,
-    /// Per-replica memory ceiling in MiB from reported rss_mb (0 = off).
+    /// Per-replica memory ceiling in MiB from reported rss_mb (default 0 = off).
     #[arg(long, value_name = "MIB")]
     pub max_rss_mb: Option<u32>,
     /// Share state with other replicas in this Redis (e.g. redis://127.0.0.1:6379/0).
