@@ -487,8 +487,13 @@ async fn submit_release(
                 format!("{tag}-{w}-{i}"),
                 mode,
             );
+            // The rules' hosts: priorities in turn; runs bound to accounts that report outcomes.
+            let bound = host.starts_with("bound");
             if host == "weighted" {
                 req.priority = 1 + (i % 5) as u32;
+            }
+            if bound {
+                req.account_id = format!("acct-{}", w % 50);
             }
             let r = client
                 .submit(req)
@@ -496,107 +501,53 @@ async fn submit_release(
                 .expect("submit on a free host")
                 .into_inner();
             let s = t.elapsed();
-            client
-                .release(api::ReleaseRequest {
-                    ticket_id: r.ticket_id,
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            let mut release = api::ReleaseRequest {
+                ticket_id: r.ticket_id,
+                ..Default::default()
+            };
+            if bound {
+                release.outcome = api::Outcome::Ok as i32;
+                release.latency_ms = Some(40);
+            }
+            client.release(release).await.unwrap();
             (s, t.elapsed())
         }
     })
     .await
 }
 
-/// Priorities and weights against none: Submit+Release cycles at 64 on the `weighted` host
-/// (weights, aging, priorities 1..5) and on the `free` host, alternating; returns the median
-/// ratio and its round's figures.
-async fn weighted_cycles(
+/// A rule's cost: Submit+Release cycles at 64 on `with_rule` against `plain`, alternating
+/// rounds (priorities and weights: `weighted` against `free`; adaptive caps, every Release
+/// reporting OK: `bound-adaptive` against `bound`, 50 accounts). The median ratio and its
+/// round's figures (plain, with the rule).
+async fn rule_cycles(
     server: &Server,
     chans: &[Channel],
     rounds: usize,
     seconds: f64,
+    (plain, with_rule): (&'static str, &'static str),
     tag: &'static str,
 ) -> (f64, (Figures, Figures)) {
+    let cycles = |host| {
+        metered(
+            server,
+            submit_release(chans, host, api::SubmitMode::Queue, 64, seconds, tag),
+            move |(_, f)| f.rate * seconds,
+            |(_, f), u| f.cpu_us = Some(u),
+        )
+    };
     let mut out = Vec::new();
     for _ in 0..rounds {
-        let (_, plain) = metered(
-            server,
-            submit_release(chans, "free", api::SubmitMode::Queue, 64, seconds, tag),
-            |(_, f)| f.rate * seconds,
-            |(_, f), u| f.cpu_us = Some(u),
-        )
-        .await;
-        let (_, weighted) = metered(
-            server,
-            submit_release(chans, "weighted", api::SubmitMode::Queue, 64, seconds, tag),
-            |(_, f)| f.rate * seconds,
-            |(_, f), u| f.cpu_us = Some(u),
-        )
-        .await;
-        out.push((weighted.rate / plain.rate, (plain, weighted)));
+        let (_, p) = cycles(plain).await;
+        let (_, r) = cycles(with_rule).await;
+        out.push((r.rate / p.rate, (p, r)));
     }
     median(out)
 }
 
-/// Submit+Release cycles bound to 50 accounts, each Release reporting OK and a latency.
-async fn bound_cycles(
-    chans: &[Channel],
-    host: &'static str,
-    seconds: f64,
-    tag: &'static str,
-) -> Figures {
-    let chans = chans.to_vec();
-    let (_, cycle) = drive(64, seconds, move |w, i| {
-        let mut client = AdmissionClient::new(chans[w % chans.len()].clone());
-        async move {
-            let t = Instant::now();
-            let mut req = submit(
-                host,
-                format!("s{}", w % 500),
-                format!("{tag}-{w}-{i}"),
-                api::SubmitMode::Queue,
-            );
-            req.account_id = format!("acct-{}", w % 50);
-            let r = client
-                .submit(req)
-                .await
-                .expect("submit on a free host")
-                .into_inner();
-            let s = t.elapsed();
-            client
-                .release(api::ReleaseRequest {
-                    ticket_id: r.ticket_id,
-                    outcome: api::Outcome::Ok as i32,
-                    latency_ms: Some(40),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-            (s, t.elapsed())
-        }
-    })
-    .await;
-    cycle
-}
-
-/// Adaptive caps against none: bound cycles reporting outcomes on `bound-adaptive` and on
-/// `bound`, alternating; the median ratio and its round's figures.
-async fn adaptive_cycles(
-    chans: &[Channel],
-    rounds: usize,
-    seconds: f64,
-    tag: &'static str,
-) -> (f64, (Figures, Figures)) {
-    let mut out = Vec::new();
-    for _ in 0..rounds {
-        let plain = bound_cycles(chans, "bound", seconds, tag).await;
-        let adaptive = bound_cycles(chans, "bound-adaptive", seconds, tag).await;
-        out.push((adaptive.rate / plain.rate, (plain, adaptive)));
-    }
-    median(out)
-}
+/// The hosts `rule_cycles` compares.
+const WEIGHTS: (&str, &str) = ("free", "weighted");
+const ADAPTIVE: (&str, &str) = ("bound", "bound-adaptive");
 
 /// The wait estimate against the wait: a closed loop of 24 runs on the `eta` host (8 slots),
 /// each holding its slot 80..120 ms (spread evenly), for `seconds`. Every Submit that queued
@@ -1172,8 +1123,8 @@ async fn main() {
         std::fs::write(&config, CONFIG).unwrap();
         let server = Server::start(&config);
         let chans = channels(&server.addr, 2).await;
-        let (w, _) = weighted_cycles(&server, &chans, a.rounds, a.seconds, "w").await;
-        let (ad, _) = adaptive_cycles(&chans, a.rounds, a.seconds, "ad").await;
+        let (w, _) = rule_cycles(&server, &chans, a.rounds, a.seconds, WEIGHTS, "w").await;
+        let (ad, _) = rule_cycles(&server, &chans, a.rounds, a.seconds, ADAPTIVE, "ad").await;
         println!(
             "embedded store: cycles with priorities, weights and aging {w:.2} × without; reporting outcomes with adaptive caps {ad:.2} × without (targets ≥ 0.95)"
         );
@@ -1273,7 +1224,7 @@ async fn main() {
     let mut eta_summary = None;
     if !a.only_redis {
         let (ratio, (plain, weighted)) =
-            weighted_cycles(&server, &chans, a.rounds, a.seconds, "w").await;
+            rule_cycles(&server, &chans, a.rounds, a.seconds, WEIGHTS, "w").await;
         row("Submit+Release cycle, no priorities or weights", 64, &plain);
         row(
             "Submit+Release cycle, priorities 1..5, weights, aging",
@@ -1281,7 +1232,8 @@ async fn main() {
             &weighted,
         );
         weighted_summary = Some(ratio);
-        let (a_ratio, (plain, adaptive)) = adaptive_cycles(&chans, a.rounds, a.seconds, "ad").await;
+        let (a_ratio, (plain, adaptive)) =
+            rule_cycles(&server, &chans, a.rounds, a.seconds, ADAPTIVE, "ad").await;
         row("Submit+Release(OK) cycle, 50 accounts", 64, &plain);
         row(
             "Submit+Release(OK) cycle, 50 adaptive accounts",
@@ -1414,7 +1366,7 @@ async fn main() {
         row("CheckAuthAttempt, Redis store", 64, &auth);
         let auth_p99 = auth.p99_ms / check.p99_ms.max(0.001);
         let (w_ratio, (plain, weighted)) =
-            weighted_cycles(&on_redis, &redis_chans, a.rounds, a.seconds, "rw").await;
+            rule_cycles(&on_redis, &redis_chans, a.rounds, a.seconds, WEIGHTS, "rw").await;
         row(
             "Submit+Release cycle, Redis, no priorities or weights",
             64,
@@ -1425,8 +1377,15 @@ async fn main() {
             64,
             &weighted,
         );
-        let (ad_ratio, (plain, adaptive)) =
-            adaptive_cycles(&redis_chans, a.rounds, a.seconds, "rad").await;
+        let (ad_ratio, (plain, adaptive)) = rule_cycles(
+            &on_redis,
+            &redis_chans,
+            a.rounds,
+            a.seconds,
+            ADAPTIVE,
+            "rad",
+        )
+        .await;
         row("Submit+Release(OK) cycle, Redis, 50 accounts", 64, &plain);
         row("Submit+Release(OK) cycle, Redis, adaptive", 64, &adaptive);
         redis_summary = Some((ratio, per_rpc, auth_ratio, auth_p99, w_ratio, ad_ratio));

@@ -475,10 +475,10 @@ impl HostState {
         if let Some(rss_mb) = args.rss_mb {
             self.report_rss(limits, &instance, rss_mb, now);
         }
-        let level = level_of(args.priority);
         if limits.shadow() {
             return Ok(self.submit_shadow(limits, args, instance, key, now));
         }
+        let level = level_of(args.priority);
         if limits.memory.is_hard(args.rss_mb) {
             return Err(self.refuse(Refusal::MemoryPressure));
         }
@@ -494,13 +494,7 @@ impl HostState {
             }
             self.make_room(limits, &args.subject, level, now)?;
         }
-        let subject = intern(&mut self.subjects, &args.subject);
-        let account = args
-            .account_id
-            .as_deref()
-            .map(|a| intern(&mut self.accounts, a));
-        let t = self.new_ticket(subject, account, instance, args.run_id, key, level);
-        self.tickets.insert(key, t);
+        self.insert_ticket(args, instance, key);
         if eligible {
             self.admit(limits, key, now);
         } else {
@@ -542,14 +536,7 @@ impl HostState {
         if let Some(d) = decision {
             self.counters.shadow[d.index()] += 1;
         }
-        let subject = intern(&mut self.subjects, &args.subject);
-        let account = args
-            .account_id
-            .as_deref()
-            .map(|a| intern(&mut self.accounts, a));
-        let level = level_of(args.priority);
-        let t = self.new_ticket(subject, account, instance, args.run_id, key, level);
-        self.tickets.insert(key, t);
+        self.insert_ticket(args, instance, key);
         self.admit(limits, key, now);
         let mut view = self.view(limits, key, now).expect("just inserted");
         view.shadow = decision;
@@ -1169,19 +1156,18 @@ impl HostState {
         SubmitError::Refused(refusal)
     }
 
-    fn new_ticket(
-        &mut self,
-        subject: Arc<str>,
-        account: Option<Arc<str>>,
-        instance: Arc<str>,
-        run_id: String,
-        key: TicketKey,
-        level: u8,
-    ) -> Ticket {
+    /// A new ticket for a Submit under `key` (state still to set: the caller admits or
+    /// queues it), its names interned and its run_id indexed.
+    fn insert_ticket(&mut self, args: SubmitArgs, instance: Arc<str>, key: TicketKey) {
         self.counters.submitted += 1;
-        let run_id: Arc<str> = Arc::from(run_id);
+        let subject = intern(&mut self.subjects, &args.subject);
+        let account = args
+            .account_id
+            .as_deref()
+            .map(|a| intern(&mut self.accounts, a));
+        let run_id: Arc<str> = Arc::from(args.run_id);
         self.runs.insert(run_id.clone(), key);
-        Ticket {
+        let t = Ticket {
             subject,
             account,
             instance,
@@ -1191,8 +1177,9 @@ impl HostState {
             deadline: 0,
             order: 0,
             since: 0,
-            level,
-        }
+            level: level_of(args.priority),
+        };
+        self.tickets.insert(key, t);
     }
 
     fn report_rss(&mut self, limits: &Limits, instance: &Arc<str>, rss_mb: u32, now: Millis) {

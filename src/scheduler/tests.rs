@@ -825,3 +825,39 @@ fn the_wait_estimate_follows_measured_holds_and_position() {
         "a subject's own cap can be the slower pace"
     );
 }
+
+#[test]
+fn learned_caps_are_remembered_for_at_most_max_adaptive_accounts() {
+    let mut l = limits(100, 100, 0, 0);
+    l.adaptive_default = Some(Adaptive::up_to(2));
+    let mut h = Host::new(l);
+    for i in 0..=MAX_ADAPTIVE_ACCOUNTS {
+        let account = format!("acct-{i}");
+        let v = h
+            .submit_with(
+                "alice",
+                Some(&account),
+                &format!("r{i}"),
+                SubmitMode::Queue,
+                None,
+            )
+            .unwrap();
+        let limited = Report {
+            outcome: Outcome::RateLimited,
+            latency_ms: None,
+        };
+        h.state.release_reporting(&h.limits, v.key, limited, h.now);
+    }
+    assert_eq!(h.state.adaptive.len(), MAX_ADAPTIVE_ACCOUNTS);
+    assert_eq!(
+        h.state.account_cap(&h.limits, "acct-0"),
+        Some(1),
+        "cut from 2"
+    );
+    let last = format!("acct-{MAX_ADAPTIVE_ACCOUNTS}");
+    assert_eq!(
+        h.state.account_cap(&h.limits, &last),
+        Some(2),
+        "past the bound, an account stays at max"
+    );
+}

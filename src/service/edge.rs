@@ -196,13 +196,6 @@ pub fn operator_limits(
 ) -> Result<crate::scheduler::Limits, ApiError> {
     use serde_norway::{Mapping, Value};
     let l = limits.ok_or_else(|| ApiError::invalid("limits", "required"))?;
-    let caps = |m: &HashMap<String, u32>| {
-        Value::Mapping(
-            m.iter()
-                .map(|(k, v)| (Value::from(k.as_str()), Value::from(*v)))
-                .collect(),
-        )
-    };
     let queue = l.queue.unwrap_or_default();
     let mut block = Mapping::new();
     block.insert("total".into(), l.total.into());
@@ -247,10 +240,11 @@ pub fn operator_limits(
         }
         Value::Mapping(m)
     };
-    let mut accounts = match caps(&l.accounts) {
-        Value::Mapping(m) => m,
-        _ => Mapping::new(),
-    };
+    let mut accounts: Mapping = l
+        .accounts
+        .iter()
+        .map(|(k, v)| (Value::from(k.as_str()), Value::from(*v)))
+        .collect();
     for (name, a) in &l.adaptive_accounts {
         let mut e = Mapping::new();
         e.insert("adaptive".into(), adaptive(a));

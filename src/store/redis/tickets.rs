@@ -78,21 +78,20 @@ pub(super) fn limits_args(l: &Limits, version: u64) -> (String, String) {
 
 /// A host's limits as the scripts store them: the scalars, and the caps as JSON.
 fn limits_parts(l: &Limits) -> (String, String) {
-    let map = |m: &HashMap<String, u32>| {
+    // A JSON object of names (printable ASCII, escaped) to values written by `value`.
+    fn object<V>(m: &HashMap<String, V>, value: impl Fn(&V) -> String) -> String {
         let mut out = String::from("{");
         for (i, (k, v)) in m.iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            let _ = write!(
-                out,
-                "\"{}\":{v}",
-                k.replace('\\', "\\\\").replace('"', "\\\"")
-            );
+            let k = k.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = write!(out, "\"{k}\":{}", value(v));
         }
         out.push('}');
         out
-    };
+    }
+    let map = |m: &HashMap<String, u32>| object(m, u32::to_string);
     let scalars = format!(
         "{},{},{},{},{},{},{},{},{},{},{},{}",
         l.total,
@@ -134,19 +133,8 @@ fn limits_parts(l: &Limits) -> (String, String) {
             let _ = write!(m, ",\"adaptive\":\"{}\"", adaptive_arg(a));
         }
         if !l.adaptive.is_empty() {
-            m.push_str(",\"adaptiveAccounts\":{");
-            for (i, (k, a)) in l.adaptive.iter().enumerate() {
-                if i > 0 {
-                    m.push(',');
-                }
-                let _ = write!(
-                    m,
-                    "\"{}\":\"{}\"",
-                    k.replace('\\', "\\\\").replace('"', "\\\""),
-                    adaptive_arg(a)
-                );
-            }
-            m.push('}');
+            let accounts = object(&l.adaptive, |a| format!("\"{}\"", adaptive_arg(a)));
+            let _ = write!(m, ",\"adaptiveAccounts\":{accounts}");
         }
         m.push('}');
         m

@@ -126,14 +126,23 @@ def outcome_of(exc: BaseException) -> Outcome:
     return "failed"
 
 
+def reported_outcome(failure: BaseException | None, outcome: Outcome | None = None) -> Any:
+    """The Release outcome (``pb.OUTCOME_*``) of a block that ended with ``failure`` (None: it
+    returned): ``outcome`` if given, else ok or :func:`outcome_of` the failure; None for a block
+    the caller interrupted or cancelled (nothing is reported then)."""
+    if isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)):
+        return None
+    return _OUTCOMES[outcome or (outcome_of(failure) if failure is not None else "ok")]
+
+
 def _report(slot: Slot, failure: BaseException | None, started: float) -> pb.ReleaseRequest:
     """The Release of an admitted slot with what its block came to (nothing for a block the
     caller interrupted or cancelled)."""
     req = pb.ReleaseRequest(ticket_id=slot.ticket_id)
-    if isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)):
+    outcome = reported_outcome(failure, slot.outcome)
+    if outcome is None:
         return req
-    outcome = slot.outcome or (outcome_of(failure) if failure is not None else "ok")
-    req.outcome = _OUTCOMES[outcome]
+    req.outcome = outcome
     req.latency_ms = slot.latency_ms if slot.latency_ms is not None else int((time.monotonic() - started) * 1000)
     return req
 

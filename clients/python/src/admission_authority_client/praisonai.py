@@ -50,7 +50,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'admission-authority-client[praisonai]'"
     ) from e
 
-from ._client import AdmissionClient, AsyncAdmissionClient, outcome_of
+from ._client import AdmissionClient, AsyncAdmissionClient, reported_outcome
 from .errors import _details
 from .v1 import admission_pb2 as pb
 
@@ -557,13 +557,9 @@ class AuthorityGate:
         if turn.authorized:
             await self._settle(turn)
         request = pb.ReleaseRequest(ticket_id=turn.ticket_id)
-        if not isinstance(failure, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
-            request.outcome = {
-                "ok": pb.OUTCOME_OK,
-                "rate_limited": pb.OUTCOME_RATE_LIMITED,
-                "overloaded": pb.OUTCOME_OVERLOADED,
-                "failed": pb.OUTCOME_FAILED,
-            }[outcome_of(failure) if failure is not None else "ok"]
+        outcome = reported_outcome(failure)
+        if outcome is not None:
+            request.outcome = outcome
         await self._release(turn.ticket_id, request)
 
     async def _settle(self, turn: _Turn) -> None:

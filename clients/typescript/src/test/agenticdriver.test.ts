@@ -98,6 +98,29 @@ test("tickets submitted back to back reach the authority in the order they were 
   }
 });
 
+test("a ticket's release passes the provider call's outcome through", async () => {
+  const server = await startServer(
+    "--config",
+    config("scheduling:\n  accounts:\n    acme: { adaptive: { min: 1, max: 4, cooldown: 0s } }\n"),
+  );
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const scheduler = new AuthorityScheduler(client);
+  try {
+    const ticket = scheduler.submit(who("alice", "acme"));
+    await ticket.wait();
+    await ticket.release({ error: Object.assign(new Error("429"), { status: 429 }) });
+    const s = await client.stats();
+    assert.equal(s.outcomeRateLimited, 1);
+    assert.deepEqual(
+      s.accounts.filter((a) => a.accountId === "acme").map((a) => [a.cap, a.adaptive]),
+      [[2, true]],
+    );
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
 test("account capacity is shared per (host, account)", async () => {
   const server = await startServer("--total", "10", "--per-account", "1");
   const client = new AdmissionClient(server.addr, { hostId: "h" });

@@ -12,7 +12,7 @@ if L.max_rss == 0 then
   if nd and nd > now then
     nothing_due = true
     local acap, af = nil, 0
-    if account ~= '' and (L.accounts[account] or L.per_account >= 0 or adaptive_of(account)) then
+    if capped(account) then
       af = num(redis.call('HGET', AF, account))
       acap = account_cap_of(account, af, c[11])
     end

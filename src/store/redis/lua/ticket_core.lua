@@ -153,6 +153,10 @@ local function adaptive_state(a, ad, pre)
   local m, last, knee = string.match(st, '^(%d+)|(%d+)|(%d+)$')
   return tonumber(m), tonumber(last), tonumber(knee), true
 end
+-- Whether any cap binds account `a` (its in-flight count need only be read then).
+local function capped(a)
+  return a ~= '' and (L.accounts[a] ~= nil or L.per_account >= 0 or adaptive_of(a) ~= nil)
+end
 local function clamp_cap(m, ad) return math.min(math.max(math.floor(m / 1000), ad.min), ad.max) end
 -- The cap of account `a` in force (nil: none), given its adaptive settings or fixed caps. With
 -- `in_flight` (the account's admitted tickets) below an adaptive cap's `min`, that bound is

@@ -51,7 +51,7 @@ local function lane_len(q, p) return redis.call('ZCOUNT', q, lane_lo(p), lane_hi
 local function subject_cap(s) return L.subjects[s] or L.per_subject end
 local account_cap = account_cap_of
 local function account_has_room(a)
-  if a == '' or not (L.accounts[a] or L.per_account >= 0 or adaptive_of(a)) then return true end
+  if not capped(a) then return true end
   local af = num(redis.call('HGET', AF, a))
   return af < account_cap(a, af)
 end
