@@ -915,9 +915,11 @@ async fn set_limits_raises_a_cap_at_once_and_reset_limits_returns_to_the_file() 
         "{err:?}"
     );
     assert_eq!(stats(&mut c, "h").await.total, 1);
+    assert!(!stats(&mut c, "h").await.accounts_capped);
 
     // Raised: the waiter is admitted at once, its Wait stream says so.
     limits.total = 2;
+    limits.per_account = Some(2);
     let set = op
         .set_limits(api::SetLimitsRequest {
             host_id: "h".into(),
@@ -937,6 +939,10 @@ async fn set_limits_raises_a_cap_at_once_and_reset_limits_returns_to_the_file() 
         .unwrap()
         .unwrap();
     assert_eq!(state_of(admitted.state), TicketState::Admitted);
+    assert!(
+        stats(&mut c, "h").await.accounts_capped,
+        "per_account caps accounts"
+    );
 
     let reset = op
         .reset_limits(api::ResetLimitsRequest {
@@ -963,7 +969,8 @@ async fn set_limits_raises_a_cap_at_once_and_reset_limits_returns_to_the_file() 
         (api::LimitsSource::File, 3, 1)
     );
     // Back under the file's total 1 with two admitted: nothing is revoked.
-    assert_eq!(stats(&mut c, "h").await.in_flight, 2);
+    let after = stats(&mut c, "h").await;
+    assert_eq!((after.in_flight, after.accounts_capped), (2, false));
 }
 
 #[tokio::test]

@@ -197,6 +197,15 @@ impl Limits {
     pub fn account_cap(&self, account: &str) -> Option<u32> {
         self.accounts.get(account).copied().or(self.per_account)
     }
+
+    /// Whether any account is capped (per_account, a named account, or an adaptive cap): a
+    /// run that names no account would escape those caps, which callers may want to refuse.
+    pub fn caps_accounts(&self) -> bool {
+        self.per_account.is_some()
+            || !self.accounts.is_empty()
+            || !self.adaptive.is_empty()
+            || self.adaptive_default.is_some()
+    }
 }
 
 impl Default for Limits {

@@ -192,6 +192,7 @@ pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool) -> api::Stats {
         outcome_failed: s.counters.outcomes[3],
         latency_sum_ms: s.counters.latency_sum_ms,
         latency_count: s.counters.latency_count,
+        accounts_capped: limits.caps_accounts(),
         subjects: s
             .subjects
             .into_iter()

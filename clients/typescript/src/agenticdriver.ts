@@ -2,10 +2,11 @@
  * AgenticDriver-shaped objects: pass them where an AgenticDriver host passes its own scheduler and
  * resource admission, and the authority decides for every replica at once.
  *
- * - {@link AuthorityScheduler}: `submit(identity, signal)` → ticket (`wait()`, `release()`),
- *   `trySubmit(identity, signal)` → ticket or `undefined` when busy, `stats` → `{ active, queued }`.
- *   Refusals are {@link SchedulerError}s with code `BUSY`, `QUEUE_FULL` (retryable) or
- *   `CANCELLED`.
+ * - {@link AuthorityScheduler}: `submit(identity, signal)` and `trySubmit(identity, signal)` →
+ *   ticket (`wait()`, `release()`), both synchronous as AgenticDriver calls them; `stats` →
+ *   `{ active, queued }`. Refusals reject `wait()` with code `BUSY`, `QUEUE_FULL` (both
+ *   retryable), `CANCELLED` or `ADMISSION_IDENTITY_REQUIRED`, as AgenticDriver's own
+ *   `DriverError` when the host passes that class (`errorClass`), else as {@link SchedulerError}.
  * - {@link AuthorityResourceAdmission}: `{ unknown, authorize(context) }` answering
  *   `"allow" | "deny" | "unknown"` from Authorize; it throws when the authority cannot be reached,
  *   which the host treats as policy unavailable (fail closed).
@@ -25,65 +26,62 @@ import {
   TicketEndedError,
 } from "./index.js";
 
-/** Who a run is for, as AgenticDriver names it. */
+/** Who a run is for, as AgenticDriver names it (its `driver.usageIdentity(provider, subject)`). */
 export interface Identity {
-  /** The gateway installation: the authority's `host_id` (caps and budgets are per host). */
-  hostId: string;
+  /** The gateway installation: the authority's `host_id` (caps and budgets are per host).
+   * Absent: the client's `hostId`. */
+  hostId?: string;
   /** Account capacity is shared per (hostId, accountId); absent = unbound. */
   accountId?: string;
   /** The authority's subject: per-subject caps and round-robin fairness. */
   subject: string;
-  /** The model provider; not used for admission (budgets use `model` in authorize). */
-  provider: string;
+  /** The model provider. A run that names one but no account is refused with
+   * ADMISSION_IDENTITY_REQUIRED when the host caps accounts (it would escape those caps). */
+  provider?: string;
 }
 
-export type SchedulerErrorCode = "BUSY" | "QUEUE_FULL" | "CANCELLED";
+export type SchedulerErrorCode = "BUSY" | "QUEUE_FULL" | "CANCELLED" | "ADMISSION_IDENTITY_REQUIRED";
 
-/** A scheduling refusal. BUSY and QUEUE_FULL are retryable (after `retryAfterMs`). */
+/** How refusals are built: AgenticDriver's `DriverError` has this constructor. */
+export type ErrorClass = new (code: string, message: string, retryable?: boolean) => Error;
+
+/** What a refusal carries beyond AgenticDriver's `code`, `message` and `retryable`. */
+export interface RefusalDetails {
+  /** The authority's own reason: BUSY, QUEUE_FULL, MEMORY_PRESSURE, DRAINING, SHED,
+   * UNAVAILABLE (the authority could not be reached), ... */
+  reason?: string;
+  /** When to retry, from the authority's RetryInfo. */
+  retryAfterMs?: number;
+  /** The client error behind it, if any. */
+  cause?: unknown;
+}
+
+/** A scheduling refusal, when the host passes no `errorClass`. BUSY and QUEUE_FULL are
+ * retryable (after `retryAfterMs`). */
 export class SchedulerError extends Error {
-  readonly retryable: boolean;
+  readonly reason: string;
+  readonly retryAfterMs?: number;
 
   constructor(
-    readonly code: SchedulerErrorCode,
+    readonly code: string,
     message: string,
-    /** The authority's own reason: BUSY, QUEUE_FULL, MEMORY_PRESSURE, DRAINING, SHED, ... */
-    readonly reason: string = code,
-    readonly retryAfterMs?: number,
+    readonly retryable = false,
+    details: RefusalDetails = {},
   ) {
-    super(message);
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
     this.name = "SchedulerError";
-    this.retryable = code !== "CANCELLED";
+    this.reason = details.reason ?? code;
+    this.retryAfterMs = details.retryAfterMs;
   }
-}
-
-/** An authority refusal or a ticket that ended while queued, in AgenticDriver's codes. */
-function schedulerError(e: unknown): unknown {
-  if (e instanceof AdmissionRefusedError) {
-    // MEMORY_PRESSURE and DRAINING are "busy now, retry later" to a host.
-    const code = e.reason === "QUEUE_FULL" ? "QUEUE_FULL" : "BUSY";
-    return new SchedulerError(code, e.message, e.reason, e.retryAfterMs);
-  }
-  if (e instanceof TicketEndedError) {
-    // Shed from the queue to make room (overflow_policy shed_oldest): the queue was full.
-    if (e.state === "SHED") return new SchedulerError("QUEUE_FULL", e.message, "SHED");
-    if (e.state === "CANCELLED") return new SchedulerError("CANCELLED", e.message, "CANCELLED");
-    return new SchedulerError("BUSY", e.message, e.state);
-  }
-  return e;
-}
-
-function cancelled(signal: AbortSignal | undefined): SchedulerError {
-  const why = signal?.reason instanceof Error ? `: ${signal.reason.message}` : "";
-  return new SchedulerError("CANCELLED", `the run was cancelled while it waited${why}`);
 }
 
 /** A submitted run's ticket: `await wait()` before the work, `release()` in `finally`. */
 export interface Ticket {
   readonly identity: Identity;
-  /** Resolves once admitted; rejects with a {@link SchedulerError} (or an AdmissionError when
-   * the authority cannot be reached). */
+  /** Resolves once admitted; rejects with a refusal (see {@link AuthorityScheduler}). */
   wait(): Promise<void>;
-  /** Free the slot, or withdraw the ticket while it waits. Idempotent. An admitted run may
+  /** Free the slot, or withdraw the ticket while it waits. Idempotent, and never an unhandled
+   * rejection when not awaited (AgenticDriver calls it without `await`). An admitted run may
    * say what its provider call came to (an outcome, or the error it ended in), which moves an
    * adaptive account cap on the authority. */
   release(report?: ReleaseReport): Promise<void>;
@@ -100,42 +98,41 @@ class AuthorityTicket implements Ticket {
     readonly identity: Identity,
     mode: "queue" | "try",
     private readonly signal: AbortSignal | undefined,
-    /** For trySubmit: the Submit's answer, already received. */
-    submitted?: Promise<gen.SubmitResponse>,
   ) {
-    this.admitted = this.run(mode, submitted);
+    this.admitted = this.run(mode);
     this.admitted.catch(() => {}); // surfaced by wait(); never an unhandled rejection
   }
 
-  private async run(mode: "queue" | "try", submitted?: Promise<gen.SubmitResponse>): Promise<SlotHandle> {
+  private async run(mode: "queue" | "try"): Promise<SlotHandle> {
     const s = this.scheduler;
-    if (this.signal?.aborted) throw cancelled(this.signal);
+    if (this.signal?.aborted) throw s.cancelled(this.signal);
     let r: gen.SubmitResponse;
     try {
-      r = await (submitted ?? s.submitRequest(this.identity, mode));
+      r = await s.submitRequest(this.identity, mode);
     } catch (e) {
-      throw schedulerError(e);
+      throw s.refusal(e);
     }
-    s.queued += r.state === gen.TicketState.TICKET_STATE_QUEUED ? 1 : 0;
+    const queued = r.state === gen.TicketState.TICKET_STATE_QUEUED ? 1 : 0;
+    s.queued += queued;
     const stopWaiting = AbortSignal.any([this.withdraw.signal, ...(this.signal ? [this.signal] : [])]);
     let grant = r.grant;
     try {
-      if (stopWaiting.aborted) throw cancelled(this.signal);
-      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
+      if (stopWaiting.aborted) throw s.cancelled(this.signal);
+      if (queued) {
         grant = await s.client.waitAdmitted(r.ticketId, stopWaiting);
       } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
         throw new TicketEndedError(r.ticketId, gen.ticketStateToJSON(r.state).replace(/^TICKET_STATE_/, ""));
       }
     } catch (e) {
-      await s.client.releaseTicket(r.ticketId);
-      throw stopWaiting.aborted ? cancelled(this.signal) : schedulerError(e);
+      await s.client.releaseTicket(r.ticketId).catch(() => {}); // its lease frees it otherwise
+      throw stopWaiting.aborted ? s.cancelled(this.signal) : s.refusal(e);
     } finally {
-      s.queued -= r.state === gen.TicketState.TICKET_STATE_QUEUED ? 1 : 0;
+      s.queued -= queued;
     }
     const slot = new SlotHandle(s.client, r.ticketId, grant, r.leaseTtlMs);
     if (this.released) {
-      await slot.release(); // released while the answer was on its way
-      throw cancelled(this.signal);
+      await slot.release().catch(() => {});
+      throw s.cancelled(this.signal, "the ticket was released before it was admitted");
     }
     this.slot = slot;
     s.active += 1;
@@ -147,20 +144,24 @@ class AuthorityTicket implements Ticket {
   }
 
   release(report?: ReleaseReport): Promise<void> {
-    this.released ??= (async () => {
-      this.withdraw.abort();
-      const slot = this.slot;
-      if (slot) {
-        this.slot = undefined;
-        this.scheduler.active -= 1;
-        await slot.release(report);
-      } else {
-        await this.admitted.then(
-          (s) => s.release(),
-          () => {},
-        );
-      }
-    })();
+    if (!this.released) {
+      this.released = (async () => {
+        this.withdraw.abort();
+        const slot = this.slot;
+        if (slot) {
+          this.slot = undefined;
+          this.scheduler.active -= 1;
+          await slot.release(report);
+        } else {
+          await this.admitted.then(
+            (s) => s.release(),
+            () => {},
+          );
+        }
+      })();
+      // Awaiting callers still see a failure; callers that do not await are not crashed by it.
+      this.released.catch(() => {});
+    }
     return this.released;
   }
 }
@@ -168,26 +169,43 @@ class AuthorityTicket implements Ticket {
 export interface SchedulerOptions {
   /** Sent with every Submit: this replica's resident memory in MiB (default: process RSS). */
   rssMb?: () => number | undefined;
+  /** The class refusals are thrown as, constructed `new errorClass(code, message, retryable)`:
+   * pass AgenticDriver's `DriverError` so its driver and job service recognise BUSY and
+   * QUEUE_FULL ("try later") instead of turning them into INTERNAL_ERROR. Default:
+   * {@link SchedulerError}. */
+  errorClass?: ErrorClass;
 }
+
+/** How long a host's "does it cap accounts" answer is reused. */
+const ACCOUNTS_CAPPED_TTL_MS = 1000;
 
 /**
  * AgenticDriver's scheduler on the authority's tickets. Caps, queue and fairness are the
  * authority's (per `identity.hostId`); `stats` counts this object's own tickets.
+ *
+ * Unlike AgenticDriver's process-local scheduler, `submit` and `trySubmit` cannot know at once
+ * whether a slot is free (the authority decides over the network): both return a ticket at
+ * once and report a refusal from `wait()`. A `trySubmit` ticket never queues: its `wait()`
+ * rejects with BUSY when no slot is free. An authority that cannot be reached is BUSY too
+ * (retryable, reason UNAVAILABLE): nothing runs without its admission.
  */
 export class AuthorityScheduler {
   /** @internal */ active = 0;
   /** @internal */ queued = 0;
   private readonly rssMb: () => number | undefined;
+  private readonly errorClass: ErrorClass;
   /** The last Submit sent: the next one waits for its answer, so Submits reach the authority
    * in the order they were made (gRPC calls on one channel may otherwise overtake each other,
    * and the queue's order is the round robin's). */
   private lastSubmit: Promise<unknown> = Promise.resolve();
+  private readonly accountsCapped = new Map<string, { until: number; capped: Promise<boolean> }>();
 
   constructor(
     readonly client: AdmissionClient,
     options: SchedulerOptions = {},
   ) {
     this.rssMb = options.rssMb ?? (() => Math.floor(process.memoryUsage.rss() / (1024 * 1024)));
+    this.errorClass = options.errorClass ?? SchedulerError;
   }
 
   /** Submit a run; the ticket queues if no slot is free. Never throws: `wait()` reports. */
@@ -195,25 +213,53 @@ export class AuthorityScheduler {
     return new AuthorityTicket(this, identity, "queue", signal);
   }
 
-  /** A ticket admitted now, or `undefined` when no slot is free. Never queues. Other refusals
-   * (QUEUE_FULL cannot happen; MEMORY_PRESSURE, DRAINING) reject with a SchedulerError. */
-  async trySubmit(identity: Identity, signal?: AbortSignal): Promise<Ticket | undefined> {
-    if (signal?.aborted) throw cancelled(signal);
-    let r: gen.SubmitResponse;
-    try {
-      r = await this.submitRequest(identity, "try");
-    } catch (e) {
-      if (e instanceof AdmissionRefusedError && e.reason === "BUSY") return undefined;
-      throw schedulerError(e);
-    }
-    const ticket = new AuthorityTicket(this, identity, "try", signal, Promise.resolve(r));
-    await ticket.wait();
-    return ticket;
+  /** Submit a run that never queues: `wait()` resolves if a slot was free and rejects with
+   * BUSY (retryable) if not. Never throws. */
+  trySubmit(identity: Identity, signal?: AbortSignal): Ticket {
+    return new AuthorityTicket(this, identity, "try", signal);
   }
 
   /** This object's tickets: admitted (`active`) and waiting (`queued`). */
   get stats(): { active: number; queued: number } {
     return { active: this.active, queued: this.queued };
+  }
+
+  /** @internal A refusal of this scheduler's error class. */
+  error(code: SchedulerErrorCode, message: string, retryable: boolean, details: RefusalDetails = {}): Error {
+    if (this.errorClass === SchedulerError) return new SchedulerError(code, message, retryable, details);
+    const e = new this.errorClass(code, message, retryable);
+    return Object.assign(e, { reason: details.reason ?? code, retryAfterMs: details.retryAfterMs, cause: details.cause });
+  }
+
+  /** @internal A signal's abort as the host expects it: its reason when that is already of
+   * the error class (AgenticDriver aborts with a DriverError), else CANCELLED. */
+  cancelled(signal: AbortSignal | undefined, why = "the run was cancelled while it waited"): Error {
+    if (signal?.aborted && signal.reason instanceof this.errorClass) return signal.reason as Error;
+    const detail = signal?.aborted && signal.reason instanceof Error ? `: ${signal.reason.message}` : "";
+    return this.error("CANCELLED", `${why}${detail}`, false);
+  }
+
+  /** @internal An authority refusal, a ticket that ended while queued, or an unreachable
+   * authority, in AgenticDriver's codes. */
+  refusal(e: unknown): unknown {
+    if (e instanceof this.errorClass) return e;
+    if (e instanceof AdmissionRefusedError) {
+      // MEMORY_PRESSURE and DRAINING are "busy now, retry later" to a host.
+      const code = e.reason === "QUEUE_FULL" ? "QUEUE_FULL" : "BUSY";
+      return this.error(code, e.message, true, { reason: e.reason, retryAfterMs: e.retryAfterMs, cause: e });
+    }
+    if (e instanceof TicketEndedError) {
+      // Shed from the queue to make room (overflow_policy shed_oldest): the queue was full.
+      if (e.state === "SHED") return this.error("QUEUE_FULL", e.message, true, { reason: "SHED", cause: e });
+      if (e.state === "CANCELLED") return this.error("CANCELLED", e.message, false, { cause: e });
+      return this.error("BUSY", e.message, true, { reason: e.state, cause: e });
+    }
+    if (e instanceof AdmissionError && e.code === grpcStatus.INVALID_ARGUMENT) return e; // a bug, not "later"
+    if (e instanceof AdmissionError) {
+      const message = `the admission authority could not be reached (${e.message}); retry later`;
+      return this.error("BUSY", message, true, { reason: "UNAVAILABLE", cause: e });
+    }
+    return e;
   }
 
   /** @internal */
@@ -224,10 +270,18 @@ export class AuthorityScheduler {
   }
 
   private async sendSubmit(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
+    const hostId = identity.hostId ?? this.client.hostId;
+    if (identity.provider && !identity.accountId && (await this.capsAccounts(hostId))) {
+      throw this.error(
+        "ADMISSION_IDENTITY_REQUIRED",
+        `host ${hostId} caps accounts: a run for provider ${identity.provider} must name its accountId`,
+        false,
+      );
+    }
     const runId = randomUUID();
     try {
       return await this.client.call(this.client.stub.submit, {
-        hostId: identity.hostId,
+        hostId,
         instanceId: this.client.instanceId,
         subject: identity.subject,
         accountId: identity.accountId ?? "",
@@ -238,26 +292,38 @@ export class AuthorityScheduler {
       });
     } catch (e) {
       // Given up on after the client's retries, it may still have made a ticket: free its run.
-      if (e instanceof AdmissionError && e.mayHaveApplied) this.client.releaseRunSoon(runId, identity.hostId);
+      if (e instanceof AdmissionError && e.mayHaveApplied) this.client.releaseRunSoon(runId, hostId);
       throw e;
     }
+  }
+
+  /** Whether the host caps accounts (Stats.accounts_capped), asked at most once a second. */
+  private capsAccounts(hostId: string): Promise<boolean> {
+    const known = this.accountsCapped.get(hostId);
+    if (known && known.until > Date.now()) return known.capped;
+    const capped = this.client
+      .call(this.client.stub.getStats, { hostId })
+      .then((s) => s.accountsCapped);
+    this.accountsCapped.set(hostId, { until: Date.now() + ACCOUNTS_CAPPED_TTL_MS, capped });
+    capped.catch(() => this.accountsCapped.delete(hostId));
+    return capped;
   }
 }
 
 /** Open runs a resource admission object remembers for settling (see `finish`). */
 const MAX_OPEN_RUNS = 100_000;
 
-/** What the host passes to `authorize` before every model step. */
+/** What the host passes to `authorize` before every model step (AgenticDriver's
+ * `ResourceAdmissionContext`). */
 export interface ResourceContext {
   identity: Identity;
   runId: string;
   model: string;
   /** 1-based. */
   step: number;
-  /** The run's cumulative usage so far (all earlier steps): flat numbers, or the snapshot
-   * AgenticDriver's usage meter gives (`{ usage, observedUsage, coverage }`). When present, the
-   * earlier steps not yet settled are settled from it before this step is authorized, with the
-   * meter's coverage (unknown when it says so). */
+  /** The run's cumulative usage so far (all earlier steps): AgenticDriver's `meter.snapshot()`,
+   * or flat numbers (taken as complete). When present, the run's step authorized before is
+   * settled from it before this one is authorized. */
   usage?: UsageNumbers | MeterSnapshot;
   /** Output tokens this step may ask for (default: the object's `requestedOutputTokens`). */
   requestedOutputTokens?: number;
@@ -272,31 +338,80 @@ export interface UsageNumbers {
   costUsd?: number;
 }
 
-/** AgenticDriver's `meter.snapshot()`: the usage it accounts, what the provider reported, and
- * how complete that is. */
+/** AgenticDriver's usage meter snapshot (also the usage part of the record its `onUsage`
+ * receives): `usage` holds a field only when every started step reported it, `observedUsage`
+ * the sums of what was reported, `coverage` how many steps started, completed, and reported
+ * each field. */
 export interface MeterSnapshot {
-  usage?: UsageNumbers;
-  observedUsage?: UsageNumbers;
-  coverage?: "complete" | "partial" | "unknown";
+  usage: UsageNumbers;
+  observedUsage: UsageNumbers;
+  coverage: {
+    startedSteps: number;
+    completedSteps: number;
+    reportedSteps: Partial<Record<string, number>>;
+  };
 }
 
-/** The numbers and coverage of either shape: the meter's accounted usage (else what was
- * observed), its coverage; flat numbers are complete. */
-function usageOf(u: UsageNumbers | MeterSnapshot): { numbers: Required<UsageNumbers>; coverage: gen.Coverage } {
-  const snapshot = u as MeterSnapshot;
-  const isSnapshot = "usage" in u || "observedUsage" in u || "coverage" in u;
-  const n: UsageNumbers = isSnapshot ? (snapshot.usage ?? snapshot.observedUsage ?? {}) : (u as UsageNumbers);
-  const coverage = !isSnapshot
-    ? gen.Coverage.COVERAGE_COMPLETE
-    : snapshot.coverage === "partial"
-      ? gen.Coverage.COVERAGE_PARTIAL
-      : snapshot.coverage === "unknown" || (!snapshot.usage && !snapshot.observedUsage)
-        ? gen.Coverage.COVERAGE_UNKNOWN
-        : gen.Coverage.COVERAGE_COMPLETE;
+/** A point of a run's cumulative usage, as the settling arithmetic needs it. */
+interface UsagePoint {
+  numbers: Required<UsageNumbers>;
+  /** Per field, the steps that reported it; undefined for flat numbers (complete). */
+  reported?: Record<keyof UsageNumbers, number>;
+  started: number;
+  completed: number;
+  /** Fields whose observed sum was lost (the meter drops a total that overflows). */
+  lost: Set<keyof UsageNumbers>;
+}
+
+const FIELDS = ["inputTokens", "outputTokens", "costUsd"] as const;
+
+function isSnapshot(u: UsageNumbers | MeterSnapshot): u is MeterSnapshot {
+  return typeof (u as MeterSnapshot).coverage === "object" && (u as MeterSnapshot).coverage !== null;
+}
+
+function pointOf(u: UsageNumbers | MeterSnapshot | undefined): UsagePoint {
+  if (!u) return { numbers: { inputTokens: 0, outputTokens: 0, costUsd: 0 }, started: 0, completed: 0, lost: new Set() };
+  if (!isSnapshot(u)) {
+    return {
+      numbers: { inputTokens: u.inputTokens ?? 0, outputTokens: u.outputTokens ?? 0, costUsd: u.costUsd ?? 0 },
+      started: 0,
+      completed: 0,
+      lost: new Set(),
+    };
+  }
+  const observed = u.observedUsage ?? {};
+  const reported = u.coverage.reportedSteps ?? {};
+  const lost = new Set(FIELDS.filter((f) => (reported[f] ?? 0) > 0 && observed[f] === undefined));
   return {
-    numbers: { inputTokens: n.inputTokens ?? 0, outputTokens: n.outputTokens ?? 0, costUsd: n.costUsd ?? 0 },
-    coverage,
+    numbers: { inputTokens: observed.inputTokens ?? 0, outputTokens: observed.outputTokens ?? 0, costUsd: observed.costUsd ?? 0 },
+    reported: { inputTokens: reported.inputTokens ?? 0, outputTokens: reported.outputTokens ?? 0, costUsd: reported.costUsd ?? 0 },
+    started: u.coverage.startedSteps ?? 0,
+    completed: u.coverage.completedSteps ?? 0,
+    lost,
   };
+}
+
+/** The usage between two points of a run and how much of it was measured: complete when
+ * every provider call that started in between completed and reported the measured fields
+ * (tokens; cost too with `requireCost`), partial when some of it was reported, unknown when
+ * none was. No call started in between: nothing was used (complete zeros). */
+function usageBetween(then: UsagePoint, now: UsagePoint | undefined, requireCost: boolean): gen.Usage {
+  if (!now) return { inputTokens: 0, outputTokens: 0, costUsd: 0, coverage: gen.Coverage.COVERAGE_UNKNOWN };
+  const since = (f: keyof UsageNumbers) => Math.max(0, now.numbers[f] - then.numbers[f]);
+  const usage = { inputTokens: since("inputTokens"), outputTokens: since("outputTokens"), costUsd: since("costUsd") };
+  if (!now.reported || !then.reported) return { ...usage, coverage: gen.Coverage.COVERAGE_COMPLETE };
+  const started = now.started - then.started;
+  const completed = now.completed - then.completed;
+  if (started <= 0) return { ...usage, coverage: gen.Coverage.COVERAGE_COMPLETE };
+  const measured: (keyof UsageNumbers)[] = requireCost ? [...FIELDS] : ["inputTokens", "outputTokens"];
+  const reportedBy = (f: keyof UsageNumbers) => (now.lost.has(f) ? 0 : now.reported![f] - then.reported![f]);
+  const coverage =
+    completed === started && measured.every((f) => reportedBy(f) === started)
+      ? gen.Coverage.COVERAGE_COMPLETE
+      : measured.some((f) => reportedBy(f) > 0)
+        ? gen.Coverage.COVERAGE_PARTIAL
+        : gen.Coverage.COVERAGE_UNKNOWN;
+  return { ...usage, coverage };
 }
 
 export interface ResourceAdmissionOptions {
@@ -305,19 +420,33 @@ export interface ResourceAdmissionOptions {
   unknown?: "reject" | "allow";
   /** Output tokens requested per step when the context does not say (default 4096). */
   requestedOutputTokens?: number;
+  /** Count a step's usage as complete only when the provider also reported its cost (for
+   * cost budgets). Default false: a provider that never reports cost settles cost 0. */
+  requireCost?: boolean;
 }
+
+/** The part of AgenticDriver's usage record (`DriverOptions.onUsage`) that settles a run. */
+export type RunUsageRecord = MeterSnapshot & {
+  runId: string;
+  hostId: string;
+  accountId?: string;
+  subject: string;
+  provider: string;
+};
 
 /**
  * AgenticDriver's resource admission on Authorize / Settle. The authority is the ledger: a step
  * is authorized against the run's budget and the account's allowance; the usage snapshot the
- * host passes at the next step settles the previous one (a run whose earlier step is never
- * settled has unknown usage, and the budget's `unknown_usage` decides).
+ * host passes at the next step settles the previous one, and the run's usage record
+ * (`settleRun`, from the driver's `onUsage`) settles its last step. A step never settled makes
+ * the run's usage unknown, and the budget's `unknown_usage` decides.
  */
 export class AuthorityResourceAdmission {
   readonly unknown: "reject" | "allow";
   private readonly requestedOutputTokens: number;
-  /** Per (host, run): the last authorized step not yet settled, and the usage snapshot then. */
-  private readonly open = new Map<string, { step: number; usage: Required<UsageNumbers> }>();
+  private readonly requireCost: boolean;
+  /** Per (host, run): the last authorized step not yet settled, and the usage then. */
+  private readonly open = new Map<string, { step: number; usage: UsagePoint }>();
 
   constructor(
     private readonly client: AdmissionClient,
@@ -325,22 +454,22 @@ export class AuthorityResourceAdmission {
   ) {
     this.unknown = options.unknown ?? "reject";
     this.requestedOutputTokens = options.requestedOutputTokens ?? 4096;
+    this.requireCost = options.requireCost ?? false;
   }
 
-  /** "allow", "deny" or "unknown" for one model step; throws when the authority cannot answer. */
+  /** "allow", "deny" or "unknown" for one model step; throws when the authority cannot answer
+   * (AgenticDriver then fails the run closed: RESOURCE_POLICY_UNAVAILABLE). */
   async authorize(context: ResourceContext): Promise<"allow" | "deny" | "unknown"> {
     context.signal?.throwIfAborted();
     const { identity, runId } = context;
-    const key = `${identity.hostId}\u0000${runId}`;
-    const usage = context.usage
-      ? usageOf(context.usage).numbers
-      : { inputTokens: 0, outputTokens: 0, costUsd: 0 };
+    const hostId = identity.hostId ?? this.client.hostId;
+    const key = `${hostId}\u0000${runId}`;
     const previous = this.open.get(key);
     if (previous && context.usage && previous.step < context.step) {
-      await this.settleOpen(identity, runId, context.usage);
+      await this.settleOpen(hostId, runId, context.usage);
     }
     const r = await this.client.call(this.client.stub.authorize, {
-      hostId: identity.hostId,
+      hostId,
       runId,
       step: context.step,
       subject: identity.subject,
@@ -352,10 +481,10 @@ export class AuthorityResourceAdmission {
     });
     switch (r.decision) {
       case gen.Decision.DECISION_ALLOW:
-        // Runs a host abandons without finish() are forgotten oldest first beyond this bound
+        // Runs a host abandons without settling are forgotten oldest first beyond this bound
         // (their last step stays unsettled at the authority, counted as fully spent).
         if (this.open.size >= MAX_OPEN_RUNS) this.open.delete(this.open.keys().next().value!);
-        this.open.set(key, { step: context.step, usage });
+        this.open.set(key, { step: context.step, usage: pointOf(context.usage) });
         return "allow";
       case gen.Decision.DECISION_UNKNOWN:
         return "unknown";
@@ -369,28 +498,28 @@ export class AuthorityResourceAdmission {
   /** Settle a run's last authorized step when the run ends (`usage` is the run's cumulative
    * usage, as in the context; absent = unknown). Nothing to settle: nothing is sent. */
   async finish(identity: Identity, runId: string, usage: ResourceContext["usage"]): Promise<void> {
-    await this.settleOpen(identity, runId, usage);
+    await this.settleOpen(identity.hostId ?? this.client.hostId, runId, usage);
+  }
+
+  /** Settle a run's last step from the usage record AgenticDriver hands its `onUsage` hook
+   * when a run ends (the driver itself never calls `finish`):
+   * `new AgenticDriver({ ..., onUsage: (record) => admission.settleRun(record) })`. */
+  settleRun(record: RunUsageRecord): Promise<void> {
+    return this.settleOpen(record.hostId, record.runId, record);
   }
 
   /** Settle the run's open step with the usage since it was authorized (`usage` is the run's
    * cumulative usage; absent = unknown). */
-  private async settleOpen(identity: Identity, runId: string, usage: ResourceContext["usage"]): Promise<void> {
-    const key = `${identity.hostId}\u0000${runId}`;
+  private async settleOpen(hostId: string, runId: string, usage: ResourceContext["usage"]): Promise<void> {
+    const key = `${hostId}\u0000${runId}`;
     const open = this.open.get(key);
     if (!open) return;
     this.open.delete(key);
-    const now = usage ? usageOf(usage) : undefined;
-    const since = (n: number | undefined, then: number) => Math.max(0, (n ?? 0) - then);
     await this.client.call(this.client.stub.settle, {
-      hostId: identity.hostId,
+      hostId,
       runId,
       step: open.step,
-      usage: {
-        inputTokens: since(now?.numbers.inputTokens, open.usage.inputTokens),
-        outputTokens: since(now?.numbers.outputTokens, open.usage.outputTokens),
-        costUsd: since(now?.numbers.costUsd, open.usage.costUsd),
-        coverage: now?.coverage ?? gen.Coverage.COVERAGE_UNKNOWN,
-      },
+      usage: usageBetween(open.usage, usage ? pointOf(usage) : undefined, this.requireCost),
     });
   }
 }

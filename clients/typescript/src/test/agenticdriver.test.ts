@@ -15,6 +15,7 @@ import {
   SchedulerError,
   type Ticket,
 } from "../index.js";
+import { DriverError, dispatchJob, foregroundRun, UsageMeter } from "./agenticdriver-shapes.js";
 import { eventually, startServer } from "./server.js";
 
 const who = (subject: string, accountId?: string, hostId = "h"): Identity => ({
@@ -126,20 +127,21 @@ test("account capacity is shared per (host, account)", async () => {
   const client = new AdmissionClient(server.addr, { hostId: "h" });
   const scheduler = new AuthorityScheduler(client);
   try {
-    const alice = await scheduler.trySubmit(who("alice", "acme"));
-    assert.ok(alice, "the account's one slot");
+    const alice = scheduler.trySubmit(who("alice", "acme"));
+    await alice.wait();
     // Another subject of the same account on the same host: the account is full.
-    assert.equal(await scheduler.trySubmit(who("bob", "acme")), undefined);
+    const bob = scheduler.trySubmit(who("bob", "acme"));
+    await assert.rejects(bob.wait(), (e: unknown) => e instanceof SchedulerError && e.code === "BUSY");
     // The same account id on another host is another account.
-    const elsewhere = await scheduler.trySubmit(who("bob", "acme", "h2"));
-    assert.ok(elsewhere);
-    // An unbound run is not held back by the account.
-    const unbound = await scheduler.trySubmit(who("carol"));
-    assert.ok(unbound);
+    const elsewhere = scheduler.trySubmit(who("bob", "acme", "h2"));
+    await elsewhere.wait();
+    // A run with no provider (retrieval admission) needs no account binding.
+    const retrieval = scheduler.trySubmit({ hostId: "h", subject: "carol" });
+    await retrieval.wait();
     await alice.release();
-    const bob = await scheduler.trySubmit(who("bob", "acme"));
-    assert.ok(bob, "the account's slot is free again");
-    for (const t of [elsewhere, unbound, bob]) await t.release();
+    const again = scheduler.trySubmit(who("bob", "acme"));
+    await again.wait();
+    for (const t of [elsewhere, retrieval, again]) await t.release();
     assert.deepEqual(scheduler.stats, { active: 0, queued: 0 });
   } finally {
     client.close();
@@ -147,14 +149,49 @@ test("account capacity is shared per (host, account)", async () => {
   }
 });
 
-test("trySubmit never queues; submit refuses with BUSY or QUEUE_FULL", async () => {
+test("a provider run without an account is refused where accounts are capped, admitted where not", async () => {
+  const capped = await startServer("--total", "10", "--per-account", "1");
+  const client = new AdmissionClient(capped.addr, { hostId: "h" });
+  try {
+    const scheduler = new AuthorityScheduler(client, { errorClass: DriverError });
+    const unbound = scheduler.submit({ hostId: "h", subject: "alice", provider: "unbound" });
+    await assert.rejects(unbound.wait(), (e: unknown) => {
+      assert.ok(e instanceof DriverError, "AgenticDriver's own error type");
+      assert.deepEqual([e.code, e.retryable], ["ADMISSION_IDENTITY_REQUIRED", false]);
+      return true;
+    });
+    const s = await client.stats();
+    assert.deepEqual([s.accountsCapped, s.inFlight, s.queued, s.rejected], [true, 0, 0, 0], "nothing was submitted");
+  } finally {
+    client.close();
+    await capped.stop();
+  }
+  const open = await startServer("--total", "10");
+  const c2 = new AdmissionClient(open.addr, { hostId: "h" });
+  try {
+    const ticket = new AuthorityScheduler(c2).submit({ hostId: "h", subject: "alice", provider: "unbound" });
+    await ticket.wait();
+    await ticket.release();
+  } finally {
+    c2.close();
+    await open.stop();
+  }
+});
+
+test("submit and trySubmit refuse from wait(): BUSY, QUEUE_FULL, and trySubmit never queues", async () => {
   const server = await startServer("--total", "1", "--queue-total", "1");
   const client = new AdmissionClient(server.addr, { hostId: "h" });
   const scheduler = new AuthorityScheduler(client);
   try {
-    const holder = await scheduler.trySubmit(who("alice"));
-    assert.ok(holder);
-    assert.equal(await scheduler.trySubmit(who("bob")), undefined);
+    const holder = scheduler.trySubmit(who("alice"));
+    await holder.wait();
+    const busy = scheduler.trySubmit(who("bob"));
+    await assert.rejects(busy.wait(), (e: unknown) => {
+      assert.ok(e instanceof SchedulerError);
+      assert.deepEqual([e.code, e.retryable, e.reason], ["BUSY", true, "BUSY"]);
+      return true;
+    });
+    busy.release(); // harmless after a refusal, and never an unhandled rejection
     assert.equal((await client.stats()).queued, 0, "trySubmit left nothing queued");
     const waiting = scheduler.submit(who("carol"));
     await eventually("carol to queue", async () => (await client.stats()).queued === 1);
@@ -164,7 +201,7 @@ test("trySubmit never queues; submit refuses with BUSY or QUEUE_FULL", async () 
       assert.deepEqual([e.code, e.retryable, e.retryAfterMs], ["QUEUE_FULL", true, 2000]);
       return true;
     });
-    await refused.release(); // harmless after a refusal
+    await refused.release();
     await holder.release();
     await waiting.wait();
     await waiting.release();
@@ -188,6 +225,61 @@ test("trySubmit never queues; submit refuses with BUSY or QUEUE_FULL", async () 
   } finally {
     c2.close();
     await bare.stop();
+  }
+});
+
+test("a job worker given the drop-in keeps a job queued on BUSY and runs it once a slot is free", async () => {
+  const server = await startServer("--total", "1");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const identity = { hostId: "h", accountId: "acme", subject: "alice", provider: "anthropic" };
+  try {
+    const holder = new AuthorityScheduler(client).submit(who("holder"));
+    await holder.wait();
+    // Without AgenticDriver's error class its worker cannot tell BUSY from a failure.
+    const plain = await dispatchJob(new AuthorityScheduler(client), identity, async () => {});
+    assert.deepEqual(plain, { state: "failed", error: { code: "INTERNAL_ERROR", message: "The operation failed.", retryable: false } });
+    // With it, BUSY keeps the job queued for the next poll.
+    const scheduler = new AuthorityScheduler(client, { errorClass: DriverError });
+    let ran = 0;
+    assert.deepEqual(await dispatchJob(scheduler, identity, async () => void ran++), { state: "queued" });
+    assert.equal(ran, 0);
+    await holder.release();
+    assert.deepEqual(await dispatchJob(scheduler, identity, async () => void ran++), { state: "done" });
+    assert.equal(ran, 1);
+    await eventually("the job's slot released", async () => (await client.stats()).inFlight === 0);
+    assert.deepEqual(scheduler.stats, { active: 0, queued: 0 });
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
+test("a foreground run admitted through the drop-in: QUEUE_FULL and cancellation keep their codes", async () => {
+  const server = await startServer("--total", "1", "--queue-total", "1");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const scheduler = new AuthorityScheduler(client, { errorClass: DriverError });
+  const identity = (subject: string) => ({ hostId: "h", accountId: "acme", subject, provider: "anthropic" });
+  try {
+    let finishWork = () => {};
+    const work = new Promise<void>((resolve) => (finishWork = resolve));
+    const first = foregroundRun(scheduler, identity("alice"), new AbortController().signal, () => work);
+    await eventually("alice admitted", async () => (await client.stats()).inFlight === 1);
+    const abort = new AbortController();
+    const queued = foregroundRun(scheduler, identity("bob"), abort.signal, async () => {});
+    await eventually("bob queued", async () => (await client.stats()).queued === 1);
+    const full = await foregroundRun(scheduler, identity("carol"), new AbortController().signal, async () => {});
+    assert.deepEqual(full.type === "run.failed" && [full.error.code, full.error.retryable], ["QUEUE_FULL", true]);
+    // The job service aborts with its own DriverError: the ticket is withdrawn, the reason kept.
+    abort.abort(new DriverError("CANCELLED", "The application cancelled this detached job."));
+    const cancelled = await queued;
+    assert.deepEqual(cancelled.type === "run.cancelled" && cancelled.error.message, "The application cancelled this detached job.");
+    await eventually("bob's ticket withdrawn", async () => (await client.stats()).cancelled === 1);
+    finishWork();
+    assert.deepEqual(await first, { type: "run.completed" });
+    await eventually("every slot free", async () => (await client.stats()).inFlight === 0);
+  } finally {
+    client.close();
+    await server.stop();
   }
 });
 
@@ -250,46 +342,47 @@ test("authorize answers allow, deny and unknown from the server's budgets", asyn
     // An earlier step never settled (no snapshot): usage unknown; this budget defers.
     assert.equal(await step("deferred", "r2", 1), "allow");
     assert.equal(await step("deferred", "r2", 2), "unknown");
-    // The driver's real shape: the meter's snapshot, nested, with its coverage.
-    assert.equal(await step("alice", "r5", 1), "allow");
+    // The driver's real shape: its meter's snapshot, as it passes it before every step.
+    const meter = new UsageMeter();
+    const driverStep = (subject: string, runId: string, n: number) =>
+      admission.authorize({ identity: who(subject), runId, model: "claude", step: n, usage: meter.snapshot() });
+    assert.equal(await driverStep("alice", "r5", 1), "allow");
+    meter.start();
+    meter.add({ inputTokens: 400, outputTokens: 200 });
+    assert.equal(await driverStep("alice", "r5", 2), "allow", "600 settled for step 1: 400 more fit");
+    meter.start();
+    meter.add({ inputTokens: 500, outputTokens: 100 });
+    assert.equal(await driverStep("alice", "r5", 3), "deny", "600 more for step 2: the 1,000 budget is spent");
+    // A step whose provider reported only part of its usage is settled as partial: the run's
+    // usage becomes unknown, and this budget defers.
+    const partial = new UsageMeter();
     assert.equal(
-      await admission.authorize({
-        identity: who("alice"),
-        runId: "r5",
-        model: "claude",
-        step: 2,
-        usage: { usage: { inputTokens: 400, outputTokens: 200 }, observedUsage: {}, coverage: "complete" },
-      }),
+      await admission.authorize({ identity: who("deferred"), runId: "r6", model: "claude", step: 1, usage: partial.snapshot() }),
       "allow",
     );
+    partial.start();
+    partial.add({ inputTokens: 5 });
     assert.equal(
-      await admission.authorize({
-        identity: who("alice"),
-        runId: "r5",
-        model: "claude",
-        step: 3,
-        usage: { usage: { inputTokens: 900, outputTokens: 300 }, coverage: "complete" },
-      }),
-      "deny",
-      "600 settled for step 1 and 600 more for step 2: the 1,000 budget is spent",
-    );
-    // A meter that says its usage is unknown is settled as unknown: this budget defers.
-    assert.equal(await step("deferred", "r6", 1), "allow");
-    assert.equal(
-      await admission.authorize({
-        identity: who("deferred"),
-        runId: "r6",
-        model: "claude",
-        step: 2,
-        usage: { usage: { inputTokens: 5, outputTokens: 5 }, coverage: "unknown" },
-      }),
+      await admission.authorize({ identity: who("deferred"), runId: "r6", model: "claude", step: 2, usage: partial.snapshot() }),
       "unknown",
     );
-    // A run that finishes settles its last step.
+    // A run that finishes settles its last step: by finish(), or from the usage record the
+    // driver hands its onUsage hook.
     assert.equal(await step("alice", "r3", 1), "allow");
     await admission.finish(who("alice"), "r3", { inputTokens: 10, outputTokens: 20 });
+    const last = new UsageMeter();
+    const r7 = { identity: who("alice"), runId: "r7", model: "claude" };
+    assert.equal(await admission.authorize({ ...r7, step: 1, usage: last.snapshot() }), "allow");
+    last.start();
+    last.add({ inputTokens: 300, outputTokens: 300 });
+    assert.equal(await admission.authorize({ ...r7, step: 2, usage: last.snapshot() }), "allow");
+    last.start();
+    last.add({ inputTokens: 200, outputTokens: 250 });
+    await admission.settleRun({ runId: "r7", hostId: "h", subject: "alice", provider: "anthropic", ...last.snapshot() });
+    // Step 1 settled 600 and the record 450 for step 2: 1,050 spent.
+    assert.equal(await admission.authorize({ ...r7, step: 3, usage: last.snapshot() }), "deny");
     const s = await client.stats();
-    assert.deepEqual([s.settled, s.authorizeAllowed, s.authorizeDenied, s.authorizeDeferred], [6, 7, 2, 2]);
+    assert.deepEqual([s.settled, s.authorizeAllowed, s.authorizeDenied, s.authorizeDeferred], [8, 9, 3, 2]);
   } finally {
     client.close();
     await server.stop();
@@ -299,7 +392,12 @@ test("authorize answers allow, deny and unknown from the server's budgets", asyn
   try {
     const context = { identity: who("alice"), runId: "r4", model: "claude", step: 1 };
     await assert.rejects(new AuthorityResourceAdmission(gone).authorize(context), (e: unknown) => e instanceof AdmissionError);
-    await assert.rejects(new AuthorityScheduler(gone).submit(who("alice")).wait(), (e: unknown) => e instanceof AdmissionError);
+    // The scheduler's wait rejects as BUSY (retry later), never admitting without the authority.
+    await assert.rejects(new AuthorityScheduler(gone, { errorClass: DriverError }).submit(who("alice", "acme")).wait(), (e: unknown) => {
+      assert.ok(e instanceof DriverError);
+      assert.deepEqual([e.code, e.retryable, (e as unknown as { reason: string }).reason], ["BUSY", true, "UNAVAILABLE"]);
+      return true;
+    });
   } finally {
     gone.close();
   }

@@ -663,6 +663,7 @@ class Stats(_message.Message):
     OUTCOME_FAILED_FIELD_NUMBER: _builtins.int
     LATENCY_SUM_MS_FIELD_NUMBER: _builtins.int
     LATENCY_COUNT_FIELD_NUMBER: _builtins.int
+    ACCOUNTS_CAPPED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The host's total cap on admitted tickets."""
     queue_total: _builtins.int
@@ -733,6 +734,11 @@ class Stats(_message.Message):
     latency_sum_ms: _builtins.int
     """The latencies those releases reported: their sum in milliseconds and their number."""
     latency_count: _builtins.int
+    accounts_capped: _builtins.bool
+    """True when the host caps accounts (per_account, accounts.<id>, or an adaptive cap). A run
+    submitted without an account_id is held to none of those caps: clients that must not let
+    a provider call escape them (the AgenticDriver drop-in) refuse such runs when this is set.
+    """
     @_builtins.property
     def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectStats]:
         """Per-subject rows, for subjects with admitted or queued tickets, by subject name."""
@@ -781,10 +787,11 @@ class Stats(_message.Message):
         outcome_failed: _builtins.int = ...,
         latency_sum_ms: _builtins.int = ...,
         latency_count: _builtins.int = ...,
+        accounts_capped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "accounts_capped", b"accounts_capped", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

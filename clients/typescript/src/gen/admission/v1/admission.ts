@@ -695,6 +695,12 @@ export interface Stats {
   /** The latencies those releases reported: their sum in milliseconds and their number. */
   latencySumMs: number;
   latencyCount: number;
+  /**
+   * True when the host caps accounts (per_account, accounts.<id>, or an adaptive cap). A run
+   * submitted without an account_id is held to none of those caps: clients that must not let
+   * a provider call escape them (the AgenticDriver drop-in) refuse such runs when this is set.
+   */
+  accountsCapped: boolean;
 }
 
 export interface SubjectStats {
@@ -2366,6 +2372,7 @@ function createBaseStats(): Stats {
     outcomeFailed: 0,
     latencySumMs: 0,
     latencyCount: 0,
+    accountsCapped: false,
   };
 }
 
@@ -2481,6 +2488,9 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.latencyCount !== 0) {
       writer.uint32(296).uint64(message.latencyCount);
+    }
+    if (message.accountsCapped !== false) {
+      writer.uint32(304).bool(message.accountsCapped);
     }
     return writer;
   },
@@ -2794,6 +2804,14 @@ export const Stats: MessageFns<Stats> = {
             message.latencyCount = longToNumber(reader.uint64());
             continue;
           }
+          case 38: {
+            if (tag !== 304) {
+              break;
+            }
+
+            message.accountsCapped = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2941,6 +2959,11 @@ export const Stats: MessageFns<Stats> = {
         : isSet(object.latency_count)
         ? globalThis.Number(object.latency_count)
         : 0,
+      accountsCapped: isSet(object.accountsCapped)
+        ? globalThis.Boolean(object.accountsCapped)
+        : isSet(object.accounts_capped)
+        ? globalThis.Boolean(object.accounts_capped)
+        : false,
     };
   },
 
@@ -3057,6 +3080,9 @@ export const Stats: MessageFns<Stats> = {
     if (message.latencyCount !== 0) {
       obj.latencyCount = Math.round(message.latencyCount);
     }
+    if (message.accountsCapped !== false) {
+      obj.accountsCapped = message.accountsCapped;
+    }
     return obj;
   },
 
@@ -3102,6 +3128,7 @@ export const Stats: MessageFns<Stats> = {
     message.outcomeFailed = object.outcomeFailed ?? 0;
     message.latencySumMs = object.latencySumMs ?? 0;
     message.latencyCount = object.latencyCount ?? 0;
+    message.accountsCapped = object.accountsCapped ?? false;
     return message;
   },
 };
