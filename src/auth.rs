@@ -20,7 +20,7 @@
 //!   new identities of that endpoint only.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use crate::scheduler::Millis;
@@ -62,14 +62,21 @@ pub const DEFAULT_BUCKET: BucketRule = BucketRule::new(10, 60_000, 300_000);
 /// endpoint flooded to its bound.
 pub const DEFAULT_LOCAL_MAX_KEYS: usize = 100_000;
 
+/// Most endpoints callers may declare buckets for that the configuration does not name, per
+/// authority process: each is a bucket table of up to `local_max_keys` keys and a metrics label.
+pub const MAX_DECLARED_BUCKETS: usize = 64;
+
 /// The auth buckets an installation enforces.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AuthPolicy {
     /// Bound of the local bucket table per endpoint (the embedded store's table, or the Redis
     /// store's fallback).
     pub local_max_keys: usize,
-    /// Buckets by endpoint name.
+    /// Buckets by endpoint name: the built-in ones, and the file's over them.
     pub buckets: BTreeMap<String, BucketRule>,
+    /// The endpoints the configuration file names: their buckets win over a caller's declared
+    /// one. The other entries of `buckets` are built in, and a declared bucket wins over them.
+    pub configured: BTreeSet<String>,
 }
 
 impl Default for AuthPolicy {
@@ -80,14 +87,45 @@ impl Default for AuthPolicy {
                 .iter()
                 .map(|(name, rule)| (name.to_string(), *rule))
                 .collect(),
+            configured: BTreeSet::new(),
         }
     }
+}
+
+/// Where the bucket that decides an attempt comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BucketSource {
+    /// The configuration file names the endpoint.
+    Operator,
+    /// The caller declared it, and the file does not name the endpoint.
+    Declared,
+    /// Built in, and the caller declared none.
+    BuiltIn,
 }
 
 impl AuthPolicy {
     /// The rule of a configured endpoint.
     pub fn bucket(&self, endpoint: &str) -> Option<BucketRule> {
         self.buckets.get(endpoint).copied()
+    }
+
+    /// The bucket that decides an attempt on `endpoint` whose caller declared `declared`: the
+    /// operator's, else the declared one, else the built-in one; `None` for an endpoint with
+    /// none of them.
+    pub fn resolve(
+        &self,
+        endpoint: &str,
+        declared: Option<BucketRule>,
+    ) -> Option<(BucketRule, BucketSource)> {
+        let known = self.bucket(endpoint);
+        match (known, declared) {
+            (Some(rule), _) if self.configured.contains(endpoint) => {
+                Some((rule, BucketSource::Operator))
+            }
+            (_, Some(rule)) => Some((rule, BucketSource::Declared)),
+            (Some(rule), None) => Some((rule, BucketSource::BuiltIn)),
+            (None, None) => None,
+        }
     }
 
     /// The configured endpoint names, sorted.

@@ -2,6 +2,8 @@
 //! authority's own memory), and the signals that go with them. The services, the metrics
 //! endpoint and the composition root share one [`Gates`].
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Process-wide switches that refuse new tickets before they reach the store.
@@ -16,6 +18,9 @@ pub struct Gates {
     /// Turns true when the process stops serving: open Wait streams end with UNAVAILABLE, so
     /// their clients follow their tickets on another replica (or after the restart).
     closing: tokio::sync::watch::Sender<bool>,
+    /// Auth endpoints the configuration does not name that callers declared buckets for (at
+    /// most `MAX_DECLARED_BUCKETS`).
+    declared_buckets: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Gates {
@@ -25,6 +30,7 @@ impl Default for Gates {
             authority_memory_full: AtomicBool::new(false),
             drain_started: tokio::sync::watch::Sender::new(false),
             closing: tokio::sync::watch::Sender::new(false),
+            declared_buckets: Mutex::new(BTreeSet::new()),
         }
     }
 }
@@ -58,6 +64,28 @@ impl Gates {
     /// Turns true when the process stops serving (see `close_streams`).
     pub fn closing(&self) -> tokio::sync::watch::Receiver<bool> {
         self.closing.subscribe()
+    }
+
+    /// Accept a declared bucket for `endpoint`, which the configuration does not name: true
+    /// when it was declared before or there is room for it among `max` declared endpoints.
+    pub fn declare_bucket(&self, endpoint: &str, max: usize) -> bool {
+        let mut declared = self.declared_buckets.lock().expect("declared buckets lock");
+        if declared.contains(endpoint) {
+            return true;
+        }
+        if declared.len() >= max {
+            return false;
+        }
+        declared.insert(endpoint.to_string());
+        true
+    }
+
+    /// Whether a caller declared a bucket for `endpoint` on this process.
+    pub fn is_declared(&self, endpoint: &str) -> bool {
+        self.declared_buckets
+            .lock()
+            .expect("declared buckets lock")
+            .contains(endpoint)
     }
 
     /// Wait streams still open (each holds a `closing` receiver until it ends).

@@ -105,6 +105,7 @@ async fn reset_and_operator_unlock_clear_a_lockout() {
         .reset_auth_attempts(api::AuthResetRequest {
             endpoint: "login".into(),
             identity: "u1".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -172,7 +173,7 @@ async fn bad_auth_input_is_refused_with_the_field_named_and_changes_nothing() {
         (
             attempt_req("signup", "u"),
             "endpoint: unknown endpoint \"signup\"; configured: approval, login, magic_link, \
-             pairing_verify, ws_upgrade",
+             pairing_verify, ws_upgrade (or declare its bucket in `declared`)",
         ),
     ];
     for (req, expected) in cases {
@@ -192,6 +193,7 @@ async fn bad_auth_input_is_refused_with_the_field_named_and_changes_nothing() {
             .reset_auth_attempts(api::AuthResetRequest {
                 endpoint: req.endpoint.clone(),
                 identity: req.identity.clone(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -273,5 +275,139 @@ async fn a_full_key_table_and_an_operator_unlock_are_logged() {
     assert!(
         full.contains(r#""endpoint":"login""#),
         "names the endpoint: {full}"
+    );
+}
+
+/// A gateway's limiter declares the numbers it was built with: they apply to an endpoint the
+/// operator's file does not name (a built-in name included, or one the authority has never
+/// heard of), the operator's bucket wins where the file names the endpoint, and every answer
+/// says which bucket decided.
+#[tokio::test]
+async fn a_declared_bucket_applies_unless_the_operators_file_names_the_endpoint() {
+    let server = Server::start_with_config("auth-declared", CONFIG, &[]);
+    let mut c = server.client().await;
+    let three = api::AuthBucket {
+        max_attempts: 3,
+        window_ms: 60_000,
+        lockout_ms: 200,
+    };
+    let declared =
+        |endpoint: &str, identity: &str, bucket: &api::AuthBucket| api::AuthAttemptRequest {
+            declared: Some(*bucket),
+            ..attempt_req(endpoint, identity)
+        };
+    // pairing_verify is built in at 5 attempts; the declared 3 win over it.
+    for endpoint in ["pairing_verify", "pairing_code"] {
+        for _ in 0..3 {
+            let r = c
+                .check_auth_attempt(declared(endpoint, "u", &three))
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(r.allowed, "{endpoint}: {r:?}");
+            assert_eq!(
+                r.bucket,
+                Some(three),
+                "{endpoint}: the declared bucket decides"
+            );
+        }
+        let r = c
+            .check_auth_attempt(declared(endpoint, "u", &three))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            !r.allowed && r.locked,
+            "{endpoint}: the fourth is refused: {r:?}"
+        );
+        assert!(
+            r.retry_after_ms <= 200,
+            "{endpoint}: the declared lockout: {r:?}"
+        );
+    }
+    // The file names login (3 / 10 s / 300 ms): it wins over a declared 100.
+    let generous = api::AuthBucket {
+        max_attempts: 100,
+        ..three
+    };
+    let r = c
+        .check_auth_attempt(declared("login", "v", &generous))
+        .await
+        .unwrap()
+        .into_inner();
+    let operators = api::AuthBucket {
+        max_attempts: 3,
+        window_ms: 10_000,
+        lockout_ms: 300,
+    };
+    assert_eq!((r.remaining, r.bucket), (2, Some(operators)), "{r:?}");
+    // Without a declaration the built-in bucket decides, and says so.
+    let r = attempt(&mut c, "magic_link", "w").await;
+    assert_eq!(r.bucket.map(|b| b.max_attempts), Some(5));
+
+    // A declared endpoint can be reset (declaring it again) and unlocked by an operator.
+    let reset = c
+        .reset_auth_attempts(api::AuthResetRequest {
+            endpoint: "pairing_code".into(),
+            identity: "u".into(),
+            declared: Some(three),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reset.cleared);
+    let unlock = server
+        .operator()
+        .await
+        .unlock_auth(api::UnlockAuthRequest {
+            endpoint: "pairing_code".into(),
+            identity: "nobody".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!unlock.cleared);
+
+    // Bad numbers are named and count nothing.
+    let bad = api::AuthBucket {
+        max_attempts: 0,
+        window_ms: 0,
+        lockout_ms: 8 * 24 * 3_600_000,
+    };
+    let err = c
+        .check_auth_attempt(declared("pairing_code", "u", &bad))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "declared.max_attempts: must be 1..1000000; declared.window_ms: must be \
+         1..604800000 (7 days); declared.lockout_ms: must be 0..604800000 (7 days)"
+    );
+    let r = c
+        .check_auth_attempt(declared("pairing_code", "u", &three))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.remaining, 2, "the refused calls counted nothing");
+
+    // Declared endpoints the file does not name are bounded per authority process.
+    for i in 1..64 {
+        let r = c
+            .check_auth_attempt(declared(&format!("endpoint-{i}"), "u", &three))
+            .await;
+        assert!(r.is_ok(), "declared endpoint {} of 64: {r:?}", i + 1);
+    }
+    let err = c
+        .check_auth_attempt(declared("endpoint-64", "u", &three))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("name it in auth.buckets"), "{err:?}");
+    assert!(
+        c.check_auth_attempt(declared("pairing_code", "x", &three))
+            .await
+            .is_ok(),
+        "an endpoint declared before still works"
     );
 }

@@ -186,6 +186,7 @@ async fn a_custom_bucket_counts_once_across_two_replicas_of_the_store() {
         auth: AuthPolicy {
             local_max_keys: 100,
             buckets: [("login".to_string(), rule)].into(),
+            configured: ["login".to_string()].into(),
         },
         ..Policy::default()
     };

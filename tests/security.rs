@@ -139,6 +139,7 @@ async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'s
     let reset = api::AuthResetRequest {
         endpoint: "approval".into(),
         identity: "203.0.113.9".into(),
+        ..Default::default()
     };
     out.push((
         "ResetAuthAttempts",

@@ -611,6 +611,7 @@ fn auth_policy(buckets: &[(&str, BucketRule)], max_keys: usize) -> Policy {
         auth: AuthPolicy {
             local_max_keys: max_keys,
             buckets: buckets.iter().map(|(n, r)| (n.to_string(), *r)).collect(),
+            configured: buckets.iter().map(|(n, _)| n.to_string()).collect(),
         },
         ..Policy::default()
     }

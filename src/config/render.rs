@@ -71,19 +71,29 @@ impl Config {
         );
         render_resources(&mut out, &self.resources);
         access::render(&mut out, self);
+        let configured = &self.auth.configured;
         let _ = writeln!(
             out,
-            "auth:\n  local_max_keys: {}\n  buckets:",
-            self.auth.local_max_keys
+            "auth:\n  local_max_keys: {}\n  buckets:{}",
+            self.auth.local_max_keys,
+            if configured.is_empty() { " {}" } else { "" }
         );
+        // Built-in buckets the file does not name are comments: naming them would make them
+        // the operator's, which wins over a gateway's declared bucket.
         for (name, r) in &self.auth.buckets {
             let _ = writeln!(
                 out,
-                "    {}: {{max_attempts: {}, window: {}, lockout: {}}}",
+                "    {}{}: {{max_attempts: {}, window: {}, lockout: {}}}{}",
+                if configured.contains(name) { "" } else { "# " },
                 yaml_key(name),
                 r.max_attempts,
                 format_ms(r.window_ms),
-                format_ms(r.lockout_ms)
+                format_ms(r.lockout_ms),
+                if configured.contains(name) {
+                    ""
+                } else {
+                    "  (built in; a gateway's declared bucket wins over it)"
+                }
             );
         }
         out

@@ -506,6 +506,7 @@ impl Cx {
                 }
             }
             if ok {
+                policy.configured.insert(name.clone());
                 policy.buckets.insert(name, rule);
             }
         }

@@ -14,7 +14,7 @@ use super::replies;
 use super::wait::{WaitStreams, follow};
 use super::{record, state_name};
 use crate::api;
-use crate::auth::AuthVerdict;
+use crate::auth::{AuthDecision, AuthVerdict, BucketRule, BucketSource, MAX_DECLARED_BUCKETS};
 use crate::gates::Gates;
 use crate::scheduler::{Refusal, SubmitError, TicketState};
 use crate::security;
@@ -277,15 +277,19 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::AuthAttemptRequest>,
     ) -> Result<Response<api::AuthAttemptResponse>, Status> {
         let req = request.get_ref();
-        let rule = edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        let rule = self.auth_bucket(&req.endpoint, &req.identity, req.declared.as_ref())?;
         security::caller(request.extensions())?.use_auth_buckets()?;
+        let answer = |decision: AuthDecision| api::AuthAttemptResponse {
+            bucket: Some(replies::auth_bucket(rule)),
+            ..decision.into()
+        };
         if req.peek {
             let decision = self
                 .store
                 .auth_peek(&req.endpoint, &req.identity, rule)
                 .await?;
             record("decision", &format_args!("peek {:?}", decision.verdict));
-            return Ok(Response::new(decision.into()));
+            return Ok(Response::new(answer(decision)));
         }
         let decision = self
             .store
@@ -304,7 +308,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         if decision.verdict == AuthVerdict::KeyTableFull {
             self.warn_table_full(&req.endpoint);
         }
-        Ok(Response::new(decision.into()))
+        Ok(Response::new(answer(decision)))
     }
 
     async fn reset_auth_attempts(
@@ -312,7 +316,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         request: Request<api::AuthResetRequest>,
     ) -> Result<Response<api::AuthResetResponse>, Status> {
         let req = request.get_ref();
-        edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        self.auth_bucket(&req.endpoint, &req.identity, req.declared.as_ref())?;
         security::caller(request.extensions())?.use_auth_buckets()?;
         let cleared = self.store.auth_reset(&req.endpoint, &req.identity).await?;
         Ok(Response::new(cleared.into()))
@@ -329,6 +333,28 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let ledger = self.store.ledger_stats(host_id).await?;
         let draining = self.gates.draining.load(Ordering::Relaxed);
         Ok(Response::new(replies::stats(s, ledger, draining)))
+    }
+}
+
+impl<S: Store> AdmissionService<S> {
+    /// The bucket deciding (endpoint, identity): the operator's, the caller's declared one, or
+    /// the built-in one. A declared endpoint the configuration does not name takes one of the
+    /// process's `MAX_DECLARED_BUCKETS` places.
+    fn auth_bucket(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        declared: Option<&api::AuthBucket>,
+    ) -> Result<BucketRule, ApiError> {
+        let policy = self.store.auth_policy();
+        let (rule, source) = edge::auth_key(policy, endpoint, identity, declared)?;
+        if source == BucketSource::Declared
+            && policy.bucket(endpoint).is_none()
+            && !self.gates.declare_bucket(endpoint, MAX_DECLARED_BUCKETS)
+        {
+            return Err(ApiError::TooManyDeclaredBuckets(endpoint.to_string()));
+        }
+        Ok(rule)
     }
 }
 

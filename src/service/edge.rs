@@ -9,7 +9,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api;
-use crate::auth::{AuthPolicy, BucketRule};
+use crate::auth::{AuthPolicy, BucketRule, BucketSource, MAX_DECLARED_BUCKETS};
 use crate::config::{MAX_TOKENS, check_id};
 use crate::ledger::{AuthorizeArgs, Coverage, LedgerError, Resolution, Usage, usd_to_micros};
 use crate::scheduler::{
@@ -59,6 +59,11 @@ pub enum ApiError {
         "expected_revision: the limits are at revision {current}, not {expected}; read them again"
     )]
     RevisionMoved { expected: u64, current: u64 },
+    #[error(
+        "endpoint: {0:?} is not configured and {MAX_DECLARED_BUCKETS} other endpoints are \
+         already declared on this authority; name it in auth.buckets"
+    )]
+    TooManyDeclaredBuckets(String),
 }
 
 impl ApiError {
@@ -163,9 +168,9 @@ impl From<ApiError> for Status {
             }
             ApiError::Ledger(_) => Status::failed_precondition(message),
             ApiError::Denied(_) => Status::permission_denied(message),
-            ApiError::WrongState { .. } | ApiError::RevisionMoved { .. } => {
-                Status::failed_precondition(message)
-            }
+            ApiError::WrongState { .. }
+            | ApiError::RevisionMoved { .. }
+            | ApiError::TooManyDeclaredBuckets(_) => Status::failed_precondition(message),
             ApiError::TooManyStreams { .. } => {
                 let mut details = ErrorDetails::with_error_info(
                     "TOO_MANY_STREAMS",
@@ -608,19 +613,58 @@ pub fn auth_key(
     policy: &AuthPolicy,
     endpoint: &str,
     identity: &str,
-) -> Result<BucketRule, ApiError> {
+    declared: Option<&api::AuthBucket>,
+) -> Result<(BucketRule, BucketSource), ApiError> {
     id(endpoint, "endpoint")?;
     id(identity, "identity")?;
-    policy.bucket(endpoint).ok_or_else(|| {
+    let declared = declared.map(declared_bucket).transpose()?;
+    if declared.is_some()
+        && (endpoint.len() > 64
+            || !endpoint
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)))
+    {
+        return Err(ApiError::invalid(
+            "endpoint",
+            "a declared bucket's endpoint name is 1..64 letters, digits, '_', '-' or '.'",
+        ));
+    }
+    policy.resolve(endpoint, declared).ok_or_else(|| {
         ApiError::invalid(
             "endpoint",
             format!(
-                "unknown endpoint {endpoint:?}; configured: {}",
+                "unknown endpoint {endpoint:?}; configured: {} (or declare its bucket in \
+                 `declared`)",
                 policy.endpoints().collect::<Vec<_>>().join(", ")
             ),
         )
     })
 }
+
+/// A caller's declared bucket, checked as the configuration's auth.buckets are.
+fn declared_bucket(b: &api::AuthBucket) -> Result<BucketRule, ApiError> {
+    let mut bad = Vec::new();
+    if !(1..=1_000_000).contains(&b.max_attempts) {
+        bad.push(("declared.max_attempts", "must be 1..1000000"));
+    }
+    if !(1..=MAX_AUTH_MS).contains(&b.window_ms) {
+        bad.push(("declared.window_ms", "must be 1..604800000 (7 days)"));
+    }
+    if b.lockout_ms > MAX_AUTH_MS {
+        bad.push(("declared.lockout_ms", "must be 0..604800000 (7 days)"));
+    }
+    if !bad.is_empty() {
+        return Err(ApiError::InvalidFields(
+            bad.into_iter()
+                .map(|(f, r)| (f.to_string(), r.to_string()))
+                .collect(),
+        ));
+    }
+    Ok(BucketRule::new(b.max_attempts, b.window_ms, b.lockout_ms))
+}
+
+/// Longest auth window or lockout: 7 days (as in the configuration).
+const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
 
 #[cfg(test)]
 mod tests {

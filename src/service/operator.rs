@@ -89,7 +89,10 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         request: Request<api::UnlockAuthRequest>,
     ) -> Result<Response<api::UnlockAuthResponse>, Status> {
         let req = request.get_ref();
-        edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity)?;
+        if !self.gates.is_declared(&req.endpoint) {
+            edge::auth_key(self.store.auth_policy(), &req.endpoint, &req.identity, None)?;
+        }
+        edge::id(&req.identity, "identity")?;
         let cleared = self.store.auth_reset(&req.endpoint, &req.identity).await?;
         tracing::info!(
             endpoint = %req.endpoint,

@@ -3,7 +3,7 @@
 //! is decided in one place.
 
 use crate::api;
-use crate::auth::{AuthCleared, AuthDecision};
+use crate::auth::{AuthCleared, AuthDecision, BucketRule};
 use crate::ledger::{
     Authorization, Decision, LedgerStats, ReservationInfo, StepState, micros_to_usd,
 };
@@ -133,7 +133,17 @@ impl From<AuthDecision> for api::AuthAttemptResponse {
             locked: d.locked(),
             degraded: d.degraded,
             reason: d.verdict.code().to_string(),
+            bucket: None,
         }
+    }
+}
+
+/// An auth bucket's numbers on the wire.
+pub fn auth_bucket(rule: BucketRule) -> api::AuthBucket {
+    api::AuthBucket {
+        max_attempts: rule.max_attempts,
+        window_ms: rule.window_ms,
+        lockout_ms: rule.lockout_ms,
     }
 }
 

@@ -473,8 +473,9 @@ def test_two_gateways_share_the_magic_link_budget(start_server: StartServer) -> 
 def test_the_limiter_falls_back_to_a_local_bucket_and_never_fails_open(start_server: StartServer) -> None:
     server = start_server()
     limiter = AuthorityAuthLimiter(AdmissionClient(server.addr, host_id="gw"), max_attempts=5)
-    # Shared: the authority counts (approval endpoints map onto its `approval` bucket, 10).
-    assert all(limiter.allow("approval_pending", "10.0.0.1") for _ in range(10))
+    # Shared: the authority counts, with the limiter's own numbers (5), not its built-in
+    # `approval` bucket's 10.
+    assert all(limiter.allow("approval_pending", "10.0.0.1") for _ in range(5))
     assert not limiter.allow("approval_pending", "10.0.0.1")
     assert limiter.time_until_allowed("approval_pending", "10.0.0.1") > 250
     # A verified success clears the bucket (pairing_verify counts failures only).
@@ -588,3 +589,194 @@ def test_a_turn_that_ends_in_a_provider_rate_limit_reports_it(start_server: Star
         await gate.aclose()
 
     asyncio.run(main())
+
+
+# -- drop-ins that behave like what they replace ----------------------------------------------
+
+
+def test_stats_are_the_authoritys_from_construction_or_the_replaced_gates_without_it(
+    start_server: StartServer,
+) -> None:
+    server = start_server("--total", "6", "--per-subject", "2", "--queue-total", "3")
+    bos = BotOS(max_concurrent_runs=8, queue_depth=4)
+    install(bos, client(server, "r"))
+    # Straight after install, before any turn or background refresh: the authority's figures.
+    st = bos.admission_stats
+    assert st is not None
+    assert (st["max_concurrent_runs"], st["max_concurrent_runs_per_scope"], st["queue_depth"]) == (6, 2, 3)
+    undo = patch_praisonai(client(server, "r"))
+    try:
+        st = BotOS(max_concurrent_runs=8).admission_stats
+        assert st is not None and st["max_concurrent_runs"] == 6, "a gate built by the factory too"
+    finally:
+        undo.undo()
+    # No authority to ask: what the replaced PraisonAI gate was configured with, not 0.
+    nowhere = AsyncAdmissionClient(f"127.0.0.1:{free_port()}", host_id="gw", timeout=0.2)
+    offline = BotOS(max_concurrent_runs=8, queue_depth=4)
+    install(offline, nowhere)
+    st = offline.admission_stats
+    assert st is not None and (st["max_concurrent_runs"], st["queue_depth"]) == (8, 4)
+
+
+def test_the_patched_factory_keeps_praisonais_disabled_gate(start_server: StartServer) -> None:
+    from praisonai_bot.bots import _admission
+    from praisonaiagents.gateway import MemoryPressurePolicy
+
+    server = start_server()
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        # A resource section with no ceiling: PraisonAI builds a gate that is not enabled.
+        gate = _admission.build_admission_gate(resource_policy=MemoryPressurePolicy(0, 0))
+        assert gate is not None and not gate.enabled and not isinstance(gate, AuthorityGate)
+        assert _admission.build_admission_gate() is None
+        # A memory-only gate (a ceiling, no concurrency cap) is enabled: the authority's.
+        memory_only = _admission.build_admission_gate(resource_policy=MemoryPressurePolicy(900, 1000))
+        assert isinstance(memory_only, AuthorityGate) and memory_only.enabled
+    finally:
+        undo.undo()
+
+
+def test_a_replicas_own_memory_ceiling_keeps_applying(start_server: StartServer) -> None:
+    server = start_server("--total", "4")
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        roomy = BotOS(max_concurrent_runs=4, max_rss_mb=1024 * 1024)
+        assert roomy.admission_stats["max_rss_mb"] == 1024.0 * 1024
+        # A ceiling below this process's real resident memory: every turn is shed locally.
+        tight = BotOS(max_concurrent_runs=4, max_rss_mb=1)
+        gate = tight._admission_gate
+        assert isinstance(gate, AuthorityGate) and gate.stats()["max_rss_mb"] == 1.0
+    finally:
+        undo.undo()
+
+    async def main() -> None:
+        with pytest.raises(AuthorityRejected) as refused:
+            async with gate.admit(session_id="alice"):
+                raise AssertionError("admitted above the replica's memory ceiling")
+        assert refused.value.reason == "MEMORY_PRESSURE"
+        async with roomy._admission_gate.admit(session_id="alice"):
+            assert authority_stats(server.addr).in_flight == 1
+        await gate.aclose()
+        await roomy._admission_gate.aclose()
+
+    asyncio.run(main())
+    s = authority_stats(server.addr)
+    assert (s.admitted, s.rejected, gate.stats()["rejected"]) == (1, 0, 1), "the shed turn never reached it"
+
+
+def test_a_limiter_enforces_the_numbers_it_was_built_with(start_server: StartServer) -> None:
+    from praisonai_bot.gateway import rate_limiter
+
+    server = start_server()
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        # As WebSocketGateway.start() builds its limiters: through the factory.
+        a = rate_limiter.build_auth_rate_limiter(max_attempts=3, window_seconds=60)
+        b = rate_limiter.build_auth_rate_limiter(max_attempts=3, window_seconds=60)
+        assert isinstance(a, AuthorityAuthLimiter)
+        # Three attempts, counted across both replicas, on an endpoint the authority has no
+        # bucket of its own for.
+        assert [a.allow("custom_login", "10.0.0.1"), b.allow("custom_login", "10.0.0.1"),
+                a.allow("custom_login", "10.0.0.1"), b.allow("custom_login", "10.0.0.1")] == [True] * 3 + [False]
+        assert a.time_until_allowed("custom_login", "10.0.0.1") > 250
+        # A built-in name gets the limiter's numbers too (3, not the built-in approval's 10).
+        assert [a.allow("approval_pending", "u") for _ in range(4)] == [True] * 3 + [False]
+        a.reset("custom_login", "10.0.0.1")
+        assert a.allow("custom_login", "10.0.0.1")
+    finally:
+        undo.undo()
+    with pytest.raises(ValueError, match="max_attempts: must be 1..1000000"):
+        AuthorityAuthLimiter(AdmissionClient(server.addr, host_id="gw"), max_attempts=0)
+    with pytest.raises(ValueError, match="window_seconds"):
+        AuthorityAuthLimiter(AdmissionClient(server.addr, host_id="gw"), window_seconds=30 * 86400)
+
+
+def test_the_operators_bucket_wins_and_the_limiter_says_so(
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("auth:\n  buckets:\n    ws_upgrade: { max_attempts: 2, window: 1m, lockout: 5m }\n")
+    server = start_server("--config", str(config))
+    limiter = AuthorityAuthLimiter(AdmissionClient(server.addr, host_id="gw"), max_attempts=10)
+    assert [limiter.allow("ws_upgrade", "10.0.0.1") for _ in range(3)] == [True, True, False]
+    limiter.allow("ws_upgrade", "10.0.0.2")
+    said = [r.getMessage() for r in caplog.records if "ws_upgrade" in r.getMessage()]
+    assert len(said) == 1 and "configured 2 attempts" in said[0], said
+
+
+def test_patch_praisonai_puts_every_pairing_lockout_on_the_authority(start_server: StartServer) -> None:
+    from praisonai_bot.gateway.pairing import PairingStore
+    from praisonai_bot.gateway.rate_limiter import AuthRateLimiter
+
+    server = start_server()
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        # Two replicas' stores (built as a config- or CLI-driven gateway builds them).
+        a = PairingStore(store_dir=tempfile.mkdtemp(), max_failures=3)
+        b = PairingStore(store_dir=tempfile.mkdtemp(), max_failures=3)
+        assert isinstance(a._lockout, AuthorityAuthLimiter)
+        # As PraisonAI's own lockout: three failures pass, the fourth (across both replicas)
+        # starts the lockout, which both then see.
+        results = [store.verify_and_pair("WRONG123", "chan", "telegram") for store in (a, b, a)]
+        assert not any(results)
+        assert a._lockout.time_until_allowed("pairing_verify", "telegram") == 0
+        assert not b.verify_and_pair("WRONG123", "chan", "telegram")
+        assert a._lockout.time_until_allowed("pairing_verify", "telegram") > 0
+        assert b._lockout.time_until_allowed("pairing_verify", "telegram") > 0
+    finally:
+        undo.undo()
+    assert type(PairingStore(store_dir=tempfile.mkdtemp())._lockout) is AuthRateLimiter
+
+
+def test_a_turn_ending_as_asyncio_run_tears_down_gives_its_slot_back_at_once(start_server: StartServer) -> None:
+    import subprocess
+    import sys
+
+    # A long lease: a slot that is not released stays held for the whole test.
+    server = start_server("--total", "2", "--lease-ttl", "60s")
+    script = f"""
+import asyncio
+from admission_authority_client import AsyncAdmissionClient
+from admission_authority_client.praisonai import AuthorityGate
+
+async def main(close_first):
+    # With a budget check, the turn's exit settles before it releases: two calls to be cut.
+    gate = AuthorityGate(AsyncAdmissionClient({server.addr!r}, host_id="gw"), authorize_output_tokens=100)
+    body_done = asyncio.Event()
+    async def turn():
+        async with gate.admit(session_id="alice"):
+            body_done.set()  # the body has finished: the gate's exit starts now
+    task = asyncio.get_running_loop().create_task(turn())
+    await body_done.wait()
+    if close_first:
+        await gate.aclose()  # waits for the turn's release
+    # Returning now: asyncio.run cancels every task still running, the ending turn's too.
+
+asyncio.run(main(False))
+asyncio.run(main(True))
+"""
+    for run in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        s = authority_stats(server.addr)
+        assert (s.in_flight, s.released) == (0, 2 * (run + 1)), f"run {run}: {s}"
+
+
+def test_the_praisonai_extra_pins_what_the_tests_run_and_includes_praisonai_code() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    here = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((here / "pyproject.toml").read_text())["project"]["optional-dependencies"]["praisonai"]
+    wanted = {Requirement(r).name: Requirement(r) for r in extra}
+    tested = {}
+    for line in (here / "requirements-praisonai.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            tested[name] = version
+    assert set(wanted) == set(tested), "the extra installs exactly the packages the tests use"
+    for name, req in wanted.items():
+        assert req.specifier, f"{name} is unpinned"
+        assert req.specifier.contains(tested[name]), f"{name} {tested[name]} (tested) is outside {req}"
+        assert any(s.operator == "<" for s in req.specifier), f"{name} has no upper bound"

@@ -42,6 +42,7 @@ import grpc.aio
 try:
     from praisonai_bot.bots import _admission as _praison_admission
     from praisonai_bot.bots._admission import AdmissionRejected
+    from praisonai_bot.gateway import pairing as _praison_pairing
     from praisonai_bot.gateway import rate_limiter as _praison_rate_limiter
     from praisonai_bot.gateway.rate_limiter import AuthRateLimiter
 except ImportError as e:  # pragma: no cover - exercised only without the extra
@@ -93,6 +94,25 @@ _WITHDRAW_FOR = 60.0
 
 class _Unreachable(Exception):
     """The authority did not answer; the gate's failure mode decides."""
+
+
+#: Cancellations a turn's ending rides through before it gives up (each retried call is
+#: bounded by its own deadline).
+_CANCELLATIONS_RIDDEN = 3
+
+
+async def _through_cancellation(step: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+    """Run ``step()`` to its end, starting it again when the task is cancelled meanwhile (the
+    calls it makes are idempotent); True when a cancellation arrived, for the caller to
+    re-raise once the work is done."""
+    cancelled = False
+    for _ in range(_CANCELLATIONS_RIDDEN):
+        try:
+            await step()
+            return cancelled
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
 
 
 def process_rss_mb() -> int | None:
@@ -256,9 +276,10 @@ class _Admission:
             await local.__aexit__(exc_type, exc, tb)
         turn, self._turn = self._turn, None
         if turn is not None:
-            # Shielded: a cancelled turn still gives its slot back. The release says what the
-            # turn's provider calls came to (a rate-limit error lowers an adaptive cap).
-            await asyncio.shield(self._gate._exit(turn, exc))
+            # Runs to its end even when the turn's task is cancelled (see _exit). The release
+            # says what the turn's provider calls came to (a rate-limit error lowers an
+            # adaptive cap).
+            await self._gate._exit(turn, exc)
         return False
 
 
@@ -309,6 +330,9 @@ class AuthorityGate:
         unavailable_message: str = UNAVAILABLE_MESSAGE,
         budget_message: str = BUDGET_MESSAGE,
         stats_every: float = 5.0,
+        replaces: Any = None,
+        resource_policy: Any = None,
+        resource_sampler: Any = None,
     ) -> None:
         if failure_mode not in ("closed", "local"):
             raise ValueError(f"failure_mode: must be 'closed' or 'local', not {failure_mode!r}")
@@ -349,6 +373,23 @@ class AuthorityGate:
         self._refreshing: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._reachable = True
+        #: Turns ending now (their Settle and Release): aclose() waits for them.
+        self._exiting: set[asyncio.Future[None]] = set()
+        # What the replaced PraisonAI gate was configured with: stats() shows it until the
+        # authority's figures arrive, and its memory ceiling keeps applying to this replica.
+        self._configured: dict[str, Any] = {}
+        if replaces is not None and callable(getattr(replaces, "stats", None)):
+            try:
+                self._configured = dict(replaces.stats())
+            except Exception:  # a gate that cannot say: nothing to show
+                self._configured = {}
+        if resource_policy is None and replaces is not None:
+            resource_policy = getattr(replaces, "_resource_policy", None)
+        if resource_policy is not None and not getattr(resource_policy, "enabled", True):
+            resource_policy = None
+        self._memory_policy = resource_policy
+        self._memory_sampler = resource_sampler
+        self._prime_stats()
 
     # -- PraisonAI's gate contract ----------------------------------------------------------
 
@@ -372,17 +413,24 @@ class AuthorityGate:
         run). Never calls the authority."""
         a = self._authority
         local = self._local.stats() if self._local is not None else {}
+        configured = self._configured
+
+        def figure(authority: int | None, key: str) -> int:
+            # The authority's, else what the replaced gate was configured with.
+            return int(authority) if authority is not None else int(configured.get(key, 0) or 0)
+
         return {
-            "max_concurrent_runs": int(a.total) if a is not None else 0,
-            "max_concurrent_runs_per_scope": int(a.per_subject) if a is not None else 0,
-            "queue_depth": int(a.queue_total) if a is not None else 0,
+            "max_concurrent_runs": figure(a.total if a is not None else None, "max_concurrent_runs"),
+            "max_concurrent_runs_per_scope": figure(
+                a.per_subject if a is not None else None, "max_concurrent_runs_per_scope"),
+            "queue_depth": figure(a.queue_total if a is not None else None, "queue_depth"),
             "in_flight": self.in_flight,
             "queued": self.queued,
             "awaiting_human": self._awaiting_human + int(local.get("awaiting_human", 0)),
             "admitted": self._counters["admitted"] + int(local.get("admitted", 0)),
             "rejected": self._counters["rejected"] + int(local.get("rejected", 0)),
             "shed": self._counters["shed"] + int(local.get("shed", 0)),
-            "max_rss_mb": float(a.max_rss_mb) if a is not None else 0.0,
+            "max_rss_mb": self._max_rss_mb(),
             # Beyond PraisonAI's keys: the installation as the authority last reported it.
             "authority_reachable": self._reachable,
             "failure_mode": self.failure_mode,
@@ -407,6 +455,54 @@ class AuthorityGate:
                 )
             )
         return self._local
+
+    def _max_rss_mb(self) -> float:
+        """This replica's memory ceiling: the replaced gate's (PraisonAI's ``max_rss_mb``) when
+        it had one, else the authority's ``memory.max_rss_mb``."""
+        local = float(getattr(self._memory_policy, "hard_rss_mb", 0.0) or 0.0)
+        if local > 0:
+            return local
+        return float(self._authority.max_rss_mb) if self._authority is not None else 0.0
+
+    def _memory_refuses(self) -> bool:
+        """Whether this replica's own memory ceiling refuses a turn now (PraisonAI's memory
+        pressure policy: REJECT at or above its hard ceiling). Its QUEUE (soft pressure) admits
+        through the authority, which queues when no slot is free, as PraisonAI's gate does with
+        a free slot."""
+        policy = self._memory_policy
+        if policy is None:
+            return False
+        try:
+            from praisonaiagents.gateway import AdmissionDecision, ResourceSample
+
+            if self._memory_sampler is not None:
+                sample = self._memory_sampler.read()
+            else:
+                rss = process_rss_mb()
+                sample = ResourceSample(rss_mb=None if rss is None else float(rss))
+            return bool(policy.evaluate(sample) is AdmissionDecision.REJECT)
+        except Exception as e:  # never crash a turn to monitor memory, as PraisonAI's gate
+            log.warning("the memory pressure policy failed (%s); admitting", e)
+            return False
+
+    def _prime_stats(self) -> None:
+        """Fetch the authority's figures once, synchronously, so that stats() is right from
+        construction (PraisonAI reads it straight after building a gate). Bounded by half a
+        second; without an answer stats() shows the replaced gate's configuration until the
+        first refresh."""
+        try:
+            blocking = self._client.blocking(timeout=min(self._client.timeout, 0.5))
+        except ValueError:  # a client built from a ready channel: no blocking twin
+            return
+        try:
+            self._authority = blocking.stub.GetStats(
+                pb.GetStatsRequest(host_id=self._client.host_id),
+                timeout=blocking.timeout, metadata=blocking.metadata)
+            self._authority_at = time.monotonic()
+        except grpc.RpcError as e:
+            log.debug("the authority's stats are not available yet: %s", e)
+        finally:
+            blocking.close()
 
     async def _call(self, rpc: Any, request: Any, timeout: float | None = None) -> Any:
         """One unary call within ``timeout`` (default the client's), repeated with the same
@@ -436,6 +532,9 @@ class AuthorityGate:
         return response
 
     async def _enter(self, session_id: str) -> _Turn:
+        if self._memory_refuses():
+            self._count("rejected")
+            raise AuthorityRejected(self.busy_message, "MEMORY_PRESSURE")
         stub = self._client.stub
         subject = wire_name(self._subject(session_id))
         account = self._account(session_id)
@@ -544,23 +643,39 @@ class AuthorityGate:
 
     async def _exit(self, turn: _Turn, failure: BaseException | None = None) -> None:
         """End a turn: settle its budget, give its slot back, reporting the turn's outcome (OK,
-        or what its exception stands for; nothing for a cancelled turn). Safe to call twice."""
+        or what its exception stands for; nothing for a cancelled turn). Safe to call twice.
+
+        It runs to its end through a cancellation of the task it runs in (re-raised after):
+        ``asyncio.run`` cancels every task still running when its main coroutine returns, a
+        turn ending just then included, and the slot must come back at once rather than at
+        the end of its lease."""
         if turn.closed:
             return
         turn.closed = True
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._exiting.add(done)
+        try:
+            cancelled = await _through_cancellation(lambda: self._close(turn))
+            if turn.authorized:
+                cancelled |= await _through_cancellation(lambda: self._settle(turn))
+            request = pb.ReleaseRequest(ticket_id=turn.ticket_id)
+            outcome = reported_outcome(failure)
+            if outcome is not None:
+                request.outcome = outcome
+            cancelled |= await _through_cancellation(lambda: self._release(turn.ticket_id, request))
+        finally:
+            self._exiting.discard(done)
+            done.set_result(None)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _close(self, turn: _Turn) -> None:
         async with turn.transition:
             if turn.parked:
                 self._awaiting_human -= 1
             else:
                 self._in_flight -= 1
         self._held.pop(turn.ticket_id, None)
-        if turn.authorized:
-            await self._settle(turn)
-        request = pb.ReleaseRequest(ticket_id=turn.ticket_id)
-        outcome = reported_outcome(failure)
-        if outcome is not None:
-            request.outcome = outcome
-        await self._release(turn.ticket_id, request)
 
     async def _settle(self, turn: _Turn) -> None:
         with turn.usage_lock:
@@ -679,8 +794,11 @@ class AuthorityGate:
         return task
 
     async def aclose(self) -> None:
-        """Finish background work (withdrawals of interrupted Submits) and stop renewing. Call
-        when the gateway stops; turns still running lose their renewals."""
+        """Finish background work (withdrawals of interrupted Submits, turns ending now: their
+        Settle and Release) and stop renewing. Call when the gateway stops; turns still running
+        lose their renewals."""
+        if self._exiting:
+            await asyncio.gather(*self._exiting, return_exceptions=True)
         if self._renewer is not None:
             self._renewer.cancel()
         pending = [t for t in self._background if t is not self._renewer]
@@ -696,6 +814,9 @@ class AuthorityGate:
 
 
 # -- auth limiter ---------------------------------------------------------------------------
+
+#: Longest auth window or lockout the authority takes: 7 days.
+_MAX_AUTH_SECONDS = 7 * 24 * 3600.0
 
 #: PraisonAI's endpoint names → the authority's built-in buckets. The six approval
 #: and pairing endpoints share the `approval` rule (10 / 60 s) but keep a count each, as in
@@ -721,11 +842,17 @@ class AuthorityAuthLimiter:
     ``buckets`` maps PraisonAI's endpoint names to the authority's buckets (default
     :data:`PRAISONAI_BUCKETS`; unmapped names are sent as they are).
 
+    The numbers it is built with (``max_attempts``, ``window_seconds``, ``lockout_seconds``) are
+    the ones enforced: every call declares them as the endpoint's bucket, and the authority
+    applies them unless its operator named that bucket in ``auth.buckets`` (then the operator's
+    numbers decide, and the limiter logs, once per endpoint, which numbers replaced its own).
+    Numbers the authority cannot take are refused here, with the parameter named.
+
     When the authority cannot answer, a local PraisonAI ``AuthRateLimiter`` built from the
-    constructor's numbers decides (per replica, as PraisonAI's Redis limiter does), and the
+    same numbers decides (per replica, as PraisonAI's Redis limiter does), and the
     authority is skipped for ``retry_after`` seconds. A lockout earned locally is checked before
     every call and outlives the authority's recovery. Never fails open: an answer the limiter
-    cannot interpret (e.g. an unconfigured bucket) refuses.
+    cannot interpret refuses.
     """
 
     def __init__(
@@ -740,6 +867,18 @@ class AuthorityAuthLimiter:
         timeout: float = 0.1,
         retry_after: float = 5.0,
     ) -> None:
+        if not 1 <= int(max_attempts) <= 1_000_000:
+            raise ValueError(f"max_attempts: must be 1..1000000, not {max_attempts!r}")
+        if not 0.001 <= float(window_seconds) <= _MAX_AUTH_SECONDS:
+            raise ValueError(f"window_seconds: must be 0.001..604800 (7 days), not {window_seconds!r}")
+        if not 0 <= float(lockout_seconds) <= _MAX_AUTH_SECONDS:
+            raise ValueError(f"lockout_seconds: must be 0..604800 (7 days), not {lockout_seconds!r}")
+        self._declared = pb.AuthBucket(
+            max_attempts=int(max_attempts),
+            window_ms=max(1, round(float(window_seconds) * 1000)),
+            lockout_ms=round(float(lockout_seconds) * 1000),
+        )
+        self._overridden: set[str] = set()
         self._client = client
         self._buckets = dict(PRAISONAI_BUCKETS if buckets is None else buckets)
         self._timeout = timeout
@@ -775,7 +914,7 @@ class AuthorityAuthLimiter:
         if self._local.time_until_allowed(endpoint, identity) > 0:
             return False
         bucket, who = self._request(endpoint, identity)
-        request = pb.AuthAttemptRequest(endpoint=bucket, identity=who)
+        request = pb.AuthAttemptRequest(endpoint=bucket, identity=who, declared=self._declared)
         try:
             r = self._remote(lambda: self._client.stub.CheckAuthAttempt(
                 request, timeout=self._timeout, metadata=self._client.metadata))
@@ -789,6 +928,7 @@ class AuthorityAuthLimiter:
             if self._remote_lock_left(endpoint, identity) > 0:
                 return False
             return bool(self._local.allow(endpoint, identity))
+        self._note_bucket(bucket, r)
         if not r.allowed and r.retry_after_ms:
             with self._lock:
                 if len(self._remote_locks) >= self._max_keys:
@@ -801,7 +941,7 @@ class AuthorityAuthLimiter:
         with self._lock:
             self._remote_locks.pop((endpoint, identity), None)
         bucket, who = self._request(endpoint, identity)
-        request = pb.AuthResetRequest(endpoint=bucket, identity=who)
+        request = pb.AuthResetRequest(endpoint=bucket, identity=who, declared=self._declared)
         try:
             self._remote(lambda: self._client.stub.ResetAuthAttempts(
                 request, timeout=self._timeout, metadata=self._client.metadata))
@@ -814,7 +954,8 @@ class AuthorityAuthLimiter:
         earned through another replica shows here; and the local fallback's lockout."""
         local = float(self._local.time_until_allowed(endpoint, identity))
         bucket, who = self._request(endpoint, identity)
-        request = pb.AuthAttemptRequest(endpoint=bucket, identity=who, peek=True)
+        request = pb.AuthAttemptRequest(endpoint=bucket, identity=who, peek=True,
+                                        declared=self._declared)
         try:
             r = self._remote(lambda: self._client.stub.CheckAuthAttempt(
                 request, timeout=self._timeout, metadata=self._client.metadata))
@@ -826,6 +967,19 @@ class AuthorityAuthLimiter:
             return max(local, self._remote_lock_left(endpoint, identity))
         remote = r.retry_after_ms / 1000 if r.locked else 0.0
         return max(local, remote)
+
+    def _note_bucket(self, bucket: str, r: pb.AuthAttemptResponse) -> None:
+        """Say once per bucket when the operator's numbers decide instead of the limiter's."""
+        if not r.HasField("bucket") or r.bucket == self._declared or bucket in self._overridden:
+            return
+        self._overridden.add(bucket)
+        d, b = self._declared, r.bucket
+        log.warning(
+            "auth bucket %s: the authority's operator configured %d attempts / %d ms / %d ms "
+            "lockout; they decide instead of this limiter's %d / %d ms / %d ms",
+            bucket, b.max_attempts, b.window_ms, b.lockout_ms,
+            d.max_attempts, d.window_ms, d.lockout_ms,
+        )
 
     def _remote_lock_left(self, endpoint: str, identity: str) -> float:
         """What remains of the last lockout the authority reported to this replica."""
@@ -887,21 +1041,28 @@ def _install_usage_sink(gate: AuthorityGate) -> Callable[[], None]:
 # -- wiring ---------------------------------------------------------------------------------
 
 
+def _authority_lockout(lockout: Any, blocking: AdmissionClient) -> AuthorityAuthLimiter:
+    """A pairing store's lockout limiter (PraisonAI's ``AuthRateLimiter``) as an
+    :class:`AuthorityAuthLimiter` with the same numbers."""
+    return AuthorityAuthLimiter(
+        blocking, lockout._max, lockout._window, lockout._lockout, lockout._max_keys
+    )
+
+
 def install(target: Any, client: AsyncAdmissionClient, **gate_options: Any) -> AuthorityGate:
     """Put the authority in charge of one ``BotOS`` or ``WebSocketGateway`` (before its
-    ``start()``): its admission gate becomes an :class:`AuthorityGate`, and for a gateway its
-    pairing store's verify lockout an :class:`AuthorityAuthLimiter`. Token usage is routed to
-    turns through :class:`UsageSink` (the token collector is process-wide). Returns the gate.
-    For the gateway's HTTP auth limiters (built inside ``start()``) use
-    :func:`patch_praisonai`."""
+    ``start()``): its admission gate becomes an :class:`AuthorityGate` (which shows the
+    replaced gate's configuration until the authority's figures arrive, and keeps its memory
+    ceiling for this replica), and for a gateway its pairing store's verify lockout an
+    :class:`AuthorityAuthLimiter` with the same numbers. Token usage is routed to turns through
+    :class:`UsageSink` (the token collector is process-wide). Returns the gate. For the
+    gateway's HTTP auth limiters (built inside ``start()``) use :func:`patch_praisonai`."""
+    gate_options.setdefault("replaces", getattr(target, "_admission_gate", None))
     gate = AuthorityGate(client, **gate_options)
     target._admission_gate = gate
     pairing = getattr(target, "pairing_store", None)
     if pairing is not None and hasattr(pairing, "_lockout"):
-        old = pairing._lockout
-        pairing._lockout = AuthorityAuthLimiter(
-            client.blocking(), old._max, old._window, old._lockout, old._max_keys
-        )
+        pairing._lockout = _authority_lockout(pairing._lockout, client.blocking())
     _install_usage_sink(gate)
     return gate
 
@@ -929,9 +1090,12 @@ def patch_praisonai(client: AsyncAdmissionClient, **gate_options: Any) -> Undo:
     turns. Call before the runtime is built; ``undo()`` restores PraisonAI's own factories.
 
     The gate factory keeps PraisonAI's meaning of the config: no gate when admission is not
-    configured (``max_concurrent_runs`` 0 and no policy), ``ValueError`` on a negative cap;
+    configured (``max_concurrent_runs`` 0 and no policy), PraisonAI's own disabled gate when
+    it builds one (e.g. a memory section with no ceiling), ``ValueError`` on a negative cap;
     otherwise an :class:`AuthorityGate` whose caps are the authority's, with the configured
-    numbers as the bounds of the local gate when ``failure_mode="local"``.
+    numbers as the bounds of the local gate when ``failure_mode="local"``, and the configured
+    ``max_rss_mb`` as this replica's own memory ceiling. Every pairing store built from now on
+    gets an :class:`AuthorityAuthLimiter` as its verify lockout, with its own numbers.
     """
     original_gate = _praison_admission.build_admission_gate
     original_limiter = _praison_rate_limiter.build_auth_rate_limiter
@@ -945,13 +1109,14 @@ def patch_praisonai(client: AsyncAdmissionClient, **gate_options: Any) -> Undo:
         policy: Any = None,
         resource_policy: Any = None,
         max_concurrent_runs_per_scope: int = 0,
-    ) -> AuthorityGate | None:
+    ) -> Any:
         # PraisonAI's own builder validates the config and says whether a gate is wanted.
         local = original_gate(max_concurrent_runs, queue_depth, overflow_policy, policy,
                               resource_policy, max_concurrent_runs_per_scope)
-        if local is None:
-            return None
+        if local is None or not getattr(local, "enabled", True):
+            return local  # PraisonAI wants no gate, or a disabled one: keep its answer
         options = dict(gate_options)
+        options.setdefault("replaces", local)
         if options.get("failure_mode") == "local":
             options.setdefault("local_max_concurrent_runs", max(1, int(max_concurrent_runs or 1)))
             options.setdefault("local_queue_depth", int(queue_depth or 0))
@@ -965,12 +1130,20 @@ def patch_praisonai(client: AsyncAdmissionClient, **gate_options: Any) -> Undo:
     def build_auth_rate_limiter(redis_config: Any = None, **kwargs: Any) -> AuthorityAuthLimiter:
         return AuthorityAuthLimiter(blocking, **kwargs)
 
+    original_pairing_init = _praison_pairing.PairingStore.__init__
+
+    def pairing_init(store: Any, *args: Any, **kwargs: Any) -> None:
+        original_pairing_init(store, *args, **kwargs)
+        store._lockout = _authority_lockout(store._lockout, blocking)
+
     _praison_admission.build_admission_gate = build_admission_gate
     _praison_rate_limiter.build_auth_rate_limiter = build_auth_rate_limiter
+    _praison_pairing.PairingStore.__init__ = pairing_init
 
     def restore() -> None:
         _praison_admission.build_admission_gate = original_gate
         _praison_rate_limiter.build_auth_rate_limiter = original_limiter
+        _praison_pairing.PairingStore.__init__ = original_pairing_init
         for u in undo_sinks:
             u()
         blocking.close()

@@ -1011,6 +1011,7 @@ class AuthAttemptRequest(_message.Message):
     ENDPOINT_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
     PEEK_FIELD_NUMBER: _builtins.int
+    DECLARED_FIELD_NUMBER: _builtins.int
     endpoint: _builtins.str
     """The auth endpoint's bucket name: one of auth.buckets (built in: approval, ws_upgrade,
     magic_link, pairing_verify). 1..128 bytes of printable ASCII.
@@ -1025,20 +1026,65 @@ class AuthAttemptRequest(_message.Message):
     time_until_allowed does). Then `remaining` is the attempts left in the window, and the
     attempt that would start a lockout shows as refused ATTEMPTS_EXHAUSTED (not yet locked).
     """
+    @_builtins.property
+    def declared(self) -> Global___AuthBucket:
+        """The bucket the caller's limiter was built with (optional). It applies unless the operator's
+        configuration file names the endpoint (the operator's bucket wins; the response's `bucket`
+        says so), and wins over a built-in bucket of that name. It is checked as the file's buckets
+        are (INVALID_ARGUMENT naming the field, e.g. `declared.window_ms: must be 1..604800000`).
+        An endpoint the file does not name counts, once declared, toward the 64 declared endpoints
+        an authority process accepts (FAILED_PRECONDITION past them: name it in auth.buckets).
+        Replicas of one gateway are expected to declare the same numbers: each attempt is counted
+        under the bucket its own request declares.
+        """
+
     def __init__(
         self,
         *,
         endpoint: _builtins.str = ...,
         identity: _builtins.str = ...,
         peek: _builtins.bool = ...,
+        declared: Global___AuthBucket | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["declared", b"declared"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint", "identity", b"identity", "peek", b"peek"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["declared", b"declared", "endpoint", b"endpoint", "identity", b"identity", "peek", b"peek"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AuthAttemptRequest: _TypeAlias = AuthAttemptRequest  # noqa: Y015
+
+@_typing.final
+class AuthBucket(_message.Message):
+    """An auth bucket's numbers, as the configuration's auth.buckets.<endpoint> gives them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    WINDOW_MS_FIELD_NUMBER: _builtins.int
+    LOCKOUT_MS_FIELD_NUMBER: _builtins.int
+    max_attempts: _builtins.int
+    """Attempts that pass in one window: 1..1000000."""
+    window_ms: _builtins.int
+    """Length of the window from its first attempt, in milliseconds: 1 .. 7 days."""
+    lockout_ms: _builtins.int
+    """How long a key stays refused after exceeding the budget, in milliseconds: 0 .. 7 days (0 =
+    until its window ends).
+    """
+    def __init__(
+        self,
+        *,
+        max_attempts: _builtins.int = ...,
+        window_ms: _builtins.int = ...,
+        lockout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lockout_ms", b"lockout_ms", "max_attempts", b"max_attempts", "window_ms", b"window_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuthBucket: _TypeAlias = AuthBucket  # noqa: Y015
 
 @_typing.final
 class AuthAttemptResponse(_message.Message):
@@ -1050,6 +1096,7 @@ class AuthAttemptResponse(_message.Message):
     LOCKED_FIELD_NUMBER: _builtins.int
     DEGRADED_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    BUCKET_FIELD_NUMBER: _builtins.int
     allowed: _builtins.bool
     """Whether this attempt may proceed. A refused attempt must not check the credential."""
     remaining: _builtins.int
@@ -1072,6 +1119,10 @@ class AuthAttemptResponse(_message.Message):
     KEY_TABLE_FULL: the bounded local bucket table is full of live keys and this is a new key
     (fail closed; known keys keep working).
     """
+    @_builtins.property
+    def bucket(self) -> Global___AuthBucket:
+        """The bucket that decided: the operator's, the declared one, or the built-in one."""
+
     def __init__(
         self,
         *,
@@ -1081,10 +1132,11 @@ class AuthAttemptResponse(_message.Message):
         locked: _builtins.bool = ...,
         degraded: _builtins.bool = ...,
         reason: _builtins.str = ...,
+        bucket: Global___AuthBucket | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "degraded", b"degraded", "locked", b"locked", "reason", b"reason", "remaining", b"remaining", "retry_after_ms", b"retry_after_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "bucket", b"bucket", "degraded", b"degraded", "locked", b"locked", "reason", b"reason", "remaining", b"remaining", "retry_after_ms", b"retry_after_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1096,19 +1148,27 @@ class AuthResetRequest(_message.Message):
 
     ENDPOINT_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    DECLARED_FIELD_NUMBER: _builtins.int
     endpoint: _builtins.str
     """The endpoint's bucket name, as in AuthAttemptRequest."""
     identity: _builtins.str
     """The identity whose bucket to clear, as in AuthAttemptRequest."""
+    @_builtins.property
+    def declared(self) -> Global___AuthBucket:
+        """As in AuthAttemptRequest: a caller that declares its bucket there declares it here too, so
+        an endpoint only it declares can be reset.
+        """
+
     def __init__(
         self,
         *,
         endpoint: _builtins.str = ...,
         identity: _builtins.str = ...,
+        declared: Global___AuthBucket | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["declared", b"declared"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint", "identity", b"identity"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["declared", b"declared", "endpoint", b"endpoint", "identity", b"identity"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -184,8 +184,11 @@ class AdmissionServicer:
         it before checking a credential, and refuse the request when `allowed` is false. Buckets
         are anchored fixed windows: the window opens at the first attempt, exactly max_attempts
         attempts pass, the next one is refused and starts the lockout; attempts during a lockout
-        are refused and do not extend it. An endpoint that is not configured is INVALID_ARGUMENT
-        naming the configured ones.
+        are refused and do not extend it. The bucket is the operator's (auth.buckets.<endpoint> in
+        the configuration file) when the file names the endpoint, else the one the request declares
+        (`declared`: the numbers the gateway's limiter was built with), else a built-in one; an
+        endpoint with none of those is INVALID_ARGUMENT naming the configured ones. The response
+        says which bucket decided.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -95,8 +95,11 @@ class AdmissionStub:
     it before checking a credential, and refuse the request when `allowed` is false. Buckets
     are anchored fixed windows: the window opens at the first attempt, exactly max_attempts
     attempts pass, the next one is refused and starts the lockout; attempts during a lockout
-    are refused and do not extend it. An endpoint that is not configured is INVALID_ARGUMENT
-    naming the configured ones.
+    are refused and do not extend it. The bucket is the operator's (auth.buckets.<endpoint> in
+    the configuration file) when the file names the endpoint, else the one the request declares
+    (`declared`: the numbers the gateway's limiter was built with), else a built-in one; an
+    endpoint with none of those is INVALID_ARGUMENT naming the configured ones. The response
+    says which bucket decided.
     """
     ResetAuthAttempts: _grpc.UnaryUnaryMultiCallable[_admission_pb2.AuthResetRequest, _admission_pb2.AuthResetResponse]
     """Clear the bucket and any lockout of (endpoint, identity), for flows that count only
@@ -165,8 +168,11 @@ class AdmissionAsyncStub(AdmissionStub):
     it before checking a credential, and refuse the request when `allowed` is false. Buckets
     are anchored fixed windows: the window opens at the first attempt, exactly max_attempts
     attempts pass, the next one is refused and starts the lockout; attempts during a lockout
-    are refused and do not extend it. An endpoint that is not configured is INVALID_ARGUMENT
-    naming the configured ones.
+    are refused and do not extend it. The bucket is the operator's (auth.buckets.<endpoint> in
+    the configuration file) when the file names the endpoint, else the one the request declares
+    (`declared`: the numbers the gateway's limiter was built with), else a built-in one; an
+    endpoint with none of those is INVALID_ARGUMENT naming the configured ones. The response
+    says which bucket decided.
     """
     ResetAuthAttempts: _aio.UnaryUnaryMultiCallable[_admission_pb2.AuthResetRequest, _admission_pb2.AuthResetResponse]  # type: ignore[assignment]
     """Clear the bucket and any lockout of (endpoint, identity), for flows that count only
@@ -286,8 +292,11 @@ class AdmissionServicer(metaclass=_abc_1.ABCMeta):
         it before checking a credential, and refuse the request when `allowed` is false. Buckets
         are anchored fixed windows: the window opens at the first attempt, exactly max_attempts
         attempts pass, the next one is refused and starts the lockout; attempts during a lockout
-        are refused and do not extend it. An endpoint that is not configured is INVALID_ARGUMENT
-        naming the configured ones.
+        are refused and do not extend it. The bucket is the operator's (auth.buckets.<endpoint> in
+        the configuration file) when the file names the endpoint, else the one the request declares
+        (`declared`: the numbers the gateway's limiter was built with), else a built-in one; an
+        endpoint with none of those is INVALID_ARGUMENT naming the configured ones. The response
+        says which bucket decided.
         """
 
     @_abc_1.abstractmethod

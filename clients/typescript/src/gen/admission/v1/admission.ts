@@ -791,6 +791,30 @@ export interface AuthAttemptRequest {
    * attempt that would start a lockout shows as refused ATTEMPTS_EXHAUSTED (not yet locked).
    */
   peek: boolean;
+  /**
+   * The bucket the caller's limiter was built with (optional). It applies unless the operator's
+   * configuration file names the endpoint (the operator's bucket wins; the response's `bucket`
+   * says so), and wins over a built-in bucket of that name. It is checked as the file's buckets
+   * are (INVALID_ARGUMENT naming the field, e.g. `declared.window_ms: must be 1..604800000`).
+   * An endpoint the file does not name counts, once declared, toward the 64 declared endpoints
+   * an authority process accepts (FAILED_PRECONDITION past them: name it in auth.buckets).
+   * Replicas of one gateway are expected to declare the same numbers: each attempt is counted
+   * under the bucket its own request declares.
+   */
+  declared?: AuthBucket | undefined;
+}
+
+/** An auth bucket's numbers, as the configuration's auth.buckets.<endpoint> gives them. */
+export interface AuthBucket {
+  /** Attempts that pass in one window: 1..1000000. */
+  maxAttempts: number;
+  /** Length of the window from its first attempt, in milliseconds: 1 .. 7 days. */
+  windowMs: number;
+  /**
+   * How long a key stays refused after exceeding the budget, in milliseconds: 0 .. 7 days (0 =
+   * until its window ends).
+   */
+  lockoutMs: number;
 }
 
 export interface AuthAttemptResponse {
@@ -820,6 +844,8 @@ export interface AuthAttemptResponse {
    * (fail closed; known keys keep working).
    */
   reason: string;
+  /** The bucket that decided: the operator's, the declared one, or the built-in one. */
+  bucket?: AuthBucket | undefined;
 }
 
 export interface AuthResetRequest {
@@ -827,6 +853,11 @@ export interface AuthResetRequest {
   endpoint: string;
   /** The identity whose bucket to clear, as in AuthAttemptRequest. */
   identity: string;
+  /**
+   * As in AuthAttemptRequest: a caller that declares its bucket there declares it here too, so
+   * an endpoint only it declares can be reset.
+   */
+  declared?: AuthBucket | undefined;
 }
 
 export interface AuthResetResponse {
@@ -3916,7 +3947,7 @@ export const DrainResponse: MessageFns<DrainResponse> = {
 };
 
 function createBaseAuthAttemptRequest(): AuthAttemptRequest {
-  return { endpoint: "", identity: "", peek: false };
+  return { endpoint: "", identity: "", peek: false, declared: undefined };
 }
 
 export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
@@ -3929,6 +3960,9 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
     }
     if (message.peek !== false) {
       writer.uint32(24).bool(message.peek);
+    }
+    if (message.declared !== undefined) {
+      AuthBucket.encode(message.declared, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -3970,6 +4004,14 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
             message.peek = reader.bool();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.declared = AuthBucket.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3987,6 +4029,7 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
       endpoint: isSet(object.endpoint) ? globalThis.String(object.endpoint) : "",
       identity: isSet(object.identity) ? globalThis.String(object.identity) : "",
       peek: isSet(object.peek) ? globalThis.Boolean(object.peek) : false,
+      declared: isSet(object.declared) ? AuthBucket.fromJSON(object.declared) : undefined,
     };
   },
 
@@ -4001,6 +4044,9 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
     if (message.peek !== false) {
       obj.peek = message.peek;
     }
+    if (message.declared !== undefined) {
+      obj.declared = AuthBucket.toJSON(message.declared);
+    }
     return obj;
   },
 
@@ -4012,12 +4058,136 @@ export const AuthAttemptRequest: MessageFns<AuthAttemptRequest> = {
     message.endpoint = object.endpoint ?? "";
     message.identity = object.identity ?? "";
     message.peek = object.peek ?? false;
+    message.declared = (object.declared !== undefined && object.declared !== null)
+      ? AuthBucket.fromPartial(object.declared)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseAuthBucket(): AuthBucket {
+  return { maxAttempts: 0, windowMs: 0, lockoutMs: 0 };
+}
+
+export const AuthBucket: MessageFns<AuthBucket> = {
+  encode(message: AuthBucket, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.maxAttempts !== 0) {
+      writer.uint32(8).uint32(message.maxAttempts);
+    }
+    if (message.windowMs !== 0) {
+      writer.uint32(16).uint64(message.windowMs);
+    }
+    if (message.lockoutMs !== 0) {
+      writer.uint32(24).uint64(message.lockoutMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AuthBucket {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAuthBucket();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.maxAttempts = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.windowMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.lockoutMs = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AuthBucket {
+    return {
+      maxAttempts: isSet(object.maxAttempts)
+        ? globalThis.Number(object.maxAttempts)
+        : isSet(object.max_attempts)
+        ? globalThis.Number(object.max_attempts)
+        : 0,
+      windowMs: isSet(object.windowMs)
+        ? globalThis.Number(object.windowMs)
+        : isSet(object.window_ms)
+        ? globalThis.Number(object.window_ms)
+        : 0,
+      lockoutMs: isSet(object.lockoutMs)
+        ? globalThis.Number(object.lockoutMs)
+        : isSet(object.lockout_ms)
+        ? globalThis.Number(object.lockout_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: AuthBucket): unknown {
+    const obj: any = {};
+    if (message.maxAttempts !== 0) {
+      obj.maxAttempts = Math.round(message.maxAttempts);
+    }
+    if (message.windowMs !== 0) {
+      obj.windowMs = Math.round(message.windowMs);
+    }
+    if (message.lockoutMs !== 0) {
+      obj.lockoutMs = Math.round(message.lockoutMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AuthBucket>, I>>(base?: I): AuthBucket {
+    return AuthBucket.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AuthBucket>, I>>(object: I): AuthBucket {
+    const message = createBaseAuthBucket();
+    message.maxAttempts = object.maxAttempts ?? 0;
+    message.windowMs = object.windowMs ?? 0;
+    message.lockoutMs = object.lockoutMs ?? 0;
     return message;
   },
 };
 
 function createBaseAuthAttemptResponse(): AuthAttemptResponse {
-  return { allowed: false, remaining: 0, retryAfterMs: 0, locked: false, degraded: false, reason: "" };
+  return {
+    allowed: false,
+    remaining: 0,
+    retryAfterMs: 0,
+    locked: false,
+    degraded: false,
+    reason: "",
+    bucket: undefined,
+  };
 }
 
 export const AuthAttemptResponse: MessageFns<AuthAttemptResponse> = {
@@ -4039,6 +4209,9 @@ export const AuthAttemptResponse: MessageFns<AuthAttemptResponse> = {
     }
     if (message.reason !== "") {
       writer.uint32(50).string(message.reason);
+    }
+    if (message.bucket !== undefined) {
+      AuthBucket.encode(message.bucket, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -4104,6 +4277,14 @@ export const AuthAttemptResponse: MessageFns<AuthAttemptResponse> = {
             message.reason = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.bucket = AuthBucket.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4128,6 +4309,7 @@ export const AuthAttemptResponse: MessageFns<AuthAttemptResponse> = {
       locked: isSet(object.locked) ? globalThis.Boolean(object.locked) : false,
       degraded: isSet(object.degraded) ? globalThis.Boolean(object.degraded) : false,
       reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      bucket: isSet(object.bucket) ? AuthBucket.fromJSON(object.bucket) : undefined,
     };
   },
 
@@ -4151,6 +4333,9 @@ export const AuthAttemptResponse: MessageFns<AuthAttemptResponse> = {
     if (message.reason !== "") {
       obj.reason = message.reason;
     }
+    if (message.bucket !== undefined) {
+      obj.bucket = AuthBucket.toJSON(message.bucket);
+    }
     return obj;
   },
 
@@ -4165,12 +4350,15 @@ export const AuthAttemptResponse: MessageFns<AuthAttemptResponse> = {
     message.locked = object.locked ?? false;
     message.degraded = object.degraded ?? false;
     message.reason = object.reason ?? "";
+    message.bucket = (object.bucket !== undefined && object.bucket !== null)
+      ? AuthBucket.fromPartial(object.bucket)
+      : undefined;
     return message;
   },
 };
 
 function createBaseAuthResetRequest(): AuthResetRequest {
-  return { endpoint: "", identity: "" };
+  return { endpoint: "", identity: "", declared: undefined };
 }
 
 export const AuthResetRequest: MessageFns<AuthResetRequest> = {
@@ -4180,6 +4368,9 @@ export const AuthResetRequest: MessageFns<AuthResetRequest> = {
     }
     if (message.identity !== "") {
       writer.uint32(18).string(message.identity);
+    }
+    if (message.declared !== undefined) {
+      AuthBucket.encode(message.declared, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -4213,6 +4404,14 @@ export const AuthResetRequest: MessageFns<AuthResetRequest> = {
             message.identity = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.declared = AuthBucket.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4229,6 +4428,7 @@ export const AuthResetRequest: MessageFns<AuthResetRequest> = {
     return {
       endpoint: isSet(object.endpoint) ? globalThis.String(object.endpoint) : "",
       identity: isSet(object.identity) ? globalThis.String(object.identity) : "",
+      declared: isSet(object.declared) ? AuthBucket.fromJSON(object.declared) : undefined,
     };
   },
 
@@ -4240,6 +4440,9 @@ export const AuthResetRequest: MessageFns<AuthResetRequest> = {
     if (message.identity !== "") {
       obj.identity = message.identity;
     }
+    if (message.declared !== undefined) {
+      obj.declared = AuthBucket.toJSON(message.declared);
+    }
     return obj;
   },
 
@@ -4250,6 +4453,9 @@ export const AuthResetRequest: MessageFns<AuthResetRequest> = {
     const message = createBaseAuthResetRequest();
     message.endpoint = object.endpoint ?? "";
     message.identity = object.identity ?? "";
+    message.declared = (object.declared !== undefined && object.declared !== null)
+      ? AuthBucket.fromPartial(object.declared)
+      : undefined;
     return message;
   },
 };
@@ -7952,8 +8158,11 @@ export const AdmissionService = {
    * it before checking a credential, and refuse the request when `allowed` is false. Buckets
    * are anchored fixed windows: the window opens at the first attempt, exactly max_attempts
    * attempts pass, the next one is refused and starts the lockout; attempts during a lockout
-   * are refused and do not extend it. An endpoint that is not configured is INVALID_ARGUMENT
-   * naming the configured ones.
+   * are refused and do not extend it. The bucket is the operator's (auth.buckets.<endpoint> in
+   * the configuration file) when the file names the endpoint, else the one the request declares
+   * (`declared`: the numbers the gateway's limiter was built with), else a built-in one; an
+   * endpoint with none of those is INVALID_ARGUMENT naming the configured ones. The response
+   * says which bucket decided.
    */
   checkAuthAttempt: {
     path: "/admission.v1.Admission/CheckAuthAttempt" as const,
@@ -8050,8 +8259,11 @@ export interface AdmissionServer extends UntypedServiceImplementation {
    * it before checking a credential, and refuse the request when `allowed` is false. Buckets
    * are anchored fixed windows: the window opens at the first attempt, exactly max_attempts
    * attempts pass, the next one is refused and starts the lockout; attempts during a lockout
-   * are refused and do not extend it. An endpoint that is not configured is INVALID_ARGUMENT
-   * naming the configured ones.
+   * are refused and do not extend it. The bucket is the operator's (auth.buckets.<endpoint> in
+   * the configuration file) when the file names the endpoint, else the one the request declares
+   * (`declared`: the numbers the gateway's limiter was built with), else a built-in one; an
+   * endpoint with none of those is INVALID_ARGUMENT naming the configured ones. The response
+   * says which bucket decided.
    */
   checkAuthAttempt: handleUnaryCall<AuthAttemptRequest, AuthAttemptResponse>;
   /**
@@ -8220,8 +8432,11 @@ export interface AdmissionClient extends Client {
    * it before checking a credential, and refuse the request when `allowed` is false. Buckets
    * are anchored fixed windows: the window opens at the first attempt, exactly max_attempts
    * attempts pass, the next one is refused and starts the lockout; attempts during a lockout
-   * are refused and do not extend it. An endpoint that is not configured is INVALID_ARGUMENT
-   * naming the configured ones.
+   * are refused and do not extend it. The bucket is the operator's (auth.buckets.<endpoint> in
+   * the configuration file) when the file names the endpoint, else the one the request declares
+   * (`declared`: the numbers the gateway's limiter was built with), else a built-in one; an
+   * endpoint with none of those is INVALID_ARGUMENT naming the configured ones. The response
+   * says which bucket decided.
    */
   checkAuthAttempt(
     request: AuthAttemptRequest,
