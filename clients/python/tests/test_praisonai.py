@@ -780,3 +780,26 @@ def test_the_praisonai_extra_pins_what_the_tests_run_and_includes_praisonai_code
         assert req.specifier, f"{name} is unpinned"
         assert req.specifier.contains(tested[name]), f"{name} {tested[name]} (tested) is outside {req}"
         assert any(s.operator == "<" for s in req.specifier), f"{name} has no upper bound"
+
+
+def test_one_patched_client_serves_gates_in_successive_event_loops(start_server: StartServer) -> None:
+    from praisonai_bot.bots import _admission
+
+    # As PraisonAI's own tests and CLIs do: each asyncio.run builds and uses its gate; the
+    # client patch_praisonai was given opens a channel on each new loop.
+    server = start_server("--total", "1")
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        for _ in range(3):
+
+            async def turn() -> None:
+                gate = _admission.build_admission_gate(max_concurrent_runs=1)
+                async with gate.admit(session_id="alice"):
+                    assert gate.in_flight == 1
+                await gate.aclose()
+
+            asyncio.run(turn())
+    finally:
+        undo.undo()
+    s = authority_stats(server.addr)
+    assert (s.admitted, s.released, s.in_flight) == (3, 3, 0)

@@ -708,6 +708,8 @@ class AsyncAdmissionClient(_Connection):
         self._req = _Requests(host_id, instance_id)
         self._timeout = timeout
         self._md = _metadata(token)
+        #: The event loop the channel was opened on.
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: Releases by run still retrying in the background.
         self._background: set[asyncio.Task[None]] = set()
 
@@ -742,8 +744,26 @@ class AsyncAdmissionClient(_Connection):
 
     @property
     def stub(self) -> pb_grpc.AdmissionAsyncStub:
-        """The generated asyncio stub, for calls the wrapper does not cover."""
+        """The generated asyncio stub, for calls the wrapper does not cover. A channel belongs
+        to the event loop it was opened on: once that loop has closed (one ``asyncio.run``
+        ended and another began), the next call opens a new channel on the running loop."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if (
+            self._stub is not None
+            and not self._given_channel
+            and loop is not None
+            and self._loop is not None
+            and self._loop is not loop
+            and self._loop.is_closed()
+        ):
+            # The old channel died with its loop; it cannot be closed from this one.
+            self._channel = None
+            self._stub = None
         if self._stub is None:
+            self._loop = loop
             if self._channel is None:
                 self._channel = (
                     grpc.aio.secure_channel(self._target, self._credentials)
