@@ -31,7 +31,7 @@ function config(yaml: string): string {
   return path;
 }
 
-test("round robin across subjects: releases admit a1, b1, a2, b2, a3", async () => {
+test("round robin across subjects: releases admit a1, b1, a2, b2, a3, then a4 that came later", async () => {
   const server = await startServer("--total", "1", "--per-subject", "1", "--queue-total", "8");
   const client = new AdmissionClient(server.addr, { hostId: "h" });
   const scheduler = new AuthorityScheduler(client);
@@ -49,18 +49,26 @@ test("round robin across subjects: releases admit a1, b1, a2, b2, a3", async () 
       await eventually(`${name} to queue`, async () => (await client.stats()).queued === depth);
     }
     assert.deepEqual(scheduler.stats, { active: 1, queued: 5 });
+    const expected = ["a1", "b1", "a2", "b2", "a3", "a4"];
     let running: Ticket = holder;
-    for (const expected of ["a1", "b1", "a2", "b2", "a3"]) {
+    for (let i = 0; i < expected.length; i++) {
       await running.release();
-      await eventually(`${expected} to be admitted`, async () => order.length === ["a1", "b1", "a2", "b2", "a3"].indexOf(expected) + 1);
+      await eventually(`${expected[i]} to be admitted`, async () => order.length === i + 1);
       running = queued.get(order.at(-1)!)!;
+      if (i === 0) {
+        // A new arrival of alice's while a1 runs waits behind bob's turn and alice's backlog.
+        const a4 = scheduler.submit(who("alice"));
+        queued.set("a4", a4);
+        void a4.wait().then(() => order.push("a4"), () => {});
+        await eventually("a4 to queue", async () => (await client.stats()).queued === 5);
+      }
     }
-    assert.deepEqual(order, ["a1", "b1", "a2", "b2", "a3"]);
+    assert.deepEqual(order, expected);
     await running.release();
     await running.release(); // idempotent
     assert.deepEqual(scheduler.stats, { active: 0, queued: 0 });
     const s = await client.stats();
-    assert.deepEqual([s.inFlight, s.queued, s.released], [0, 0, 6]);
+    assert.deepEqual([s.inFlight, s.queued, s.released], [0, 0, 7]);
   } finally {
     client.close();
     await server.stop();
@@ -142,6 +150,32 @@ test("account capacity is shared per (host, account)", async () => {
     const again = scheduler.trySubmit(who("bob", "acme"));
     await again.wait();
     for (const t of [elsewhere, retrieval, again]) await t.release();
+    assert.deepEqual(scheduler.stats, { active: 0, queued: 0 });
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
+test("a run blocked on its account does not stall its subject's next run on another account", async () => {
+  const server = await startServer("--total", "3", "--per-subject", "2", "--per-account", "1", "--queue-total", "8");
+  const client = new AdmissionClient(server.addr, { hostId: "host" });
+  const scheduler = new AuthorityScheduler(client, { errorClass: DriverError });
+  const identity = { hostId: "host", subject: "alice", accountId: "shared", provider: "first" };
+  try {
+    const first = scheduler.submit(identity);
+    await first.wait();
+    // The same account through a provider alias and another subject: held by the account cap.
+    const blocked = scheduler.submit({ ...identity, provider: "alias", subject: "bob" });
+    await eventually("the blocked run to queue", async () => (await client.stats()).queued === 1);
+    // bob's next run, on another account, is not stuck behind it.
+    const second = scheduler.submit({ ...identity, accountId: "other", subject: "bob" });
+    const separateHost = scheduler.submit({ ...identity, hostId: "other-host" });
+    await Promise.all([second.wait(), separateHost.wait()]);
+    assert.deepEqual(scheduler.stats, { active: 3, queued: 1 });
+    await first.release();
+    await blocked.wait();
+    for (const t of [first, second, separateHost, blocked]) await t.release();
     assert.deepEqual(scheduler.stats, { active: 0, queued: 0 });
   } finally {
     client.close();
