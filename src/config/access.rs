@@ -406,9 +406,14 @@ pub(super) fn render(out: &mut String, c: &Config) {
         let _ = writeln!(out, "credentials:");
         for cr in &c.credentials {
             let hosts: Vec<String> = cr.host_ids.iter().map(|h| yaml_key(h)).collect();
+            // A token is shown as the digest the authority keeps (never the token itself),
+            // which loads back as the same credential.
             let proof = match &cr.proof {
-                Proof::TokenSha256(_) => "token".to_string(),
-                Proof::ClientCertDns(dns) => format!("client certificate for {dns}"),
+                Proof::TokenSha256(d) => format!(
+                    "token_sha256: \"{}\"",
+                    d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                ),
+                Proof::ClientCertDns(dns) => format!("client_cert_dns: {}", yaml_key(dns)),
             };
             let _ = write!(
                 out,
@@ -419,19 +424,21 @@ pub(super) fn render(out: &mut String, c: &Config) {
             if !hosts.is_empty() {
                 let _ = write!(out, ", host_ids: [{}]", hosts.join(", "));
             }
-            let _ = writeln!(out, "}}   # {proof}");
+            let _ = writeln!(out, ", {proof}}}");
         }
     }
     match &c.tls {
         Some(t) => {
-            let _ = write!(
-                out,
-                "tls: {{cert: {}, key: {}",
-                t.cert.display(),
-                t.key.display()
-            );
+            // Absolute, so the output loads back from any directory.
+            let abs = |p: &std::path::Path| {
+                std::path::absolute(p)
+                    .unwrap_or_else(|_| p.to_path_buf())
+                    .display()
+                    .to_string()
+            };
+            let _ = write!(out, "tls: {{cert: {}, key: {}", abs(&t.cert), abs(&t.key));
             if let Some(ca) = &t.client_ca {
-                let _ = write!(out, ", client_ca: {}", ca.display());
+                let _ = write!(out, ", client_ca: {}", abs(ca));
             }
             let _ = writeln!(out, "}}");
         }
@@ -441,19 +448,26 @@ pub(super) fn render(out: &mut String, c: &Config) {
     }
     match &c.redis {
         Some(r) => {
-            // The URL may carry a password: show only where it points.
+            // The URL may carry a password: it is replaced (the output still loads, and says
+            // that the file's own password must be put back).
             let at = r.url.rsplit('@').next().unwrap_or(&r.url);
+            let hidden = at.len() < r.url.len();
             let _ = writeln!(
                 out,
-                "store:\n  redis: {{url: {}, prefix: {:?}, pool_size: {}, cluster: {}}}",
-                if at.len() < r.url.len() {
-                    format!("redis://…@{at}")
+                "store:\n  redis: {{url: \"{}\", prefix: {:?}, pool_size: {}, cluster: {}}}{}",
+                if hidden {
+                    format!("redis://:HIDDEN@{at}")
                 } else {
                     r.url.clone()
                 },
                 r.prefix,
                 r.pool_size,
-                r.cluster
+                r.cluster,
+                if hidden {
+                    "   # the file's password is not shown"
+                } else {
+                    ""
+                }
             );
         }
         None => {

@@ -1,7 +1,7 @@
 //! The sections of the file: each read into what it configures, defaults and flags not yet
 //! applied (that is [`super::resolve`]).
 
-use super::walker::{Cx, join, kind};
+use super::walker::{Cx, given, join, kind};
 use super::*;
 
 /// Everything the file said, before defaults and flags.
@@ -204,10 +204,10 @@ impl Cx {
         if let Some(v) = m.get("resources") {
             self.resources(v, &mut f.resources);
         }
-        if let Some(v) = m.get("tls") {
+        if let Some(v) = given(m, "tls") {
             f.tls = self.tls(v);
         }
-        if let Some(v) = m.get("admin_listen") {
+        if let Some(v) = given(m, "admin_listen") {
             match v.as_str() {
                 Some(a) => f.admin_listen = Some(a.to_string()),
                 None => self.err("admin_listen", "must be an address like 127.0.0.1:9464"),
@@ -335,7 +335,7 @@ impl Cx {
         ) else {
             return;
         };
-        if let Some(v) = m.get("default") {
+        if let Some(v) = given(m, "default") {
             p.default = self.budget(v, "resources.default");
         }
         for (key, target) in [("subjects", &mut p.subjects), ("accounts", &mut p.accounts)] {
@@ -638,7 +638,7 @@ impl Cx {
         if let Some(v) = m.get("per_subject") {
             p.per_subject = self.count32(v, &join(path, "per_subject"), 1);
         }
-        if let Some(v) = m.get("per_account") {
+        if let Some(v) = given(m, "per_account") {
             p.per_account = self.count32(v, &join(path, "per_account"), 1);
         }
         if let Some(v) = m.get("subjects") {
@@ -704,7 +704,7 @@ impl Cx {
                 }
             }
         }
-        if let Some(v) = m.get("adaptive") {
+        if let Some(v) = given(m, "adaptive") {
             p.adaptive_default = self.adaptive(v, &join(path, "adaptive"));
         }
         if let Some(v) = m.get("priority_aging") {

@@ -15,6 +15,12 @@ pub(super) struct Cx {
     pub(super) base: Option<std::path::PathBuf>,
 }
 
+/// The value of `key` in `m`, where `key: null` means the same as leaving the key out (none,
+/// or the default): `check-config` prints `null` for what is off, and its output loads back.
+pub(super) fn given<'a>(m: &'a Mapping, key: &str) -> Option<&'a Value> {
+    m.get(key).filter(|v| !v.is_null())
+}
+
 pub(super) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()

@@ -78,13 +78,22 @@ export class AdmissionRefusedError extends AdmissionError {
   }
 }
 
-/** The ticket ended (shed, expired, cancelled) before it was admitted. */
+/** The ticket ended (shed, expired, cancelled) before it was admitted; or, with `runId`, the
+ * Submit's run id names a ticket that has already ended (Submit is idempotent per run id, so it
+ * answers that earlier ticket): a new run needs a new run id. */
 export class TicketEndedError extends AdmissionError {
   constructor(
     readonly ticketId: string,
     readonly state: string,
+    readonly runId?: string,
   ) {
-    super(`ticket ${ticketId} ended ${state} before it was admitted`, grpcStatus.ABORTED);
+    super(
+      runId === undefined
+        ? `ticket ${ticketId} ended ${state} before it was admitted`
+        : `runId ${runId} already names ticket ${ticketId}, which ended ${state}: a Submit with the ` +
+            "run id of an earlier run answers that run's ticket; give each new run a new run id",
+      grpcStatus.ABORTED,
+    );
     this.name = "TicketEndedError";
   }
 }
@@ -453,7 +462,7 @@ export class AdmissionClient {
         opts.onQueued?.(r.position, r.etaMs);
         grant = await this.waitAdmitted(r.ticketId, opts.signal, opts.onQueued);
       } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
-        throw new TicketEndedError(r.ticketId, stateName(r.state));
+        throw new TicketEndedError(r.ticketId, stateName(r.state), runId);
       }
     } catch (e) {
       await this.releaseTicket(r.ticketId);

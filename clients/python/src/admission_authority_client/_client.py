@@ -410,7 +410,7 @@ class AdmissionClient(_Connection):
                     on_queued(r.position, r.eta_ms)
                 slot.grant = self._wait(r.ticket_id, wait_timeout, on_queued)
             elif r.state != pb.TICKET_STATE_ADMITTED:
-                raise TicketEnded(r.ticket_id, _state_name(r.state))
+                raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
             stop = threading.Event()
             renewer = threading.Thread(
                 target=self._renew_until, args=(slot, stop), daemon=True, name="admission-renew"
@@ -809,7 +809,7 @@ class AsyncAdmissionClient(_Connection):
                     on_queued(r.position, r.eta_ms)
                 slot.grant = await self._wait(r.ticket_id, wait_timeout, on_queued)
             elif r.state != pb.TICKET_STATE_ADMITTED:
-                raise TicketEnded(r.ticket_id, _state_name(r.state))
+                raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
             renewer = asyncio.create_task(self._renew_until(slot))
             started = time.monotonic()
             failure: BaseException | None = None

@@ -75,12 +75,21 @@ class Draining(AdmissionRefused):
 
 
 class TicketEnded(AdmissionError):
-    """The ticket ended before it was admitted (shed, expired or cancelled)."""
+    """The ticket ended before it was admitted (shed, expired or cancelled), or the Submit's
+    ``run_id`` names a ticket that has already ended (``run_id`` set): Submit is idempotent per
+    run_id, so it answers that earlier ticket, and a new run needs a new run_id."""
 
-    def __init__(self, ticket_id: str, state: str) -> None:
-        super().__init__(f"ticket {ticket_id} ended {state} before it was admitted")
+    def __init__(self, ticket_id: str, state: str, run_id: str | None = None) -> None:
+        if run_id is None:
+            message = f"ticket {ticket_id} ended {state} before it was admitted"
+        else:
+            message = (f"run_id {run_id} already names ticket {ticket_id}, which ended {state}: "
+                       "a Submit with the run_id of an earlier run answers that run's ticket; "
+                       "give each new run a new run_id")
+        super().__init__(message)
         self.ticket_id = ticket_id
         self.state = state
+        self.run_id = run_id
 
 
 class AuthorityUnavailable(AdmissionError):
