@@ -803,3 +803,74 @@ def test_one_patched_client_serves_gates_in_successive_event_loops(start_server:
         undo.undo()
     s = authority_stats(server.addr)
     assert (s.admitted, s.released, s.in_flight) == (3, 3, 0)
+
+
+def test_a_gate_from_the_patched_factory_keeps_praisonais_gate_behaviour(start_server: StartServer) -> None:
+    """What PraisonAI's own tests assert of its gate, through the drop-in, with the authority
+    configured to the same numbers: the ceiling and a full queue's refusal, shed_oldest evicting
+    the oldest waiter, a slot given back when the turn raises."""
+    from praisonai_bot.bots import _admission
+
+    async def ceiling(gate: Any) -> None:
+        release = asyncio.Event()
+        refused: list[str] = []
+
+        async def turn(i: int) -> None:
+            try:
+                async with gate.admit(session_id=str(i)):
+                    await release.wait()
+            except AdmissionRejected as r:
+                refused.append(r.message)
+
+        tasks = [asyncio.create_task(turn(i)) for i in range(4)]
+        await until("two running, one queued, one refused", lambda: (gate.in_flight, gate.queued, len(refused)) == (2, 1, 1) or None)
+        release.set()
+        await asyncio.gather(*tasks)
+        assert (gate.in_flight, gate.stats()["rejected"], refused) == (0, 1, [BUSY])
+
+    async def raises(gate: Any) -> None:
+        with pytest.raises(RuntimeError):
+            async with gate.admit(session_id="u"):
+                raise RuntimeError("the turn failed")
+        assert gate.in_flight == 0
+        async with gate.admit(session_id="u2"):
+            assert gate.in_flight == 1
+
+    server = start_server("--total", "2", "--queue-total", "1")
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        gate = _admission.build_admission_gate(max_concurrent_runs=2, queue_depth=1, overflow_policy="reject")
+        asyncio.run(ceiling(gate))
+        asyncio.run(raises(gate))
+    finally:
+        undo.undo()
+
+    async def shed(gate: Any) -> None:
+        release = asyncio.Event()
+        shed: list[int] = []
+
+        async def turn(i: int) -> None:
+            try:
+                async with gate.admit(session_id=str(i)):
+                    await release.wait()
+            except AdmissionRejected:
+                shed.append(i)
+
+        first = asyncio.create_task(turn(0))
+        await until("the first turn running", lambda: gate.in_flight == 1 or None)
+        oldest = asyncio.create_task(turn(1))
+        await until("the oldest waiter queued", lambda: gate.queued == 1 or None)
+        newest = asyncio.create_task(turn(2))
+        await until("the oldest waiter shed", lambda: shed == [1] or None)
+        assert (gate.queued, gate.stats()["shed"]) == (1, 1)
+        release.set()
+        await asyncio.gather(first, oldest, newest)
+        assert gate.in_flight == 0
+
+    server = start_server("--total", "1", "--queue-total", "1", "--overflow-policy", "shed_oldest")
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        asyncio.run(shed(_admission.build_admission_gate(max_concurrent_runs=1, queue_depth=1,
+                                                         overflow_policy="shed_oldest")))
+    finally:
+        undo.undo()
