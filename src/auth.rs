@@ -62,6 +62,22 @@ pub const DEFAULT_BUCKET: BucketRule = BucketRule::new(10, 60_000, 300_000);
 /// endpoint flooded to its bound.
 pub const DEFAULT_LOCAL_MAX_KEYS: usize = 100_000;
 
+/// Whether `name` may name an auth endpoint's bucket (in the configuration, or declared by a
+/// caller): 1..64 letters, digits, '_', '-' or '.'.
+pub fn valid_endpoint_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+/// The rule [`valid_endpoint_name`] checks, as error messages say it.
+pub const ENDPOINT_NAME_RULE: &str = "endpoint names are 1..64 letters, digits, '_', '-' or '.'";
+
+/// Longest auth window or lockout: 7 days.
+pub const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
+
 /// Most endpoints callers may declare buckets for that the configuration does not name, per
 /// authority process: each is a bucket table of up to `local_max_keys` keys and a metrics label.
 pub const MAX_DECLARED_BUCKETS: usize = 64;

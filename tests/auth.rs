@@ -384,6 +384,14 @@ async fn a_declared_bucket_applies_unless_the_operators_file_names_the_endpoint(
         "declared.max_attempts: must be 1..1000000; declared.window_ms: must be \
          1..604800000 (7 days); declared.lockout_ms: must be 0..604800000 (7 days)"
     );
+    let err = c
+        .check_auth_attempt(declared("pairing code", "u", &three))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message(),
+        "endpoint: endpoint names are 1..64 letters, digits, '_', '-' or '.'"
+    );
     let r = c
         .check_auth_attempt(declared("pairing_code", "u", &three))
         .await

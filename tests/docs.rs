@@ -25,9 +25,8 @@ fn pages() -> Vec<PathBuf> {
     pages
 }
 
-/// The fenced blocks of `lang` in a markdown page, with the line each starts on.
-fn blocks(page: &Path, lang: &str) -> Vec<(usize, String)> {
-    let text = std::fs::read_to_string(page).unwrap();
+/// The fenced blocks of `lang` in markdown text, with the line each starts on.
+fn blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut current: Option<(usize, String)> = None;
     for (i, line) in text.lines().enumerate() {
@@ -128,7 +127,7 @@ fn loads_back(yaml: &str, what: &str) {
 fn every_yaml_block_in_the_readme_and_docs_is_a_configuration_that_loads_back() {
     let mut checked = 0;
     for page in pages() {
-        for (line, yaml) in blocks(&page, "yaml") {
+        for (line, yaml) in blocks(&std::fs::read_to_string(&page).unwrap(), "yaml") {
             let name = page.strip_prefix(repo()).unwrap().display().to_string();
             loads_back(&yaml, &format!("{name}:{line}"));
             checked += 1;
@@ -252,17 +251,19 @@ fn ticket_ids(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The README's grpcurl session, run as a reader runs it: the server its `sh` block starts,
-/// every `$ grpcurl` command of its console blocks in order (with the ticket ids the server
-/// really issued in place of the README's), each printing what the README shows.
+/// The README's grpcurl session and its continuation in docs/session.md, run as a reader runs
+/// them: the server the README's `sh` block starts, then every `$ grpcurl` command of their
+/// console blocks in order (with the ticket ids the server really issued in place of the
+/// README's), each printing what the page shows.
 #[test]
 fn the_readmes_grpcurl_session_runs_as_written() {
     let grpcurl = std::env::var("GRPCURL").unwrap_or_else(|_| "grpcurl".into());
-    let readme = repo().join("README.md");
-    let text = std::fs::read_to_string(&readme).unwrap();
-    let session = &text[text.find("## A five-minute session with grpcurl").unwrap()..];
-    let session = &session[..session[3..].find("\n## ").map_or(session.len(), |i| i + 3)];
-    let serve = session
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let heading = "## A five-minute session with grpcurl";
+    let offset = readme.find(heading).expect("the README has the session");
+    let section = &readme[offset..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let serve = section
         .lines()
         .find_map(|l| l.strip_prefix("cargo run --release -- serve"))
         .expect("the session starts a server");
@@ -271,62 +272,62 @@ fn the_readmes_grpcurl_session_runs_as_written() {
     let server = common::Server::start(&flags);
     let addr = server.addr.to_string();
 
-    let offset = text.find("## A five-minute session with grpcurl").unwrap();
-    let first_line = text[..offset].lines().count();
+    // (page, first line of its part, text): the README's section, then the continuation.
+    let continued = std::fs::read_to_string(repo().join("docs/session.md")).unwrap();
+    let parts = [
+        ("README.md", readme[..offset].lines().count(), section),
+        ("docs/session.md", 0, continued.as_str()),
+    ];
     let mut renamed: Vec<(String, String)> = Vec::new();
     let mut ran = 0;
-    for (line, block) in blocks_of(session, "console") {
-        for step in steps(first_line + line, &block) {
-            let mut command = step.command.replace("127.0.0.1:50051", &addr);
-            for (readme_id, real) in &renamed {
-                command = command.replace(readme_id, real);
+    for (page, first_line, text) in parts {
+        for (line, block) in blocks(text, "console") {
+            for step in steps(first_line + line, &block) {
+                run_step(&grpcurl, &addr, page, &step, &mut renamed);
+                ran += 1;
             }
-            let args = words(&command);
-            assert_eq!(
-                args[0], "grpcurl",
-                "README.md:{}: {}",
-                step.line, step.command
-            );
-            let out = Command::new(&grpcurl)
-                .args(&args[1..])
-                .output()
-                .unwrap_or_else(|e| panic!("run {grpcurl} (the test command installs it): {e}"));
-            let printed = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            if step.expected.trim().is_empty() {
-                assert!(out.status.success(), "README.md:{}: {printed}", step.line);
-            } else {
-                assert_eq!(
-                    steady(&printed),
-                    steady(&step.expected),
-                    "README.md:{}: {}",
-                    step.line,
-                    step.command
-                );
-            }
-            // The README's ids stand for the ones this server issued, in the order they appear.
-            let new_readme: Vec<String> = ticket_ids(&step.expected)
-                .into_iter()
-                .filter(|id| !renamed.iter().any(|(r, _)| r == id))
-                .collect();
-            let fresh_real: Vec<String> = ticket_ids(&printed)
-                .into_iter()
-                .filter(|id| !renamed.iter().any(|(_, r)| r == id))
-                .collect();
-            renamed.extend(new_readme.into_iter().zip(fresh_real));
-            ran += 1;
         }
     }
-    assert!(ran >= 12, "ran only {ran} commands of the session");
+    assert!(ran >= 18, "ran only {ran} commands of the session");
 }
 
-/// As [`blocks`], for a piece of text.
-fn blocks_of(text: &str, lang: &str) -> Vec<(usize, String)> {
-    let dir = Scratch::new();
-    let file = dir.path().join("page.md");
-    std::fs::write(&file, text).unwrap();
-    blocks(&file, lang)
+/// Run one command of the session and compare what it prints with what `page` shows.
+/// `renamed` maps the page's ticket ids to the ones the server issued, in order of appearance.
+fn run_step(
+    grpcurl: &str,
+    addr: &str,
+    page: &str,
+    step: &Step,
+    renamed: &mut Vec<(String, String)>,
+) {
+    let mut command = step.command.replace("127.0.0.1:50051", addr);
+    for (page_id, real) in renamed.iter() {
+        command = command.replace(page_id, real);
+    }
+    let args = words(&command);
+    let at = format!("{page}:{}: {}", step.line, step.command);
+    assert_eq!(args[0], "grpcurl", "{at}");
+    let out = Command::new(grpcurl)
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("run {grpcurl} (the test command installs it): {e}"));
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if step.expected.trim().is_empty() {
+        assert!(out.status.success(), "{at}\n{printed}");
+    } else {
+        assert_eq!(steady(&printed), steady(&step.expected), "{at}");
+    }
+    let new_ids: Vec<String> = ticket_ids(&step.expected)
+        .into_iter()
+        .filter(|id| !renamed.iter().any(|(p, _)| p == id))
+        .collect();
+    let issued: Vec<String> = ticket_ids(&printed)
+        .into_iter()
+        .filter(|id| !renamed.iter().any(|(_, r)| r == id))
+        .collect();
+    renamed.extend(new_ids.into_iter().zip(issued));
 }

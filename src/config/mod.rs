@@ -66,8 +66,8 @@ const MAX_RETAINED: u64 = 10_000_000;
 const MAX_PRIORITY_AGING_MS: u64 = 86_400_000;
 /// The longest cooldown of an adaptive cap.
 const MAX_COOLDOWN_MS: u64 = 3_600_000;
-/// Longest auth window or lockout.
-const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
+// Longest auth window or lockout (shared with declared buckets).
+use crate::auth::MAX_AUTH_MS;
 /// Largest auth.local_max_keys: about 2 GiB of buckets at most.
 const MAX_AUTH_KEYS: u64 = 10_000_000;
 /// Largest token budget or allowance: a trillion tokens.

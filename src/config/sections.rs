@@ -467,15 +467,8 @@ impl Cx {
         };
         for (name, bv) in self.named_entries(v, "auth.buckets") {
             let path = format!("auth.buckets.{}", yaml_key(&name));
-            if !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-                || name.len() > 64
-            {
-                self.err(
-                    &path,
-                    "endpoint names are 1..64 letters, digits, '_', '-' or '.'",
-                );
+            if !crate::auth::valid_endpoint_name(&name) {
+                self.err(&path, crate::auth::ENDPOINT_NAME_RULE);
                 continue;
             }
             let Some(bm) = self.mapping(bv, &path, &["max_attempts", "window", "lockout"]) else {

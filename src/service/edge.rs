@@ -9,7 +9,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::api;
-use crate::auth::{AuthPolicy, BucketRule, BucketSource, MAX_DECLARED_BUCKETS};
+use crate::auth::{AuthPolicy, BucketRule, BucketSource, MAX_AUTH_MS, MAX_DECLARED_BUCKETS};
 use crate::config::{MAX_TOKENS, check_id};
 use crate::ledger::{AuthorizeArgs, Coverage, LedgerError, Resolution, Usage, usd_to_micros};
 use crate::scheduler::{
@@ -618,15 +618,10 @@ pub fn auth_key(
     id(endpoint, "endpoint")?;
     id(identity, "identity")?;
     let declared = declared.map(declared_bucket).transpose()?;
-    if declared.is_some()
-        && (endpoint.len() > 64
-            || !endpoint
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b)))
-    {
+    if declared.is_some() && !crate::auth::valid_endpoint_name(endpoint) {
         return Err(ApiError::invalid(
             "endpoint",
-            "a declared bucket's endpoint name is 1..64 letters, digits, '_', '-' or '.'",
+            crate::auth::ENDPOINT_NAME_RULE,
         ));
     }
     policy.resolve(endpoint, declared).ok_or_else(|| {
@@ -662,9 +657,6 @@ fn declared_bucket(b: &api::AuthBucket) -> Result<BucketRule, ApiError> {
     }
     Ok(BucketRule::new(b.max_attempts, b.window_ms, b.lockout_ms))
 }
-
-/// Longest auth window or lockout: 7 days (as in the configuration).
-const MAX_AUTH_MS: u64 = 7 * 24 * 3_600_000;
 
 #[cfg(test)]
 mod tests {

@@ -400,6 +400,19 @@ test("authorize answers allow, deny and unknown from the server's budgets", asyn
       await admission.authorize({ identity: who("deferred"), runId: "r6", model: "claude", step: 2, usage: partial.snapshot() }),
       "unknown",
     );
+    // With requireCost, a step whose provider reported tokens but no cost is partial.
+    const costly = new AuthorityResourceAdmission(client, { requestedOutputTokens: 400, requireCost: true });
+    for (const [admission_, runId, expected] of [
+      [admission, "r8", "allow"],
+      [costly, "r9", "unknown"],
+    ] as const) {
+      const m = new UsageMeter();
+      const ctx = { identity: who("deferred"), runId, model: "claude" };
+      assert.equal(await admission_.authorize({ ...ctx, step: 1, usage: m.snapshot() }), "allow");
+      m.start();
+      m.add({ inputTokens: 10, outputTokens: 10 });
+      assert.equal(await admission_.authorize({ ...ctx, step: 2, usage: m.snapshot() }), expected, runId);
+    }
     // A run that finishes settles its last step: by finish(), or from the usage record the
     // driver hands its onUsage hook.
     assert.equal(await step("alice", "r3", 1), "allow");
@@ -416,7 +429,7 @@ test("authorize answers allow, deny and unknown from the server's budgets", asyn
     // Step 1 settled 600 and the record 450 for step 2: 1,050 spent.
     assert.equal(await admission.authorize({ ...r7, step: 3, usage: last.snapshot() }), "deny");
     const s = await client.stats();
-    assert.deepEqual([s.settled, s.authorizeAllowed, s.authorizeDenied, s.authorizeDeferred], [8, 9, 3, 2]);
+    assert.deepEqual([s.settled, s.authorizeAllowed, s.authorizeDenied, s.authorizeDeferred], [10, 12, 3, 3]);
   } finally {
     client.close();
     await server.stop();
