@@ -26,7 +26,7 @@ use std::sync::Arc;
 use crate::scheduler::Millis;
 
 /// One endpoint's budget.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BucketRule {
     /// Attempts that pass in one window; at least 1.
     pub max_attempts: u32,
@@ -217,7 +217,7 @@ pub struct AuthCleared {
     pub was_locked: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug)]
 struct Entry {
     /// Attempts counted in the current window.
     count: u32,
@@ -239,7 +239,7 @@ impl Entry {
 type Expiry = Reverse<(Millis, Box<str>)>;
 
 /// One endpoint's keys and when they expire.
-#[derive(Debug, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
 struct Endpoint {
     /// The hasher is std's keyed SipHash: identities come from callers, so a fixed hash would
     /// let one flood a single bucket chain.
@@ -268,7 +268,7 @@ impl Endpoint {
 /// Cost: an attempt is O(1) map work plus O(log n) when it opens a window or starts a lockout;
 /// pruning pops only expired heap items, so its cost is paid once per expiry (and a look at
 /// each endpoint's soonest expiry: endpoints are the configured buckets, a handful).
-#[derive(Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
 pub struct AuthTable {
     max_keys: usize,
     endpoints: HashMap<Arc<str>, Endpoint>,
@@ -428,6 +428,25 @@ impl AuthTable {
             }
             None => AuthCleared::default(),
         }
+    }
+
+    /// Whether [`AuthTable::prune`] at `now` would look at any key.
+    pub fn prune_due(&self, now: Millis) -> bool {
+        self.endpoints.values().any(|ep| {
+            ep.expiries
+                .peek()
+                .is_some_and(|Reverse((at, _))| *at <= now)
+        })
+    }
+
+    /// The bound on keys per endpoint (the configuration's `auth.local_max_keys`, which a
+    /// restart may have changed); keys already held stay.
+    pub fn set_max_keys(&mut self, max_keys: usize) {
+        self.max_keys = max_keys.max(1);
+    }
+
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
     }
 
     /// Drop every key whose window and lockout have ended by `now`; returns how many.

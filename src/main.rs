@@ -167,15 +167,25 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let addr = listener.local_addr().map_or(config.listen, |a| a);
-        // One plain line on stdout, for scripts and tests that start the server on port 0.
-        println!("listening on {addr}");
         let store = if config.redis.is_some() {
             "redis"
+        } else if config.embedded.data_dir.is_some() {
+            "embedded (data dir)"
         } else {
-            "embedded"
+            "embedded (in memory)"
         };
+        // The state is back (a data dir restored) before the process says it listens.
+        let prepared = match server::prepare(config) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        // One plain line on stdout, for scripts and tests that start the server on port 0.
+        println!("listening on {addr}");
         tracing::info!(%addr, store, "admission-authority serving");
-        match server::run(config, listener, shutdown_signal(), reload).await {
+        match server::serve_prepared(prepared, listener, shutdown_signal(), reload).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS

@@ -509,6 +509,12 @@ async fn handle<S: Store>(
                     "text/plain",
                     "draining\n".into(),
                 )
+            } else if let Err(e) = store.readiness() {
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("{e}\n"),
+                )
             } else if let Err(e) = store.host_ids().await {
                 (
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 use crate::net::{ConnectionGate, Incoming};
 use crate::security::Authenticator;
 use crate::service::{AdmissionService, OperatorService};
-use crate::store::memory::MemoryStore;
+use crate::store::memory::{MemoryStore, OpenOptions};
 use crate::store::redis::RedisStore;
 use crate::store::{Policy, Store};
 
@@ -48,16 +48,38 @@ pub struct Reload {
 /// progress finish, and return. With `reload`, SIGHUP reads the file again: a valid one's
 /// scheduling limits are applied (the changed keys logged; keys that only a restart applies are
 /// named as such), an invalid one is logged with every problem and the running configuration
-/// stays.
+/// stays. [`prepare`] then [`serve_prepared`], for callers with nothing to say in between.
 ///
-/// Fails when the configuration may not be served (see [`Config::check_exposure`]) or the
-/// transport fails.
+/// Fails as those do.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Option<Reload>,
 ) -> Result<(), ServeError> {
+    serve_prepared(prepare(config)?, listener, shutdown, reload).await
+}
+
+/// A configuration with its store open: an embedded store's data dir is restored, a Redis
+/// store's connections are set up (they connect on first use).
+pub struct Prepared {
+    config: Config,
+    clock: Arc<dyn Clock>,
+    store: OpenStore,
+}
+
+enum OpenStore {
+    Embedded(Arc<MemoryStore>),
+    Redis(Arc<RedisStore>),
+}
+
+/// The first phase of serving: check the configuration and open its store, so that the state
+/// is back before the process says it is listening.
+///
+/// Fails when the configuration may not be served (see [`Config::check_exposure`]), the data
+/// dir cannot be used (locked by another process, damaged, of a newer format: the message
+/// names the file), or the Redis settings cannot work.
+pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
     config.check_exposure().map_err(ServeError::Config)?;
     let policy = Policy {
         limits: config.limits.clone(),
@@ -65,27 +87,70 @@ pub async fn run(
         resources: config.resources.clone(),
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    match &config.redis {
-        None => {
-            serve(
-                Arc::new(MemoryStore::new(policy, clock.clone())),
-                clock,
-                config,
-                listener,
-                shutdown,
-                reload,
-            )
-            .await
+    let store = match (&config.redis, &config.embedded.data_dir) {
+        (None, None) => {
+            tracing::warn!(
+                "embedded store in memory only: its state ends with this process (serve with \
+                 --data-dir DIR to keep it across restarts)"
+            );
+            OpenStore::Embedded(Arc::new(MemoryStore::new(policy, clock.clone())))
         }
-        Some(r) => {
-            let store = if r.cluster {
+        (None, Some(dir)) => {
+            let options = OpenOptions {
+                dir: dir.clone(),
+                sync: config.embedded.sync,
+                sync_interval: Duration::from_millis(config.embedded.sync_interval_ms),
+            };
+            let (store, restored) = MemoryStore::open(&options, policy, clock.clone())
+                .map_err(|e| ServeError::Config(e.to_string()))?;
+            if restored.fresh {
+                tracing::info!(dir = %dir.display(), sync = config.embedded.sync.name(), "embedded store on a new data dir");
+            } else {
+                tracing::info!(
+                    dir = %dir.display(),
+                    sync = config.embedded.sync.name(),
+                    hosts = restored.hosts,
+                    live_tickets = restored.live_tickets,
+                    records = restored.records,
+                    took_ms = restored.took.as_millis() as u64,
+                    "embedded store restored from its data dir"
+                );
+            }
+            OpenStore::Embedded(Arc::new(store))
+        }
+        (Some(r), _) => OpenStore::Redis(Arc::new(
+            if r.cluster {
                 RedisStore::new_cluster(&[r.url.as_str()], &r.prefix, policy, clock.clone())
             } else {
                 RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock.clone())
             }
-            .map_err(|e| ServeError::Config(e.to_string()))?;
-            serve(Arc::new(store), clock, config, listener, shutdown, reload).await
-        }
+            .map_err(|e| ServeError::Config(e.to_string()))?,
+        )),
+    };
+    Ok(Prepared {
+        config,
+        clock,
+        store,
+    })
+}
+
+/// The second phase: serve a prepared configuration on `listener` (see [`run`]).
+///
+/// Fails when the transport fails.
+pub async fn serve_prepared(
+    prepared: Prepared,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: Option<Reload>,
+) -> Result<(), ServeError> {
+    let Prepared {
+        config,
+        clock,
+        store,
+    } = prepared;
+    match store {
+        OpenStore::Embedded(s) => serve(s, clock, config, listener, shutdown, reload).await,
+        OpenStore::Redis(s) => serve(s, clock, config, listener, shutdown, reload).await,
     }
 }
 
@@ -189,7 +254,7 @@ async fn serve<S: Store>(
         )
     };
     let operator = InterceptedService::new(
-        OperatorServer::new(OperatorService::new(store, gates))
+        OperatorServer::new(OperatorService::new(store.clone(), gates))
             .max_decoding_message_size(config.grpc.max_message_bytes),
         move |req| auth.intercept_operator(req),
     );
@@ -244,6 +309,7 @@ async fn serve<S: Store>(
     for task in background {
         task.abort();
     }
+    store.flush();
     health_on_drain.abort();
     if let Some(a) = admin {
         a.abort();

@@ -32,7 +32,8 @@ use admission_authority::scheduler::{
     Adaptive, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy, Report,
     ShadowDecision, SubmitArgs, SubmitMode, TicketView,
 };
-use admission_authority::store::memory::MemoryStore;
+use admission_authority::store::journal::SyncPolicy;
+use admission_authority::store::memory::{MemoryStore, OpenOptions};
 use admission_authority::store::redis::RedisStore;
 use admission_authority::store::{
     AuthStore, LedgerStore, Policy, Store, StoreError, TicketId, TicketStore,
@@ -59,37 +60,124 @@ fn config(default_cases: u32) -> ProptestConfig {
     }
 }
 
-/// The two stores under one policy and one clock; Redis keys under a prefix of their own.
-struct Pair {
-    memory: MemoryStore,
-    redis: RedisStore,
-    clock: ManualClock,
+/// The engine checked against the embedded store: the Redis store, or the embedded store on
+/// a data dir, which also restarts at random points (as after a crash: the journal stopped,
+/// the dir opened again by a new store).
+trait Twin: Sized {
+    type S: Store;
+    fn build(policy: &Policy, clock: &ManualClock) -> Self;
+    fn store(&self) -> &Self::S;
+    /// The clock moved to `now`.
+    fn moved(&self, _now: u64) {}
+    /// Stop and start again on what the store kept; false when it keeps nothing.
+    fn restarted(&mut self, _policy: &Policy, _clock: &ManualClock) -> bool {
+        false
+    }
 }
 
-impl Pair {
-    fn new(policy: Policy) -> Pair {
+impl Twin for RedisStore {
+    type S = RedisStore;
+    /// Keys under a prefix of their own, the scripts' time frozen to the clock.
+    fn build(policy: &Policy, clock: &ManualClock) -> Self {
         static CASE: AtomicU64 = AtomicU64::new(0);
         let url = std::env::var("ADMISSION_TEST_REDIS_URL")
             .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
         let n = CASE.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("diff-{}-{n}:", std::process::id());
+        let redis =
+            RedisStore::new(&url, &prefix, 2, policy.clone(), Arc::new(clock.clone())).unwrap();
+        redis.freeze_time_for_tests(clock.now_ms());
+        redis
+    }
+    fn store(&self) -> &RedisStore {
+        self
+    }
+    fn moved(&self, now: u64) {
+        self.freeze_time_for_tests(now);
+    }
+}
+
+/// The embedded store on a data dir of its own, with `sync: always`.
+struct Durable {
+    store: MemoryStore,
+    dir: std::path::PathBuf,
+}
+
+fn open_durable(dir: &std::path::Path, policy: &Policy, clock: &ManualClock) -> MemoryStore {
+    let options = OpenOptions {
+        dir: dir.to_path_buf(),
+        sync: SyncPolicy::Always,
+        sync_interval: std::time::Duration::from_millis(10),
+    };
+    MemoryStore::open(&options, policy.clone(), Arc::new(clock.clone()))
+        .expect("the data dir opens")
+        .0
+}
+
+impl Twin for Durable {
+    type S = MemoryStore;
+    fn build(policy: &Policy, clock: &ManualClock) -> Self {
+        static CASE: AtomicU64 = AtomicU64::new(0);
+        let n = CASE.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("aa-diff-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Durable {
+            store: open_durable(&dir, policy, clock),
+            dir,
+        }
+    }
+    fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+    fn restarted(&mut self, policy: &Policy, clock: &ManualClock) -> bool {
+        self.store.close();
+        self.store = open_durable(&self.dir, policy, clock);
+        true
+    }
+}
+
+impl Drop for Durable {
+    fn drop(&mut self) {
+        self.store.close();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The two stores under one policy and one clock.
+struct Pair<T> {
+    memory: MemoryStore,
+    other: T,
+    clock: ManualClock,
+    policy: Policy,
+}
+
+impl<T: Twin> Pair<T> {
+    fn new(policy: Policy) -> Pair<T> {
         let clock = ManualClock::new(1_000);
         let memory = MemoryStore::new(policy.clone(), Arc::new(clock.clone()));
-        let redis = RedisStore::new(&url, &prefix, 2, policy, Arc::new(clock.clone())).unwrap();
-        redis.freeze_time_for_tests(clock.now_ms());
+        let other = T::build(&policy, &clock);
         Pair {
             memory,
-            redis,
+            other,
             clock,
+            policy,
         }
     }
 
     /// Let `ms` pass and run the periodic sweep of every part on both stores.
     async fn advance(&self, ms: u64) -> Result<(), StoreError> {
         self.clock.advance(ms);
-        self.redis.freeze_time_for_tests(self.clock.now_ms());
+        self.other.moved(self.clock.now_ms());
         self.memory.sweep().await?;
-        self.redis.sweep().await
+        self.other.store().sweep().await
+    }
+
+    /// Restart the twin when it keeps its state, and give the embedded store what a restart
+    /// gives (every live ticket one lease from now).
+    fn restart(&mut self) {
+        if self.other.restarted(&self.policy, &self.clock) {
+            self.memory.restarted();
+        }
     }
 }
 
@@ -143,6 +231,8 @@ enum TicketOp {
         host: usize,
         stale: bool,
     },
+    /// The twin stops and starts again on what it kept (a no-op for Redis).
+    Restart,
 }
 
 fn ticket_op() -> impl Strategy<Value = TicketOp> {
@@ -165,6 +255,7 @@ fn ticket_op() -> impl Strategy<Value = TicketOp> {
             .prop_map(|(host, limits, stale)| TicketOp::SetLimits { host, limits: Box::new(limits), stale }),
         1 => (0..HOSTS.len(), prop::bool::weighted(0.2))
             .prop_map(|(host, stale)| TicketOp::ResetLimits { host, stale }),
+        1 => Just(TicketOp::Restart),
     ]
 }
 
@@ -294,7 +385,7 @@ struct Made {
     args: SubmitArgs,
 }
 
-async fn tickets_alike(
+async fn tickets_alike<T: Twin>(
     default: Limits,
     h1: Limits,
     ops: Vec<TicketOp>,
@@ -303,12 +394,12 @@ async fn tickets_alike(
         default,
         hosts: [("h1".to_string(), h1)].into(),
     };
-    let pair = Pair::new(table.into());
-    let (m, r) = (&pair.memory, &pair.redis);
+    let mut pair = Pair::<T>::new(table.into());
     let mut made: Vec<Made> = Vec::new();
     let mut runs: Vec<(usize, SubmitArgs)> = Vec::new();
     let pick = |made: &Vec<Made>, p: usize| (!made.is_empty()).then(|| p % made.len());
     for (i, op) in ops.into_iter().enumerate() {
+        let (m, r) = (&pair.memory, pair.other.store());
         let submit = match op {
             TicketOp::Submit {
                 host,
@@ -431,6 +522,7 @@ async fn tickets_alike(
                 }
             }
             TicketOp::Advance(ms) => pair.advance(ms).await.unwrap(),
+            TicketOp::Restart => pair.restart(),
             TicketOp::SetLimits {
                 host,
                 ref limits,
@@ -457,6 +549,7 @@ async fn tickets_alike(
             }
             TicketOp::Submit { .. } | TicketOp::Replay { .. } => {}
         }
+        let (m, r) = (&pair.memory, pair.other.store());
 
         for host in HOSTS {
             let (a, b) = (
@@ -525,7 +618,8 @@ proptest! {
         h1 in limits(),
         ops in proptest::collection::vec(ticket_op(), 1..80),
     ) {
-        run_async(tickets_alike(default, h1, ops))?;
+        run_async(tickets_alike::<RedisStore>(default.clone(), h1.clone(), ops.clone()))?;
+        run_async(tickets_alike::<Durable>(default, h1, ops))?;
     }
 }
 
@@ -560,6 +654,7 @@ enum LedgerOp {
         consumed: bool,
     },
     Advance(u64),
+    Restart,
 }
 
 const RUNS: usize = 5;
@@ -580,6 +675,7 @@ fn ledger_op() -> impl Strategy<Value = LedgerOp> {
         1 => (host, 0..RUNS, 1u32..5, any::<bool>())
             .prop_map(|(host, run, step, consumed)| LedgerOp::Resolve { host, run, step, consumed }),
         1 => (1u64..5_000).prop_map(LedgerOp::Advance),
+        1 => Just(LedgerOp::Restart),
     ]
 }
 
@@ -636,15 +732,18 @@ fn resource_policy() -> impl Strategy<Value = ResourcePolicy> {
         })
 }
 
-async fn ledger_alike(resources: ResourcePolicy, ops: Vec<LedgerOp>) -> Result<(), TestCaseError> {
-    let pair = Pair::new(Policy {
+async fn ledger_alike<T: Twin>(
+    resources: ResourcePolicy,
+    ops: Vec<LedgerOp>,
+) -> Result<(), TestCaseError> {
+    let mut pair = Pair::<T>::new(Policy {
         resources,
         ..Policy::default()
     });
-    let (m, r) = (&pair.memory, &pair.redis);
     // Run k belongs to subject k % 4 and account k % 3.
     let owner = |run: usize| (run % SUBJECTS.len(), run % ACCOUNTS.len());
     for (i, op) in ops.into_iter().enumerate() {
+        let (m, r) = (&pair.memory, pair.other.store());
         match op {
             LedgerOp::Authorize {
                 host,
@@ -714,7 +813,9 @@ async fn ledger_alike(resources: ResourcePolicy, ops: Vec<LedgerOp>) -> Result<(
                 prop_assert_eq!(a, b, "op {}: resolve", i);
             }
             LedgerOp::Advance(ms) => pair.advance(ms).await.unwrap(),
+            LedgerOp::Restart => pair.restart(),
         }
+        let (m, r) = (&pair.memory, pair.other.store());
         for host in &HOSTS[..2] {
             let a = m.ledger_stats(host).await.unwrap();
             let b = r.ledger_stats(host).await.unwrap();
@@ -735,7 +836,8 @@ proptest! {
         resources in resource_policy(),
         ops in proptest::collection::vec(ledger_op(), 1..80),
     ) {
-        run_async(ledger_alike(resources, ops))?;
+        run_async(ledger_alike::<RedisStore>(resources.clone(), ops.clone()))?;
+        run_async(ledger_alike::<Durable>(resources, ops))?;
     }
 }
 
@@ -748,6 +850,7 @@ enum AuthOp {
     Peek(usize, usize),
     Reset(usize, usize),
     Advance(u64),
+    Restart,
 }
 
 const ENDPOINTS: [&str; 2] = ["login", "custom"];
@@ -760,6 +863,7 @@ fn auth_op() -> impl Strategy<Value = AuthOp> {
         2 => key.clone().prop_map(|(e, k)| AuthOp::Peek(e, k)),
         1 => key.prop_map(|(e, k)| AuthOp::Reset(e, k)),
         2 => (1u64..6_000).prop_map(AuthOp::Advance),
+        1 => Just(AuthOp::Restart),
     ]
 }
 
@@ -776,21 +880,24 @@ fn rule() -> impl Strategy<Value = BucketRule> {
         })
 }
 
-async fn auth_alike(rules: [BucketRule; 2], ops: Vec<AuthOp>) -> Result<(), TestCaseError> {
+async fn auth_alike<T: Twin>(
+    rules: [BucketRule; 2],
+    ops: Vec<AuthOp>,
+) -> Result<(), TestCaseError> {
     let buckets: BTreeMap<String, BucketRule> = ENDPOINTS
         .iter()
         .zip(rules)
         .map(|(e, r)| (e.to_string(), r))
         .collect();
-    let pair = Pair::new(Policy {
+    let mut pair = Pair::<T>::new(Policy {
         auth: AuthPolicy {
             buckets,
             ..AuthPolicy::default()
         },
         ..Policy::default()
     });
-    let (m, r) = (&pair.memory, &pair.redis);
     for (i, op) in ops.into_iter().enumerate() {
+        let (m, r) = (&pair.memory, pair.other.store());
         match op {
             AuthOp::Attempt(e, k) | AuthOp::Peek(e, k) => {
                 let peek = matches!(op, AuthOp::Peek(..));
@@ -814,8 +921,10 @@ async fn auth_alike(rules: [BucketRule; 2], ops: Vec<AuthOp>) -> Result<(), Test
                 prop_assert_eq!(a, b, "op {}: reset", i);
             }
             AuthOp::Advance(ms) => pair.advance(ms).await.unwrap(),
+            AuthOp::Restart => pair.restart(),
         }
     }
+    let r = pair.other.store();
     prop_assert!(!r.auth_degraded(), "Redis was reachable throughout");
     Ok(())
 }
@@ -828,6 +937,7 @@ proptest! {
         rules in [rule(), rule()],
         ops in proptest::collection::vec(auth_op(), 1..80),
     ) {
-        run_async(auth_alike(rules, ops))?;
+        run_async(auth_alike::<RedisStore>(rules, ops.clone()))?;
+        run_async(auth_alike::<Durable>(rules, ops))?;
     }
 }

@@ -16,7 +16,8 @@ use admission_authority::scheduler::{
     Limits, LimitsTable, Refusal, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
     TicketView,
 };
-use admission_authority::store::memory::MemoryStore;
+use admission_authority::store::journal::SyncPolicy;
+use admission_authority::store::memory::{MemoryStore, OpenOptions};
 use admission_authority::store::redis::RedisStore;
 use admission_authority::store::{
     AuthStore, LedgerStore, Policy, TicketId, TicketStore, TicketWatch,
@@ -50,6 +51,47 @@ impl Harness for Memory {
     }
     async fn advance(&self, ms: u64) {
         self.clock.advance(ms);
+    }
+}
+
+/// The embedded store on a data dir of its own (a fresh one per harness, removed after),
+/// writing and fsyncing every change as `sync: always` does.
+pub struct Durable {
+    store: MemoryStore,
+    clock: ManualClock,
+    dir: std::path::PathBuf,
+}
+
+impl Harness for Durable {
+    type S = MemoryStore;
+    async fn build(policy: impl Into<Policy> + Send) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("aa-conformance-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let clock = ManualClock::new(1_000);
+        let options = OpenOptions {
+            dir: dir.clone(),
+            sync: SyncPolicy::Always,
+            sync_interval: Duration::from_millis(10),
+        };
+        let (store, restored) = MemoryStore::open(&options, policy.into(), Arc::new(clock.clone()))
+            .expect("a data dir");
+        assert!(restored.fresh);
+        Durable { store, clock, dir }
+    }
+    fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+    async fn advance(&self, ms: u64) {
+        self.clock.advance(ms);
+    }
+}
+
+impl Drop for Durable {
+    fn drop(&mut self) {
+        self.store.close();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -1394,6 +1436,13 @@ mod memory {
     // fallback's, tested with Redis unreachable in tests/redis.rs.
     every_scenario!(
         super::Memory,
+        auth_key_table_saturation_fails_closed_and_prunes
+    );
+}
+
+mod durable {
+    every_scenario!(
+        super::Durable,
         auth_key_table_saturation_fails_closed_and_prunes
     );
 }

@@ -274,7 +274,7 @@ impl Cx {
     }
 
     /// A path from the file: relative ones are relative to the file's directory.
-    fn file_path(&self, path: &str) -> PathBuf {
+    pub(super) fn file_path(&self, path: &str) -> PathBuf {
         match &self.base {
             Some(base) if std::path::Path::new(path).is_relative() => base.join(path),
             _ => PathBuf::from(path),
@@ -471,7 +471,28 @@ pub(super) fn render(out: &mut String, c: &Config) {
             );
         }
         None => {
-            let _ = writeln!(out, "store: {{}}   # embedded in-memory store");
+            let e = &c.embedded;
+            let dir = match &e.data_dir {
+                Some(d) => format!(
+                    "{:?}",
+                    std::path::absolute(d)
+                        .unwrap_or_else(|_| d.clone())
+                        .display()
+                        .to_string()
+                ),
+                None => "null".into(),
+            };
+            let _ = writeln!(
+                out,
+                "store:\n  embedded: {{data_dir: {dir}, sync: {}, sync_interval: {}}}{}",
+                e.sync.name(),
+                super::format_ms(e.sync_interval_ms),
+                if e.data_dir.is_none() {
+                    "   # in memory: the state ends with the process"
+                } else {
+                    ""
+                }
+            );
         }
     }
     let g = &c.grpc;

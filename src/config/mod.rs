@@ -26,7 +26,7 @@ use walker::{Cx, join, kind, yaml_key};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_norway::{Mapping, Value};
 
@@ -37,6 +37,7 @@ use crate::ledger::{
 use crate::scheduler::{
     Adaptive, Limits, LimitsTable, MAX_WEIGHT, MemoryLimits, Mode, OverflowPolicy,
 };
+pub use crate::store::journal::SyncPolicy;
 
 /// How long a draining authority waits for admitted tickets, unless told otherwise.
 pub const DEFAULT_DRAIN_MS: u64 = 30_000;
@@ -96,8 +97,10 @@ pub struct Config {
     /// TLS (and mTLS with a client CA); `None` = plaintext.
     pub tls: Option<TlsFiles>,
     pub grpc: GrpcLimits,
-    /// The shared store; `None` = the embedded in-memory store.
+    /// The shared store; `None` = the embedded store (see `embedded`).
     pub redis: Option<RedisConfig>,
+    /// The embedded store: in memory, or durable in a data dir.
+    pub embedded: EmbeddedConfig,
     /// After SIGTERM, how long admitted tickets may keep running before the process exits.
     pub drain_grace_ms: u64,
     /// Where `/metrics`, `/healthz` and `/readyz` are served; `None` = off.
@@ -120,6 +123,30 @@ pub struct RedisConfig {
     pub pool_size: u32,
     /// `url` is a node of a Redis Cluster (the rest are found from it).
     pub cluster: bool,
+}
+
+/// `store.embedded`: where the embedded store keeps its state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmbeddedConfig {
+    /// `None`: in memory only (the state ends with the process).
+    pub data_dir: Option<PathBuf>,
+    pub sync: SyncPolicy,
+    pub sync_interval_ms: u64,
+}
+
+/// `store.embedded.sync_interval` by default.
+pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 10;
+/// The longest `store.embedded.sync_interval`: what a power loss may take at most.
+pub const MAX_SYNC_INTERVAL_MS: u64 = 10_000;
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            data_dir: None,
+            sync: SyncPolicy::default(),
+            sync_interval_ms: DEFAULT_SYNC_INTERVAL_MS,
+        }
+    }
 }
 
 /// Values given on the command line; each wins over the file. These are `serve`'s flags
@@ -160,6 +187,10 @@ pub struct Overrides {
     /// Share state with other replicas in this Redis (e.g. redis://127.0.0.1:6379/0).
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
+    /// Keep the embedded store's state in this directory, so that a restart loses nothing
+    /// (default: in memory only).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     /// After SIGTERM, how long admitted tickets may keep running before exit (default 30s).
     #[arg(long, value_name = "DURATION")]
     pub drain_grace: Option<String>,

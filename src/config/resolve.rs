@@ -54,6 +54,18 @@ impl Cx {
             let path = format!("hosts.{host}.scheduling");
             hosts.insert(host.clone(), self.limits(&merged, &path, memory));
         }
+        let redis = o.redis_url.is_some() || file.redis.is_some();
+        if redis && o.data_dir.is_some() {
+            self.err(
+                "--data-dir",
+                "has no effect with a Redis store (Redis keeps the state): remove one",
+            );
+        } else if o.redis_url.is_some() && file.embedded.data_dir.is_some() {
+            self.err(
+                "store.embedded.data_dir",
+                "has no effect with --redis-url (Redis keeps the state): remove one",
+            );
+        }
         Config {
             listen,
             insecure: o.insecure,
@@ -101,6 +113,10 @@ impl Cx {
                     })
                 }),
                 None => file.redis,
+            },
+            embedded: EmbeddedConfig {
+                data_dir: o.data_dir.clone().or(file.embedded.data_dir),
+                ..file.embedded
             },
         }
     }

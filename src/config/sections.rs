@@ -19,6 +19,7 @@ pub(super) struct FileConfig {
     pub(super) tls: Option<TlsFiles>,
     pub(super) grpc: GrpcLimits,
     pub(super) redis: Option<RedisConfig>,
+    pub(super) embedded: EmbeddedConfig,
     pub(super) drain_grace_ms: Option<u64>,
     pub(super) admin_listen: Option<String>,
     pub(super) metrics_max_hosts: Option<usize>,
@@ -217,10 +218,20 @@ impl Cx {
             f.drain_grace_ms = self.duration(v, "drain_grace", 0, MAX_DRAIN_MS);
         }
         if let Some(v) = m.get("store")
-            && let Some(sm) = self.mapping(v, "store", &["redis"])
-            && let Some(rv) = sm.get("redis")
+            && let Some(sm) = self.mapping(v, "store", &["redis", "embedded"])
         {
-            f.redis = self.redis(rv);
+            if let Some(rv) = given(sm, "redis") {
+                f.redis = self.redis(rv);
+            }
+            if let Some(ev) = given(sm, "embedded") {
+                f.embedded = self.embedded(ev);
+                if f.embedded.data_dir.is_some() && given(sm, "redis").is_some() {
+                    self.err(
+                        "store.embedded.data_dir",
+                        "has no effect with store.redis (Redis keeps the state): remove one",
+                    );
+                }
+            }
         }
         if let Some(v) = m.get("credentials") {
             let mtls = f.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
@@ -307,6 +318,40 @@ impl Cx {
             pool_size: pool_size?,
             cluster: cluster?,
         })
+    }
+
+    /// `store.embedded`.
+    pub(super) fn embedded(&mut self, v: &Value) -> EmbeddedConfig {
+        let mut e = EmbeddedConfig::default();
+        let Some(m) = self.mapping(v, "store.embedded", &["data_dir", "sync", "sync_interval"])
+        else {
+            return e;
+        };
+        if let Some(v) = given(m, "data_dir") {
+            match v.as_str() {
+                Some(d) if !d.is_empty() => e.data_dir = Some(self.file_path(d)),
+                _ => self.err(
+                    "store.embedded.data_dir",
+                    format_args!("must be a directory path, got {}", kind(v)),
+                ),
+            }
+        }
+        if let Some(v) = m.get("sync") {
+            match v.as_str().and_then(SyncPolicy::parse) {
+                Some(p) => e.sync = p,
+                None => self.err(
+                    "store.embedded.sync",
+                    format_args!("must be one of {}", SyncPolicy::NAMES.join(", ")),
+                ),
+            }
+        }
+        if let Some(v) = m.get("sync_interval")
+            && let Some(ms) =
+                self.duration(v, "store.embedded.sync_interval", 1, MAX_SYNC_INTERVAL_MS)
+        {
+            e.sync_interval_ms = ms;
+        }
+        e
     }
 
     /// A Redis URL, checked for its scheme.

@@ -42,7 +42,9 @@ pub fn micros_to_usd(m: Micros) -> f64 {
 }
 
 /// What to do when a run's usage is unknown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
 pub enum UnknownUsage {
     /// Continue with the known part. (Ordered weakest first: intersecting budgets take the
     /// strictest policy.)
@@ -75,7 +77,7 @@ impl UnknownUsage {
 }
 
 /// A per-run budget block (`resources.default`, `.subjects.<s>`, `.accounts.<a>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
     /// Most tokens (input + output) one run may use.
     pub max_tokens: Option<u64>,
@@ -95,7 +97,7 @@ impl Default for Budget {
 }
 
 /// An account's allowance per window (`allowances.<account_id>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Allowance {
     pub tokens: Option<u64>,
     pub cost: Option<Micros>,
@@ -104,7 +106,7 @@ pub struct Allowance {
 }
 
 /// Budgets and allowances, resolved from configuration.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
 pub struct ResourcePolicy {
     /// Applies to every run when configured.
     pub default: Option<Budget>,
@@ -172,7 +174,7 @@ fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 }
 
 /// The answer of Authorize.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
     Allow,
     Deny,
@@ -180,7 +182,7 @@ pub enum Decision {
 }
 
 /// Why Authorize did not simply allow. Part of the public contract.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     /// At or over a per-run cap, or the step cannot fit under it.
     ResourceLimit,
@@ -201,7 +203,7 @@ impl Reason {
 }
 
 /// How much of a step's usage the gateway could measure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coverage {
     Complete,
     Partial,
@@ -209,7 +211,7 @@ pub enum Coverage {
 }
 
 /// What a step used, as settled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -224,7 +226,7 @@ impl Usage {
 }
 
 /// The arguments of Authorize, validated.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct AuthorizeArgs {
     pub run_id: String,
     /// 1-based.
@@ -240,7 +242,7 @@ pub struct AuthorizeArgs {
 }
 
 /// Authorize's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Authorization {
     pub decision: Decision,
     pub reason: Option<Reason>,
@@ -256,7 +258,7 @@ pub struct Authorization {
 }
 
 /// How an operator resolves an uncertain reservation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Resolution {
     /// The step ran: its reservation becomes its known usage.
     Consumed,
@@ -265,7 +267,7 @@ pub enum Resolution {
 }
 
 /// Where a step is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepState {
     /// Allowed; holding its reservation until Settle.
     Reserved,
@@ -318,7 +320,7 @@ pub struct ReservationInfo {
 }
 
 /// Gauges and counters of a host's ledger.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LedgerStats {
     /// Reservations held (reserved or uncertain).
     pub open: u64,
@@ -330,7 +332,7 @@ pub struct LedgerStats {
     pub settled: u64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
 struct Step {
     answer: Authorization,
     state: StepState,
@@ -342,7 +344,7 @@ struct Step {
     decided_at: Millis,
 }
 
-#[derive(Clone, Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
 struct Run {
     subject: Box<str>,
     account: Option<Box<str>>,
@@ -362,7 +364,7 @@ impl Run {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug)]
 struct AccountWindow {
     start: Millis,
     end: Millis,
@@ -371,7 +373,7 @@ struct AccountWindow {
 }
 
 /// One host's ledger.
-#[derive(Debug, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
 pub struct Ledger {
     runs: HashMap<Box<str>, Run>,
     windows: HashMap<Box<str>, AccountWindow>,
@@ -679,6 +681,11 @@ impl Ledger {
             }
         }
         Ok(())
+    }
+
+    /// Whether [`Ledger::housekeeping`] at `now` would change anything.
+    pub fn housekeeping_due(&self, now: Millis) -> bool {
+        self.deadlines.first().is_some_and(|(d, ..)| *d <= now) || now >= self.next_forget
     }
 
     /// Mark reservations past their TTL uncertain, and (at most once a minute) forget runs

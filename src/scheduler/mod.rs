@@ -58,7 +58,7 @@ pub type Millis = u64;
 pub type TicketKey = u128;
 
 /// Where a ticket is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TicketState {
     Queued,
     Admitted,
@@ -81,7 +81,7 @@ impl TicketState {
 }
 
 /// Whether a Submit may queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SubmitMode {
     #[default]
     Queue,
@@ -90,7 +90,7 @@ pub enum SubmitMode {
 }
 
 /// A Submit, already validated at the edge.
-#[derive(Clone, Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
 pub struct SubmitArgs {
     pub instance_id: String,
     pub subject: String,
@@ -211,7 +211,7 @@ pub struct TicketInfo {
 }
 
 /// Cumulative counters of one host.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Tickets created (each Submit that was not a repeat and was not refused).
     pub submitted: u64,
@@ -236,7 +236,7 @@ pub struct Counters {
 }
 
 /// What a Release says about the run's call to the model provider.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Report {
     pub outcome: Outcome,
     pub latency_ms: Option<u32>,
@@ -254,7 +254,7 @@ pub const QUEUE_WAIT_BOUNDS_MS: [u64; 10] = [
 
 /// A histogram of waits: counts per bucket of [`QUEUE_WAIT_BOUNDS_MS`] (not cumulative; the
 /// last counts waits above every bound) and the sum in ms.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitHistogram {
     pub buckets: [u64; 11],
     pub sum_ms: u64,
@@ -303,7 +303,7 @@ pub struct HostStats {
 }
 
 /// A live ticket (queued, admitted or parked).
-#[derive(Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
 struct Ticket {
     subject: Arc<str>,
     account: Option<Arc<str>>,
@@ -323,13 +323,13 @@ struct Ticket {
 
 /// An ended ticket: only what an idempotent retry needs (its run_id lives in `runs` and
 /// `retained`). About 150 bytes of the host's memory with its entries there.
-#[derive(Debug, Clone, Copy)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy)]
 struct Ended {
     state: TicketState,
     grant: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
 struct SubjectState {
     in_flight: u32,
     /// Its waiters, one lane per priority level.
@@ -343,7 +343,7 @@ impl SubjectState {
 }
 
 /// A subject's waiters of one priority level.
-#[derive(Debug, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
 struct Lane {
     /// Queued tickets by order key: oldest first.
     queue: BTreeMap<i64, TicketKey>,
@@ -356,7 +356,7 @@ struct Lane {
 
 /// The waiters of one priority level across subjects: the round robin of section "Dispatch"
 /// runs within a level.
-#[derive(Debug, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
 struct Level {
     queued: u32,
     /// Subjects in round-robin order, head first. An entry whose lane has no queued ticket is
@@ -377,13 +377,13 @@ struct Level {
     depth_counts: Vec<u32>,
 }
 
-#[derive(Debug, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
 struct AccountState {
     in_flight: u32,
     queued: u32,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy)]
 struct RssReport {
     rss_mb: u32,
     at: Millis,
@@ -391,7 +391,7 @@ struct RssReport {
 
 /// One host's scheduling state. Operations keep every derived count in step; [`HostState::audit`]
 /// recomputes them all from the tickets for tests.
-#[derive(Debug, Default)]
+#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
 pub struct HostState {
     /// Live tickets.
     tickets: TicketMap<Ticket>,
@@ -431,7 +431,9 @@ pub struct HostState {
     grant_floor: u64,
     counters: Counters,
     instances: HashMap<Arc<str>, RssReport>,
-    /// Tickets whose state changed since the last [`HostState::take_changes`].
+    /// Tickets whose state changed since the last [`HostState::take_changes`] (not kept on
+    /// disk: a restored host wakes no stream).
+    #[serde(skip)]
     changes: Vec<TicketKey>,
 }
 
@@ -808,6 +810,47 @@ impl HostState {
         }
         if freed {
             self.dispatch(limits, now);
+        }
+    }
+
+    /// Whether [`HostState::housekeeping`] at `now` would change anything: a lease due, a
+    /// retained ticket to forget, a waiter to age or a stale memory report. A store that
+    /// records every change (the durable embedded store) runs housekeeping for a read only
+    /// when this says so.
+    pub fn housekeeping_due(&self, limits: &Limits, now: Millis) -> bool {
+        self.leases.first().is_some_and(|(d, _)| *d <= now)
+            || self.retained.front().is_some_and(|r| r.0 <= now)
+            || (limits.priority_aging_ms > 0
+                && self
+                    .aging
+                    .first_key_value()
+                    .is_some_and(|(&(since, _), _)| {
+                        since <= now.saturating_sub(limits.priority_aging_ms)
+                    }))
+            || self
+                .instances
+                .values()
+                .any(|r| now.saturating_sub(r.at) >= limits.lease_ttl_ms)
+    }
+
+    /// The store was restored from disk at `now` after its process stopped: every live
+    /// ticket's lease runs at least one `lease_ttl` from now, so a holder that kept running
+    /// through the restart keeps its slot by renewing, and a queued one keeps its place while
+    /// its client comes back.
+    pub fn restored(&mut self, limits: &Limits, now: Millis) {
+        let floor = now + limits.lease_ttl_ms;
+        let late: Vec<(Millis, TicketKey)> = self
+            .leases
+            .iter()
+            .take_while(|(d, _)| *d < floor)
+            .copied()
+            .collect();
+        for (deadline, key) in late {
+            self.leases.remove(&(deadline, key));
+            self.leases.insert((floor, key));
+            if let Some(t) = self.tickets.get_mut(&key) {
+                t.deadline = floor;
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 //! conformance suite in `tests/store_conformance.rs` is written against this trait once and run
 //! against every store.
 
+pub mod journal;
 pub mod memory;
 pub mod redis;
 
@@ -84,6 +85,15 @@ pub enum StoreError {
         #[source]
         source: Option<ErrorSource>,
     },
+    /// The embedded store's data dir does not take writes (a full disk, a failing device):
+    /// the change was refused before it was applied.
+    #[error("store unavailable: {what}")]
+    WriteRefused { what: String },
+    /// The change was applied, but writing its record to the data dir failed: it stands,
+    /// and reaches the disk once the disk takes writes again (so it may be there after a
+    /// restart, or not).
+    #[error("store outcome unknown: {what}")]
+    WriteFailed { what: String },
     /// The store's settings cannot work (a URL that is not one).
     #[error("store settings: {what}")]
     Config {
@@ -100,6 +110,7 @@ impl StoreError {
             self,
             StoreError::Timeout { .. }
                 | StoreError::ConnectionLost { .. }
+                | StoreError::WriteFailed { .. }
                 | StoreError::Protocol { .. }
         )
     }
@@ -300,6 +311,15 @@ pub trait TicketStore: Send + Sync + 'static {
     fn store_errors(&self) -> u64 {
         0
     }
+
+    /// Why the store cannot take changes now, for `/readyz` (the data dir does not take
+    /// writes); `Ok` when it can, as far as this process knows without asking.
+    fn readiness(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Make what the store buffers durable before the process exits.
+    fn flush(&self) {}
 }
 
 /// The resource ledger: reservations of model steps against budgets and allowances.

@@ -1,0 +1,812 @@
+//! The embedded store: every host's [`HostState`] in process memory, each behind its own lock;
+//! with a data dir, durable too ([`persist`]).
+//!
+//! The locks are `std::sync::Mutex`/`RwLock` and not Tokio's, because nothing asynchronous
+//! happens while one is held: an operation is a few map updates. Wait streams are woken through
+//! a `watch` channel per watched ticket, fed from the core's list of changed tickets.
+//!
+//! Auth buckets live in one [`AuthTable`] behind its own lock, apart from every host.
+//!
+//! Every change goes through one of [`ops`]' operations. With a data dir each is appended to
+//! the journal under the lock that ordered it, and the answer waits for its commit (after the
+//! lock is released, so other calls go on meanwhile). Lock order: `hosts`, then a host's
+//! `inner` or `ledger` (never both), or `auth`; the journal's own lock is always the last.
+
+mod ops;
+mod persist;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::watch;
+
+use self::ops::{AuthOp, AuthOut, HostCore, HostOp, HostOut, LedgerOp, LedgerOut, Record};
+use super::journal::{Journal, Pending};
+use super::{
+    AuthStore, LedgerResult, LedgerStore, Policy, StoreError, TicketId, TicketStore, TicketWatch,
+};
+use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, AuthTable, BucketRule};
+use crate::clock::Clock;
+use crate::ledger::{
+    Authorization, AuthorizeArgs, Ledger, LedgerStats, ReservationInfo, Resolution, Usage,
+};
+use crate::scheduler::{
+    HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Report, SubmitArgs,
+    SubmitError, TicketInfo, TicketMap, TicketState, TicketView,
+};
+
+pub use persist::OpenOptions;
+
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    policy: Policy,
+    /// The file's limits (`policy.limits` until a reload).
+    file_limits: RwLock<LimitsTable>,
+    hosts: RwLock<HashMap<String, Arc<Host>>>,
+    auth: Mutex<AuthPart>,
+    /// The data dir's log; `None` for a store in memory only.
+    journal: Option<Arc<Journal>>,
+}
+
+struct Host {
+    inner: Mutex<HostInner>,
+    /// The host's reservations, under a lock of their own: Authorize never waits on Submit.
+    ledger: Mutex<LedgerPart>,
+}
+
+struct HostInner {
+    core: HostCore,
+    /// Senders for tickets that have a Wait stream open (or had, until the next change).
+    watchers: TicketMap<watch::Sender<()>>,
+}
+
+struct LedgerPart {
+    ledger: Ledger,
+    /// The last logged operation applied (see [`Record`]).
+    seq: u64,
+}
+
+struct AuthPart {
+    table: AuthTable,
+    seq: u64,
+}
+
+impl HostInner {
+    /// Wake the Wait streams of every ticket the last operation changed.
+    fn notify(&mut self) {
+        let watchers = &mut self.watchers;
+        self.core.state.drain_changes(|key, state| {
+            if let Some(tx) = watchers.get(&key) {
+                tx.send_replace(());
+                // A receiver sees the value even after the sender is dropped, so an ended
+                // ticket's sender can go at once.
+                if !state.is_some_and(TicketState::is_live) || tx.receiver_count() == 0 {
+                    watchers.remove(&key);
+                }
+            }
+        });
+    }
+}
+
+/// A Wait stream's subscription to one ticket of the memory store.
+pub struct MemoryWatch {
+    rx: Option<watch::Receiver<()>>,
+}
+
+impl TicketWatch for MemoryWatch {
+    async fn changed(&mut self) {
+        match &mut self.rx {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    // The sender is gone (the host was dropped); nothing will wake us again.
+                    self.rx = None;
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// What a change answered, and its record's place in the log when there is one.
+type Applied<T> = (T, Option<Pending>);
+
+impl MemoryStore {
+    /// A store in memory only: its state ends with the process.
+    pub fn new(policy: Policy, clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            clock,
+            auth: Mutex::new(AuthPart {
+                table: AuthTable::new(policy.auth.local_max_keys),
+                seq: 0,
+            }),
+            file_limits: RwLock::new(policy.limits.clone()),
+            policy,
+            hosts: RwLock::new(HashMap::new()),
+            journal: None,
+        }
+    }
+
+    /// The grant floor at store time `now` (see [`HostState::set_grant_floor`]).
+    fn grant_floor(&self, now: u64) -> u64 {
+        self.clock.origin_epoch_us() + now * 1000
+    }
+
+    fn log_borrowed(&self, record: &Record<'_>) -> Option<Pending> {
+        self.journal.as_ref().map(|j| {
+            j.append(|out| record.encode(out))
+                .expect("records encode into a Vec")
+        })
+    }
+
+    /// Refuse a change before it is applied while the data dir cannot be written.
+    fn writable(&self) -> Result<(), StoreError> {
+        match self.journal.as_ref().and_then(|j| j.refusal()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Wait until a change's record is written (per the sync policy).
+    async fn commit<T>(&self, (out, pending): Applied<T>) -> Result<T, StoreError> {
+        if let (Some(j), Some(p)) = (&self.journal, pending) {
+            j.commit(p).await?;
+        }
+        Ok(out)
+    }
+
+    fn host(&self, host_id: &str) -> Arc<Host> {
+        if let Some(h) = self.hosts.read().expect("hosts lock").get(host_id) {
+            return h.clone();
+        }
+        let mut hosts = self.hosts.write().expect("hosts lock");
+        if let Some(h) = hosts.get(host_id) {
+            return h.clone();
+        }
+        let limits = LimitsRecord {
+            limits: self.file_limits(host_id),
+            source: LimitsSource::File,
+            revision: 1,
+        };
+        // Its first record; it needs no commit of its own (the change that made the host
+        // commits after it, and the log is written in order).
+        let _ = self.log_borrowed(&Record::Host {
+            host: Cow::Borrowed(host_id),
+            seq: 0,
+            now: self.clock.now_ms(),
+            op: Cow::Owned(HostOp::Create(limits.clone())),
+        });
+        let host = Arc::new(Host::new(limits));
+        hosts.insert(host_id.to_string(), host.clone());
+        host
+    }
+
+    fn existing_host(&self, host_id: &str) -> Option<Arc<Host>> {
+        self.hosts.read().expect("hosts lock").get(host_id).cloned()
+    }
+
+    /// Apply `op` to a host under its lock (logged first), then wake the Wait streams it
+    /// affected.
+    fn apply_host(&self, host_id: &str, host: &Host, op: HostOp) -> Applied<HostOut> {
+        let mut guard = host.inner.lock().expect("host lock");
+        let inner = &mut *guard;
+        let now = self.clock.now_ms();
+        let pending = self.journal.is_some().then(|| {
+            inner.core.seq += 1;
+            self.log_borrowed(&Record::Host {
+                host: Cow::Borrowed(host_id),
+                seq: inner.core.seq,
+                now,
+                op: Cow::Borrowed(&op),
+            })
+        });
+        let out = op.apply(&mut inner.core, now, self.grant_floor(now));
+        inner.notify();
+        (out, pending.flatten())
+    }
+
+    /// [`Self::apply_host`] and its commit, refused up front while the data dir fails.
+    async fn change_host(
+        &self,
+        host_id: &str,
+        host: &Host,
+        op: HostOp,
+    ) -> Result<HostOut, StoreError> {
+        self.writable()?;
+        let applied = self.apply_host(host_id, host, op);
+        self.commit(applied).await
+    }
+
+    /// Read a host's state under its lock, after the housekeeping that is due (a change,
+    /// logged like any other).
+    async fn read_host<R>(
+        &self,
+        host_id: &str,
+        host: &Host,
+        read: impl FnOnce(&HostState, &Limits, u64) -> R,
+    ) -> Result<R, StoreError> {
+        let (out, pending) = {
+            let mut guard = host.inner.lock().expect("host lock");
+            let now = self.clock.now_ms();
+            let due = guard
+                .core
+                .state
+                .housekeeping_due(&guard.core.limits.limits, now);
+            let pending = if due && self.writable().is_ok() {
+                drop(guard);
+                let (_, pending) = self.apply_host(host_id, host, HostOp::Housekeeping);
+                guard = host.inner.lock().expect("host lock");
+                pending
+            } else {
+                None
+            };
+            let now = self.clock.now_ms().max(now);
+            let core = &guard.core;
+            (read(&core.state, &core.limits.limits, now), pending)
+        };
+        self.commit((out, pending)).await
+    }
+
+    /// Apply `op` to a host's ledger under its lock (logged first).
+    fn apply_ledger(&self, host_id: &str, host: &Host, op: LedgerOp) -> Applied<LedgerOut> {
+        let mut part = host.ledger.lock().expect("ledger lock");
+        let now = self.clock.now_ms();
+        let pending = self.journal.is_some().then(|| {
+            part.seq += 1;
+            self.log_borrowed(&Record::Ledger {
+                host: Cow::Borrowed(host_id),
+                seq: part.seq,
+                now,
+                op: Cow::Borrowed(&op),
+            })
+        });
+        let out = op.apply(&mut part.ledger, &self.policy.resources, now);
+        (out, pending.flatten())
+    }
+
+    async fn change_ledger(
+        &self,
+        host_id: &str,
+        host: &Host,
+        op: LedgerOp,
+    ) -> Result<LedgerOut, StoreError> {
+        self.writable()?;
+        let applied = self.apply_ledger(host_id, host, op);
+        self.commit(applied).await
+    }
+
+    /// Read a host's ledger after the housekeeping that is due.
+    async fn read_ledger<R>(
+        &self,
+        host_id: &str,
+        host: &Host,
+        read: impl FnOnce(&Ledger, u64) -> R,
+    ) -> Result<R, StoreError> {
+        let now = self.clock.now_ms();
+        let due = host
+            .ledger
+            .lock()
+            .expect("ledger lock")
+            .ledger
+            .housekeeping_due(now);
+        let pending = if due && self.writable().is_ok() {
+            self.apply_ledger(host_id, host, LedgerOp::Housekeeping).1
+        } else {
+            None
+        };
+        let out = {
+            let part = host.ledger.lock().expect("ledger lock");
+            read(&part.ledger, self.clock.now_ms().max(now))
+        };
+        self.commit((out, pending)).await
+    }
+
+    fn apply_auth(&self, op: AuthOp) -> Applied<AuthOut> {
+        let mut part = self.auth.lock().expect("auth lock");
+        let now = self.clock.now_ms();
+        let pending = self.journal.is_some().then(|| {
+            part.seq += 1;
+            self.log_borrowed(&Record::Auth {
+                seq: part.seq,
+                now,
+                op: Cow::Borrowed(&op),
+            })
+        });
+        let out = op.apply(&mut part.table, now);
+        (out, pending.flatten())
+    }
+
+    async fn change_auth(&self, op: AuthOp) -> Result<AuthOut, StoreError> {
+        self.writable()?;
+        let applied = self.apply_auth(op);
+        self.commit(applied).await
+    }
+
+    /// Change a host's limits to what `change` makes of the current ones (`None`: no change),
+    /// if they are at `expected` (0: any); then admit what fits.
+    async fn change_limits(
+        &self,
+        host_id: &str,
+        expected: u64,
+        change: impl FnOnce(&LimitsRecord) -> Option<(Limits, LimitsSource)>,
+    ) -> Result<Result<LimitsRecord, u64>, StoreError> {
+        self.writable()?;
+        let host = self.host(host_id);
+        let (out, pending) = {
+            let guard = host.inner.lock().expect("host lock");
+            let current = &guard.core.limits;
+            if expected != 0 && expected != current.revision {
+                return Ok(Err(current.revision));
+            }
+            match change(current) {
+                None => (current.clone(), None),
+                Some((limits, source)) => {
+                    let record = LimitsRecord {
+                        limits,
+                        source,
+                        revision: current.revision + 1,
+                    };
+                    drop(guard);
+                    // Applied under the lock taken again: a change between the two is
+                    // caught by the revision, which the op moves by exactly one.
+                    let (_, pending) =
+                        self.apply_host(host_id, &host, HostOp::Limits(record.clone()));
+                    (record, pending)
+                }
+            }
+        };
+        self.commit((out, pending)).await.map(Ok)
+    }
+
+    fn all_hosts(&self) -> Vec<(String, Arc<Host>)> {
+        self.hosts
+            .read()
+            .expect("hosts lock")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+impl Host {
+    fn new(limits: LimitsRecord) -> Host {
+        Host {
+            inner: Mutex::new(HostInner {
+                core: HostCore {
+                    state: HostState::new(),
+                    limits,
+                    seq: 0,
+                },
+                watchers: TicketMap::default(),
+            }),
+            ledger: Mutex::new(LedgerPart {
+                ledger: Ledger::new(),
+                seq: 0,
+            }),
+        }
+    }
+}
+
+impl TicketStore for MemoryStore {
+    type Watch = MemoryWatch;
+
+    fn file_limits(&self, host_id: &str) -> Limits {
+        self.file_limits
+            .read()
+            .expect("limits lock")
+            .for_host(host_id)
+            .clone()
+    }
+
+    fn reload_file_limits(&self, limits: LimitsTable) {
+        *self.file_limits.write().expect("limits lock") = limits;
+        for (host_id, host) in self.all_hosts() {
+            let file = self.file_limits(&host_id);
+            let current = host.inner.lock().expect("host lock").core.limits.clone();
+            if current.source == LimitsSource::File && current.limits != file {
+                let record = LimitsRecord {
+                    limits: file,
+                    source: LimitsSource::File,
+                    revision: current.revision + 1,
+                };
+                // A reload is not answered to anyone: the record is written with the next
+                // commit (or at shutdown).
+                let _ = self.apply_host(&host_id, &host, HostOp::Limits(record));
+            }
+        }
+    }
+
+    async fn get_limits(&self, host_id: &str) -> Result<LimitsRecord, StoreError> {
+        let host = self.host(host_id);
+        let inner = host.inner.lock().expect("host lock");
+        Ok(inner.core.limits.clone())
+    }
+
+    async fn set_limits(
+        &self,
+        host_id: &str,
+        limits: Limits,
+        expected_revision: u64,
+    ) -> Result<Result<LimitsRecord, u64>, StoreError> {
+        self.change_limits(host_id, expected_revision, |_| {
+            Some((limits, LimitsSource::Operator))
+        })
+        .await
+    }
+
+    async fn reset_limits(
+        &self,
+        host_id: &str,
+        expected_revision: u64,
+    ) -> Result<Result<LimitsRecord, u64>, StoreError> {
+        let file = self.file_limits(host_id);
+        self.change_limits(host_id, expected_revision, |current| {
+            (current.source == LimitsSource::Operator).then_some((file, LimitsSource::File))
+        })
+        .await
+    }
+
+    async fn submit(
+        &self,
+        host_id: &str,
+        args: SubmitArgs,
+    ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
+        self.writable()?;
+        let host = self.host(host_id);
+        let key = {
+            let inner = host.inner.lock().expect("host lock");
+            let mut key = TicketId::random_key();
+            while inner.core.state.has_ticket(key) {
+                key = TicketId::random_key();
+            }
+            key
+        };
+        // A key drawn outside the lock can be taken by a concurrent Submit in between only
+        // with 2^-128 odds; the core answers such a repeat as its own ticket anyway.
+        let HostOut::Submitted(out) = self
+            .change_host(host_id, &host, HostOp::Submit { args, key })
+            .await?
+        else {
+            unreachable!("a submit answers Submitted")
+        };
+        Ok(out.map(|view| {
+            let id = TicketId {
+                host_id: host_id.to_string(),
+                key: view.key,
+            };
+            (id, view)
+        }))
+    }
+
+    async fn renew(
+        &self,
+        ids: &[TicketId],
+        rss_mb: Option<u32>,
+    ) -> Result<Vec<Option<TicketView>>, StoreError> {
+        self.writable()?;
+        let mut last = None;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(host) = self.existing_host(&id.host_id) else {
+                out.push(None);
+                continue;
+            };
+            let op = HostOp::Renew {
+                key: id.key,
+                rss_mb,
+            };
+            let (HostOut::Ticket(view), pending) = self.apply_host(&id.host_id, &host, op) else {
+                unreachable!("a renew answers Ticket")
+            };
+            out.push(view);
+            last = pending.or(last);
+        }
+        // The log is written in order: committing the last record commits them all.
+        self.commit((out, last)).await
+    }
+
+    async fn release(
+        &self,
+        id: &TicketId,
+        report: Report,
+    ) -> Result<Option<TicketState>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        let op = HostOp::Release {
+            key: id.key,
+            report,
+        };
+        let HostOut::Released(previous) = self.change_host(&id.host_id, &host, op).await? else {
+            unreachable!("a release answers Released")
+        };
+        Ok(previous)
+    }
+
+    async fn release_run(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        report: Report,
+    ) -> Result<Option<(TicketId, TicketState)>, StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(None);
+        };
+        let op = HostOp::ReleaseRun {
+            run_id: run_id.to_string(),
+            report,
+        };
+        let HostOut::ReleasedRun(found) = self.change_host(host_id, &host, op).await? else {
+            unreachable!("a release by run answers ReleasedRun")
+        };
+        Ok(found.map(|(key, s)| {
+            (
+                TicketId {
+                    host_id: host_id.to_string(),
+                    key,
+                },
+                s,
+            )
+        }))
+    }
+
+    async fn park(
+        &self,
+        id: &TicketId,
+    ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        let HostOut::Parked(out) = self
+            .change_host(&id.host_id, &host, HostOp::Park(id.key))
+            .await?
+        else {
+            unreachable!("a park answers Parked")
+        };
+        Ok(out)
+    }
+
+    async fn unpark(
+        &self,
+        id: &TicketId,
+    ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        let HostOut::Parked(out) = self
+            .change_host(&id.host_id, &host, HostOp::Unpark(id.key))
+            .await?
+        else {
+            unreachable!("an unpark answers Parked")
+        };
+        Ok(out)
+    }
+
+    async fn ticket(&self, id: &TicketId) -> Result<Option<TicketView>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        self.read_host(&id.host_id, &host, |state, limits, now| {
+            state.view(limits, id.key, now)
+        })
+        .await
+    }
+
+    fn watch(&self, id: &TicketId) -> MemoryWatch {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return MemoryWatch { rx: None };
+        };
+        let mut inner = host.inner.lock().expect("host lock");
+        let rx = inner
+            .watchers
+            .entry(id.key)
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe();
+        MemoryWatch { rx: Some(rx) }
+    }
+
+    async fn sweep_tickets(&self) -> Result<(), StoreError> {
+        for (host_id, host) in self.all_hosts() {
+            self.read_host(&host_id, &host, |_, _, _| ()).await?;
+        }
+        self.writable()
+    }
+
+    async fn stats(&self, host_id: &str) -> Result<HostStats, StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            let limits = self.file_limits(host_id);
+            return Ok(HostState::new().stats(&limits, self.clock.now_ms()));
+        };
+        self.read_host(host_id, &host, |state, limits, now| {
+            state.stats(limits, now)
+        })
+        .await
+    }
+
+    async fn list(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> Result<(Vec<TicketInfo>, bool), StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok((Vec::new(), false));
+        };
+        self.read_host(host_id, &host, |state, _, now| state.list(limit, now))
+            .await
+    }
+
+    async fn host_ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut hosts: Vec<String> = self.all_hosts().into_iter().map(|(h, _)| h).collect();
+        hosts.sort();
+        Ok(hosts)
+    }
+
+    async fn in_flight_here(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .all_hosts()
+            .iter()
+            .map(|(_, h)| u64::from(h.inner.lock().expect("host lock").core.state.in_flight()))
+            .sum())
+    }
+
+    async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
+        let host = self.host(host_id);
+        self.change_host(host_id, &host, HostOp::CountRejection)
+            .await
+            .map(|_| ())
+    }
+
+    fn store_errors(&self) -> u64 {
+        self.journal.as_ref().map_or(0, |j| j.errors())
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        self.journal.as_ref().map_or(Ok(()), |j| j.health())
+    }
+
+    fn flush(&self) {
+        self.close();
+    }
+}
+
+impl LedgerStore for MemoryStore {
+    async fn authorize(&self, host_id: &str, args: AuthorizeArgs) -> LedgerResult<Authorization> {
+        let host = self.host(host_id);
+        let LedgerOut::Authorized(out) = self
+            .change_ledger(host_id, &host, LedgerOp::Authorize(args))
+            .await?
+        else {
+            unreachable!("an authorize answers Authorized")
+        };
+        Ok(out)
+    }
+
+    async fn settle(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        usage: Usage,
+    ) -> LedgerResult<bool> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(Err(crate::ledger::LedgerError::NotAuthorized));
+        };
+        let op = LedgerOp::Settle {
+            run_id: run_id.to_string(),
+            step,
+            usage,
+        };
+        let LedgerOut::Settled(out) = self.change_ledger(host_id, &host, op).await? else {
+            unreachable!("a settle answers Settled")
+        };
+        Ok(out)
+    }
+
+    async fn resolve(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        resolution: Resolution,
+    ) -> LedgerResult<()> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(Err(crate::ledger::LedgerError::NoSuchReservation));
+        };
+        let op = LedgerOp::Resolve {
+            run_id: run_id.to_string(),
+            step,
+            resolution,
+        };
+        let LedgerOut::Resolved(out) = self.change_ledger(host_id, &host, op).await? else {
+            unreachable!("a resolve answers Resolved")
+        };
+        Ok(out)
+    }
+
+    async fn reservations(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> Result<(Vec<ReservationInfo>, bool), StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok((Vec::new(), false));
+        };
+        self.read_ledger(host_id, &host, |ledger, now| {
+            ledger.open_reservations(limit, now)
+        })
+        .await
+    }
+
+    async fn ledger_stats(&self, host_id: &str) -> Result<LedgerStats, StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(LedgerStats::default());
+        };
+        self.read_ledger(host_id, &host, |ledger, _| ledger.stats())
+            .await
+    }
+
+    async fn sweep_ledger(&self) -> Result<(), StoreError> {
+        for (host_id, host) in self.all_hosts() {
+            self.read_ledger(&host_id, &host, |_, _| ()).await?;
+        }
+        Ok(())
+    }
+}
+
+impl AuthStore for MemoryStore {
+    fn auth_policy(&self) -> &AuthPolicy {
+        &self.policy.auth
+    }
+
+    async fn auth_attempt(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> Result<AuthDecision, StoreError> {
+        let op = AuthOp::Attempt {
+            endpoint: endpoint.to_string(),
+            identity: identity.to_string(),
+            rule,
+        };
+        let AuthOut::Decided(d) = self.change_auth(op).await? else {
+            unreachable!("an attempt answers Decided")
+        };
+        Ok(d)
+    }
+
+    async fn auth_peek(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> Result<AuthDecision, StoreError> {
+        let part = self.auth.lock().expect("auth lock");
+        Ok(part
+            .table
+            .peek(endpoint, identity, rule, self.clock.now_ms()))
+    }
+
+    async fn auth_reset(&self, endpoint: &str, identity: &str) -> Result<AuthCleared, StoreError> {
+        let op = AuthOp::Reset {
+            endpoint: endpoint.to_string(),
+            identity: identity.to_string(),
+        };
+        let AuthOut::Cleared(c) = self.change_auth(op).await? else {
+            unreachable!("a reset answers Cleared")
+        };
+        Ok(c)
+    }
+
+    async fn sweep_auth(&self) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let due = self.auth.lock().expect("auth lock").table.prune_due(now);
+        if due && self.writable().is_ok() {
+            let applied = self.apply_auth(AuthOp::Prune);
+            self.commit(applied).await?;
+        }
+        self.snapshot_if_due();
+        Ok(())
+    }
+}

@@ -1,0 +1,352 @@
+//! The embedded store on a data dir: opening it (the newest snapshot, then the log replayed
+//! through the same operations the store applies), what a restart changes, and the snapshots
+//! that keep the dir and the start-up bounded. The bytes on disk are [`crate::store::journal`]'s.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::ops::{AuthOp, HostCore, HostOp, Record};
+use super::{AuthPart, Host, MemoryStore};
+use crate::auth::AuthTable;
+use crate::clock::Clock;
+use crate::ledger::{Ledger, ResourcePolicy};
+use crate::scheduler::{LimitsRecord, LimitsSource, Millis};
+use crate::store::journal::{DataDir, OpenError, SyncPolicy, frame};
+use crate::store::{Policy, TicketStore};
+
+/// Where and how the embedded store keeps its state (`store.embedded`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub dir: PathBuf,
+    pub sync: SyncPolicy,
+    pub sync_interval: Duration,
+}
+
+/// What opening a data dir found, for the start-up log line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// The dir held no state.
+    pub fresh: bool,
+    pub hosts: usize,
+    /// Queued, admitted and parked tickets brought back.
+    pub live_tickets: u64,
+    /// Log records replayed after the snapshot.
+    pub records: u64,
+    pub took: Duration,
+}
+
+/// The store's clock on a data dir: milliseconds since the dir was made, never behind what
+/// the state has already seen. Time runs on while the process is down (leases, windows and
+/// lockouts see the real downtime), and a wall clock set back cannot move the store back.
+struct DirClock {
+    inner: Arc<dyn Clock>,
+    offset_ms: u64,
+    epoch_us: u64,
+}
+
+impl Clock for DirClock {
+    fn now_ms(&self) -> Millis {
+        self.inner.now_ms() + self.offset_ms
+    }
+
+    fn origin_epoch_us(&self) -> u64 {
+        self.epoch_us
+    }
+}
+
+/// A snapshot piece as written (borrowing the state under its lock).
+#[derive(Serialize)]
+enum PieceOut<'a> {
+    Host {
+        id: &'a str,
+        core: &'a HostCore,
+    },
+    Ledger {
+        id: &'a str,
+        seq: u64,
+        ledger: &'a Ledger,
+    },
+    Auth {
+        seq: u64,
+        table: &'a AuthTable,
+    },
+    End {
+        now: Millis,
+        policy: &'a ResourcePolicy,
+    },
+}
+
+/// A snapshot piece as read: the same variants, in the same order, owned.
+#[derive(Deserialize)]
+enum Piece {
+    Host {
+        id: String,
+        core: Box<HostCore>,
+    },
+    Ledger {
+        id: String,
+        seq: u64,
+        ledger: Ledger,
+    },
+    Auth {
+        seq: u64,
+        table: AuthTable,
+    },
+    End {
+        now: Millis,
+        policy: ResourcePolicy,
+    },
+}
+
+fn put(out: &mut Vec<u8>, piece: &PieceOut<'_>) {
+    frame(out, |v| postcard::to_io(piece, v).map(|_| ())).expect("pieces encode into a Vec");
+}
+
+impl MemoryStore {
+    /// A durable store on the data dir of `options`: state from its snapshot and log, every
+    /// change logged from now on. Live tickets get at least one lease from now (see
+    /// [`crate::scheduler::HostState::restored`]); hosts on the file's limits take this
+    /// configuration's.
+    ///
+    /// Fails when the dir cannot be used: another live process holds it, it is of a newer
+    /// format, a snapshot or a record before the log's end is damaged, or a file cannot be
+    /// read or written. Each error names the file and the problem.
+    pub fn open(
+        options: &OpenOptions,
+        policy: Policy,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(MemoryStore, Restored), OpenError> {
+        let started = Instant::now();
+        let dir = DataDir::open(&options.dir, clock.origin_epoch_us())?;
+        let epoch_us = dir.epoch_us;
+        let mut store = MemoryStore::new(policy, clock.clone());
+        let mut seen_now: Millis = 0;
+        let mut ledger_policy = store.policy.resources.clone();
+        let grant_floor = |now: Millis| epoch_us + now * 1000;
+
+        if let Some(pieces) = dir.snapshot()? {
+            for bytes in pieces {
+                let piece: Piece =
+                    postcard::from_bytes(&bytes).map_err(|e| OpenError::Damaged {
+                        path: options.dir.clone(),
+                        what: format!(
+                            "the newest snapshot holds a piece this authority cannot read: {e}"
+                        ),
+                    })?;
+                match piece {
+                    Piece::Host { id, core } => {
+                        let host = Host::new(core.limits.clone());
+                        host.inner.lock().expect("host lock").core = *core;
+                        store
+                            .hosts
+                            .get_mut()
+                            .expect("hosts lock")
+                            .insert(id, Arc::new(host));
+                    }
+                    Piece::Ledger { id, seq, ledger } => {
+                        let hosts = store.hosts.get_mut().expect("hosts lock");
+                        let host = hosts.get(&id).ok_or_else(|| OpenError::Damaged {
+                            path: options.dir.clone(),
+                            what: format!(
+                                "the newest snapshot has a ledger of unknown host {id:?}"
+                            ),
+                        })?;
+                        let mut part = host.ledger.lock().expect("ledger lock");
+                        part.ledger = ledger;
+                        part.seq = seq;
+                    }
+                    Piece::Auth { seq, table } => {
+                        *store.auth.get_mut().expect("auth lock") = AuthPart { table, seq };
+                    }
+                    Piece::End { now, policy } => {
+                        seen_now = seen_now.max(now);
+                        ledger_policy = policy;
+                    }
+                }
+            }
+        }
+
+        let records = dir.replay(|bytes| {
+            let record = Record::decode(bytes)?;
+            match record {
+                Record::Policy(p) => ledger_policy = p.into_owned(),
+                Record::Host { host, seq, now, op } => {
+                    seen_now = seen_now.max(now);
+                    let hosts = store.hosts.get_mut().expect("hosts lock");
+                    let op = op.into_owned();
+                    if let HostOp::Create(limits) = &op {
+                        hosts
+                            .entry(host.into_owned())
+                            .or_insert_with(|| Arc::new(Host::new(limits.clone())));
+                        return Ok(());
+                    }
+                    let h = hosts
+                        .get(host.as_ref())
+                        .ok_or_else(|| format!("a change of host {host:?}, never created"))?;
+                    let mut inner = h.inner.lock().expect("host lock");
+                    if seq > inner.core.seq {
+                        let _ = op.apply(&mut inner.core, now, grant_floor(now));
+                        inner.core.seq = seq;
+                        inner.core.state.drain_changes(|_, _| {});
+                    }
+                }
+                Record::Ledger { host, seq, now, op } => {
+                    seen_now = seen_now.max(now);
+                    let hosts = store.hosts.get_mut().expect("hosts lock");
+                    let h = hosts.get(host.as_ref()).ok_or_else(|| {
+                        format!("a ledger change of host {host:?}, never created")
+                    })?;
+                    let mut part = h.ledger.lock().expect("ledger lock");
+                    if seq > part.seq {
+                        let _ = op.into_owned().apply(&mut part.ledger, &ledger_policy, now);
+                        part.seq = seq;
+                    }
+                }
+                Record::Auth { seq, now, op } => {
+                    seen_now = seen_now.max(now);
+                    let part = store.auth.get_mut().expect("auth lock");
+                    if seq > part.seq {
+                        let _ = op.into_owned().apply(&mut part.table, now);
+                        part.seq = seq;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+
+        // Store time goes on from the dir's epoch, and never back behind what it has seen.
+        let wall = clock.origin_epoch_us().saturating_sub(epoch_us) / 1000;
+        let offset_ms = wall.max(seen_now.saturating_sub(clock.now_ms()));
+        store.clock = Arc::new(DirClock {
+            inner: clock,
+            offset_ms,
+            epoch_us,
+        });
+        let fresh = dir.fresh;
+        let journal = dir.start(options.sync, options.sync_interval)?;
+        store.journal = Some(journal.clone());
+
+        let _ = store.log_borrowed(&Record::Policy(Cow::Borrowed(&store.policy.resources)));
+        let max_keys = store.policy.auth.local_max_keys;
+        if store.auth.lock().expect("auth lock").table.max_keys() != max_keys.max(1) {
+            let _ = store.apply_auth(AuthOp::MaxKeys(max_keys));
+        }
+        let mut restored = Restored {
+            fresh,
+            records,
+            ..Restored::default()
+        };
+        for (host_id, host) in store.all_hosts() {
+            let file = store.file_limits(&host_id);
+            let current = host.inner.lock().expect("host lock").core.limits.clone();
+            if current.source == LimitsSource::File && current.limits != file {
+                let record = LimitsRecord {
+                    limits: file,
+                    source: LimitsSource::File,
+                    revision: current.revision + 1,
+                };
+                let _ = store.apply_host(&host_id, &host, HostOp::Limits(record));
+            }
+        }
+        store.restarted();
+        for (_, host) in store.all_hosts() {
+            let inner = host.inner.lock().expect("host lock");
+            let s = inner.core.state.stats(&inner.core.limits.limits, 0);
+            restored.live_tickets += u64::from(s.in_flight + s.queued + s.parked);
+            restored.hosts += 1;
+        }
+        journal.flush().map_err(|what| OpenError::Damaged {
+            path: options.dir.clone(),
+            what,
+        })?;
+        restored.took = started.elapsed();
+        Ok((store, restored))
+    }
+
+    /// What a restart does to the state: every live ticket's lease runs at least one
+    /// `lease_ttl` from now (see [`crate::scheduler::HostState::restored`]). [`Self::open`]
+    /// does it; public so that a test can keep an in-memory twin in step with a restarted
+    /// store.
+    pub fn restarted(&self) {
+        for (host_id, host) in self.all_hosts() {
+            let _ = self.apply_host(&host_id, &host, HostOp::Restarted);
+        }
+    }
+
+    /// Take a snapshot when the log since the last one is long enough: a new segment starts,
+    /// every part is written under its own lock (a host is held only while its own state is
+    /// encoded), and a thread writes the file and removes what it replaces.
+    pub(super) fn snapshot_if_due(&self) {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        if !journal.wants_snapshot() {
+            return;
+        }
+        let n = match journal.rotate() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("no snapshot taken: {e}");
+                return;
+            }
+        };
+        let mut out = Vec::new();
+        for (id, host) in self.all_hosts() {
+            {
+                let inner = host.inner.lock().expect("host lock");
+                put(
+                    &mut out,
+                    &PieceOut::Host {
+                        id: &id,
+                        core: &inner.core,
+                    },
+                );
+            }
+            let part = host.ledger.lock().expect("ledger lock");
+            put(
+                &mut out,
+                &PieceOut::Ledger {
+                    id: &id,
+                    seq: part.seq,
+                    ledger: &part.ledger,
+                },
+            );
+        }
+        {
+            let part = self.auth.lock().expect("auth lock");
+            put(
+                &mut out,
+                &PieceOut::Auth {
+                    seq: part.seq,
+                    table: &part.table,
+                },
+            );
+        }
+        put(
+            &mut out,
+            &PieceOut::End {
+                now: self.clock.now_ms(),
+                policy: &self.policy.resources,
+            },
+        );
+        let journal = journal.clone();
+        let spawned = std::thread::Builder::new()
+            .name("snapshot".into())
+            .spawn(move || journal.write_snapshot(n, &out));
+        if let Err(e) = spawned {
+            tracing::warn!("no snapshot written: cannot start its thread: {e}");
+        }
+    }
+
+    /// Write what the log holds and stop its thread (at shutdown; a store in memory has
+    /// nothing to do).
+    pub fn close(&self) {
+        if let Some(j) = &self.journal {
+            j.close();
+        }
+    }
+}
