@@ -96,11 +96,11 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
             OpenStore::Embedded(Arc::new(MemoryStore::new(policy, clock.clone())))
         }
         (None, Some(dir)) => {
-            let options = OpenOptions {
-                dir: dir.clone(),
-                sync: config.embedded.sync,
-                sync_interval: Duration::from_millis(config.embedded.sync_interval_ms),
-            };
+            let options = OpenOptions::new(
+                dir.clone(),
+                config.embedded.sync,
+                Duration::from_millis(config.embedded.sync_interval_ms),
+            );
             let (store, restored) = MemoryStore::open(&options, policy, clock.clone())
                 .map_err(|e| ServeError::Config(e.to_string()))?;
             if restored.fresh {

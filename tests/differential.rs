@@ -32,7 +32,7 @@ use admission_authority::scheduler::{
     Adaptive, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy, Report,
     ShadowDecision, SubmitArgs, SubmitMode, TicketView,
 };
-use admission_authority::store::journal::SyncPolicy;
+use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
 use admission_authority::store::redis::RedisStore;
 use admission_authority::store::{
@@ -106,8 +106,12 @@ struct Durable {
 fn open_durable(dir: &std::path::Path, policy: &Policy, clock: &ManualClock) -> MemoryStore {
     let options = OpenOptions {
         dir: dir.to_path_buf(),
-        sync: SyncPolicy::Always,
-        sync_interval: std::time::Duration::from_millis(10),
+        journal: JournalOptions {
+            sync: SyncPolicy::Always,
+            sync_interval: std::time::Duration::from_millis(10),
+            // A snapshot every few records: replays start from snapshots all the time.
+            snapshot_after_bytes: 1024,
+        },
     };
     MemoryStore::open(&options, policy.clone(), Arc::new(clock.clone()))
         .expect("the data dir opens")

@@ -16,7 +16,7 @@ use admission_authority::scheduler::{
     Limits, LimitsTable, Refusal, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
     TicketView,
 };
-use admission_authority::store::journal::SyncPolicy;
+use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
 use admission_authority::store::redis::RedisStore;
 use admission_authority::store::{
@@ -72,8 +72,12 @@ impl Harness for Durable {
         let clock = ManualClock::new(1_000);
         let options = OpenOptions {
             dir: dir.clone(),
-            sync: SyncPolicy::Always,
-            sync_interval: Duration::from_millis(10),
+            journal: JournalOptions {
+                sync: SyncPolicy::Always,
+                sync_interval: Duration::from_millis(10),
+                // A snapshot every few records: replays start from snapshots all the time.
+                snapshot_after_bytes: 1024,
+            },
         };
         let (store, restored) = MemoryStore::open(&options, policy.into(), Arc::new(clock.clone()))
             .expect("a data dir");

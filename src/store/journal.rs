@@ -44,6 +44,15 @@ const MAX_FRAME: usize = 1 << 30;
 /// the last snapshot if that is more (so writing snapshots costs at most as much as the log).
 pub const SNAPSHOT_AFTER_BYTES: u64 = 8 << 20;
 
+/// How a journal writes: the sync policy, and when to take a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalOptions {
+    pub sync: SyncPolicy,
+    pub sync_interval: Duration,
+    /// See [`SNAPSHOT_AFTER_BYTES`] (tests take snapshots far more often).
+    pub snapshot_after_bytes: u64,
+}
+
 /// When written records are made durable (`store.embedded.sync`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SyncPolicy {
@@ -373,11 +382,7 @@ impl DataDir {
     /// Begin serving: a new log segment for this process, and the sync thread.
     ///
     /// Fails when the segment cannot be made.
-    pub fn start(
-        self,
-        sync: SyncPolicy,
-        sync_interval: Duration,
-    ) -> Result<Arc<Journal>, OpenError> {
+    pub fn start(self, options: JournalOptions) -> Result<Arc<Journal>, OpenError> {
         let n = self
             .segments
             .last()
@@ -397,8 +402,10 @@ impl DataDir {
             path: self.path,
             lock: self.lock,
             thread: Mutex::new(None),
-            sync,
-            sync_interval,
+            snapshot_thread: Mutex::new(None),
+            sync: options.sync,
+            sync_interval: options.sync_interval,
+            snapshot_after_bytes: options.snapshot_after_bytes,
             failed: AtomicBool::new(false),
             errors: AtomicU64::new(0),
             inner: Mutex::new(Inner {
@@ -529,6 +536,8 @@ pub struct Journal {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     sync: SyncPolicy,
     sync_interval: Duration,
+    snapshot_after_bytes: u64,
+    snapshot_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// True while writes fail: new changes are refused before they are applied.
     failed: AtomicBool,
     errors: AtomicU64,
@@ -787,7 +796,7 @@ impl Journal {
         let inner = self.inner.lock().expect("journal lock");
         !inner.snapshotting
             && inner.failure.is_none()
-            && inner.log_bytes >= SNAPSHOT_AFTER_BYTES.max(inner.snapshot_bytes)
+            && inner.log_bytes >= self.snapshot_after_bytes.max(inner.snapshot_bytes)
     }
 
     /// Start a new segment for the records that follow; returns its number, which names the
@@ -812,6 +821,26 @@ impl Journal {
         inner.log_bytes = 0;
         inner.snapshotting = true;
         Ok(n)
+    }
+
+    /// Write snapshot `n` (its pieces, each framed) on a thread of its own: see
+    /// [`Journal::write_snapshot`].
+    pub fn spawn_snapshot(self: &Arc<Self>, n: u64, pieces: Vec<u8>) {
+        let j = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("snapshot".into())
+            .spawn(move || j.write_snapshot(n, &pieces));
+        match spawned {
+            Ok(t) => {
+                if let Some(done) = self.snapshot_thread.lock().expect("thread lock").replace(t) {
+                    let _ = done.join();
+                }
+            }
+            Err(e) => {
+                self.inner.lock().expect("journal lock").snapshotting = false;
+                tracing::warn!("no snapshot written: cannot start its thread: {e}");
+            }
+        }
     }
 
     /// Write snapshot `n` (its pieces, each framed) whole, then drop the segments and
@@ -884,8 +913,10 @@ impl Journal {
             inner.stop = true;
             self.wake.notify_all();
         }
-        if let Some(t) = self.thread.lock().expect("thread lock").take() {
-            let _ = t.join();
+        for thread in [&self.thread, &self.snapshot_thread] {
+            if let Some(t) = thread.lock().expect("thread lock").take() {
+                let _ = t.join();
+            }
         }
         let _ = self.lock.unlock();
     }

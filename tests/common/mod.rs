@@ -100,6 +100,11 @@ impl Server {
         self.child.id()
     }
 
+    /// Its stderr, when it was started with `Stdio::piped()` (read it after the process ends).
+    pub fn take_stderr(&mut self) -> Option<std::process::ChildStderr> {
+        self.child.stderr.take()
+    }
+
     /// The exit status if the process has ended.
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().expect("query the child")

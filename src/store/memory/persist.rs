@@ -15,15 +15,30 @@ use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::{Ledger, ResourcePolicy};
 use crate::scheduler::{LimitsRecord, LimitsSource, Millis};
-use crate::store::journal::{DataDir, OpenError, SyncPolicy, frame};
+use crate::store::journal::{
+    DataDir, JournalOptions, OpenError, SNAPSHOT_AFTER_BYTES, SyncPolicy, frame,
+};
 use crate::store::{Policy, TicketStore};
 
 /// Where and how the embedded store keeps its state (`store.embedded`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenOptions {
     pub dir: PathBuf,
-    pub sync: SyncPolicy,
-    pub sync_interval: Duration,
+    pub journal: JournalOptions,
+}
+
+impl OpenOptions {
+    /// `dir` with the sync policy given and snapshots at the usual size.
+    pub fn new(dir: PathBuf, sync: SyncPolicy, sync_interval: Duration) -> OpenOptions {
+        OpenOptions {
+            dir,
+            journal: JournalOptions {
+                sync,
+                sync_interval,
+                snapshot_after_bytes: SNAPSHOT_AFTER_BYTES,
+            },
+        }
+    }
 }
 
 /// What opening a data dir found, for the start-up log line.
@@ -227,7 +242,7 @@ impl MemoryStore {
             epoch_us,
         });
         let fresh = dir.fresh;
-        let journal = dir.start(options.sync, options.sync_interval)?;
+        let journal = dir.start(options.journal)?;
         store.journal = Some(journal.clone());
 
         let _ = store.log_borrowed(&Record::Policy(Cow::Borrowed(&store.policy.resources)));
@@ -333,13 +348,7 @@ impl MemoryStore {
                 policy: &self.policy.resources,
             },
         );
-        let journal = journal.clone();
-        let spawned = std::thread::Builder::new()
-            .name("snapshot".into())
-            .spawn(move || journal.write_snapshot(n, &out));
-        if let Err(e) = spawned {
-            tracing::warn!("no snapshot written: cannot start its thread: {e}");
-        }
+        journal.spawn_snapshot(n, out);
     }
 
     /// Write what the log holds and stop its thread (at shutdown; a store in memory has
