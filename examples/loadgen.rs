@@ -92,9 +92,11 @@ struct Args {
     only_rules: bool,
     /// `--csv PATH`: the adaptive scenario's samples (seconds, cap, provider limit) as CSV.
     csv: Option<PathBuf>,
+    /// `--only durable`: only the data-dir scenarios (cycles per sync policy, a restart).
+    only_durable: bool,
 }
 
-const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
+const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
 
 fn args() -> Args {
     let mut a = Args {
@@ -111,6 +113,7 @@ fn args() -> Args {
         only_adaptive: false,
         only_rules: false,
         csv: None,
+        only_durable: false,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -136,6 +139,7 @@ fn args() -> Args {
             "--only" if value == "eta" => a.only_eta = true,
             "--only" if value == "adaptive" => a.only_adaptive = true,
             "--only" if value == "rules" => a.only_rules = true,
+            "--only" if value == "durable" => a.only_durable = true,
             "--csv" => a.csv = Some(PathBuf::from(value)),
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
@@ -910,9 +914,12 @@ async fn metered<T>(
 const SOAK_CONFIG: &str = "scheduling: { total: 1000, per_subject: 1000 }\n";
 
 /// The soak: Submit+Release cycles with fresh run ids from 64 tasks for `seconds`, as fast as
-/// the server answers, on the embedded store (and on Redis with `--redis-url`). Prints the
-/// server's RSS (and Redis' `used_memory`) after the first minute (or the first sixth of a
-/// shorter run) and at the end: memory must level off, not grow with uptime × rate.
+/// the server answers, on the embedded store in memory, on a data dir (and on Redis with
+/// `--redis-url`). Prints the server's RSS (and Redis' `used_memory`) after the first minute
+/// (or the first sixth of a shorter run) and at the end, and the data dir's size: its peak
+/// over the first minute and over the last (sampled twice a second; the log grows between
+/// snapshots and shrinks at each, so its peaks are what can grow). Memory and disk must level
+/// off, not grow with uptime × rate.
 async fn soak(a: &Args, dir: &std::path::Path, seconds: f64) {
     let first = if seconds >= 120.0 {
         60.0
@@ -921,29 +928,39 @@ async fn soak(a: &Args, dir: &std::path::Path, seconds: f64) {
     };
     println!(
         "soak: {seconds} s of Submit+Release cycles at 64, fresh run ids, default retention; \
-         memory after {first} s and at the end\n"
+         memory after {first} s and at the end, the data dir's peak over the first and the \
+         last {first} s\n"
     );
     println!(
         "| {:<10} | {:>10} | {:>12} | {:>12} | {:>9} | {:>14} | {:>14} |",
-        "store", "cycles/s", "RSS first", "RSS end", "end/first", "redis first", "redis end"
+        "store", "cycles/s", "RSS first", "RSS end", "end/first", "first", "end"
     );
     println!(
         "|{:-<12}|{:->12}|{:->14}|{:->14}|{:->11}|{:->16}|{:->16}|",
         "", "", "", "", "", "", ""
     );
-    let mut stores: Vec<(&str, String, Option<String>)> = vec![("memory", String::new(), None)];
+    let data = dir.join("soak-data");
+    let _ = std::fs::remove_dir_all(&data);
+    let mut stores: Vec<(&str, String, Option<String>, Option<PathBuf>)> = vec![
+        ("memory", String::new(), None, None),
+        ("data dir", String::new(), None, Some(data)),
+    ];
     if let Some(url) = &a.redis_url {
         let prefix = format!("soak-{}:", std::process::id());
         stores.push((
             "redis",
             format!("store:\n  redis: {{ url: \"{url}\", prefix: \"{prefix}\" }}\n"),
             Some(url.clone()),
+            None,
         ));
     }
-    for (name, extra, url) in stores {
-        let config = dir.join(format!("soak-{name}.yaml"));
+    for (name, extra, url, data) in stores {
+        let config = dir.join(format!("soak-{}.yaml", name.replace(' ', "-")));
         std::fs::write(&config, format!("{SOAK_CONFIG}{extra}")).unwrap();
-        let server = Server::start(&config);
+        let server = match &data {
+            Some(d) => Server::start_with(&config, &["--data-dir", d.to_str().unwrap()]),
+            None => Server::start(&config),
+        };
         let chans = channels(&server.addr, 2).await;
         let mut conn = match &url {
             Some(u) => Some(
@@ -955,6 +972,22 @@ async fn soak(a: &Args, dir: &std::path::Path, seconds: f64) {
             ),
             None => None,
         };
+        // The data dir's size, sampled until the soak ends.
+        let samples = Arc::new(std::sync::Mutex::new(Vec::<(f64, u64)>::new()));
+        let sampler = data.clone().map(|d| {
+            let samples = samples.clone();
+            tokio::spawn(async move {
+                let t = Instant::now();
+                while t.elapsed().as_secs_f64() < seconds + 1.0 {
+                    let size = dir_bytes(&d);
+                    samples
+                        .lock()
+                        .unwrap()
+                        .push((t.elapsed().as_secs_f64(), size));
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+        });
         let (_, f1) =
             submit_release(&chans, "soak", api::SubmitMode::Queue, 64, first, "soak-a").await;
         let (rss1, redis1) = (server.rss_mib(), used_memory_mib(conn.as_mut()).await);
@@ -962,17 +995,207 @@ async fn soak(a: &Args, dir: &std::path::Path, seconds: f64) {
         let (_, f2) =
             submit_release(&chans, "soak", api::SubmitMode::Queue, 64, rest, "soak-b").await;
         let (rss2, redis2) = (server.rss_mib(), used_memory_mib(conn.as_mut()).await);
+        if let Some(s) = sampler {
+            s.abort();
+        }
         let rate = (f1.rate * first + f2.rate * rest) / seconds;
         let mib = |m: Option<f64>| m.map_or_else(|| "-".to_string(), |m| format!("{m:.1} MiB"));
+        let peak = |from: f64, to: f64| {
+            let s = samples.lock().unwrap();
+            s.iter()
+                .filter(|(t, _)| *t >= from && *t <= to)
+                .map(|(_, b)| *b as f64 / 1048576.0)
+                .reduce(f64::max)
+        };
+        let (disk1, disk2) = if data.is_some() {
+            (peak(0.0, first), peak(seconds - first, seconds))
+        } else {
+            (redis1, redis2)
+        };
         println!(
             "| {name:<10} | {rate:>10.0} | {:>8.1} MiB | {:>8.1} MiB | {:>9.2} | {:>14} | {:>14} |",
             rss1,
             rss2,
             rss2 / rss1,
-            mib(redis1),
-            mib(redis2)
+            mib(disk1),
+            mib(disk2)
         );
     }
+    println!(
+        "\n(first/end: Redis' used_memory for redis; the data dir's peak size over the first \
+         and the last {first} s for data dir)"
+    );
+}
+
+/// Bytes in the files of `dir` (not below it).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The restart scenario's configuration: room for 100,000 live tickets and as many retained
+/// ended ones (the default `max_retained`), leases and retention long enough to outlive it.
+const RESTART_CONFIG: &str = r#"
+scheduling: { total: 200000, per_subject: 200000, lease_ttl: 10m, retention: 10m }
+auth:
+  local_max_keys: 200000
+  buckets:
+    bench: { max_attempts: 1000000, window: 1h, lockout: 0s }
+"#;
+
+/// `--only durable`: the embedded store on a data dir. Submit+Release cycles at 64 on three
+/// servers in alternating rounds, in memory, `sync: interval` (the default) and `sync: always`,
+/// each data-dir server's rate divided by the in-memory one's of the same round; then a server
+/// holding 100,000 live tickets, 100,000 retained ended tickets and 100,000 auth keys is killed
+/// (SIGKILL) and the time from starting it again to its `listening on` (the state is back
+/// before that line) is measured.
+async fn durable(a: &Args, dir: &std::path::Path) {
+    let config = dir.join("bench.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let always_config = dir.join("bench-always.yaml");
+    std::fs::write(
+        &always_config,
+        format!("{CONFIG}store:\n  embedded: {{ sync: always }}\n"),
+    )
+    .unwrap();
+    let fresh = |name: &str| {
+        let d = dir.join(name);
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    };
+    let (d_interval, d_always) = (fresh("data-interval"), fresh("data-always"));
+    let memory = Server::start(&config);
+    let interval = Server::start_with(&config, &["--data-dir", d_interval.to_str().unwrap()]);
+    let always = Server::start_with(&always_config, &["--data-dir", d_always.to_str().unwrap()]);
+    let (mc, ic, ac) = (
+        channels(&memory.addr, 2).await,
+        channels(&interval.addr, 2).await,
+        channels(&always.addr, 2).await,
+    );
+    println!(
+        "| {:<58} | {:>4} | {:>9} | {:>7} | {:>7} | {:>9} |",
+        "scenario", "conc", "ops/s", "p50 ms", "p99 ms", "srv µs/op"
+    );
+    println!(
+        "|{:-<60}|{:->6}|{:->11}|{:->9}|{:->9}|{:->11}|",
+        "", "", "", "", "", ""
+    );
+    let secs = a.seconds;
+    let cycles = move |(_, f): &(Figures, Figures)| f.rate * secs;
+    let mut rounds = Vec::new();
+    for r in 0..a.rounds {
+        let tag = |t: &str| -> &'static str { Box::leak(format!("{t}{r}").into_boxed_str()) };
+        let (_, m) = metered(
+            &memory,
+            submit_release(&mc, "free", api::SubmitMode::Queue, 64, secs, tag("dm")),
+            cycles,
+            |(_, f), u| f.cpu_us = Some(u),
+        )
+        .await;
+        let (_, i) = metered(
+            &interval,
+            submit_release(&ic, "free", api::SubmitMode::Queue, 64, secs, tag("di")),
+            cycles,
+            |(_, f), u| f.cpu_us = Some(u),
+        )
+        .await;
+        let (_, al) = metered(
+            &always,
+            submit_release(&ac, "free", api::SubmitMode::Queue, 64, secs, tag("da")),
+            cycles,
+            |(_, f), u| f.cpu_us = Some(u),
+        )
+        .await;
+        rounds.push((i.rate / m.rate, (al.rate / m.rate, m, i, al)));
+    }
+    let (interval_ratio, (always_ratio, m, i, al)) = median(rounds);
+    row("Submit+Release cycle, embedded store in memory", 64, &m);
+    row(
+        "Submit+Release cycle, data dir, sync: interval (10 ms)",
+        64,
+        &i,
+    );
+    row("Submit+Release cycle, data dir, sync: always", 64, &al);
+    let sizes = (dir_bytes(&d_interval), dir_bytes(&d_always));
+    drop((mc, ic, ac));
+    drop((memory, interval, always));
+
+    // A restart with 100k live, 100k retained and 100k auth keys.
+    let restart_config = dir.join("bench-restart.yaml");
+    std::fs::write(&restart_config, RESTART_CONFIG).unwrap();
+    let d_restart = fresh("data-restart");
+    let args = ["--data-dir", d_restart.to_str().unwrap()];
+    let server = Server::start_with(&restart_config, &args);
+    let chans = channels(&server.addr, 2).await;
+    let t = Instant::now();
+    fill(&chans, 100_000, |mut c, i| async move {
+        c.submit(submit(
+            "restart",
+            format!("s{}", i % 500),
+            format!("live-{i}"),
+            api::SubmitMode::Queue,
+        ))
+        .await
+        .unwrap();
+    })
+    .await;
+    fill(&chans, 100_000, |mut c, i| async move {
+        let r = c
+            .submit(submit(
+                "restart",
+                format!("s{}", i % 500),
+                format!("ended-{i}"),
+                api::SubmitMode::Queue,
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        c.release(api::ReleaseRequest {
+            ticket_id: r.ticket_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    })
+    .await;
+    seed_auth(&chans).await;
+    let filled = t.elapsed();
+    let before = dir_bytes(&d_restart);
+    drop(chans);
+    drop(server); // SIGKILL
+    let t = Instant::now();
+    let server = Server::start_with(&restart_config, &args);
+    let ready = t.elapsed();
+    let chans = channels(&server.addr, 1).await;
+    let stats = AdmissionClient::new(chans[0].clone())
+        .get_stats(api::GetStatsRequest {
+            host_id: "restart".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stats.in_flight, 100_000, "every live ticket came back");
+    println!();
+    println!(
+        "data dir: Submit+Release cycles/s at 64 with sync: interval = {interval_ratio:.2} × in memory (target ≥ 0.9); with sync: always = {always_ratio:.2} × (target ≥ 0.5); dirs after the runs {:.1} MiB and {:.1} MiB",
+        sizes.0 as f64 / 1048576.0,
+        sizes.1 as f64 / 1048576.0
+    );
+    println!(
+        "data dir: restart with 100000 live tickets, 100000 retained ended tickets and 100000 auth keys ({:.0} MiB on disk, filled in {:.1} s) ready in {:.2} s (target ≤ 2 s), {} in flight after it",
+        before as f64 / 1048576.0,
+        filled.as_secs_f64(),
+        ready.as_secs_f64(),
+        stats.in_flight
+    );
 }
 
 /// Redis' `used_memory` in MiB, when measuring a Redis.
@@ -1116,6 +1339,11 @@ async fn main() {
     }
     if a.only_adaptive {
         adaptive(&a, &dir).await;
+        return;
+    }
+    if a.only_durable {
+        durable(&a, &dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
         return;
     }
     if a.only_rules {

@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::net::{ConnectionGate, Incoming};
 use crate::security::Authenticator;
 use crate::service::{AdmissionService, OperatorService};
+use crate::store::journal::JournalOptions;
 use crate::store::memory::{MemoryStore, OpenOptions};
 use crate::store::redis::RedisStore;
 use crate::store::{Policy, Store};
@@ -96,11 +97,14 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
             OpenStore::Embedded(Arc::new(MemoryStore::new(policy, clock.clone())))
         }
         (None, Some(dir)) => {
-            let options = OpenOptions::new(
-                dir.clone(),
-                config.embedded.sync,
-                Duration::from_millis(config.embedded.sync_interval_ms),
-            );
+            let options = OpenOptions {
+                dir: dir.clone(),
+                journal: JournalOptions {
+                    sync: config.embedded.sync,
+                    sync_interval: Duration::from_millis(config.embedded.sync_interval_ms),
+                    snapshot_after_bytes: config.embedded.snapshot_after_bytes,
+                },
+            };
             let (store, restored) = MemoryStore::open(&options, policy, clock.clone())
                 .map_err(|e| ServeError::Config(e.to_string()))?;
             if restored.fresh {

@@ -1,6 +1,7 @@
 //! A short version of the load generator's soak (`loadgen --soak 600`): sustained
 //! Submit+Release cycles with fresh run ids on the real binary. Once `max_retained` ended
-//! tickets are remembered, memory must level off however long the load lasts.
+//! tickets are remembered, memory must level off however long the load lasts; on a data dir,
+//! so must the dir (its log is cut back at every snapshot).
 
 mod common;
 
@@ -99,4 +100,81 @@ async fn memory_levels_off_under_sustained_cycles_with_fresh_run_ids() {
         .into_inner();
     assert_eq!(common::state_of(again.state), api::TicketState::Admitted);
     eprintln!("soak: RSS {first} KiB after the warm-up, {end} KiB at the end");
+}
+
+/// The largest size `dir`'s files reached while `work` ran (sampled every 10 ms).
+async fn peak_dir_bytes(dir: &std::path::Path, work: impl std::future::Future<Output = ()>) -> u64 {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (dir, done) = (dir.to_path_buf(), done.clone());
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                let size: u64 = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum();
+                peak = peak.max(size);
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            peak
+        })
+    };
+    work.await;
+    done.store(true, Ordering::Relaxed);
+    sampler.await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_and_the_data_dir_level_off_under_sustained_cycles() {
+    const MAX_RETAINED: u64 = 1_000;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("soak-data-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Snapshots at a small size, so that a short run goes through many of them.
+    let server = Server::start_with_config(
+        "soak-durable",
+        &format!(
+            "scheduling: {{ total: 1000, per_subject: 1000, max_retained: {MAX_RETAINED} }}\n\
+             store: {{ embedded: {{ snapshot_after: 64KiB }} }}\n"
+        ),
+        &["--data-dir", dir.to_str().unwrap()],
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..32 {
+        clients.push(server.client().await);
+    }
+    cycles(&clients, &next, 8 * MAX_RETAINED).await;
+    let first_disk = peak_dir_bytes(&dir, cycles(&clients, &next, 4 * MAX_RETAINED)).await;
+    let first = rss_kib(server.pid());
+    cycles(&clients, &next, 16 * MAX_RETAINED).await;
+    let end_disk = peak_dir_bytes(&dir, cycles(&clients, &next, 4 * MAX_RETAINED)).await;
+    let end = rss_kib(server.pid());
+    assert!(
+        end as f64 <= first as f64 * 1.25,
+        "RSS grew from {first} KiB to {end} KiB"
+    );
+    // Unbounded, the log of 20,000 more cycles would hold about 2 MiB more.
+    assert!(
+        end_disk as f64 <= first_disk as f64 * 1.25,
+        "the data dir's peak grew from {first_disk} to {end_disk} bytes"
+    );
+    let logs = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".aal"))
+        .count();
+    assert!(
+        logs <= 3,
+        "{logs} log segments: old ones are removed after each snapshot"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "soak on a data dir: RSS {first} KiB after the warm-up, {end} KiB at the end; \
+         dir peak {first_disk} bytes, then {end_disk} bytes"
+    );
 }

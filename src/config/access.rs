@@ -484,9 +484,11 @@ pub(super) fn render(out: &mut String, c: &Config) {
             };
             let _ = writeln!(
                 out,
-                "store:\n  embedded: {{data_dir: {dir}, sync: {}, sync_interval: {}}}{}",
+                "store:\n  embedded: {{data_dir: {dir}, sync: {}, sync_interval: {}, \
+                 snapshot_after: {}}}{}",
                 e.sync.name(),
                 super::format_ms(e.sync_interval_ms),
+                super::walker::format_size(e.snapshot_after_bytes),
                 if e.data_dir.is_none() {
                     "   # in memory: the state ends with the process"
                 } else {

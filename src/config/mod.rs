@@ -132,12 +132,18 @@ pub struct EmbeddedConfig {
     pub data_dir: Option<PathBuf>,
     pub sync: SyncPolicy,
     pub sync_interval_ms: u64,
+    /// A snapshot is taken once this much log was written since the last one (or as much as
+    /// the last snapshot, if that is more).
+    pub snapshot_after_bytes: u64,
 }
 
 /// `store.embedded.sync_interval` by default.
 pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 10;
 /// The longest `store.embedded.sync_interval`: what a power loss may take at most.
 pub const MAX_SYNC_INTERVAL_MS: u64 = 10_000;
+/// Bounds of `store.embedded.snapshot_after`.
+pub const MIN_SNAPSHOT_AFTER: u64 = 4 << 10;
+pub const MAX_SNAPSHOT_AFTER: u64 = 1 << 30;
 
 impl Default for EmbeddedConfig {
     fn default() -> Self {
@@ -145,6 +151,7 @@ impl Default for EmbeddedConfig {
             data_dir: None,
             sync: SyncPolicy::default(),
             sync_interval_ms: DEFAULT_SYNC_INTERVAL_MS,
+            snapshot_after_bytes: crate::store::journal::SNAPSHOT_AFTER_BYTES,
         }
     }
 }

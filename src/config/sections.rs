@@ -323,8 +323,11 @@ impl Cx {
     /// `store.embedded`.
     pub(super) fn embedded(&mut self, v: &Value) -> EmbeddedConfig {
         let mut e = EmbeddedConfig::default();
-        let Some(m) = self.mapping(v, "store.embedded", &["data_dir", "sync", "sync_interval"])
-        else {
+        let Some(m) = self.mapping(
+            v,
+            "store.embedded",
+            &["data_dir", "sync", "sync_interval", "snapshot_after"],
+        ) else {
             return e;
         };
         if let Some(v) = given(m, "data_dir") {
@@ -350,6 +353,16 @@ impl Cx {
                 self.duration(v, "store.embedded.sync_interval", 1, MAX_SYNC_INTERVAL_MS)
         {
             e.sync_interval_ms = ms;
+        }
+        if let Some(v) = m.get("snapshot_after")
+            && let Some(b) = self.size(
+                v,
+                "store.embedded.snapshot_after",
+                MIN_SNAPSHOT_AFTER,
+                MAX_SNAPSHOT_AFTER,
+            )
+        {
+            e.snapshot_after_bytes = b;
         }
         e
     }

@@ -160,6 +160,42 @@ impl Cx {
         }
     }
 
+    /// A size like `64KiB`, `8MiB` or `1GiB` (a bare number is bytes), in bytes.
+    pub(super) fn size(&mut self, v: &Value, path: &str, min: u64, max: u64) -> Option<u64> {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => String::new(),
+        };
+        let t = text.trim();
+        let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+        let scale = match unit.trim() {
+            "" | "B" => Some(1u64),
+            "KiB" => Some(1 << 10),
+            "MiB" => Some(1 << 20),
+            "GiB" => Some(1 << 30),
+            _ => None,
+        };
+        let bytes = scale.and_then(|k| digits.parse::<u64>().ok()?.checked_mul(k));
+        match bytes {
+            Some(b) if (min..=max).contains(&b) => Some(b),
+            Some(_) => {
+                self.err(
+                    path,
+                    format_args!("must be from {} to {}", format_size(min), format_size(max)),
+                );
+                None
+            }
+            None => {
+                self.err(
+                    path,
+                    format_args!("must be a size like 64KiB, 8MiB or 1GiB, got {text:?}"),
+                );
+                None
+            }
+        }
+    }
+
     pub(super) fn policy(&mut self, v: &Value, path: &str) -> Option<OverflowPolicy> {
         let s = v.as_str();
         match s.and_then(OverflowPolicy::parse) {
@@ -239,4 +275,14 @@ pub(super) fn yaml_key(s: &str) -> String {
     } else {
         format!("{s:?}")
     }
+}
+
+/// Bytes as the largest whole unit that `Cx::size` reads back (`8MiB`, `4KiB`, `100B`).
+pub(super) fn format_size(bytes: u64) -> String {
+    for (unit, k) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= k && bytes % k == 0 {
+            return format!("{}{unit}", bytes / k);
+        }
+    }
+    format!("{bytes}B")
 }

@@ -15,9 +15,7 @@ use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::{Ledger, ResourcePolicy};
 use crate::scheduler::{LimitsRecord, LimitsSource, Millis};
-use crate::store::journal::{
-    DataDir, JournalOptions, OpenError, SNAPSHOT_AFTER_BYTES, SyncPolicy, frame,
-};
+use crate::store::journal::{DataDir, JournalOptions, OpenError, frame};
 use crate::store::{Policy, TicketStore};
 
 /// Where and how the embedded store keeps its state (`store.embedded`).
@@ -25,20 +23,6 @@ use crate::store::{Policy, TicketStore};
 pub struct OpenOptions {
     pub dir: PathBuf,
     pub journal: JournalOptions,
-}
-
-impl OpenOptions {
-    /// `dir` with the sync policy given and snapshots at the usual size.
-    pub fn new(dir: PathBuf, sync: SyncPolicy, sync_interval: Duration) -> OpenOptions {
-        OpenOptions {
-            dir,
-            journal: JournalOptions {
-                sync,
-                sync_interval,
-                snapshot_after_bytes: SNAPSHOT_AFTER_BYTES,
-            },
-        }
-    }
 }
 
 /// What opening a data dir found, for the start-up log line.
