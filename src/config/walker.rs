@@ -280,7 +280,7 @@ pub(super) fn yaml_key(s: &str) -> String {
 /// Bytes as the largest whole unit that `Cx::size` reads back (`8MiB`, `4KiB`, `100B`).
 pub(super) fn format_size(bytes: u64) -> String {
     for (unit, k) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if bytes >= k && bytes % k == 0 {
+        if bytes >= k && bytes.is_multiple_of(k) {
             return format!("{}{unit}", bytes / k);
         }
     }
