@@ -43,6 +43,9 @@ fn check_config(name: &str, text: &str) -> String {
 }
 
 const CONFIG_PATH: &str = "/etc/admission/admission.yaml";
+/// Where the single authority keeps its state: the image's volume, the StatefulSet's claim,
+/// the systemd unit's StateDirectory.
+const DATA_DIR: &str = "/var/lib/admission";
 
 #[test]
 fn the_shipped_configuration_passes_check_config_and_listens_where_the_files_say() {
@@ -60,13 +63,31 @@ fn the_shipped_configuration_passes_check_config_and_listens_where_the_files_say
 }
 
 #[test]
+fn the_single_authority_configuration_keeps_its_state_in_the_volume() {
+    let text = std::fs::read_to_string(deploy("admission-single.yaml")).unwrap();
+    let resolved = check_config("deploy-single", &text);
+    assert!(
+        resolved.contains(&format!(
+            "embedded: {{data_dir: \"{DATA_DIR}\", sync: interval"
+        )),
+        "{resolved}"
+    );
+    assert!(resolved.contains("listen: 0.0.0.0:50051"), "{resolved}");
+    let cm = yaml("k8s/configmap.yaml");
+    let embedded = cm["data"]["admission-single.yaml"].as_str().unwrap();
+    assert_eq!(check_config("deploy-configmap-single", embedded), resolved);
+}
+
+#[test]
 fn the_container_image_runs_the_shipped_configuration() {
     let dockerfile = std::fs::read_to_string(deploy("Dockerfile")).unwrap();
     assert!(
         dockerfile.contains("FROM rust:1.95"),
         "builder on the project's toolchain"
     );
-    assert!(dockerfile.contains(&format!("COPY deploy/admission.yaml {CONFIG_PATH}")));
+    assert!(dockerfile.contains(&format!("COPY deploy/admission-single.yaml {CONFIG_PATH}")));
+    assert!(dockerfile.contains(&format!("VOLUME {DATA_DIR}")));
+    assert!(dockerfile.contains(&format!("chown 10001 {DATA_DIR}")));
     assert!(dockerfile.contains(&format!(
         "ENTRYPOINT [\"admission-authority\", \"serve\", \"--config\", \"{CONFIG_PATH}\"]"
     )));
@@ -107,6 +128,45 @@ fn compose_runs_redis_and_two_replicas_on_the_configured_ports() {
             assert!(s["environment"].get(token).is_some(), "{name} sets {token}");
         }
     }
+    // The single authority: the image's own configuration, its data dir on a named volume.
+    let single = &services["authority"];
+    assert_eq!(single["profiles"][0].as_str(), Some("single"));
+    assert_eq!(
+        single["volumes"][0].as_str(),
+        Some(format!("admission-data:{DATA_DIR}").as_str())
+    );
+    assert!(c["volumes"].get("admission-data").is_some());
+}
+
+#[test]
+fn the_statefulset_runs_one_authority_with_its_data_dir_on_a_claim() {
+    let s = yaml("k8s/statefulset.yaml");
+    assert_eq!(s["kind"].as_str(), Some("StatefulSet"));
+    assert_eq!(
+        s["spec"]["replicas"].as_u64(),
+        Some(1),
+        "a data dir is one process's"
+    );
+    let c = &s["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        c["args"][2].as_str(),
+        Some("/etc/admission/admission-single.yaml")
+    );
+    let claim = s["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    assert!(
+        mounts.iter().any(|m| m["name"].as_str() == Some(claim)
+            && m["mountPath"].as_str() == Some(DATA_DIR)),
+        "{mounts:?}"
+    );
+    assert_eq!(c["readinessProbe"]["grpc"]["port"].as_u64(), Some(50051));
+    let d = yaml("k8s/deployment.yaml");
+    assert_eq!(
+        s["spec"]["selector"], d["spec"]["selector"],
+        "the Service finds either"
+    );
 }
 
 #[test]
@@ -181,6 +241,10 @@ fn the_systemd_unit_is_valid_and_runs_the_shipped_configuration() {
         "ExecStart=/usr/local/bin/admission-authority serve --config {CONFIG_PATH}"
     )));
     assert!(unit.contains("KillSignal=SIGTERM"));
+    assert!(
+        unit.contains("StateDirectory=admission"),
+        "its data dir, {DATA_DIR}"
+    );
     // systemd-analyze checks the unit's syntax and that ExecStart exists: point it at the
     // binary under test.
     if Command::new("systemd-analyze")

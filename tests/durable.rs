@@ -449,6 +449,26 @@ async fn a_damaged_record_before_the_end_refuses_to_start_naming_the_file() {
 }
 
 #[tokio::test]
+async fn a_missing_log_segment_refuses_to_start_naming_it() {
+    let (dir, _) = dir_with_tickets("gap").await;
+    // Two more processes, each with a segment of its own holding a Submit.
+    for run in ["second", "third"] {
+        let server = on(&dir, &[]);
+        let mut c = server.client().await;
+        c.submit(submit_req("h", run, run)).await.unwrap();
+    }
+    let first = last_segment(&dir).with_file_name("log-0000000000000001.aal");
+    assert!(first.exists(), "{}", first.display());
+    let second = first.with_file_name("log-0000000000000002.aal");
+    std::fs::remove_file(&second).unwrap();
+    let (code, stderr) = refused(&dir);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains(second.to_str().unwrap()), "{stderr}");
+    assert!(stderr.contains("missing"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
 async fn a_second_process_on_the_same_dir_refuses_to_start() {
     let dir = data_dir("locked");
     let first = on(&dir, &[]);

@@ -24,7 +24,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -201,7 +201,14 @@ impl DataDir {
             let path = path.to_path_buf();
             move |source| OpenError::Io { path, what, source }
         };
-        std::fs::create_dir_all(path).map_err(io("cannot make it"))?;
+        if !path.exists() {
+            // Readable by the service alone: it holds auth identities as callers sent them.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(path)
+                .map_err(io("cannot make it"))?;
+        }
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -303,7 +310,7 @@ impl DataDir {
         &self,
         mut each: impl FnMut(&[u8]) -> Result<(), String>,
     ) -> Result<u64, OpenError> {
-        let from = self.snapshot.unwrap_or(0);
+        let from = self.snapshot.unwrap_or(1);
         let mut count = 0;
         let segments: Vec<u64> = self
             .segments
@@ -311,6 +318,26 @@ impl DataDir {
             .copied()
             .filter(|n| *n >= from)
             .collect();
+        // The snapshot holds everything before segment `from`, and every segment from it on
+        // must be there: a gap (a dir copied file by file from a running process, a file
+        // removed by hand) would silently lose the changes it held.
+        for (i, n) in segments.iter().enumerate() {
+            let expected = from + i as u64;
+            if *n != expected {
+                return Err(OpenError::Damaged {
+                    path: self.path.join(segment_name(expected)),
+                    what: format!(
+                        "missing: the log goes on in {} but this segment, which {}, is not there",
+                        segment_name(*n),
+                        if self.snapshot.is_some() {
+                            "the newest snapshot needs"
+                        } else {
+                            "a dir without a snapshot starts with"
+                        }
+                    ),
+                });
+            }
+        }
         for (i, n) in segments.iter().enumerate() {
             let path = self.path.join(segment_name(*n));
             let bytes = std::fs::read(&path).map_err(|source| OpenError::Io {
@@ -323,8 +350,8 @@ impl DataDir {
                 what,
             };
             let last = i + 1 == segments.len();
-            if bytes.len() < LOG_MAGIC.len() && last && LOG_MAGIC.starts_with(&bytes) {
-                // Made by a process that stopped before its header was written.
+            if bytes.len() < LOG_MAGIC.len() && LOG_MAGIC.starts_with(&bytes) {
+                // Made by a process that stopped before its header was written: no records.
                 continue;
             }
             let body = bytes
@@ -408,6 +435,7 @@ impl DataDir {
             snapshot_after_bytes: options.snapshot_after_bytes,
             failed: AtomicBool::new(false),
             errors: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 file: Arc::new(file),
                 segment: n,
@@ -541,6 +569,8 @@ pub struct Journal {
     /// True while writes fail: new changes are refused before they are applied.
     failed: AtomicBool,
     errors: AtomicU64,
+    /// Times the journal recovered from a failure.
+    recoveries: AtomicU64,
     inner: Mutex<Inner>,
     /// Wakes the sync thread (a commit under `always`, a failure to retry, a stop).
     wake: Condvar,
@@ -578,6 +608,12 @@ impl Journal {
     /// Writes and fsyncs that failed since the process started.
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Times the journal took writes again after a failure (the store then gives live tickets
+    /// a lease from then: nobody could renew while it failed).
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries.load(Ordering::Acquire)
     }
 
     /// Append a record that `write` encodes (framed here). Call it under the lock that
@@ -775,6 +811,7 @@ impl Journal {
                 let seq = inner.appended;
                 self.synced_to(&mut inner, seq);
                 inner.failure = None;
+                self.recoveries.fetch_add(1, Ordering::Release);
                 self.failed.store(false, Ordering::Relaxed);
                 tracing::info!(dir = %self.path.display(), "data dir takes writes again");
             }

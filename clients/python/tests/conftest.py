@@ -19,10 +19,10 @@ T = TypeVar("T")
 
 
 class Server:
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, listen: str = "127.0.0.1:0") -> None:
         binary = os.environ.get("ADMISSION_BIN", str(REPO / "target/debug/admission-authority"))
         self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", *args],
+            [binary, "serve", "--listen", listen, *args],
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "RUST_LOG": "warn"},
@@ -36,14 +36,19 @@ class Server:
         self.proc.terminate()
         self.proc.wait(timeout=10)
 
+    def kill(self) -> None:
+        """SIGKILL, as an OOM kill or a lost node would."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
 
 @pytest.fixture
 def start_server() -> Iterator[Callable[..., Server]]:
     """Start servers with the given flags; each is stopped (by PID) after the test."""
     started: list[Server] = []
 
-    def start(*args: str) -> Server:
-        s = Server(*args)
+    def start(*args: str, listen: str = "127.0.0.1:0") -> Server:
+        s = Server(*args, listen=listen)
         started.append(s)
         return s
 

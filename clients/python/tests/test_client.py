@@ -154,6 +154,50 @@ def test_async_slot_renews_past_its_lease(start_server: StartServer) -> None:
     asyncio.run(scenario())
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_slots_and_waits_carry_on_through_a_killed_and_restarted_authority(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    # An authority on a data dir, SIGKILLed and started again on the same address: the holder
+    # keeps its slot by renewing (the restart gives it one lease), the waiter's Wait stream is
+    # reopened and keeps its place, and nobody is told the slot is lost.
+    addr = f"127.0.0.1:{_free_port()}"
+    flags = ("--data-dir", str(tmp_path / "data"), "--total", "1", "--queue-total", "4",
+             "--lease-ttl", "2s")
+    first = start_server(*flags, listen=addr)
+    client = AdmissionClient(addr, host_id="h")
+    admitted = threading.Event()
+
+    def waiter() -> None:
+        with AdmissionClient(addr, host_id="h") as other:
+            with other.slot("bob", run_id="waiter"):
+                admitted.set()
+
+    with client.slot("alice", run_id="holder") as slot:
+        t = threading.Thread(target=waiter)
+        t.start()
+        eventually("bob to queue", lambda: client.stats().queued == 1 or None)
+        first.kill()
+        start_server(*flags, listen=addr)
+        restarted = time.monotonic()
+        # Past the lease the restart gave: only the holder's renewals keep its slot.
+        while time.monotonic() - restarted < 3.0:
+            s = client.stats()
+            assert (s.in_flight, s.queued, s.expired) == (1, 1, 0), s
+            assert not slot.lost and not admitted.is_set()
+            time.sleep(0.1)
+    t.join(timeout=10)
+    assert admitted.is_set(), "the waiter was admitted on its reopened Wait stream"
+    s = client.stats()
+    assert (s.in_flight, s.expired, s.released) == (0, 0, 2), s
+    client.close()
+
+
 def test_authorize_and_settle_round_trip(start_server: StartServer, tmp_path: Path) -> None:
     config = tmp_path / "budgets.yaml"
     config.write_text("resources:\n  default: { max_tokens: 1000 }\n")

@@ -205,6 +205,46 @@ def test_two_botos_replicas_share_one_cap_and_the_surplus_gets_the_busy_reply(st
     asyncio.run(main())
 
 
+def test_turns_carry_on_through_a_killed_and_restarted_authority(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    # An authority on a data dir, SIGKILLed and started again on the same address: the running
+    # turn keeps its slot by renewing, the queued one's Wait is reopened and keeps its place.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{sock.getsockname()[1]}"
+    flags = ("--data-dir", str(tmp_path / "data"), "--total", "1", "--queue-total", "2",
+             "--lease-ttl", "2s")
+    first = start_server(*flags, listen=addr)
+    agents = Agents()
+
+    async def main() -> None:
+        replica = Replica(agents)
+        gate = install(replica.bos, AsyncAdmissionClient(addr, host_id="gw", instance_id="replica-a", timeout=2.0))
+        await replica.start()
+        running = replica.send("alice")
+        await until("alice's turn to run", lambda: agents.running == 1 or None)
+        waiting = replica.send("bob")
+        await until("bob's turn to queue", lambda: gate.queued == 1 or None)
+        first.kill()
+        start_server(*flags, listen=addr)
+        restarted = time.monotonic()
+        # Past the lease the restart gave: only the gate's renewals keep alice's slot.
+        while time.monotonic() - restarted < 3.0:
+            s = authority_stats(addr)
+            assert (s.in_flight, s.queued, s.expired) == (1, 1, 0), s
+            assert agents.running == 1
+            await asyncio.sleep(0.1)
+        agents.go.set()
+        assert await asyncio.gather(running, waiting) == ["done:hi", "done:hi"]
+        s = authority_stats(addr)
+        assert (s.in_flight, s.expired, s.released) == (0, 0, 2), s
+        assert gate.stats()["rejected"] == 0
+        await replica.stop()
+
+    asyncio.run(main())
+
+
 def test_a_turn_waiting_on_a_human_lends_its_slot_and_gets_it_back(start_server: StartServer) -> None:
     server = start_server("--total", "1", "--queue-total", "4")
     agents = Agents()

@@ -135,6 +135,9 @@ type Unary<Req, Res> = (
 const FIRST_BACKOFF_MS = 50;
 /** Longest pause between retries. */
 const MAX_BACKOFF_MS = 1_000;
+/** How long a queued ticket's Wait keeps reopening its stream while the authority cannot be
+ * reached (a restart, a deploy, a network blip). */
+export const RESUME_WAIT_FOR_MS = 60_000;
 /** How long a Submit given up on keeps being released by run in the background: the authority
  * may apply it late (a store that stalled runs the calls it had queued once it resumes). */
 const RELEASE_RUN_FOR_MS = 60_000;
@@ -488,13 +491,45 @@ export class AdmissionClient {
   }
 
   /** Follow a queued ticket until it is admitted (resolves with its grant); rejects when it
-   * ends otherwise, or with the signal's reason when the signal aborts (the caller withdraws). */
-  waitAdmitted(
+   * ends otherwise, or with the signal's reason when the signal aborts (the caller withdraws).
+   * A stream cut while the ticket waits (the authority restarted or could not be reached) is
+   * reopened with backoff, for up to {@link RESUME_WAIT_FOR_MS} of trying: an authority on a
+   * data dir keeps the ticket and its place, and gives it one lease from its restart. */
+  async waitAdmitted(
     ticketId: string,
     signal: AbortSignal | undefined,
     onQueued?: (position: number, etaMs: number) => void,
   ): Promise<number> {
+    let backoff = FIRST_BACKOFF_MS;
+    let cutSince: number | undefined;
+    for (;;) {
+      const got = await this.waitOnce(ticketId, signal, (position, etaMs) => {
+        cutSince = undefined;
+        backoff = FIRST_BACKOFF_MS;
+        onQueued?.(position, etaMs);
+      });
+      if (typeof got === "number") return got;
+      const now = Date.now();
+      cutSince ??= now;
+      if (now - cutSince > RESUME_WAIT_FOR_MS) throw got;
+      await sleep(backoff);
+      if (signal?.aborted) throw signal.reason;
+      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+    }
+  }
+
+  /** One Wait stream: the grant once admitted, or the error that cut the stream when it may be
+   * reopened; rejects when the ticket ended, the error is final, or the signal aborts. */
+  private waitOnce(
+    ticketId: string,
+    signal: AbortSignal | undefined,
+    onQueued: (position: number, etaMs: number) => void,
+  ): Promise<number | AdmissionError> {
     return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
+      }
       const stream = this.stub.wait({ ticketId }, this.metadata());
       let settled = false;
       const finish = (f: () => void) => {
@@ -515,15 +550,17 @@ export class AdmissionClient {
         } else if (e.state !== gen.TicketState.TICKET_STATE_QUEUED) {
           finish(() => reject(new TicketEndedError(ticketId, stateName(e.state))));
         } else {
-          onQueued?.(e.position, e.etaMs);
+          onQueued(e.position, e.etaMs);
         }
       });
       stream.on("error", (err: ServiceError) => {
-        if (err.code !== grpcStatus.CANCELLED) finish(() => reject(translate(err)));
+        if (err.code === grpcStatus.CANCELLED) return;
+        const e = translate(err);
+        finish(() => (e.retryable ? resolve(e) : reject(e)));
       });
       stream.on("end", () =>
         finish(() =>
-          reject(new AdmissionError(`the Wait stream of ${ticketId} ended`, grpcStatus.UNKNOWN)),
+          resolve(new AdmissionError(`the Wait stream of ${ticketId} ended`, grpcStatus.UNAVAILABLE)),
         ),
       );
     });

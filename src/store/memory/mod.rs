@@ -17,6 +17,7 @@ mod persist;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
@@ -47,6 +48,8 @@ pub struct MemoryStore {
     auth: Mutex<AuthPart>,
     /// The data dir's log; `None` for a store in memory only.
     journal: Option<Arc<Journal>>,
+    /// The journal's recoveries this store has answered (see [`Self::writable`]).
+    recovered: AtomicU64,
 }
 
 struct Host {
@@ -125,6 +128,7 @@ impl MemoryStore {
             policy,
             hosts: RwLock::new(HashMap::new()),
             journal: None,
+            recovered: AtomicU64::new(0),
         }
     }
 
@@ -140,12 +144,23 @@ impl MemoryStore {
         })
     }
 
-    /// Refuse a change before it is applied while the data dir cannot be written.
+    /// Refuse a change before it is applied while the data dir cannot be written. Once it
+    /// takes writes again, every live ticket first gets a lease from now, as after a restart:
+    /// nobody could renew while it failed.
     fn writable(&self) -> Result<(), StoreError> {
-        match self.journal.as_ref().and_then(|j| j.refusal()) {
-            Some(e) => Err(e),
-            None => Ok(()),
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        if let Some(e) = journal.refusal() {
+            return Err(e);
         }
+        let r = journal.recoveries();
+        if self.recovered.load(Ordering::Acquire) != r
+            && self.recovered.swap(r, Ordering::AcqRel) != r
+        {
+            self.restarted();
+        }
+        Ok(())
     }
 
     /// Wait until a change's record is written (per the sync policy).
@@ -226,6 +241,8 @@ impl MemoryStore {
         host: &Host,
         read: impl FnOnce(&HostState, &Limits, u64) -> R,
     ) -> Result<R, StoreError> {
+        // Before the lock: after a recovery it gives every host a lease from now.
+        let writable = self.writable().is_ok();
         let (out, pending) = {
             let mut guard = host.inner.lock().expect("host lock");
             let now = self.clock.now_ms();
@@ -233,7 +250,7 @@ impl MemoryStore {
                 .core
                 .state
                 .housekeeping_due(&guard.core.limits.limits, now);
-            let pending = if due && self.writable().is_ok() {
+            let pending = if due && writable {
                 drop(guard);
                 let (_, pending) = self.apply_host(host_id, host, HostOp::Housekeeping);
                 guard = host.inner.lock().expect("host lock");
@@ -283,6 +300,7 @@ impl MemoryStore {
         host: &Host,
         read: impl FnOnce(&Ledger, u64) -> R,
     ) -> Result<R, StoreError> {
+        let writable = self.writable().is_ok();
         let now = self.clock.now_ms();
         let due = host
             .ledger
@@ -290,7 +308,7 @@ impl MemoryStore {
             .expect("ledger lock")
             .ledger
             .housekeeping_due(now);
-        let pending = if due && self.writable().is_ok() {
+        let pending = if due && writable {
             self.apply_ledger(host_id, host, LedgerOp::Housekeeping).1
         } else {
             None
@@ -800,9 +818,10 @@ impl AuthStore for MemoryStore {
     }
 
     async fn sweep_auth(&self) -> Result<(), StoreError> {
+        let writable = self.writable().is_ok();
         let now = self.clock.now_ms();
         let due = self.auth.lock().expect("auth lock").table.prune_due(now);
-        if due && self.writable().is_ok() {
+        if due && writable {
             let applied = self.apply_auth(AuthOp::Prune);
             self.commit(applied).await?;
         }

@@ -36,6 +36,10 @@ _MAX_BACKOFF = 1.0
 #: How long a Submit given up on keeps being released by run in the background: the authority
 #: may apply it late (a store that stalled runs the calls it had queued once it resumes).
 _RELEASE_RUN_FOR = 60.0
+#: How long a queued ticket's Wait keeps reopening its stream while the authority cannot be
+#: reached (a restart, a deploy, a network blip): an authority on a data dir keeps the ticket
+#: and its place, and gives it one lease from its restart for the client to come back.
+_RESUME_WAIT_FOR = 60.0
 
 
 def _give_up(err: AdmissionError, idempotent: bool, left: float, backoff: float) -> bool:
@@ -436,19 +440,39 @@ class AdmissionClient(_Connection):
         timeout: float | None,
         on_queued: Callable[[int, int], None] | None = None,
     ) -> int:
-        try:
-            for event in self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout, metadata=self._md):
-                if event.state == pb.TICKET_STATE_ADMITTED:
-                    return event.grant
-                if event.state != pb.TICKET_STATE_QUEUED:
-                    raise TicketEnded(ticket_id, _state_name(event.state))
-                if on_queued is not None:
-                    on_queued(event.position, event.eta_ms)
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s") from None
-            raise translate(e) from None
-        raise AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
+        """Follow a queued ticket until it is admitted; a stream cut while it waits (the
+        authority restarted or could not be reached) is reopened, with backoff, for up to
+        :data:`_RESUME_WAIT_FOR` of trying, within ``timeout`` overall."""
+        end = None if timeout is None else time.monotonic() + timeout
+        backoff = _FIRST_BACKOFF
+        cut_since: float | None = None
+        while True:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s")
+            try:
+                for event in self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=left, metadata=self._md):
+                    cut_since, backoff = None, _FIRST_BACKOFF
+                    if event.state == pb.TICKET_STATE_ADMITTED:
+                        return event.grant
+                    if event.state != pb.TICKET_STATE_QUEUED:
+                        raise TicketEnded(ticket_id, _state_name(event.state))
+                    if on_queued is not None:
+                        on_queued(event.position, event.eta_ms)
+                err = AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s") from None
+                err = translate(e)
+                if not err.retryable:
+                    raise err from None
+            now = time.monotonic()
+            cut_since = now if cut_since is None else cut_since
+            if now - cut_since > _RESUME_WAIT_FOR:
+                raise err
+            log.warning("the Wait stream of %s was cut (will reopen it): %s", ticket_id, err)
+            time.sleep(backoff if end is None else max(min(backoff, end - now), 0))
+            backoff = min(backoff * 2, _MAX_BACKOFF)
 
     def _unary(self, rpc: Callable[..., T], request: Any, *, idempotent: bool = True) -> T:
         """One unary call within the client's deadline, repeated (same request, so the same
@@ -833,20 +857,39 @@ class AsyncAdmissionClient(_Connection):
         timeout: float | None,
         on_queued: Callable[[int, int], None] | None = None,
     ) -> int:
-        try:
-            call = self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=timeout, metadata=self._md)
-            async for event in call:
-                if event.state == pb.TICKET_STATE_ADMITTED:
-                    return int(event.grant)
-                if event.state != pb.TICKET_STATE_QUEUED:
-                    raise TicketEnded(ticket_id, _state_name(event.state))
-                if on_queued is not None:
-                    on_queued(event.position, event.eta_ms)
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s") from None
-            raise translate(e) from None
-        raise AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
+        """As :meth:`AdmissionClient._wait`, awaited."""
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        backoff = _FIRST_BACKOFF
+        cut_since: float | None = None
+        while True:
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s")
+            try:
+                call = self.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), timeout=left, metadata=self._md)
+                async for event in call:
+                    cut_since, backoff = None, _FIRST_BACKOFF
+                    if event.state == pb.TICKET_STATE_ADMITTED:
+                        return int(event.grant)
+                    if event.state != pb.TICKET_STATE_QUEUED:
+                        raise TicketEnded(ticket_id, _state_name(event.state))
+                    if on_queued is not None:
+                        on_queued(event.position, event.eta_ms)
+                err = AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise TimeoutError(f"ticket {ticket_id} still queued after {timeout} s") from None
+                err = translate(e)
+                if not err.retryable:
+                    raise err from None
+            now = loop.time()
+            cut_since = now if cut_since is None else cut_since
+            if now - cut_since > _RESUME_WAIT_FOR:
+                raise err
+            log.warning("the Wait stream of %s was cut (will reopen it): %s", ticket_id, err)
+            await asyncio.sleep(backoff if end is None else max(min(backoff, end - now), 0))
+            backoff = min(backoff * 2, _MAX_BACKOFF)
 
     async def _unary(
         self, rpc: Callable[..., Awaitable[T]], request: Any, *, idempotent: bool = True

@@ -51,7 +51,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'admission-authority-client[praisonai]'"
     ) from e
 
-from ._client import AdmissionClient, AsyncAdmissionClient, reported_outcome
+from ._client import _RESUME_WAIT_FOR, AdmissionClient, AsyncAdmissionClient, reported_outcome
 from .errors import _details
 from .v1 import admission_pb2 as pb
 
@@ -596,26 +596,43 @@ class AuthorityGate:
         return _Unreachable(f"{e.code().name}: {e.details()}")
 
     async def _wait_admitted(self, ticket_id: str) -> int:
-        """Follow a queued ticket until it is admitted; refusals raise AuthorityRejected."""
-        call = self._client.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), metadata=self._client.metadata)
-        try:
-            async for event in call:
-                if event.state == pb.TICKET_STATE_ADMITTED:
-                    return int(event.grant)
-                if event.state == pb.TICKET_STATE_SHED:
-                    self._count("shed")
-                    raise AuthorityRejected(self.busy_message, "SHED")
-                if event.state != pb.TICKET_STATE_QUEUED:
+        """Follow a queued ticket until it is admitted; refusals raise AuthorityRejected. A
+        stream cut while it waits (the authority restarted or could not be reached) is reopened
+        with backoff for up to ``_RESUME_WAIT_FOR`` of trying, as the client's slots do: an
+        authority on a data dir keeps the ticket and its place through a restart."""
+        loop = asyncio.get_running_loop()
+        backoff = 0.05
+        cut_since: float | None = None
+        while True:
+            call = self._client.stub.Wait(pb.WaitRequest(ticket_id=ticket_id), metadata=self._client.metadata)
+            try:
+                async for event in call:
+                    cut_since, backoff = None, 0.05
+                    if event.state == pb.TICKET_STATE_ADMITTED:
+                        return int(event.grant)
+                    if event.state == pb.TICKET_STATE_SHED:
+                        self._count("shed")
+                        raise AuthorityRejected(self.busy_message, "SHED")
+                    if event.state != pb.TICKET_STATE_QUEUED:
+                        self._count("rejected")
+                        raise AuthorityRejected(self.busy_message, _state(event.state))
+                cut = "the Wait stream ended without an answer"
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.NOT_FOUND:
                     self._count("rejected")
-                    raise AuthorityRejected(self.busy_message, _state(event.state))
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.NOT_FOUND:
-                self._count("rejected")
-                raise AuthorityRejected(self.busy_message, "EXPIRED") from None
-            raise _Unreachable(f"Wait: {e.code().name}: {e.details()}") from None
-        finally:
-            call.cancel()
-        raise _Unreachable("the Wait stream ended without an answer")
+                    raise AuthorityRejected(self.busy_message, "EXPIRED") from None
+                if e.code() not in _UNREACHABLE:
+                    raise _Unreachable(f"Wait: {e.code().name}: {e.details()}") from None
+                cut = f"Wait: {e.code().name}: {e.details()}"
+            finally:
+                call.cancel()
+            now = loop.time()
+            cut_since = now if cut_since is None else cut_since
+            if now - cut_since > _RESUME_WAIT_FOR:
+                raise _Unreachable(cut)
+            log.warning("the Wait stream of %s was cut (will reopen it): %s", ticket_id, cut)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
 
     async def _authorize(self, turn: _Turn) -> None:
         if self._authorize_tokens is None:

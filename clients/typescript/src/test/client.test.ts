@@ -129,6 +129,58 @@ test("a held slot is renewed past its lease", async () => {
   }
 });
 
+/** A loopback port that was free a moment ago. */
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  const port = (srv.address() as { port: number }).port;
+  srv.close();
+  await once(srv, "close");
+  return port;
+}
+
+test("slots and waits carry on through a killed and restarted authority", async () => {
+  // An authority on a data dir, SIGKILLed and started again on the same address: the holder
+  // keeps its slot by renewing (the restart gives it one lease), the waiter's Wait stream is
+  // reopened and keeps its place, and nobody is told the slot is lost.
+  const addr = `127.0.0.1:${await freePort()}`;
+  const dir = mkdtempSync(join(tmpdir(), "aa-ts-data-"));
+  const flags = ["--listen", addr, "--data-dir", join(dir, "data"), "--total", "1",
+    "--queue-total", "4", "--lease-ttl", "2s"];
+  let server = await startServer(...flags);
+  const client = new AdmissionClient(addr, { hostId: "h" });
+  try {
+    const holder = await client.acquire("alice", { runId: "holder" });
+    let admitted = false;
+    const waiter = client.acquire("bob", { runId: "waiter" }).then((s) => {
+      admitted = true;
+      return s;
+    });
+    await eventually("bob to queue", async () => (await client.stats()).queued === 1);
+    await server.kill();
+    server = await startServer(...flags);
+    const restarted = Date.now();
+    // Past the lease the restart gave: only the holder's renewals keep its slot.
+    while (Date.now() - restarted < 3000) {
+      const s = await client.stats();
+      assert.deepEqual([s.inFlight, s.queued, s.expired], [1, 1, 0]);
+      assert.equal(holder.lost, false);
+      assert.equal(admitted, false);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await holder.release();
+    const second = await waiter;
+    assert.ok(second.grant > holder.grant, "admitted on its reopened Wait stream");
+    await second.release();
+    const s = await client.stats();
+    assert.deepEqual([s.inFlight, s.expired, s.released], [0, 0, 2]);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
 test("authorize, settle and auth checks round-trip", async () => {
   const dir = mkdtempSync(join(tmpdir(), "admission-ts-"));
   const config = join(dir, "budgets.yaml");

@@ -11,12 +11,16 @@ const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 export interface Server {
   addr: string;
   stop(): Promise<void>;
+  /** SIGKILL, as an OOM kill or a lost node would. */
+  kill(): Promise<void>;
 }
 
-/** `$ADMISSION_BIN` (the test command sets it), else the repo's debug build. */
+/** `$ADMISSION_BIN` (the test command sets it), else the repo's debug build; on 127.0.0.1
+ * port 0 unless `args` say `--listen`. */
 export async function startServer(...args: string[]): Promise<Server> {
   const bin = process.env.ADMISSION_BIN ?? resolve(repo, "target/debug/admission-authority");
-  const child: ChildProcess = spawn(bin, ["serve", "--listen", "127.0.0.1:0", ...args], {
+  const listen = args.includes("--listen") ? [] : ["--listen", "127.0.0.1:0"];
+  const child: ChildProcess = spawn(bin, ["serve", ...listen, ...args], {
     stdio: ["ignore", "pipe", "inherit"],
     env: { ...process.env, RUST_LOG: "warn" },
   });
@@ -27,8 +31,15 @@ export async function startServer(...args: string[]): Promise<Server> {
     addr: line.slice("listening on ".length).trim(),
     async stop() {
       lines.close();
+      if (child.exitCode !== null || child.signalCode !== null) return;
       child.kill("SIGTERM");
-      if (child.exitCode === null) await once(child, "exit");
+      await once(child, "exit");
+    },
+    async kill() {
+      lines.close();
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGKILL");
+      await once(child, "exit");
     },
   };
 }
