@@ -236,7 +236,7 @@ def test_turns_carry_on_through_a_killed_and_restarted_authority(
             assert agents.running == 1
             await asyncio.sleep(0.1)
         agents.go.set()
-        assert await asyncio.gather(running, waiting) == ["done:hi", "done:hi"]
+        assert list(await asyncio.gather(running, waiting)) == ["done:hi", "done:hi"]
         s = authority_stats(addr)
         assert (s.in_flight, s.expired, s.released) == (0, 0, 2), s
         assert gate.stats()["rejected"] == 0

@@ -75,6 +75,49 @@ test("round robin across subjects: releases admit a1, b1, a2, b2, a3, then a4 th
   }
 });
 
+test("running and queued tickets carry on through a killed and restarted authority", async () => {
+  // An authority on a data dir, SIGKILLed and started again on the same address: the running
+  // ticket keeps its slot by renewing, the queued one's Wait is reopened and keeps its place.
+  const probe = await startServer();
+  const port = probe.addr.split(":").at(-1)!;
+  await probe.stop();
+  const addr = `127.0.0.1:${port}`;
+  const dir = mkdtempSync(join(tmpdir(), "admission-ad-data-"));
+  const flags = ["--listen", addr, "--data-dir", join(dir, "data"), "--total", "1",
+    "--queue-total", "4", "--lease-ttl", "2s"];
+  let server = await startServer(...flags);
+  const client = new AdmissionClient(addr, { hostId: "h" });
+  const scheduler = new AuthorityScheduler(client);
+  try {
+    const running = scheduler.submit(who("alice"));
+    await running.wait();
+    const waiting = scheduler.submit(who("bob"));
+    let admitted = false;
+    const waited = waiting.wait().then(() => {
+      admitted = true;
+    });
+    await eventually("bob to queue", async () => (await client.stats()).queued === 1);
+    await server.kill();
+    server = await startServer(...flags);
+    const restarted = Date.now();
+    // Past the lease the restart gave: only the renewals keep alice's slot.
+    while (Date.now() - restarted < 3000) {
+      const s = await client.stats();
+      assert.deepEqual([s.inFlight, s.queued, s.expired], [1, 1, 0]);
+      assert.equal(admitted, false);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await running.release();
+    await waited;
+    await waiting.release();
+    const s = await client.stats();
+    assert.deepEqual([s.inFlight, s.expired, s.released], [0, 0, 2]);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
 test("tickets submitted back to back reach the authority in the order they were made", async () => {
   const server = await startServer("--total", "1", "--per-subject", "1", "--queue-total", "8");
   const client = new AdmissionClient(server.addr, { hostId: "h" });
