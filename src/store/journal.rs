@@ -436,6 +436,7 @@ impl DataDir {
             failed: AtomicBool::new(false),
             errors: AtomicU64::new(0),
             recoveries: AtomicU64::new(0),
+            written: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 file: Arc::new(file),
                 segment: n,
@@ -571,6 +572,8 @@ pub struct Journal {
     errors: AtomicU64,
     /// Times the journal recovered from a failure.
     recoveries: AtomicU64,
+    /// `Inner::written`, readable without the lock.
+    written: AtomicU64,
     inner: Mutex<Inner>,
     /// Wakes the sync thread (a commit under `always`, a failure to retry, a stop).
     wake: Condvar,
@@ -635,6 +638,11 @@ impl Journal {
     pub async fn commit(&self, pending: Pending) -> Result<(), StoreError> {
         let seq = pending.0;
         let failures_before = self.progress.borrow().failures;
+        // Let the calls that are ready on this worker append theirs first: one write then
+        // carries them all (at 64 in flight this halves the writes; alone, it costs a yield).
+        if self.written.load(Ordering::Acquire) < seq {
+            tokio::task::yield_now().await;
+        }
         {
             let mut inner = self.inner.lock().expect("journal lock");
             if inner.written < seq && inner.failure.is_none() {
@@ -674,6 +682,7 @@ impl Journal {
     fn write_buffered(&self, inner: &mut Inner) {
         if inner.buf.is_empty() {
             inner.written = inner.appended;
+            self.written.store(inner.written, Ordering::Release);
             return;
         }
         match inner.file.write_all_at(&inner.buf, inner.file_len) {
@@ -689,6 +698,7 @@ impl Journal {
                 }
                 inner.buf.clear();
                 inner.written = inner.appended;
+                self.written.store(inner.written, Ordering::Release);
             }
             Err(e) => self.fail(
                 inner,
@@ -768,6 +778,7 @@ impl Journal {
                     *buf = again;
                     inner.file_len -= total;
                     inner.written = inner.synced;
+                    self.written.store(inner.written, Ordering::Release);
                     let why = format!("cannot fsync {}: {e}", segment_name(inner.segment));
                     self.fail(&mut inner, why);
                 }
@@ -808,6 +819,7 @@ impl Journal {
                 inner.buf.clear();
                 inner.unsynced.clear();
                 inner.written = inner.appended;
+                self.written.store(inner.written, Ordering::Release);
                 let seq = inner.appended;
                 self.synced_to(&mut inner, seq);
                 inner.failure = None;
