@@ -443,6 +443,7 @@ impl DataDir {
                 file_len: LOG_MAGIC.len() as u64,
                 buf: Vec::new(),
                 unsynced: Vec::new(),
+                unsynced_from: LOG_MAGIC.len() as u64,
                 appended: 0,
                 written: 0,
                 synced: 0,
@@ -545,6 +546,9 @@ struct Inner {
     /// Written records not yet known to be on disk (not kept under `os`), so that they can be
     /// written again after a failed fsync.
     unsynced: Vec<u8>,
+    /// Where `unsynced` starts in the segment (`unsynced_from + unsynced.len() == file_len`
+    /// under `always` and `interval`).
+    unsynced_from: u64,
     /// Sequence numbers: the last appended, written, and synced record.
     appended: u64,
     written: u64,
@@ -757,14 +761,19 @@ impl Journal {
                     continue;
                 }
             }
-            let (file, seq, len) = (inner.file.clone(), inner.written, inner.unsynced.len());
+            let (file, seq, upto) = (inner.file.clone(), inner.written, inner.file_len);
             drop(inner);
             let result = file.sync_data();
             inner = self.inner.lock().expect("journal lock");
             match result {
                 // The segment may have been rotated meanwhile: its records were synced then.
                 Ok(()) if Arc::ptr_eq(&file, &inner.file) => {
-                    inner.unsynced.drain(..len);
+                    // Only what was written before the fsync began is on disk; a flush meanwhile
+                    // may have synced (and dropped) some of it already.
+                    let n = upto.saturating_sub(inner.unsynced_from) as usize;
+                    let n = n.min(inner.unsynced.len());
+                    inner.unsynced.drain(..n);
+                    inner.unsynced_from += n as u64;
                     self.synced_to(&mut inner, seq);
                 }
                 Ok(()) => self.synced_to(&mut inner, seq),
@@ -777,6 +786,7 @@ impl Journal {
                     again.append(buf);
                     *buf = again;
                     inner.file_len -= total;
+                    inner.unsynced_from = inner.file_len;
                     inner.written = inner.synced;
                     self.written.store(inner.written, Ordering::Release);
                     let why = format!("cannot fsync {}: {e}", segment_name(inner.segment));
@@ -818,6 +828,7 @@ impl Journal {
                 inner.log_bytes += n;
                 inner.buf.clear();
                 inner.unsynced.clear();
+                inner.unsynced_from = inner.file_len;
                 inner.written = inner.appended;
                 self.written.store(inner.written, Ordering::Release);
                 let seq = inner.appended;
@@ -862,11 +873,13 @@ impl Journal {
         let n = inner.segment + 1;
         let file = new_segment(&self.path, n).map_err(|e| format!("{}: {e}", segment_name(n)))?;
         inner.unsynced.clear();
+        inner.unsynced_from = inner.file_len;
         let seq = inner.written;
         self.synced_to(&mut inner, seq);
         inner.file = Arc::new(file);
         inner.segment = n;
         inner.file_len = LOG_MAGIC.len() as u64;
+        inner.unsynced_from = inner.file_len;
         inner.log_bytes = 0;
         inner.snapshotting = true;
         Ok(n)
@@ -945,6 +958,7 @@ impl Journal {
             .sync_data()
             .map_err(|e| format!("cannot fsync {}: {e}", segment_name(inner.segment)))?;
         inner.unsynced.clear();
+        inner.unsynced_from = inner.file_len;
         let seq = inner.written;
         self.synced_to(&mut inner, seq);
         Ok(())
