@@ -22,10 +22,9 @@
 //! callers were told the outcome is unknown), and the sync thread retries until the disk takes
 //! them again.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, FileExt};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -33,6 +32,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::StoreError;
+
+mod dir;
+
+pub use dir::{DataDir, OpenError, frame};
+use dir::{new_segment, numbered, segment_name, snapshot_name, write_synced};
 
 /// The data dir's format; a dir of a larger one was written by a newer authority.
 pub const FORMAT: u32 = 1;
@@ -84,447 +88,6 @@ impl SyncPolicy {
             _ => None,
         }
     }
-}
-
-/// Why a data dir cannot be served from. Each names the file and the problem.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("data dir {path}: {what}: {source}")]
-    Io {
-        path: PathBuf,
-        what: &'static str,
-        source: std::io::Error,
-    },
-    #[error(
-        "data dir {0}: in use by another live process (it holds {0}/LOCK); stop it, or give this one another --data-dir"
-    )]
-    Locked(PathBuf),
-    #[error("{path}: {what}")]
-    Damaged { path: PathBuf, what: String },
-}
-
-/// Append a framed payload that `write` puts at the end of `out`.
-pub fn frame<E>(
-    out: &mut Vec<u8>,
-    write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-) -> Result<(), E> {
-    let start = out.len();
-    out.extend_from_slice(&[0; 8]);
-    write(out)?;
-    let len = (out.len() - start - 8) as u32;
-    let crc = crc32fast::hash(&out[start + 8..]);
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-    Ok(())
-}
-
-/// A frame that does not check out, and whether it is only a torn tail (what a crash in the
-/// middle of a write leaves: a record cut short at the end of the file, or zeros after it).
-struct BadFrame {
-    at: usize,
-    why: String,
-    torn: bool,
-}
-
-/// Hand every frame of `buf` to `each` (with its offset); stop at the first bad one.
-fn frames(buf: &[u8], mut each: impl FnMut(usize, &[u8])) -> Result<(), BadFrame> {
-    let mut at = 0;
-    while at < buf.len() {
-        let rest = &buf[at..];
-        if rest.iter().all(|b| *b == 0) {
-            return Err(BadFrame {
-                at,
-                why: format!("{} zero bytes after the last record", rest.len()),
-                torn: true,
-            });
-        }
-        if rest.len() < 8 {
-            return Err(BadFrame {
-                at,
-                why: "a record header cut short".into(),
-                torn: true,
-            });
-        }
-        let len = u32::from_le_bytes(rest[0..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-        if len > MAX_FRAME {
-            return Err(BadFrame {
-                at,
-                why: format!("a record length of {len} bytes"),
-                torn: false,
-            });
-        }
-        if rest.len() < 8 + len {
-            return Err(BadFrame {
-                at,
-                why: format!("a record of {len} bytes cut short at {}", rest.len() - 8),
-                torn: true,
-            });
-        }
-        let payload = &rest[8..8 + len];
-        if crc32fast::hash(payload) != crc {
-            return Err(BadFrame {
-                at,
-                why: "a record whose checksum does not match".into(),
-                // A last record that fails its checksum was being written when the machine
-                // stopped; one with records after it was damaged later.
-                torn: rest.len() == 8 + len,
-            });
-        }
-        each(at, payload);
-        at += 8 + len;
-    }
-    Ok(())
-}
-
-/// An opened, locked data dir, before serving: read its snapshot, replay its log, then
-/// [`DataDir::start`] the journal.
-pub struct DataDir {
-    path: PathBuf,
-    lock: File,
-    /// The wall clock (µs since the Unix epoch) at the store's time 0.
-    pub epoch_us: u64,
-    /// True when the dir held no state before (made now, or empty).
-    pub fresh: bool,
-    snapshot: Option<u64>,
-    segments: Vec<u64>,
-}
-
-impl DataDir {
-    /// Open (or make) the data dir at `path` and take its lock. A new dir's epoch is
-    /// `epoch_us`.
-    ///
-    /// Fails when the dir cannot be made or read, another live process holds it, or its
-    /// `FORMAT` is unreadable or newer than this authority's.
-    pub fn open(path: &Path, epoch_us: u64) -> Result<DataDir, OpenError> {
-        let io = |what: &'static str| {
-            let path = path.to_path_buf();
-            move |source| OpenError::Io { path, what, source }
-        };
-        if !path.exists() {
-            // Readable by the service alone: it holds auth identities as callers sent them.
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(path)
-                .map_err(io("cannot make it"))?;
-        }
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path.join("LOCK"))
-            .map_err(io("cannot open its LOCK file"))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(OpenError::Locked(path.to_path_buf()));
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock it")(e)),
-        }
-        let mut snapshot = None;
-        let mut segments = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(io("cannot list it"))? {
-            let name = entry.map_err(io("cannot list it"))?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(n) = numbered(&name, "snapshot-", ".aas") {
-                snapshot = snapshot.max(Some(n));
-            } else if let Some(n) = numbered(&name, "log-", ".aal") {
-                segments.push(n);
-            }
-        }
-        segments.sort_unstable();
-        let format_path = path.join("FORMAT");
-        let fresh = snapshot.is_none() && segments.is_empty();
-        let epoch_us = match std::fs::read_to_string(&format_path) {
-            Ok(text) => parse_format(&text).map_err(|what| OpenError::Damaged {
-                path: format_path.clone(),
-                what,
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && fresh => {
-                write_synced(
-                    path,
-                    "FORMAT",
-                    format!("admission-authority data dir\nformat {FORMAT}\nepoch_us {epoch_us}\n")
-                        .as_bytes(),
-                )
-                .map_err(io("cannot write FORMAT"))?;
-                epoch_us
-            }
-            Err(e) => {
-                return Err(OpenError::Io {
-                    path: format_path,
-                    what: "cannot read it (the dir holds a log but no FORMAT)",
-                    source: e,
-                });
-            }
-        };
-        Ok(DataDir {
-            path: path.to_path_buf(),
-            lock,
-            epoch_us,
-            fresh,
-            snapshot,
-            segments,
-        })
-    }
-
-    /// The newest snapshot's pieces, each checked; `None` when there is none.
-    ///
-    /// Fails when it cannot be read or a piece is damaged (a snapshot is written whole and
-    /// renamed into place, so any damage is damage).
-    pub fn snapshot(&self) -> Result<Option<Vec<Vec<u8>>>, OpenError> {
-        let Some(n) = self.snapshot else {
-            return Ok(None);
-        };
-        let path = self.path.join(snapshot_name(n));
-        let bytes = std::fs::read(&path).map_err(|source| OpenError::Io {
-            path: path.clone(),
-            what: "cannot read it",
-            source,
-        })?;
-        let damaged = |what: String| OpenError::Damaged {
-            path: path.clone(),
-            what,
-        };
-        let body = bytes
-            .strip_prefix(SNAPSHOT_MAGIC.as_slice())
-            .ok_or_else(|| damaged("not a snapshot of this format".into()))?;
-        let mut pieces = Vec::new();
-        frames(body, |_, p| pieces.push(p.to_vec())).map_err(|bad| {
-            damaged(format!(
-                "damaged at byte {}: {}",
-                bad.at + SNAPSHOT_MAGIC.len(),
-                bad.why
-            ))
-        })?;
-        Ok(Some(pieces))
-    }
-
-    /// Hand every record of the log since the newest snapshot to `each`, oldest first. A torn
-    /// last record of the last segment is cut off (and logged); any other damage fails.
-    ///
-    /// Fails when a segment cannot be read, is not a log of this format, or is damaged before
-    /// its end; or when `each` fails (a record this authority cannot decode).
-    pub fn replay(
-        &self,
-        mut each: impl FnMut(&[u8]) -> Result<(), String>,
-    ) -> Result<u64, OpenError> {
-        let from = self.snapshot.unwrap_or(1);
-        let mut count = 0;
-        let segments: Vec<u64> = self
-            .segments
-            .iter()
-            .copied()
-            .filter(|n| *n >= from)
-            .collect();
-        // The snapshot holds everything before segment `from`, and every segment from it on
-        // must be there: a gap (a dir copied file by file from a running process, a file
-        // removed by hand) would silently lose the changes it held.
-        for (i, n) in segments.iter().enumerate() {
-            let expected = from + i as u64;
-            if *n != expected {
-                return Err(OpenError::Damaged {
-                    path: self.path.join(segment_name(expected)),
-                    what: format!(
-                        "missing: the log goes on in {} but this segment, which {}, is not there",
-                        segment_name(*n),
-                        if self.snapshot.is_some() {
-                            "the newest snapshot needs"
-                        } else {
-                            "a dir without a snapshot starts with"
-                        }
-                    ),
-                });
-            }
-        }
-        for (i, n) in segments.iter().enumerate() {
-            let path = self.path.join(segment_name(*n));
-            let bytes = std::fs::read(&path).map_err(|source| OpenError::Io {
-                path: path.clone(),
-                what: "cannot read it",
-                source,
-            })?;
-            let damaged = |what: String| OpenError::Damaged {
-                path: path.clone(),
-                what,
-            };
-            let last = i + 1 == segments.len();
-            if bytes.len() < LOG_MAGIC.len() && LOG_MAGIC.starts_with(&bytes) {
-                // Made by a process that stopped before its header was written: no records.
-                continue;
-            }
-            let body = bytes
-                .strip_prefix(LOG_MAGIC.as_slice())
-                .ok_or_else(|| damaged("not a log of this format".into()))?;
-            let mut failed = None;
-            let result = frames(body, |at, payload| {
-                if failed.is_none() {
-                    match each(payload) {
-                        Ok(()) => count += 1,
-                        Err(e) => failed = Some((at, e)),
-                    }
-                }
-            });
-            if let Some((at, e)) = failed {
-                return Err(damaged(format!(
-                    "record at byte {}: {e}",
-                    at + LOG_MAGIC.len()
-                )));
-            }
-            if let Err(bad) = result {
-                let offset = bad.at + LOG_MAGIC.len();
-                if !(bad.torn && last) {
-                    return Err(damaged(format!(
-                        "damaged at byte {offset}: {}{}",
-                        bad.why,
-                        if last {
-                            ""
-                        } else {
-                            " (not the last segment, so not a torn write)"
-                        }
-                    )));
-                }
-                tracing::warn!(
-                    file = %path.display(),
-                    at = offset,
-                    "dropping a torn last record ({}): the write it belonged to was never \
-                     acknowledged",
-                    bad.why
-                );
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .and_then(|f| f.set_len(offset as u64).and_then(|()| f.sync_all()));
-                f.map_err(|source| OpenError::Io {
-                    path: path.clone(),
-                    what: "cannot cut its torn last record off",
-                    source,
-                })?;
-            }
-        }
-        Ok(count)
-    }
-
-    /// Begin serving: a new log segment for this process, and the sync thread.
-    ///
-    /// Fails when the segment cannot be made.
-    pub fn start(self, options: JournalOptions) -> Result<Arc<Journal>, OpenError> {
-        let n = self
-            .segments
-            .last()
-            .copied()
-            .max(self.snapshot)
-            .map_or(1, |n| n + 1);
-        let file = new_segment(&self.path, n).map_err(|source| OpenError::Io {
-            path: self.path.join(segment_name(n)),
-            what: "cannot make a log segment",
-            source,
-        })?;
-        let snapshot_bytes = self
-            .snapshot
-            .and_then(|s| std::fs::metadata(self.path.join(snapshot_name(s))).ok())
-            .map_or(0, |m| m.len());
-        let journal = Arc::new(Journal {
-            path: self.path,
-            lock: self.lock,
-            thread: Mutex::new(None),
-            snapshot_thread: Mutex::new(None),
-            sync: options.sync,
-            sync_interval: options.sync_interval,
-            snapshot_after_bytes: options.snapshot_after_bytes,
-            failed: AtomicBool::new(false),
-            errors: AtomicU64::new(0),
-            recoveries: AtomicU64::new(0),
-            written: AtomicU64::new(0),
-            inner: Mutex::new(Inner {
-                file: Arc::new(file),
-                segment: n,
-                file_len: LOG_MAGIC.len() as u64,
-                buf: Vec::new(),
-                unsynced: Vec::new(),
-                unsynced_from: LOG_MAGIC.len() as u64,
-                appended: 0,
-                written: 0,
-                synced: 0,
-                failure: None,
-                log_bytes: 0,
-                snapshot_bytes,
-                snapshotting: false,
-                stop: false,
-            }),
-            wake: Condvar::new(),
-            progress: watch::channel(Progress::default()).0,
-        });
-        let j = journal.clone();
-        let thread = std::thread::Builder::new()
-            .name("journal-sync".into())
-            .spawn(move || j.sync_loop())
-            .map_err(|source| OpenError::Io {
-                path: journal.path.clone(),
-                what: "cannot start the sync thread",
-                source,
-            })?;
-        *journal.thread.lock().expect("thread lock") = Some(thread);
-        Ok(journal)
-    }
-}
-
-fn numbered(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
-    name.strip_prefix(prefix)?
-        .strip_suffix(suffix)?
-        .parse()
-        .ok()
-}
-
-fn segment_name(n: u64) -> String {
-    format!("log-{n:016}.aal")
-}
-
-fn snapshot_name(n: u64) -> String {
-    format!("snapshot-{n:016}.aas")
-}
-
-fn parse_format(text: &str) -> Result<u64, String> {
-    let mut format = None;
-    let mut epoch = None;
-    for line in text.lines() {
-        if let Some(v) = line.strip_prefix("format ") {
-            format = v.trim().parse::<u32>().ok();
-        } else if let Some(v) = line.strip_prefix("epoch_us ") {
-            epoch = v.trim().parse::<u64>().ok();
-        }
-    }
-    match (format, epoch) {
-        (Some(f), _) if f > FORMAT => Err(format!(
-            "format {f} was written by a newer admission-authority (this one reads format \
-             {FORMAT}); run the newer version, or move the dir away to start empty"
-        )),
-        (Some(_), Some(e)) => Ok(e),
-        _ => Err("not a FORMAT file of an admission-authority data dir".into()),
-    }
-}
-
-/// Write `name` in `dir` whole: a temporary file, fsync, rename, fsync of the dir.
-fn write_synced(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    File::open(dir)?.sync_all()
-}
-
-fn new_segment(dir: &Path, n: u64) -> std::io::Result<File> {
-    let mut f = OpenOptions::new()
-        .create_new(true)
-        .read(true)
-        .write(true)
-        .open(dir.join(segment_name(n)))?;
-    f.write_all(LOG_MAGIC)?;
-    f.sync_all()?;
-    File::open(dir)?.sync_all()?;
-    Ok(f)
 }
 
 /// How far the log is durable, for the commits that wait on it.
@@ -985,70 +548,67 @@ impl Journal {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn framed(payloads: &[&[u8]]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for p in payloads {
-            frame::<()>(&mut out, |v| {
-                v.extend_from_slice(p);
-                Ok(())
-            })
-            .unwrap();
-        }
-        out
-    }
-
-    fn read(buf: &[u8]) -> (Vec<Vec<u8>>, Option<(usize, bool)>) {
-        let mut got = Vec::new();
-        let bad = frames(buf, |_, p| got.push(p.to_vec())).err();
-        (got, bad.map(|b| (b.at, b.torn)))
-    }
-
-    #[test]
-    fn frames_round_trip() {
-        let buf = framed(&[b"one", b"", b"three"]);
-        let (got, bad) = read(&buf);
-        assert_eq!(got, vec![b"one".to_vec(), vec![], b"three".to_vec()]);
-        assert!(bad.is_none());
-    }
-
-    #[test]
-    fn a_record_cut_short_at_the_end_is_torn() {
-        let buf = framed(&[b"one", b"two"]);
-        for cut in 1..11 {
-            let (got, bad) = read(&buf[..buf.len() - cut]);
-            assert_eq!(got, vec![b"one".to_vec()], "cut {cut}");
-            assert_eq!(bad, Some((11, true)), "cut {cut}");
-        }
-        let mut zeros = buf.clone();
-        zeros.extend_from_slice(&[0; 100]);
-        assert_eq!(read(&zeros).1, Some((buf.len(), true)));
-    }
-
-    #[test]
-    fn damage_before_the_end_is_not_torn() {
-        let mut buf = framed(&[b"one", b"two", b"three"]);
-        buf[9] ^= 0xff; // inside "one"'s payload
-        let (got, bad) = read(&buf);
-        assert!(got.is_empty());
-        assert_eq!(bad, Some((0, false)));
-        let mut last = framed(&[b"one", b"two"]);
-        let n = last.len();
-        last[n - 1] ^= 0xff; // the last record's payload: a torn write of it
-        assert_eq!(read(&last).1, Some((11, true)));
-    }
-
-    #[test]
-    fn format_files_of_newer_authorities_are_refused() {
-        assert_eq!(parse_format("format 1\nepoch_us 42\n"), Ok(42));
-        assert!(
-            parse_format("format 2\nepoch_us 42\n")
-                .unwrap_err()
-                .contains("newer")
-        );
-        assert!(parse_format("hello").is_err());
+impl DataDir {
+    /// Begin serving: a new log segment for this process, and the sync thread.
+    ///
+    /// Fails when the segment cannot be made.
+    pub fn start(self, options: JournalOptions) -> Result<Arc<Journal>, OpenError> {
+        let n = self
+            .segments
+            .last()
+            .copied()
+            .max(self.snapshot)
+            .map_or(1, |n| n + 1);
+        let file = new_segment(&self.path, n).map_err(|source| OpenError::Io {
+            path: self.path.join(segment_name(n)),
+            what: "cannot make a log segment",
+            source,
+        })?;
+        let snapshot_bytes = self
+            .snapshot
+            .and_then(|s| std::fs::metadata(self.path.join(snapshot_name(s))).ok())
+            .map_or(0, |m| m.len());
+        let journal = Arc::new(Journal {
+            path: self.path,
+            lock: self.lock,
+            thread: Mutex::new(None),
+            snapshot_thread: Mutex::new(None),
+            sync: options.sync,
+            sync_interval: options.sync_interval,
+            snapshot_after_bytes: options.snapshot_after_bytes,
+            failed: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            inner: Mutex::new(Inner {
+                file: Arc::new(file),
+                segment: n,
+                file_len: LOG_MAGIC.len() as u64,
+                buf: Vec::new(),
+                unsynced: Vec::new(),
+                unsynced_from: LOG_MAGIC.len() as u64,
+                appended: 0,
+                written: 0,
+                synced: 0,
+                failure: None,
+                log_bytes: 0,
+                snapshot_bytes,
+                snapshotting: false,
+                stop: false,
+            }),
+            wake: Condvar::new(),
+            progress: watch::channel(Progress::default()).0,
+        });
+        let j = journal.clone();
+        let thread = std::thread::Builder::new()
+            .name("journal-sync".into())
+            .spawn(move || j.sync_loop())
+            .map_err(|source| OpenError::Io {
+                path: journal.path.clone(),
+                what: "cannot start the sync thread",
+                source,
+            })?;
+        *journal.thread.lock().expect("thread lock") = Some(thread);
+        Ok(journal)
     }
 }
