@@ -377,6 +377,24 @@ impl MemoryStore {
         self.commit((out, pending)).await.map(Ok)
     }
 
+    /// Put the file's limits in force on every host that is on the file's limits and whose
+    /// limits differ (a reload, or a restart with another file). Nobody is answered: the
+    /// records are written with the next commit (or at shutdown).
+    fn follow_file_limits(&self) {
+        for (host_id, host) in self.all_hosts() {
+            let file = self.file_limits(&host_id);
+            let current = host.inner.lock().expect("host lock").core.limits.clone();
+            if current.source == LimitsSource::File && current.limits != file {
+                let record = LimitsRecord {
+                    limits: file,
+                    source: LimitsSource::File,
+                    revision: current.revision + 1,
+                };
+                let _ = self.apply_host(&host_id, &host, HostOp::Limits(record));
+            }
+        }
+    }
+
     fn all_hosts(&self) -> Vec<(String, Arc<Host>)> {
         self.hosts
             .read()
@@ -419,20 +437,7 @@ impl TicketStore for MemoryStore {
 
     fn reload_file_limits(&self, limits: LimitsTable) {
         *self.file_limits.write().expect("limits lock") = limits;
-        for (host_id, host) in self.all_hosts() {
-            let file = self.file_limits(&host_id);
-            let current = host.inner.lock().expect("host lock").core.limits.clone();
-            if current.source == LimitsSource::File && current.limits != file {
-                let record = LimitsRecord {
-                    limits: file,
-                    source: LimitsSource::File,
-                    revision: current.revision + 1,
-                };
-                // A reload is not answered to anyone: the record is written with the next
-                // commit (or at shutdown).
-                let _ = self.apply_host(&host_id, &host, HostOp::Limits(record));
-            }
-        }
+        self.follow_file_limits();
     }
 
     async fn get_limits(&self, host_id: &str) -> Result<LimitsRecord, StoreError> {

@@ -14,9 +14,9 @@ use super::{AuthPart, Host, MemoryStore};
 use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::{Ledger, ResourcePolicy};
-use crate::scheduler::{LimitsRecord, LimitsSource, Millis};
+use crate::scheduler::Millis;
+use crate::store::Policy;
 use crate::store::journal::{DataDir, JournalOptions, OpenError, frame};
-use crate::store::{Policy, TicketStore};
 
 /// Where and how the embedded store keeps its state (`store.embedded`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,18 +239,7 @@ impl MemoryStore {
             records,
             ..Restored::default()
         };
-        for (host_id, host) in store.all_hosts() {
-            let file = store.file_limits(&host_id);
-            let current = host.inner.lock().expect("host lock").core.limits.clone();
-            if current.source == LimitsSource::File && current.limits != file {
-                let record = LimitsRecord {
-                    limits: file,
-                    source: LimitsSource::File,
-                    revision: current.revision + 1,
-                };
-                let _ = store.apply_host(&host_id, &host, HostOp::Limits(record));
-            }
-        }
+        store.follow_file_limits();
         store.restarted();
         for (_, host) in store.all_hosts() {
             let inner = host.inner.lock().expect("host lock");
