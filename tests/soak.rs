@@ -157,9 +157,12 @@ async fn memory_and_the_data_dir_level_off_under_sustained_cycles() {
         end as f64 <= first as f64 * 1.25,
         "RSS grew from {first} KiB to {end} KiB"
     );
-    // Unbounded, the log of 20,000 more cycles would hold about 2 MiB more.
+    // Unbounded, the log of 20,000 more cycles would hold about 2 MiB more (~8× the first
+    // peak). Bounded, the peak is a snapshot, the one before it and a log of about
+    // `snapshot_after`; how far the log runs past that while a snapshot is being written
+    // depends on how busy the machine is, hence the margin.
     assert!(
-        end_disk as f64 <= first_disk as f64 * 1.25,
+        end_disk <= first_disk * 2,
         "the data dir's peak grew from {first_disk} to {end_disk} bytes"
     );
     let logs = std::fs::read_dir(&dir)
