@@ -32,6 +32,9 @@ pub struct Metrics {
     /// endpoint → outcome → count; endpoints are the configured buckets, so an attempt looks
     /// its endpoint up without allocating.
     auth: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
+    /// Reclaims refused, by reason (a [`ReclaimRefusal`](crate::scheduler::ReclaimRefusal)
+    /// code, `INVALID_ARGUMENT` or `PERMISSION_DENIED`).
+    reclaim_refused: Mutex<BTreeMap<&'static str, u64>>,
     /// The gRPC port's connections, once the server listens.
     connections: std::sync::OnceLock<Arc<crate::net::ConnectionGate>>,
 }
@@ -50,6 +53,22 @@ impl Metrics {
             .expect("metrics lock")
             .entry((rpc, decision, reason))
             .or_default() += 1;
+    }
+
+    /// Count one refused Reclaim.
+    pub fn reclaim_refused(&self, reason: &'static str) {
+        *self
+            .reclaim_refused
+            .lock()
+            .expect("metrics lock")
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Refused Reclaims so far, by reason.
+    pub fn reclaim_refused_counts(&self) -> Vec<(&'static str, u64)> {
+        let r = self.reclaim_refused.lock().expect("metrics lock");
+        r.iter().map(|(k, v)| (*k, *v)).collect()
     }
 
     /// Every (rpc, decision, reason) count so far.
@@ -128,6 +147,7 @@ impl HostCounts {
         c.cancelled += d.cancelled;
         c.shed += d.shed;
         c.expired += d.expired;
+        c.reclaimed += d.reclaimed;
         for (b, n) in c.queue_wait.buckets.iter_mut().zip(d.queue_wait.buckets) {
             *b += n;
         }
@@ -188,6 +208,25 @@ pub async fn render<S: Store>(
             escape(&endpoint)
         );
     }
+    family(
+        "admission_reclaim_refused_total",
+        "counter",
+        "Reclaims refused, by reason (TICKET_ENDED, RUN_ID_TAKEN, TICKET_MISMATCH, INVALID_ARGUMENT, PERMISSION_DENIED).",
+        &mut out,
+    );
+    for (reason, n) in metrics.reclaim_refused_counts() {
+        let _ = writeln!(
+            out,
+            "admission_reclaim_refused_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    family(
+        "admission_state_loss_total",
+        "counter",
+        "Losses of the shared store's state this process detected (each opens a learning window).",
+        &mut out,
+    );
+    let _ = writeln!(out, "admission_state_loss_total {}", store.state_losses());
     let hosts = store.host_ids().await;
     // Each host's figures, the first `max_hosts` by name under their own label and the rest
     // summed under OTHER_HOSTS.
@@ -291,6 +330,7 @@ pub async fn render<S: Store>(
                 ("cancelled", c.cancelled),
                 ("shed", c.shed),
                 ("expired", c.expired),
+                ("reclaimed", c.reclaimed),
             ] {
                 let _ = writeln!(
                     totals,

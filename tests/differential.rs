@@ -29,8 +29,8 @@ use admission_authority::ledger::{
     Allowance, AuthorizeArgs, Budget, Coverage, Resolution, ResourcePolicy, UnknownUsage, Usage,
 };
 use admission_authority::scheduler::{
-    Adaptive, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy, Report,
-    ShadowDecision, SubmitArgs, SubmitMode, TicketView,
+    Adaptive, HeldArgs, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy,
+    ReclaimRefusal, Reclaimed, Report, ShadowDecision, SubmitArgs, SubmitMode, TicketView,
 };
 use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
@@ -237,6 +237,13 @@ enum TicketOp {
     },
     /// The twin stops and starts again on what it kept (a no-op for Redis).
     Restart,
+    /// A holder re-registers a ticket: one made earlier with the grant it holds (or another:
+    /// `wrong_grant`), or, with `lost`, one neither store ever saw (as after a loss).
+    Reclaim {
+        pick: usize,
+        lost: Option<(usize, usize)>,
+        wrong_grant: bool,
+    },
 }
 
 fn ticket_op() -> impl Strategy<Value = TicketOp> {
@@ -260,6 +267,9 @@ fn ticket_op() -> impl Strategy<Value = TicketOp> {
         1 => (0..HOSTS.len(), prop::bool::weighted(0.2))
             .prop_map(|(host, stale)| TicketOp::ResetLimits { host, stale }),
         1 => Just(TicketOp::Restart),
+        1 => (any::<usize>(), prop::option::weighted(0.4, (0..HOSTS.len(), 0..SUBJECTS.len())),
+              prop::bool::weighted(0.2))
+            .prop_map(|(pick, lost, wrong_grant)| TicketOp::Reclaim { pick, lost, wrong_grant }),
     ]
 }
 
@@ -550,6 +560,61 @@ async fn tickets_alike<T: Twin>(
                 let a = m.reset_limits(HOSTS[host], expected).await.unwrap();
                 let b = r.reset_limits(HOSTS[host], expected).await.unwrap();
                 prop_assert_eq!(a, b, "op {}: reset limits", i);
+            }
+            TicketOp::Reclaim {
+                pick: p,
+                lost,
+                wrong_grant,
+            } => {
+                let target = match lost {
+                    Some((host, subject)) => {
+                        let args = SubmitArgs {
+                            instance_id: "replica-0".into(),
+                            subject: SUBJECTS[subject].into(),
+                            account_id: None,
+                            run_id: format!("lost-{i}"),
+                            mode: SubmitMode::Queue,
+                            rss_mb: None,
+                            priority: 3,
+                        };
+                        let (memory, redis) =
+                            (TicketId::random(HOSTS[host]), TicketId::random(HOSTS[host]));
+                        // A grant from before the loss: below the clock's floor.
+                        Some((memory, redis, host, args, 1_000 + i as u64))
+                    }
+                    None => pick(&made, p).map(|p| {
+                        let t = &made[p];
+                        (t.memory.clone(), t.redis.clone(), t.host, t.args.clone(), 0)
+                    }),
+                };
+                if let Some((mi, ri, host, args, lost_grant)) = target {
+                    let held_grant = match lost_grant {
+                        0 => m.ticket(&mi).await.unwrap().map_or(0, |v| v.grant),
+                        g => g,
+                    };
+                    let held = HeldArgs {
+                        instance_id: args.instance_id.clone(),
+                        subject: args.subject.clone(),
+                        account_id: args.account_id.clone(),
+                        run_id: args.run_id.clone(),
+                        grant: held_grant.max(1) + u64::from(wrong_grant),
+                        priority: args.priority,
+                    };
+                    let a = m.reclaim(&mi, held.clone()).await.unwrap();
+                    let b = r.reclaim(&ri, held).await.unwrap();
+                    let strip = |x: Result<Reclaimed, ReclaimRefusal>| {
+                        x.map(|r| (view(&r.view), r.reclaimed))
+                    };
+                    prop_assert_eq!(strip(a), strip(b), "op {}: reclaim", i);
+                    if lost.is_some() {
+                        made.push(Made {
+                            memory: mi,
+                            redis: ri,
+                            host,
+                            args,
+                        });
+                    }
+                }
             }
             TicketOp::Submit { .. } | TicketOp::Replay { .. } => {}
         }

@@ -63,6 +63,14 @@ fn authorize_req(run: &str, subject: &str) -> api::AuthorizeRequest {
 /// The status code of every Admission and Operator RPC called with `token`, acting for host
 /// "one" and on `ticket` (a ticket of host "one"). Drain is left out: it changes the server for
 /// good.
+/// A ticket key no store drew (the clock's nanoseconds, distinct per call).
+fn rand_key() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
 async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'static str, Code)> {
     let mut c = AdmissionClient::new(channel.clone());
     let mut op = OperatorClient::new(channel.clone());
@@ -222,6 +230,25 @@ async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'s
             .map(drop),
         ),
     ));
+    out.push((
+        "Reclaim",
+        code(
+            c.reclaim(authed(
+                api::ReclaimRequest {
+                    ticket_id: format!("one.{:032x}", rand_key()),
+                    host_id: "one".into(),
+                    run_id: format!("reclaim-{run}"),
+                    subject: "alice".into(),
+                    instance_id: "replica-1".into(),
+                    grant: 7,
+                    ..Default::default()
+                },
+                token,
+            ))
+            .await
+            .map(drop),
+        ),
+    ));
     // Release last, so the ticket lives for the calls above.
     out.push((
         "Release",
@@ -282,6 +309,7 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
         "UnlockAuth",
         "Park",
         "Unpark",
+        "Reclaim",
         "Release",
     ];
     for token in [None, Some("not-a-token")] {
@@ -308,6 +336,7 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "UnlockAuth",
             "Park",
             "Unpark",
+            "Reclaim",
             "Release"
         ]
     );
@@ -340,6 +369,7 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "GetStats",
             "Park",
             "Unpark",
+            "Reclaim",
             "Release"
         ]
     );
@@ -369,6 +399,7 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "ResetAuthAttempts",
             "Park",
             "Unpark",
+            "Reclaim",
             "Release"
         ]
     );

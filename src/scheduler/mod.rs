@@ -178,6 +178,53 @@ pub enum SubmitError {
     },
 }
 
+/// A ticket its holder re-registers (Reclaim), already validated at the edge: what its
+/// Submit said, and the grant of its admission.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+pub struct HeldArgs {
+    pub instance_id: String,
+    pub subject: String,
+    /// `None` = unbound.
+    pub account_id: Option<String>,
+    pub run_id: String,
+    /// The grant of its admission (> 0).
+    pub grant: u64,
+    /// 1 (highest) ..= 5.
+    pub priority: u8,
+}
+
+/// Why a Reclaim was refused. Nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReclaimRefusal {
+    /// The ticket ended for good (released, cancelled, shed, or expired while it was queued, or
+    /// expired holding another grant): an ended run never comes back.
+    Ended(TicketState),
+    /// Another ticket holds the run_id.
+    RunIdTaken,
+    /// The ticket the authority holds under that id was submitted for another run.
+    OtherRun,
+}
+
+impl ReclaimRefusal {
+    /// The ErrorInfo reason callers see, the metric's label and the code the Redis scripts
+    /// answer. Part of the public contract.
+    pub fn code(self) -> &'static str {
+        match self {
+            ReclaimRefusal::Ended(_) => "TICKET_ENDED",
+            ReclaimRefusal::RunIdTaken => "RUN_ID_TAKEN",
+            ReclaimRefusal::OtherRun => "TICKET_MISMATCH",
+        }
+    }
+}
+
+/// A Reclaim's answer: the ticket after the call, and whether it was re-created (false: the
+/// authority still held it, and renewed it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reclaimed {
+    pub view: TicketView,
+    pub reclaimed: bool,
+}
+
 /// A ticket as callers see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TicketView {
@@ -233,6 +280,8 @@ pub struct Counters {
     /// The latencies those releases reported (ms), summed, and how many did.
     pub latency_sum_ms: u64,
     pub latency_count: u64,
+    /// Tickets re-registered by their holders ([`HostState::reclaim`]).
+    pub reclaimed: u64,
 }
 
 /// What a Release says about the run's call to the model provider.
@@ -300,6 +349,10 @@ pub struct HostStats {
     /// The limits the host was scheduled under (on a shared store, the installation's limits
     /// of record, which may come from another replica's file).
     pub limits: Limits,
+    /// While the host is in a learning window after its shared store lost its state, the ms
+    /// left of it (no new Submit is admitted meanwhile); 0 otherwise. The core never opens
+    /// one: only the Redis store detects a loss.
+    pub learning_left_ms: u64,
 }
 
 /// A live ticket (queued, admitted or parked).
@@ -319,6 +372,9 @@ struct Ticket {
     since: Millis,
     /// Its priority level's index (0 = priority 1): the lane it waits in.
     level: u8,
+    /// Admitted by [`HostState::reclaim`], whatever the caps said (the audit counts it apart).
+    #[serde(default)]
+    reclaimed: bool,
 }
 
 /// An ended ticket: only what an idempotent retry needs (its run_id lives in `runs` and
@@ -570,6 +626,86 @@ impl HostState {
             }
         }
         self.view(limits, key, now)
+    }
+
+    /// Re-register `key`, which its holder still runs but this host no longer knows (its store
+    /// lost it, or its lease ran out while the holder was cut off): it comes back ADMITTED
+    /// under `held.grant` with a fresh lease and counts against every cap at once, above them
+    /// if need be (its run is running); later grants stay above it. A ticket still live is
+    /// renewed and answered as it is. An ended ticket comes back only when it expired holding
+    /// that very grant; any other ended ticket, a run_id that names another ticket, or a live
+    /// ticket of another run is refused, and nothing changes.
+    pub fn reclaim(
+        &mut self,
+        limits: &Limits,
+        held: HeldArgs,
+        key: TicketKey,
+        now: Millis,
+    ) -> Result<Reclaimed, ReclaimRefusal> {
+        self.housekeeping(limits, now);
+        if let Some(t) = self.tickets.get(&key) {
+            if *t.run_id != *held.run_id {
+                return Err(ReclaimRefusal::OtherRun);
+            }
+            let view = self.renew(limits, key, None, now).expect("live");
+            return Ok(Reclaimed {
+                view,
+                reclaimed: false,
+            });
+        }
+        if self
+            .runs
+            .get(held.run_id.as_str())
+            .is_some_and(|k| *k != key)
+        {
+            return Err(ReclaimRefusal::RunIdTaken);
+        }
+        if let Some(e) = self.ended.get(&key) {
+            if e.state != TicketState::Expired || e.grant == 0 || e.grant != held.grant {
+                return Err(ReclaimRefusal::Ended(e.state));
+            }
+            // Back to life: no longer remembered as ended (its place in `retained` must not
+            // forget it later).
+            self.ended.remove(&key);
+            if let Some(i) = self.retained.iter().position(|(_, k, _)| *k == key) {
+                self.retained.remove(i);
+            }
+        }
+        let instance: Arc<str> = Arc::from(held.instance_id.as_str());
+        let grant = held.grant;
+        let args = SubmitArgs {
+            instance_id: held.instance_id,
+            subject: held.subject,
+            account_id: held.account_id,
+            run_id: held.run_id,
+            mode: SubmitMode::Queue,
+            rss_mb: None,
+            priority: held.priority,
+        };
+        self.insert_ticket(args, instance, key);
+        self.counters.submitted -= 1;
+        self.counters.reclaimed += 1;
+        let t = self.tickets.get_mut(&key).expect("just inserted");
+        t.state = TicketState::Admitted;
+        t.reclaimed = true;
+        t.grant = grant;
+        t.since = now;
+        t.deadline = now + limits.lease_ttl_ms;
+        self.leases.insert((t.deadline, key));
+        self.grant = self.grant.max(grant);
+        self.in_flight += 1;
+        self.subjects
+            .get_mut(&t.subject)
+            .expect("interned")
+            .in_flight += 1;
+        if let Some(a) = &t.account {
+            self.accounts.get_mut(a).expect("interned").in_flight += 1;
+        }
+        self.changes.push(key);
+        Ok(Reclaimed {
+            view: self.view(limits, key, now).expect("just inserted"),
+            reclaimed: true,
+        })
     }
 
     /// Park an admitted ticket: it stops counting against every cap (its lease runs on) and
@@ -992,6 +1128,7 @@ impl HostState {
             subjects,
             accounts,
             limits: limits.clone(),
+            learning_left_ms: 0,
         }
     }
 
@@ -1046,11 +1183,22 @@ impl HostState {
         let mut parked = 0u32;
         let mut subj: HashMap<&str, (u32, u32)> = HashMap::new();
         let mut acct: HashMap<&str, (u32, u32)> = HashMap::new();
+        // Reclaimed tickets count against the caps but may exceed them: the caps bind the rest.
+        let mut reclaimed = 0u32;
+        let mut reclaimed_of: HashMap<&str, u32> = HashMap::new();
+        let mut reclaimed_acct: HashMap<&str, u32> = HashMap::new();
         for (key, t) in &self.tickets {
             let s = subj.entry(&t.subject).or_default();
             let a = t.account.as_deref().map(|a| acct.entry(a).or_default());
             match t.state {
                 TicketState::Admitted => {
+                    if t.reclaimed {
+                        reclaimed += 1;
+                        *reclaimed_of.entry(&t.subject).or_default() += 1;
+                        if let Some(a) = t.account.as_deref() {
+                            *reclaimed_acct.entry(a).or_default() += 1;
+                        }
+                    }
                     in_flight += 1;
                     s.0 += 1;
                     if let Some(a) = a {
@@ -1094,7 +1242,8 @@ impl HostState {
         }
         // Shadow mode admits over the caps.
         let enforce = !limits.shadow();
-        if enforce && in_flight > limits.total {
+        let over = |name: &str| reclaimed_of.get(name).copied().unwrap_or(0);
+        if enforce && in_flight - reclaimed > limits.total {
             return Err(format!("in_flight {in_flight} over total {}", limits.total));
         }
         for (name, s) in &self.subjects {
@@ -1102,7 +1251,7 @@ impl HostState {
             if (s.in_flight, s.queued()) != (f, q) {
                 return Err(format!("subject {name}: counts out of step"));
             }
-            if enforce && f > limits.subject_cap(name) {
+            if enforce && f - over(name) > limits.subject_cap(name) {
                 return Err(format!("subject {name}: in_flight {f} over its cap"));
             }
             for (l, lane) in s.lanes.iter().enumerate() {
@@ -1126,7 +1275,7 @@ impl HostState {
             }
             if let Some(cap) = self.account_cap(limits, name)
                 && enforce
-                && f > cap
+                && f - reclaimed_acct.get(&**name).copied().unwrap_or(0) > cap
             {
                 return Err(format!("account {name}: in_flight {f} over its cap"));
             }
@@ -1174,14 +1323,15 @@ impl HostState {
         }
         let c = self.counters;
         let ended = c.released + c.cancelled + c.shed + c.expired;
-        if c.submitted != ended + u64::from(in_flight + queued + parked) {
+        if c.submitted + c.reclaimed != ended + u64::from(in_flight + queued + parked) {
             return Err(format!(
-                "submitted {} != ended {ended} + live {}",
+                "submitted {} + reclaimed {} != ended {ended} + live {}",
                 c.submitted,
+                c.reclaimed,
                 in_flight + queued + parked
             ));
         }
-        if c.admitted < u64::from(in_flight) + c.released {
+        if c.admitted + c.reclaimed < u64::from(in_flight) + c.released {
             return Err("fewer admissions than admitted and released tickets".into());
         }
         for name in self.subjects.keys() {
@@ -1221,6 +1371,7 @@ impl HostState {
             order: 0,
             since: 0,
             level: level_of(args.priority),
+            reclaimed: false,
         };
         self.tickets.insert(key, t);
     }

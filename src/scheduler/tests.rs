@@ -861,3 +861,105 @@ fn learned_caps_are_remembered_for_at_most_max_adaptive_accounts() {
         "past the bound, an account stays at max"
     );
 }
+
+fn held(subject: &str, run: &str, grant: u64) -> HeldArgs {
+    HeldArgs {
+        instance_id: "replica-1".into(),
+        subject: subject.into(),
+        account_id: None,
+        run_id: run.into(),
+        grant,
+        priority: DEFAULT_PRIORITY,
+    }
+}
+
+#[test]
+fn a_reclaimed_ticket_counts_above_the_caps_and_keeps_its_grant() {
+    let mut h = Host::new(limits(1, 1, 10, 10));
+    let a = h.ok("alice", "r1");
+    // A host that lost its state (a fresh one here) learns of a holder with a high grant.
+    let key = 99;
+    let r = h
+        .state
+        .reclaim(&h.limits, held("alice", "lost", 5_000), key, h.now)
+        .expect("reclaimed");
+    h.audit();
+    assert!(r.reclaimed);
+    assert_eq!((r.view.state, r.view.grant), (TicketState::Admitted, 5_000));
+    assert_eq!(r.view.lease_remaining_ms, h.limits.lease_ttl_ms);
+    // Two admitted against a total of 1: both runs are running.
+    let s = h.stats();
+    assert_eq!(
+        (s.in_flight, s.counters.reclaimed, s.counters.submitted),
+        (2, 1, 1)
+    );
+    // Newcomers wait until the host is under its cap again; later grants stay above.
+    let bob = h.ok("bob", "r2");
+    assert_eq!(bob.state, TicketState::Queued);
+    h.release(a.key);
+    assert_eq!(h.state(bob.key), TicketState::Queued);
+    h.release(key);
+    let b = h.state.view(&h.limits, bob.key, h.now).unwrap();
+    assert_eq!(b.state, TicketState::Admitted);
+    assert!(b.grant > 5_000, "grant {} after a reclaimed 5000", b.grant);
+}
+
+#[test]
+fn a_reclaim_of_a_ticket_still_held_renews_it() {
+    let mut h = Host::new(limits(2, 2, 10, 10));
+    let a = h.ok("alice", "r1");
+    h.advance(10_000);
+    let r = h
+        .state
+        .reclaim(&h.limits, held("alice", "r1", a.grant), a.key, h.now)
+        .unwrap();
+    assert!(!r.reclaimed);
+    assert_eq!(r.view.lease_remaining_ms, h.limits.lease_ttl_ms);
+    assert_eq!(h.stats().in_flight, 1);
+    // The same id for another run is refused.
+    assert_eq!(
+        h.state
+            .reclaim(&h.limits, held("alice", "other", a.grant), a.key, h.now),
+        Err(ReclaimRefusal::OtherRun)
+    );
+}
+
+#[test]
+fn an_ended_run_never_comes_back_but_an_expired_holder_does() {
+    let mut h = Host::new(limits(1, 1, 10, 10));
+    let a = h.ok("alice", "r1");
+    h.release(a.key);
+    assert_eq!(
+        h.state
+            .reclaim(&h.limits, held("alice", "r1", a.grant), a.key, h.now),
+        Err(ReclaimRefusal::Ended(TicketState::Released))
+    );
+    // A holder cut off past its lease: its ticket expired, a newcomer took the slot.
+    let b = h.ok("bob", "r2");
+    h.advance(h.limits.lease_ttl_ms + 1);
+    assert_eq!(h.ok("carol", "r3").state, TicketState::Admitted);
+    assert_eq!(h.state(b.key), TicketState::Expired);
+    // Another grant is not its admission: refused.
+    assert_eq!(
+        h.state
+            .reclaim(&h.limits, held("bob", "r2", b.grant + 1), b.key, h.now),
+        Err(ReclaimRefusal::Ended(TicketState::Expired))
+    );
+    let r = h
+        .state
+        .reclaim(&h.limits, held("bob", "r2", b.grant), b.key, h.now)
+        .unwrap();
+    h.audit();
+    assert!(r.reclaimed);
+    assert_eq!(h.stats().in_flight, 2);
+    // Its run is its own again: a repeat Submit answers it, and it ends as any ticket does.
+    assert_eq!(h.ok("bob", "r2").key, b.key);
+    h.release(b.key);
+    assert_eq!(h.stats().in_flight, 1);
+    // A run_id another ticket holds is refused.
+    assert_eq!(
+        h.state
+            .reclaim(&h.limits, held("carol", "r3", 7), 1234, h.now),
+        Err(ReclaimRefusal::RunIdTaken)
+    );
+}

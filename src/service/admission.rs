@@ -228,6 +228,35 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         Ok(Response::new(v.into()))
     }
 
+    async fn reclaim(
+        &self,
+        request: Request<api::ReclaimRequest>,
+    ) -> Result<Response<api::ReclaimResponse>, Status> {
+        let (_, ext, req) = request.into_parts();
+        let (id, held) = edge::reclaim_args(req).inspect_err(|_| {
+            self.metrics.reclaim_refused("INVALID_ARGUMENT");
+        })?;
+        record("host_id", &id.host_id);
+        record("subject", &held.subject);
+        security::caller(&ext)?
+            .act_for(&id.host_id)
+            .inspect_err(|_| self.metrics.reclaim_refused("PERMISSION_DENIED"))?;
+        let run_id = held.run_id.clone();
+        match self.store.reclaim(&id, held).await? {
+            Ok(r) => {
+                if r.reclaimed {
+                    tracing::info!(ticket = %id, run_id, grant = r.view.grant, "ticket reclaimed by its holder");
+                }
+                Ok(Response::new(replies::reclaimed(r)))
+            }
+            Err(refusal) => {
+                record("decision", &refusal.code());
+                self.metrics.reclaim_refused(refusal.code());
+                Err(ApiError::ReclaimRefused(refusal).into())
+            }
+        }
+    }
+
     async fn authorize(
         &self,
         request: Request<api::AuthorizeRequest>,
@@ -332,7 +361,8 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let s = self.store.stats(host_id).await?;
         let ledger = self.store.ledger_stats(host_id).await?;
         let draining = self.gates.draining.load(Ordering::Relaxed);
-        Ok(Response::new(replies::stats(s, ledger, draining)))
+        let losses = self.store.state_losses();
+        Ok(Response::new(replies::stats(s, ledger, draining, losses)))
     }
 }
 

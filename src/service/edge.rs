@@ -13,7 +13,8 @@ use crate::auth::{AuthPolicy, BucketRule, BucketSource, MAX_AUTH_MS, MAX_DECLARE
 use crate::config::{MAX_TOKENS, check_id};
 use crate::ledger::{AuthorizeArgs, Coverage, LedgerError, Resolution, Usage, usd_to_micros};
 use crate::scheduler::{
-    DEFAULT_PRIORITY, LEVELS, Outcome, Refusal, Report, SubmitArgs, SubmitError, SubmitMode,
+    DEFAULT_PRIORITY, HeldArgs, LEVELS, Outcome, ReclaimRefusal, Refusal, Report, SubmitArgs,
+    SubmitError, SubmitMode,
 };
 use crate::store::{StoreError, TicketId};
 
@@ -51,6 +52,8 @@ pub enum ApiError {
         state: &'static str,
         rule: &'static str,
     },
+    #[error("{}", reclaim_message(*.0))]
+    ReclaimRefused(ReclaimRefusal),
     #[error("TOO_MANY_STREAMS: {scope} already has {max} Wait streams open")]
     TooManyStreams { max: usize, scope: &'static str },
     #[error(transparent)]
@@ -124,6 +127,22 @@ fn refusal_message(r: Refusal) -> &'static str {
     }
 }
 
+fn reclaim_message(r: ReclaimRefusal) -> String {
+    match r {
+        ReclaimRefusal::Ended(state) => format!(
+            "TICKET_ENDED: ticket_id: the ticket ended ({}) and an ended run never comes back; \
+             Submit a new ticket",
+            crate::service::state_name(state)
+        ),
+        ReclaimRefusal::RunIdTaken => {
+            "RUN_ID_TAKEN: run_id: another ticket of the host holds this run_id".to_string()
+        }
+        ReclaimRefusal::OtherRun => {
+            "TICKET_MISMATCH: run_id: the ticket was submitted for another run".to_string()
+        }
+    }
+}
+
 /// How long a refused caller should wait before trying again (google.rpc.RetryInfo).
 pub fn retry_after(r: Refusal) -> Duration {
     match r {
@@ -163,6 +182,15 @@ impl From<ApiError> for Status {
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
             ApiError::RunIdConflict { .. } => Status::failed_precondition(message),
+            ApiError::ReclaimRefused(r) => Status::with_error_details(
+                Code::FailedPrecondition,
+                message,
+                ErrorDetails::with_error_info(
+                    r.code(),
+                    ERROR_DOMAIN,
+                    HashMap::<String, String>::new(),
+                ),
+            ),
             ApiError::NotFound(_) | ApiError::Ledger(LedgerError::NoSuchReservation) => {
                 Status::not_found(message)
             }
@@ -461,6 +489,53 @@ pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiE
             mode,
             rss_mb,
             priority,
+        },
+    ))
+}
+
+/// Validate a ReclaimRequest: the ticket it names (an id this authority issues, for
+/// `host_id`) and what its Submit said, by Submit's rules.
+pub fn reclaim_args(req: api::ReclaimRequest) -> Result<(TicketId, HeldArgs), ApiError> {
+    id(&req.host_id, "host_id")?;
+    let ticket = ticket_id(&req.ticket_id, "ticket_id")?.ok_or_else(|| {
+        ApiError::invalid(
+            "ticket_id",
+            "not a ticket id this authority issues (<host_id>.<32 hex digits>)",
+        )
+    })?;
+    if ticket.host_id != req.host_id {
+        return Err(ApiError::invalid(
+            "ticket_id",
+            format!(
+                "names host {:?}, not host_id {:?}",
+                ticket.host_id, req.host_id
+            ),
+        ));
+    }
+    if req.grant == 0 {
+        return Err(ApiError::invalid(
+            "grant",
+            "must be the grant of the ticket's admission (> 0)",
+        ));
+    }
+    let (_, args) = submit_args(api::SubmitRequest {
+        host_id: req.host_id,
+        instance_id: req.instance_id,
+        subject: req.subject,
+        account_id: req.account_id,
+        run_id: req.run_id,
+        priority: req.priority,
+        ..Default::default()
+    })?;
+    Ok((
+        ticket,
+        HeldArgs {
+            instance_id: args.instance_id,
+            subject: args.subject,
+            account_id: args.account_id,
+            run_id: args.run_id,
+            grant: req.grant,
+            priority: args.priority,
         },
     ))
 }

@@ -75,6 +75,16 @@ pub fn renewed(ticket_id: String, view: Option<TicketView>) -> api::RenewedTicke
     }
 }
 
+/// A Reclaim's answer.
+pub fn reclaimed(r: crate::scheduler::Reclaimed) -> api::ReclaimResponse {
+    api::ReclaimResponse {
+        state: state(r.view.state),
+        lease_ttl_ms: ms32(r.view.lease_remaining_ms),
+        grant: r.view.grant,
+        reclaimed: r.reclaimed,
+    }
+}
+
 /// A Release: the ticket's state before it, or EXPIRED and no id for a ticket the store does
 /// not know.
 pub fn released(ticket: Option<(String, TicketState)>) -> api::ReleaseResponse {
@@ -162,8 +172,9 @@ impl From<AuthCleared> for api::UnlockAuthResponse {
     }
 }
 
-/// A host's statistics: its tickets, its ledger, and whether this authority is draining.
-pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool) -> api::Stats {
+/// A host's statistics: its tickets, its ledger, whether this authority is draining, and the
+/// state losses its store detected.
+pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool, state_losses: u64) -> api::Stats {
     // The limits the host is scheduled under: on a shared store, the limits of record.
     let limits = &s.limits;
     api::Stats {
@@ -203,6 +214,9 @@ pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool) -> api::Stats {
         latency_sum_ms: s.counters.latency_sum_ms,
         latency_count: s.counters.latency_count,
         accounts_capped: limits.caps_accounts(),
+        reclaimed: s.counters.reclaimed,
+        learning_left_ms: ms32(s.learning_left_ms),
+        state_losses,
         subjects: s
             .subjects
             .into_iter()

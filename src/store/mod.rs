@@ -18,8 +18,8 @@ use crate::ledger::{
     ResourcePolicy, Usage,
 };
 use crate::scheduler::{
-    HostStats, Limits, LimitsRecord, LimitsTable, Report, SubmitArgs, SubmitError, TicketInfo,
-    TicketKey, TicketState, TicketView,
+    HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed, Report,
+    SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
 };
 
 /// Everything a store enforces, resolved from configuration.
@@ -272,6 +272,22 @@ pub trait TicketStore: Send + Sync + 'static {
         &self,
         id: &TicketId,
     ) -> impl Future<Output = Result<Option<Result<TicketView, TicketState>>, StoreError>> + Send;
+
+    /// Re-register a ticket its holder still runs (see
+    /// [`HostState::reclaim`](crate::scheduler::HostState::reclaim)): the ticket after the call,
+    /// or why it was refused.
+    fn reclaim(
+        &self,
+        id: &TicketId,
+        held: HeldArgs,
+    ) -> impl Future<Output = Result<Result<Reclaimed, ReclaimRefusal>, StoreError>> + Send;
+
+    /// Losses of the shared store's state this process detected (each opens a learning
+    /// window, see [`HostStats::learning_left_ms`]); 0 for a store that cannot lose its state
+    /// under a running process.
+    fn state_losses(&self) -> u64 {
+        0
+    }
 
     /// Read one ticket.
     fn ticket(

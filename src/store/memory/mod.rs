@@ -30,8 +30,9 @@ use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::Ledger;
 use crate::scheduler::{
-    HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Report, SubmitArgs,
-    SubmitError, TicketInfo, TicketMap, TicketState, TicketView,
+    HeldArgs, HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable,
+    ReclaimRefusal, Reclaimed, Report, SubmitArgs, SubmitError, TicketInfo, TicketMap, TicketState,
+    TicketView,
 };
 
 pub use persist::OpenOptions;
@@ -599,6 +600,21 @@ impl TicketStore for MemoryStore {
             .await?
         else {
             unreachable!("an unpark answers Parked")
+        };
+        Ok(out)
+    }
+
+    async fn reclaim(
+        &self,
+        id: &TicketId,
+        held: HeldArgs,
+    ) -> Result<Result<Reclaimed, ReclaimRefusal>, StoreError> {
+        self.writable()?;
+        // A store that lost the host (a restart without a data dir) knows it again.
+        let host = self.host(&id.host_id);
+        let op = HostOp::Reclaim { held, key: id.key };
+        let HostOut::Reclaimed(out) = self.change_host(&id.host_id, &host, op).await? else {
+            unreachable!("a reclaim answers Reclaimed")
         };
         Ok(out)
     }

@@ -14,8 +14,8 @@ use crate::ledger::{
     Authorization, AuthorizeArgs, Ledger, LedgerError, Resolution, ResourcePolicy, Usage,
 };
 use crate::scheduler::{
-    HostState, LimitsRecord, Millis, Report, SubmitArgs, SubmitError, TicketKey, TicketState,
-    TicketView,
+    HeldArgs, HostState, LimitsRecord, Millis, ReclaimRefusal, Reclaimed, Report, SubmitArgs,
+    SubmitError, TicketKey, TicketState, TicketView,
 };
 
 /// A host's scheduling state as the store keeps it: the core's state, the limits in force,
@@ -57,6 +57,11 @@ pub(super) enum HostOp {
     Limits(LimitsRecord),
     /// The process started again on this state (see [`HostState::restored`]).
     Restarted,
+    /// A holder re-registered a ticket (see [`HostState::reclaim`]).
+    Reclaim {
+        held: HeldArgs,
+        key: TicketKey,
+    },
 }
 
 /// What a [`HostOp`] answers.
@@ -66,6 +71,7 @@ pub(super) enum HostOut {
     Released(Option<TicketState>),
     ReleasedRun(Option<(TicketKey, TicketState)>),
     Parked(Option<Result<TicketView, TicketState>>),
+    Reclaimed(Result<Reclaimed, ReclaimRefusal>),
     Done,
 }
 
@@ -107,6 +113,7 @@ impl HostOp {
                 state.restored(l, now);
                 HostOut::Done
             }
+            HostOp::Reclaim { held, key } => HostOut::Reclaimed(state.reclaim(l, held, key, now)),
         }
     }
 }

@@ -160,6 +160,15 @@ pub fn unpark() -> String {
 
 const UNPARK_BODY: &str = include_str!("lua/unpark_body.lua");
 
+/// Re-register a ticket its holder still runs.
+///
+/// Its header in `lua/reclaim_body.lua` says what it takes and answers.
+pub fn reclaim() -> String {
+    ticket_script(&[TICKET_CORE, TICKET_HELPERS, RECLAIM_BODY])
+}
+
+const RECLAIM_BODY: &str = include_str!("lua/reclaim_body.lua");
+
 /// Read one ticket (after housekeeping).
 ///
 /// Its header in `lua/ticket_body.lua` says what it takes and answers.
@@ -209,6 +218,7 @@ mod tests {
             release(),
             park(),
             unpark(),
+            reclaim(),
             ticket(),
             stats(),
             list(),

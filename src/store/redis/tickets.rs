@@ -11,9 +11,9 @@ use tokio::sync::watch;
 
 use super::{RedisStore, codes};
 use crate::scheduler::{
-    Adaptive, Counters, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Mode, Outcome,
-    OverflowPolicy, Report, ShadowDecision, SubmitArgs, SubmitError, TicketInfo, TicketKey,
-    TicketState, TicketView, UsageRow, WaitHistogram, level_of,
+    Adaptive, Counters, HeldArgs, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Mode,
+    Outcome, OverflowPolicy, ReclaimRefusal, Reclaimed, Report, ShadowDecision, SubmitArgs,
+    SubmitError, TicketInfo, TicketKey, TicketState, TicketView, UsageRow, WaitHistogram, level_of,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -480,6 +480,44 @@ impl TicketStore for RedisStore {
         parked(id.key, reply)
     }
 
+    async fn reclaim(
+        &self,
+        id: &TicketId,
+        held: HeldArgs,
+    ) -> Result<Result<Reclaimed, ReclaimRefusal>, StoreError> {
+        self.register_host(&id.host_id).await?;
+        let args = [
+            hex(id.key),
+            held.instance_id,
+            held.subject,
+            held.account_id.unwrap_or_default(),
+            held.run_id,
+            held.grant.to_string(),
+            level_of(held.priority).saturating_add(1).to_string(),
+        ];
+        let reply = self.sched(&self.reclaim, &id.host_id, &args).await?;
+        let malformed = || StoreError::protocol(format!("redis: reclaim answered {reply:?}"));
+        let Value::Array(f) = &reply else {
+            return Err(malformed());
+        };
+        match f.first().and_then(text).as_deref() {
+            Some("ok") if f.len() == 7 => {
+                let view = view(id.key, &Value::Array(f[2..7].to_vec()))?.ok_or_else(malformed)?;
+                Ok(Ok(Reclaimed {
+                    view,
+                    reclaimed: int(&f[1]).ok_or_else(malformed)? == 1,
+                }))
+            }
+            Some("refused") if f.len() == 3 => Ok(Err(match text(&f[1]).as_deref() {
+                Some("TICKET_ENDED") => ReclaimRefusal::Ended(state(&f[2]).ok_or_else(malformed)?),
+                Some("RUN_ID_TAKEN") => ReclaimRefusal::RunIdTaken,
+                Some("TICKET_MISMATCH") => ReclaimRefusal::OtherRun,
+                _ => return Err(malformed()),
+            })),
+            _ => Err(malformed()),
+        }
+    }
+
     async fn ticket(&self, id: &TicketId) -> Result<Option<TicketView>, StoreError> {
         self.listener_ready().await;
         let reply = self
@@ -720,6 +758,7 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         outcomes: [0; 4],
         latency_sum_ms: 0,
         latency_count: 0,
+        reclaimed: 0,
     };
     let mut i = 11;
     // Rows of name, in_flight, queued and (with `cap`) the cap in force (-1: none).
@@ -761,7 +800,8 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         *c = n(i + 6 + j)?;
     }
     let (latency_sum_ms, latency_count) = (n(i + 10)?, n(i + 11)?);
-    let limits = limits_of(f.get(i + 12..).ok_or_else(bad)?).ok_or_else(bad)?;
+    let (reclaimed, learning_left_ms) = (n(i + 12)?, n(i + 13)?);
+    let limits = limits_of(f.get(i + 14..).ok_or_else(bad)?).ok_or_else(bad)?;
     let subjects = subject_rows
         .into_iter()
         .map(|(name, in_flight, queued, _)| UsageRow {
@@ -793,12 +833,14 @@ fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
             outcomes,
             latency_sum_ms,
             latency_count,
+            reclaimed,
             ..counters
         },
         reported_rss_mb: n32(10)?,
         subjects,
         accounts,
         limits,
+        learning_left_ms,
     })
 }
 

@@ -3,7 +3,8 @@
 -- shed, expired, reported_rss, n_subjects, (subject, in_flight, queued) x n, n_accounts,
 -- (account, in_flight, queued, cap (-1 none)) x n, queue-wait buckets and sum, shadow
 -- decisions (QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE), mean hold, outcomes (ok,
--- rate_limited, overloaded, failed), latency sum and count, the limits of record}.
+-- rate_limited, overloaded, failed), latency sum and count, tickets reclaimed, the ms left
+-- of a learning window (0 none), the limits of record}.
 housekeeping(false)
 local out = {}
 for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
@@ -69,5 +70,7 @@ for _, o in ipairs({'ok', 'rate_limited', 'overloaded', 'failed'}) do
 end
 table.insert(out, cnt('lat_sum'))
 table.insert(out, cnt('lat_n'))
+table.insert(out, cnt('reclaimed'))
+table.insert(out, math.max(cnt('lu') - now, 0))
 append_limits(out)
 return out

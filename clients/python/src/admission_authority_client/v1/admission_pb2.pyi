@@ -664,6 +664,9 @@ class Stats(_message.Message):
     LATENCY_SUM_MS_FIELD_NUMBER: _builtins.int
     LATENCY_COUNT_FIELD_NUMBER: _builtins.int
     ACCOUNTS_CAPPED_FIELD_NUMBER: _builtins.int
+    RECLAIMED_FIELD_NUMBER: _builtins.int
+    LEARNING_LEFT_MS_FIELD_NUMBER: _builtins.int
+    STATE_LOSSES_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The host's total cap on admitted tickets."""
     queue_total: _builtins.int
@@ -739,6 +742,18 @@ class Stats(_message.Message):
     submitted without an account_id is held to none of those caps: clients that must not let
     a provider call escape them (the AgenticDriver drop-in) refuse such runs when this is set.
     """
+    reclaimed: _builtins.int
+    """Tickets re-registered by Reclaim since the host's state began (cumulative)."""
+    learning_left_ms: _builtins.int
+    """While the host is in a learning window after a loss of the shared store's state: the
+    milliseconds left, during which no new Submit is admitted (holders may still reclaim
+    their slots); 0 otherwise. Only a shared store (Redis) opens one.
+    """
+    state_losses: _builtins.int
+    """Losses of the shared store's state this authority process detected since it started
+    (each opens a learning window; also admission_state_loss_total). Always 0 on the
+    embedded store.
+    """
     @_builtins.property
     def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectStats]:
         """Per-subject rows, for subjects with admitted or queued tickets, by subject name."""
@@ -788,14 +803,98 @@ class Stats(_message.Message):
         latency_sum_ms: _builtins.int = ...,
         latency_count: _builtins.int = ...,
         accounts_capped: _builtins.bool = ...,
+        reclaimed: _builtins.int = ...,
+        learning_left_ms: _builtins.int = ...,
+        state_losses: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "accounts_capped", b"accounts_capped", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "accounts_capped", b"accounts_capped", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "learning_left_ms", b"learning_left_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "reclaimed", b"reclaimed", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "state_losses", b"state_losses", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Stats: _TypeAlias = Stats  # noqa: Y015
+
+@_typing.final
+class ReclaimRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_ID_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    ACCOUNT_ID_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    GRANT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    ticket_id: _builtins.str
+    """The ticket id Submit answered; its host part must be host_id."""
+    host_id: _builtins.str
+    """The host, as in Submit."""
+    run_id: _builtins.str
+    """The run_id, subject, account_id and instance_id the ticket was submitted with; the same
+    rules as in Submit.
+    """
+    subject: _builtins.str
+    account_id: _builtins.str
+    instance_id: _builtins.str
+    grant: _builtins.int
+    """The grant of its admission (> 0); kept, and every later grant of the host is above it."""
+    priority: _builtins.int
+    """Its Submit's priority (0 = the default, 3), so that a Park and Unpark later queue it at
+    its level.
+    """
+    def __init__(
+        self,
+        *,
+        ticket_id: _builtins.str = ...,
+        host_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        account_id: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
+        grant: _builtins.int = ...,
+        priority: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "grant", b"grant", "host_id", b"host_id", "instance_id", b"instance_id", "priority", b"priority", "run_id", b"run_id", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReclaimRequest: _TypeAlias = ReclaimRequest  # noqa: Y015
+
+@_typing.final
+class ReclaimResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATE_FIELD_NUMBER: _builtins.int
+    LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
+    GRANT_FIELD_NUMBER: _builtins.int
+    RECLAIMED_FIELD_NUMBER: _builtins.int
+    state: Global___TicketState.ValueType
+    """ADMITTED, or PARKED for a parked ticket the authority still holds."""
+    lease_ttl_ms: _builtins.int
+    """Lease time granted from now."""
+    grant: _builtins.int
+    """The ticket's grant."""
+    reclaimed: _builtins.bool
+    """True when the ticket was re-created; false when the authority still held it."""
+    def __init__(
+        self,
+        *,
+        state: Global___TicketState.ValueType = ...,
+        lease_ttl_ms: _builtins.int = ...,
+        grant: _builtins.int = ...,
+        reclaimed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "reclaimed", b"reclaimed", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReclaimResponse: _TypeAlias = ReclaimResponse  # noqa: Y015
 
 @_typing.final
 class SubjectStats(_message.Message):

@@ -92,6 +92,11 @@ class AdmissionStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.Stats.FromString,
                 _registered_method=True)
+        self.Reclaim = channel.unary_unary(
+                '/admission.v1.Admission/Reclaim',
+                request_serializer=admission_dot_v1_dot_admission__pb2.ReclaimRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.ReclaimResponse.FromString,
+                _registered_method=True)
 
 
 class AdmissionServicer:
@@ -209,6 +214,23 @@ class AdmissionServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reclaim(self, request, context):
+        """Re-register a ticket whose run still holds its slot but that the authority no longer
+        knows: Renew answered it EXPIRED because the store lost it (a Redis emptied or restarted
+        empty, an authority without a data dir restarted) or because its lease ran out while the
+        gateway was cut off. The ticket comes back ADMITTED under its own id and grant, with a
+        fresh lease, and counts against every cap at once, even above them (its run is running).
+        A ticket the authority still holds is renewed and answered as it is (reclaimed = false).
+        Refused with FAILED_PRECONDITION and ErrorInfo reason TICKET_ENDED for a ticket that was
+        released, cancelled, shed or expired while queued (an ended run never comes back), or
+        RUN_ID_TAKEN when another ticket holds the run_id; with INVALID_ARGUMENT naming the field
+        for a malformed one, PERMISSION_DENIED for a host the caller may not act for. Refusals
+        are counted (admission_reclaim_refused_total) and change nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdmissionServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -266,6 +288,11 @@ def add_AdmissionServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.GetStatsRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.Stats.SerializeToString,
+            ),
+            'Reclaim': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reclaim,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.ReclaimRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.ReclaimResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -568,6 +595,33 @@ class Admission:
             '/admission.v1.Admission/GetStats',
             admission_dot_v1_dot_admission__pb2.GetStatsRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.Stats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reclaim(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Admission/Reclaim',
+            admission_dot_v1_dot_admission__pb2.ReclaimRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.ReclaimResponse.FromString,
             options,
             channel_credentials,
             insecure,

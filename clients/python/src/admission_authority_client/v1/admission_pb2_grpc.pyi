@@ -107,6 +107,19 @@ class AdmissionStub:
     """
     GetStats: _grpc.UnaryUnaryMultiCallable[_admission_pb2.GetStatsRequest, _admission_pb2.Stats]
     """Live counters and limits of one host."""
+    Reclaim: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ReclaimRequest, _admission_pb2.ReclaimResponse]
+    """Re-register a ticket whose run still holds its slot but that the authority no longer
+    knows: Renew answered it EXPIRED because the store lost it (a Redis emptied or restarted
+    empty, an authority without a data dir restarted) or because its lease ran out while the
+    gateway was cut off. The ticket comes back ADMITTED under its own id and grant, with a
+    fresh lease, and counts against every cap at once, even above them (its run is running).
+    A ticket the authority still holds is renewed and answered as it is (reclaimed = false).
+    Refused with FAILED_PRECONDITION and ErrorInfo reason TICKET_ENDED for a ticket that was
+    released, cancelled, shed or expired while queued (an ended run never comes back), or
+    RUN_ID_TAKEN when another ticket holds the run_id; with INVALID_ARGUMENT naming the field
+    for a malformed one, PERMISSION_DENIED for a host the caller may not act for. Refusals
+    are counted (admission_reclaim_refused_total) and change nothing.
+    """
 
 @_typing.type_check_only
 class AdmissionAsyncStub(AdmissionStub):
@@ -180,6 +193,19 @@ class AdmissionAsyncStub(AdmissionStub):
     """
     GetStats: _aio.UnaryUnaryMultiCallable[_admission_pb2.GetStatsRequest, _admission_pb2.Stats]  # type: ignore[assignment]
     """Live counters and limits of one host."""
+    Reclaim: _aio.UnaryUnaryMultiCallable[_admission_pb2.ReclaimRequest, _admission_pb2.ReclaimResponse]  # type: ignore[assignment]
+    """Re-register a ticket whose run still holds its slot but that the authority no longer
+    knows: Renew answered it EXPIRED because the store lost it (a Redis emptied or restarted
+    empty, an authority without a data dir restarted) or because its lease ran out while the
+    gateway was cut off. The ticket comes back ADMITTED under its own id and grant, with a
+    fresh lease, and counts against every cap at once, even above them (its run is running).
+    A ticket the authority still holds is renewed and answered as it is (reclaimed = false).
+    Refused with FAILED_PRECONDITION and ErrorInfo reason TICKET_ENDED for a ticket that was
+    released, cancelled, shed or expired while queued (an ended run never comes back), or
+    RUN_ID_TAKEN when another ticket holds the run_id; with INVALID_ARGUMENT naming the field
+    for a malformed one, PERMISSION_DENIED for a host the caller may not act for. Refusals
+    are counted (admission_reclaim_refused_total) and change nothing.
+    """
 
 class AdmissionServicer(metaclass=_abc_1.ABCMeta):
     """Installation-wide concurrency tickets (Submit, follow with Wait, keep alive with Renew,
@@ -316,6 +342,25 @@ class AdmissionServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admission_pb2.Stats, _abc.Awaitable[_admission_pb2.Stats]]:
         """Live counters and limits of one host."""
+
+    @_abc_1.abstractmethod
+    def Reclaim(
+        self,
+        request: _admission_pb2.ReclaimRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.ReclaimResponse, _abc.Awaitable[_admission_pb2.ReclaimResponse]]:
+        """Re-register a ticket whose run still holds its slot but that the authority no longer
+        knows: Renew answered it EXPIRED because the store lost it (a Redis emptied or restarted
+        empty, an authority without a data dir restarted) or because its lease ran out while the
+        gateway was cut off. The ticket comes back ADMITTED under its own id and grant, with a
+        fresh lease, and counts against every cap at once, even above them (its run is running).
+        A ticket the authority still holds is renewed and answered as it is (reclaimed = false).
+        Refused with FAILED_PRECONDITION and ErrorInfo reason TICKET_ENDED for a ticket that was
+        released, cancelled, shed or expired while queued (an ended run never comes back), or
+        RUN_ID_TAKEN when another ticket holds the run_id; with INVALID_ARGUMENT naming the field
+        for a malformed one, PERMISSION_DENIED for a host the caller may not act for. Refusals
+        are counted (admission_reclaim_refused_total) and change nothing.
+        """
 
 def add_AdmissionServicer_to_server(servicer: AdmissionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -701,6 +701,53 @@ export interface Stats {
    * a provider call escape them (the AgenticDriver drop-in) refuse such runs when this is set.
    */
   accountsCapped: boolean;
+  /** Tickets re-registered by Reclaim since the host's state began (cumulative). */
+  reclaimed: number;
+  /**
+   * While the host is in a learning window after a loss of the shared store's state: the
+   * milliseconds left, during which no new Submit is admitted (holders may still reclaim
+   * their slots); 0 otherwise. Only a shared store (Redis) opens one.
+   */
+  learningLeftMs: number;
+  /**
+   * Losses of the shared store's state this authority process detected since it started
+   * (each opens a learning window; also admission_state_loss_total). Always 0 on the
+   * embedded store.
+   */
+  stateLosses: number;
+}
+
+export interface ReclaimRequest {
+  /** The ticket id Submit answered; its host part must be host_id. */
+  ticketId: string;
+  /** The host, as in Submit. */
+  hostId: string;
+  /**
+   * The run_id, subject, account_id and instance_id the ticket was submitted with; the same
+   * rules as in Submit.
+   */
+  runId: string;
+  subject: string;
+  accountId: string;
+  instanceId: string;
+  /** The grant of its admission (> 0); kept, and every later grant of the host is above it. */
+  grant: number;
+  /**
+   * Its Submit's priority (0 = the default, 3), so that a Park and Unpark later queue it at
+   * its level.
+   */
+  priority: number;
+}
+
+export interface ReclaimResponse {
+  /** ADMITTED, or PARKED for a parked ticket the authority still holds. */
+  state: TicketState;
+  /** Lease time granted from now. */
+  leaseTtlMs: number;
+  /** The ticket's grant. */
+  grant: number;
+  /** True when the ticket was re-created; false when the authority still held it. */
+  reclaimed: boolean;
 }
 
 export interface SubjectStats {
@@ -2404,6 +2451,9 @@ function createBaseStats(): Stats {
     latencySumMs: 0,
     latencyCount: 0,
     accountsCapped: false,
+    reclaimed: 0,
+    learningLeftMs: 0,
+    stateLosses: 0,
   };
 }
 
@@ -2522,6 +2572,15 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.accountsCapped !== false) {
       writer.uint32(304).bool(message.accountsCapped);
+    }
+    if (message.reclaimed !== 0) {
+      writer.uint32(312).uint64(message.reclaimed);
+    }
+    if (message.learningLeftMs !== 0) {
+      writer.uint32(320).uint32(message.learningLeftMs);
+    }
+    if (message.stateLosses !== 0) {
+      writer.uint32(328).uint64(message.stateLosses);
     }
     return writer;
   },
@@ -2843,6 +2902,30 @@ export const Stats: MessageFns<Stats> = {
             message.accountsCapped = reader.bool();
             continue;
           }
+          case 39: {
+            if (tag !== 312) {
+              break;
+            }
+
+            message.reclaimed = longToNumber(reader.uint64());
+            continue;
+          }
+          case 40: {
+            if (tag !== 320) {
+              break;
+            }
+
+            message.learningLeftMs = reader.uint32();
+            continue;
+          }
+          case 41: {
+            if (tag !== 328) {
+              break;
+            }
+
+            message.stateLosses = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2995,6 +3078,17 @@ export const Stats: MessageFns<Stats> = {
         : isSet(object.accounts_capped)
         ? globalThis.Boolean(object.accounts_capped)
         : false,
+      reclaimed: isSet(object.reclaimed) ? globalThis.Number(object.reclaimed) : 0,
+      learningLeftMs: isSet(object.learningLeftMs)
+        ? globalThis.Number(object.learningLeftMs)
+        : isSet(object.learning_left_ms)
+        ? globalThis.Number(object.learning_left_ms)
+        : 0,
+      stateLosses: isSet(object.stateLosses)
+        ? globalThis.Number(object.stateLosses)
+        : isSet(object.state_losses)
+        ? globalThis.Number(object.state_losses)
+        : 0,
     };
   },
 
@@ -3114,6 +3208,15 @@ export const Stats: MessageFns<Stats> = {
     if (message.accountsCapped !== false) {
       obj.accountsCapped = message.accountsCapped;
     }
+    if (message.reclaimed !== 0) {
+      obj.reclaimed = Math.round(message.reclaimed);
+    }
+    if (message.learningLeftMs !== 0) {
+      obj.learningLeftMs = Math.round(message.learningLeftMs);
+    }
+    if (message.stateLosses !== 0) {
+      obj.stateLosses = Math.round(message.stateLosses);
+    }
     return obj;
   },
 
@@ -3160,6 +3263,331 @@ export const Stats: MessageFns<Stats> = {
     message.latencySumMs = object.latencySumMs ?? 0;
     message.latencyCount = object.latencyCount ?? 0;
     message.accountsCapped = object.accountsCapped ?? false;
+    message.reclaimed = object.reclaimed ?? 0;
+    message.learningLeftMs = object.learningLeftMs ?? 0;
+    message.stateLosses = object.stateLosses ?? 0;
+    return message;
+  },
+};
+
+function createBaseReclaimRequest(): ReclaimRequest {
+  return { ticketId: "", hostId: "", runId: "", subject: "", accountId: "", instanceId: "", grant: 0, priority: 0 };
+}
+
+export const ReclaimRequest: MessageFns<ReclaimRequest> = {
+  encode(message: ReclaimRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ticketId !== "") {
+      writer.uint32(10).string(message.ticketId);
+    }
+    if (message.hostId !== "") {
+      writer.uint32(18).string(message.hostId);
+    }
+    if (message.runId !== "") {
+      writer.uint32(26).string(message.runId);
+    }
+    if (message.subject !== "") {
+      writer.uint32(34).string(message.subject);
+    }
+    if (message.accountId !== "") {
+      writer.uint32(42).string(message.accountId);
+    }
+    if (message.instanceId !== "") {
+      writer.uint32(50).string(message.instanceId);
+    }
+    if (message.grant !== 0) {
+      writer.uint32(56).uint64(message.grant);
+    }
+    if (message.priority !== 0) {
+      writer.uint32(64).uint32(message.priority);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReclaimRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReclaimRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ticketId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.subject = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.instanceId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.grant = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.priority = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReclaimRequest {
+    return {
+      ticketId: isSet(object.ticketId)
+        ? globalThis.String(object.ticketId)
+        : isSet(object.ticket_id)
+        ? globalThis.String(object.ticket_id)
+        : "",
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      subject: isSet(object.subject) ? globalThis.String(object.subject) : "",
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      instanceId: isSet(object.instanceId)
+        ? globalThis.String(object.instanceId)
+        : isSet(object.instance_id)
+        ? globalThis.String(object.instance_id)
+        : "",
+      grant: isSet(object.grant) ? globalThis.Number(object.grant) : 0,
+      priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
+    };
+  },
+
+  toJSON(message: ReclaimRequest): unknown {
+    const obj: any = {};
+    if (message.ticketId !== "") {
+      obj.ticketId = message.ticketId;
+    }
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.subject !== "") {
+      obj.subject = message.subject;
+    }
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.instanceId !== "") {
+      obj.instanceId = message.instanceId;
+    }
+    if (message.grant !== 0) {
+      obj.grant = Math.round(message.grant);
+    }
+    if (message.priority !== 0) {
+      obj.priority = Math.round(message.priority);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReclaimRequest>, I>>(base?: I): ReclaimRequest {
+    return ReclaimRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReclaimRequest>, I>>(object: I): ReclaimRequest {
+    const message = createBaseReclaimRequest();
+    message.ticketId = object.ticketId ?? "";
+    message.hostId = object.hostId ?? "";
+    message.runId = object.runId ?? "";
+    message.subject = object.subject ?? "";
+    message.accountId = object.accountId ?? "";
+    message.instanceId = object.instanceId ?? "";
+    message.grant = object.grant ?? 0;
+    message.priority = object.priority ?? 0;
+    return message;
+  },
+};
+
+function createBaseReclaimResponse(): ReclaimResponse {
+  return { state: 0, leaseTtlMs: 0, grant: 0, reclaimed: false };
+}
+
+export const ReclaimResponse: MessageFns<ReclaimResponse> = {
+  encode(message: ReclaimResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== 0) {
+      writer.uint32(8).int32(message.state);
+    }
+    if (message.leaseTtlMs !== 0) {
+      writer.uint32(16).uint32(message.leaseTtlMs);
+    }
+    if (message.grant !== 0) {
+      writer.uint32(24).uint64(message.grant);
+    }
+    if (message.reclaimed !== false) {
+      writer.uint32(32).bool(message.reclaimed);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReclaimResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReclaimResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.leaseTtlMs = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.grant = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.reclaimed = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReclaimResponse {
+    return {
+      state: isSet(object.state) ? ticketStateFromJSON(object.state) : 0,
+      leaseTtlMs: isSet(object.leaseTtlMs)
+        ? globalThis.Number(object.leaseTtlMs)
+        : isSet(object.lease_ttl_ms)
+        ? globalThis.Number(object.lease_ttl_ms)
+        : 0,
+      grant: isSet(object.grant) ? globalThis.Number(object.grant) : 0,
+      reclaimed: isSet(object.reclaimed) ? globalThis.Boolean(object.reclaimed) : false,
+    };
+  },
+
+  toJSON(message: ReclaimResponse): unknown {
+    const obj: any = {};
+    if (message.state !== 0) {
+      obj.state = ticketStateToJSON(message.state);
+    }
+    if (message.leaseTtlMs !== 0) {
+      obj.leaseTtlMs = Math.round(message.leaseTtlMs);
+    }
+    if (message.grant !== 0) {
+      obj.grant = Math.round(message.grant);
+    }
+    if (message.reclaimed !== false) {
+      obj.reclaimed = message.reclaimed;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReclaimResponse>, I>>(base?: I): ReclaimResponse {
+    return ReclaimResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReclaimResponse>, I>>(object: I): ReclaimResponse {
+    const message = createBaseReclaimResponse();
+    message.state = object.state ?? 0;
+    message.leaseTtlMs = object.leaseTtlMs ?? 0;
+    message.grant = object.grant ?? 0;
+    message.reclaimed = object.reclaimed ?? false;
     return message;
   },
 };
@@ -8196,6 +8624,28 @@ export const AdmissionService = {
     responseSerialize: (value: Stats): Buffer => Buffer.from(Stats.encode(value).finish()),
     responseDeserialize: (value: Buffer): Stats => Stats.decode(value),
   },
+  /**
+   * Re-register a ticket whose run still holds its slot but that the authority no longer
+   * knows: Renew answered it EXPIRED because the store lost it (a Redis emptied or restarted
+   * empty, an authority without a data dir restarted) or because its lease ran out while the
+   * gateway was cut off. The ticket comes back ADMITTED under its own id and grant, with a
+   * fresh lease, and counts against every cap at once, even above them (its run is running).
+   * A ticket the authority still holds is renewed and answered as it is (reclaimed = false).
+   * Refused with FAILED_PRECONDITION and ErrorInfo reason TICKET_ENDED for a ticket that was
+   * released, cancelled, shed or expired while queued (an ended run never comes back), or
+   * RUN_ID_TAKEN when another ticket holds the run_id; with INVALID_ARGUMENT naming the field
+   * for a malformed one, PERMISSION_DENIED for a host the caller may not act for. Refusals
+   * are counted (admission_reclaim_refused_total) and change nothing.
+   */
+  reclaim: {
+    path: "/admission.v1.Admission/Reclaim" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReclaimRequest): Buffer => Buffer.from(ReclaimRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReclaimRequest => ReclaimRequest.decode(value),
+    responseSerialize: (value: ReclaimResponse): Buffer => Buffer.from(ReclaimResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReclaimResponse => ReclaimResponse.decode(value),
+  },
 } as const;
 
 export interface AdmissionServer extends UntypedServiceImplementation {
@@ -8273,6 +8723,20 @@ export interface AdmissionServer extends UntypedServiceImplementation {
   resetAuthAttempts: handleUnaryCall<AuthResetRequest, AuthResetResponse>;
   /** Live counters and limits of one host. */
   getStats: handleUnaryCall<GetStatsRequest, Stats>;
+  /**
+   * Re-register a ticket whose run still holds its slot but that the authority no longer
+   * knows: Renew answered it EXPIRED because the store lost it (a Redis emptied or restarted
+   * empty, an authority without a data dir restarted) or because its lease ran out while the
+   * gateway was cut off. The ticket comes back ADMITTED under its own id and grant, with a
+   * fresh lease, and counts against every cap at once, even above them (its run is running).
+   * A ticket the authority still holds is renewed and answered as it is (reclaimed = false).
+   * Refused with FAILED_PRECONDITION and ErrorInfo reason TICKET_ENDED for a ticket that was
+   * released, cancelled, shed or expired while queued (an ended run never comes back), or
+   * RUN_ID_TAKEN when another ticket holds the run_id; with INVALID_ARGUMENT naming the field
+   * for a malformed one, PERMISSION_DENIED for a host the caller may not act for. Refusals
+   * are counted (admission_reclaim_refused_total) and change nothing.
+   */
+  reclaim: handleUnaryCall<ReclaimRequest, ReclaimResponse>;
 }
 
 export interface AdmissionClient extends Client {
@@ -8484,6 +8948,34 @@ export interface AdmissionClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Stats) => void,
+  ): ClientUnaryCall;
+  /**
+   * Re-register a ticket whose run still holds its slot but that the authority no longer
+   * knows: Renew answered it EXPIRED because the store lost it (a Redis emptied or restarted
+   * empty, an authority without a data dir restarted) or because its lease ran out while the
+   * gateway was cut off. The ticket comes back ADMITTED under its own id and grant, with a
+   * fresh lease, and counts against every cap at once, even above them (its run is running).
+   * A ticket the authority still holds is renewed and answered as it is (reclaimed = false).
+   * Refused with FAILED_PRECONDITION and ErrorInfo reason TICKET_ENDED for a ticket that was
+   * released, cancelled, shed or expired while queued (an ended run never comes back), or
+   * RUN_ID_TAKEN when another ticket holds the run_id; with INVALID_ARGUMENT naming the field
+   * for a malformed one, PERMISSION_DENIED for a host the caller may not act for. Refusals
+   * are counted (admission_reclaim_refused_total) and change nothing.
+   */
+  reclaim(
+    request: ReclaimRequest,
+    callback: (error: ServiceError | null, response: ReclaimResponse) => void,
+  ): ClientUnaryCall;
+  reclaim(
+    request: ReclaimRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReclaimResponse) => void,
+  ): ClientUnaryCall;
+  reclaim(
+    request: ReclaimRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReclaimResponse) => void,
   ): ClientUnaryCall;
 }
 

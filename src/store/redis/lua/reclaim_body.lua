@@ -1,0 +1,38 @@
+-- Re-register a ticket its holder still runs (scheduler::HostState::reclaim). ARGV[5] ticket
+-- key, ARGV[6] instance, ARGV[7] subject, ARGV[8] account ('' none), ARGV[9] run_id,
+-- ARGV[10] grant (> 0), ARGV[11] priority (1..5).
+-- Returns {'ok', 1 re-created or 0 still held, state, position, grant, lease, eta} or
+-- {'refused', TICKET_ENDED | RUN_ID_TAKEN | TICKET_MISMATCH, the ticket's state ('' none)}.
+housekeeping(false)
+local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local grant = tonumber(ARGV[10])
+local t = ticket(key)
+local function answer(again)
+  local v = view(key)
+  return {'ok', again, v[1], v[2], v[3], v[4], v[5]}
+end
+if t and live(t.state) then
+  if t.run ~= run then return {'refused', 'TICKET_MISMATCH', t.state} end
+  set_lease(key, now + L.lease)
+  return answer(0)
+end
+local holder = redis.call('GET', runkey(run))
+if holder and holder ~= key and ticket(holder) then return {'refused', 'RUN_ID_TAKEN', ''} end
+if t then
+  -- Only a ticket that expired holding this very grant comes back; no longer remembered as
+  -- ended (the trim of `ended` must not forget it later), and its keys no longer expire.
+  if t.state ~= EXPIRED or t.grant == 0 or t.grant ~= grant then
+    return {'refused', 'TICKET_ENDED', t.state}
+  end
+  redis.call('LREM', B .. 'ended', 1, key)
+  redis.call('PERSIST', tkey(key))
+end
+redis.call('SET', runkey(run), key)
+admit_new(key, subject, account, inst, run, grant, ARGV[11])
+if grant > cnt('grant') then redis.call('HSET', C, 'grant', fmt(grant)) end
+incr('in_flight')
+incr('reclaimed')
+hincr(C, sf(subject), 1)
+if account ~= '' then hincr(AF, account, 1) end
+changed(key)
+return answer(1)
