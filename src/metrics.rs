@@ -562,7 +562,10 @@ async fn handle<S: Store>(
                     format!("{e}\n"),
                 )
             } else {
-                (StatusCode::OK, "text/plain", "ready\n".into())
+                let note = store
+                    .readiness_note()
+                    .map_or_else(String::new, |n| format!("{n}\n"));
+                (StatusCode::OK, "text/plain", format!("ready\n{note}"))
             }
         }
         _ => (

@@ -230,7 +230,8 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
     let config = config_file(
         "outage-server",
         &format!(
-            "store:\n  redis: {{ url: \"{}\" }}\nallowances:\n  acct: {{ tokens: 1000, window: 1h }}\n",
+            "store:\n  redis: {{ url: \"{}\" }}\nallowances:\n  acct: {{ tokens: 1000, window: 1h }}\n\
+             scheduling: {{ lease_ttl: 1s }}\n",
             redis.url()
         ),
     );
@@ -310,12 +311,77 @@ async fn an_authority_on_redis_fails_closed_during_an_outage_and_recovers_after_
     assert!(errors >= 3, "the failed calls are counted: {errors}");
 
     // Redis returns (empty: its data is gone with the process); the authority recovers by
-    // itself, without a restart.
+    // itself, without a restart. It sees the state lost: for a lease and a renew interval no
+    // new run is admitted (here, with no queue, refused with the cause), while the holder,
+    // whose Renew now answers EXPIRED, re-registers.
     let _redis = RedisServer::start(port);
-    let r = eventually("Submit to work again", Duration::from_secs(10), || {
-        let mut c = c.clone();
-        async move { c.submit(submit_req("h", "bob", "r2")).await.ok() }
+    let learning = eventually(
+        "Submit to reach Redis again",
+        Duration::from_secs(10),
+        || {
+            let mut c = c.clone();
+            async move {
+                let e = c.submit(submit_req("h", "bob", "r2")).await.err()?;
+                (e.code() == Code::ResourceExhausted).then_some(e)
+            }
+        },
+    )
+    .await;
+    let info = tonic_types::StatusExt::get_details_error_info(&learning).expect("ErrorInfo");
+    assert_eq!(
+        (
+            info.reason.as_str(),
+            info.metadata.get("cause").map(String::as_str)
+        ),
+        ("BUSY", Some("STATE_LOSS")),
+        "{learning:?}"
+    );
+    let (status, body) = http_get(admin, "/readyz");
+    assert_eq!(status, 200, "ready: holders must reach it to re-register");
+    assert!(body.contains("state loss detected"), "{body}");
+    assert!(
+        http_get(admin, "/metrics")
+            .1
+            .lines()
+            .any(|l| l == "admission_state_loss_total 1")
+    );
+    let renewed = c
+        .renew(api::RenewRequest {
+            ticket_ids: vec![held.ticket_id.clone()],
+            rss_mb: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(renewed.tickets[0].state, api::TicketState::Expired as i32);
+    let back = c
+        .reclaim(api::ReclaimRequest {
+            ticket_id: held.ticket_id.clone(),
+            host_id: "h".into(),
+            run_id: "r1".into(),
+            subject: "alice".into(),
+            instance_id: "replica-1".into(),
+            grant: held.grant,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(back.reclaimed && back.state == api::TicketState::Admitted as i32);
+    c.release(api::ReleaseRequest {
+        ticket_id: held.ticket_id.clone(),
+        ..Default::default()
     })
+    .await
+    .unwrap();
+    let r = eventually(
+        "the learning window to end",
+        Duration::from_secs(10),
+        || {
+            let mut c = c.clone();
+            async move { c.submit(submit_req("h", "bob", "r2")).await.ok() }
+        },
+    )
     .await
     .into_inner();
     assert_eq!(r.state, api::TicketState::Admitted as i32);
@@ -631,7 +697,17 @@ async fn ended_tickets_leave_only_keys_that_expire() {
     lasting.sort();
     for key in &lasting {
         assert!(
-            ["c", "leases", "dc", "qw", "ended", "limits", "ttl:hosts"].contains(&key.as_str()),
+            [
+                "c",
+                "leases",
+                "dc",
+                "qw",
+                "ended",
+                "limits",
+                "ttl:hosts",
+                "ttl:epoch"
+            ]
+            .contains(&key.as_str()),
             "{key} has no TTL and is not one of the host's fixed structures: {lasting:?}"
         );
     }
@@ -652,6 +728,9 @@ async fn grants_keep_increasing_after_redis_restarts_empty() {
             per_subject: 4,
             queue_total: 8,
             queue_hard_total: 8,
+            // A short lease: Redis restarted empty opens a learning window of a lease and a
+            // third, in which Submits queue.
+            lease_ttl_ms: 300,
             ..Default::default()
         }),
         ..Policy::default()
@@ -671,10 +750,15 @@ async fn grants_keep_increasing_after_redis_restarts_empty() {
     assert!(before.windows(2).all(|w| w[0] < w[1]), "{before:?}");
     redis.stop();
     let redis = RedisServer::start(port);
+    // Back, empty: tickets queue (grant 0) until the learning window has passed.
+    let tries = std::sync::atomic::AtomicU32::new(0);
     let first_after = common::eventually(
-        "the store back on the new Redis",
+        "the store back on the new Redis, past its learning window",
         Duration::from_secs(10),
-        || async { cycle("after-0".into()).await.ok() },
+        || {
+            let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move { cycle(format!("after-0-{n}")).await.ok().filter(|g| *g > 0) }
+        },
     )
     .await;
     let mut after = vec![first_after];

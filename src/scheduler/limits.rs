@@ -255,6 +255,16 @@ impl LimitsTable {
     }
 
     /// The shortest lease of any host, which paces the periodic sweep.
+    /// The longest lease of any host.
+    pub fn longest_lease_ms(&self) -> u64 {
+        self.hosts
+            .values()
+            .map(|l| l.lease_ttl_ms)
+            .chain([self.default.lease_ttl_ms])
+            .max()
+            .unwrap_or(self.default.lease_ttl_ms)
+    }
+
     pub fn shortest_lease_ms(&self) -> u64 {
         self.hosts
             .values()

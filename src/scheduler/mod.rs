@@ -172,6 +172,12 @@ impl ShadowDecision {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SubmitError {
     Refused(Refusal),
+    /// Refused while the host is in a learning window after its shared store lost its state
+    /// (only the Redis store answers it): `left_ms` of the window remain.
+    Learning {
+        refusal: Refusal,
+        left_ms: u64,
+    },
     /// The run_id already names a ticket for another subject or account.
     RunIdConflict {
         field: &'static str,

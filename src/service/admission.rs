@@ -77,7 +77,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             return Err(ApiError::Refused(Refusal::MemoryPressure).into());
         }
         let (id, view) = self.store.submit(&host_id, args).await?.map_err(|e| {
-            if let SubmitError::Refused(r) = &e {
+            if let SubmitError::Refused(r) | SubmitError::Learning { refusal: r, .. } = &e {
                 record("decision", &r.code());
                 self.metrics.decision("Submit", "refused", r.code());
             }

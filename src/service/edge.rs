@@ -52,6 +52,12 @@ pub enum ApiError {
         state: &'static str,
         rule: &'static str,
     },
+    #[error(
+        "{}: the store lost its state; while the runs still holding slots re-register \
+         (about {left_ms} ms more) no new run is admitted, and this submit may not queue",
+        refusal.code()
+    )]
+    Learning { refusal: Refusal, left_ms: u64 },
     #[error("{}", reclaim_message(*.0))]
     ReclaimRefused(ReclaimRefusal),
     #[error("TOO_MANY_STREAMS: {scope} already has {max} Wait streams open")]
@@ -82,6 +88,7 @@ impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
             SubmitError::Refused(r) => ApiError::Refused(r),
+            SubmitError::Learning { refusal, left_ms } => ApiError::Learning { refusal, left_ms },
             SubmitError::RunIdConflict { field } => ApiError::RunIdConflict { field },
         }
     }
@@ -179,6 +186,18 @@ impl From<ApiError> for Status {
                     HashMap::<String, String>::new(),
                 );
                 details.set_retry_info(Some(retry_after(r)));
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
+            ApiError::Learning { refusal, left_ms } => {
+                let mut details = ErrorDetails::with_error_info(
+                    refusal.code(),
+                    ERROR_DOMAIN,
+                    HashMap::from([
+                        ("cause".to_string(), "STATE_LOSS".to_string()),
+                        ("learning_left_ms".to_string(), left_ms.to_string()),
+                    ]),
+                );
+                details.set_retry_info(Some(Duration::from_millis(left_ms.max(100))));
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
             ApiError::RunIdConflict { .. } => Status::failed_precondition(message),

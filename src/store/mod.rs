@@ -334,6 +334,12 @@ pub trait TicketStore: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What `/readyz` adds while the store is ready but not as usual (a learning window after
+    /// a state loss); `None` when nothing.
+    fn readiness_note(&self) -> Option<String> {
+        None
+    }
+
     /// Make what the store buffers durable before the process exits.
     fn flush(&self) {}
 }

@@ -48,6 +48,12 @@ impl Keys {
 }
 
 impl Keys {
+    /// `{prefix}epoch`: the store's state epoch (see `epoch.rs`; not per host: it is read by
+    /// its own script, never inside a host's).
+    pub fn epoch(&self) -> String {
+        format!("{}epoch", self.prefix)
+    }
+
     /// `{prefix}hosts`: the set of host_ids with ledger state, for the sweep (not per host:
     /// it is read by one command, never inside a script).
     pub fn hosts(&self) -> String {

@@ -13,6 +13,7 @@
 mod auth;
 mod codes;
 mod connection;
+mod epoch;
 pub mod keys;
 mod ledger;
 pub mod scripts;
@@ -54,6 +55,8 @@ pub struct RedisStore {
     /// Hosts this replica has registered in the `hosts` set (for the sweep), so the set is
     /// written once per host and replica, not once per call.
     registered_hosts: Mutex<std::collections::HashSet<String>>,
+    /// The store's state epoch as this replica knows it, and the losses it detected.
+    epoch: epoch::Epoch,
     submit: redis::Script,
     park: redis::Script,
     unpark: redis::Script,
@@ -112,6 +115,7 @@ impl RedisStore {
             resolve: redis::Script::new(&scripts::resolve()),
             open_reservations: redis::Script::new(&scripts::open_reservations()),
             registered_hosts: Mutex::default(),
+            epoch: epoch::Epoch::new(),
             submit: redis::Script::new(&scripts::submit()),
             park: redis::Script::new(&scripts::park()),
             unpark: redis::Script::new(&scripts::unpark()),
@@ -177,6 +181,35 @@ impl RedisStore {
             .lock()
             .expect("hosts lock")
             .insert(host.to_string());
+        Ok(())
+    }
+
+    /// A Submit found `host` of another state epoch than this replica's (`seen`, empty for
+    /// none): learn the store's epoch and say how the host begins under it (see
+    /// [`epoch::Epoch::learn`]). A loss forgets which hosts were registered for the sweep
+    /// (their set went with the rest).
+    async fn learn_epoch(&self, host: &str, seen: &str) -> Result<String, StoreError> {
+        let before = self.epoch.losses();
+        let init = self
+            .epoch
+            .learn(&self.conns, self.keys.epoch(), self.now_arg(), host, seen)
+            .await?;
+        if self.epoch.losses() != before {
+            self.registered_hosts.lock().expect("hosts lock").clear();
+            self.register_host(host).await?;
+        }
+        Ok(init)
+    }
+
+    /// The sweep's look at the store's epoch (a loss is noticed without a Submit).
+    async fn check_epoch(&self) -> Result<(), StoreError> {
+        if self
+            .epoch
+            .check(&self.conns, self.keys.epoch(), self.now_arg())
+            .await?
+        {
+            self.registered_hosts.lock().expect("hosts lock").clear();
+        }
         Ok(())
     }
 

@@ -223,6 +223,16 @@ fn released(reply: Value) -> Result<Option<(TicketKey, TicketState)>, StoreError
     }
 }
 
+/// The host's epoch when a Submit answered `{'epoch', seen}` (see `epoch.rs`).
+fn epoch_reply(reply: &Value) -> Option<String> {
+    match reply {
+        Value::Array(f) if f.len() == 2 && f.first().and_then(text).as_deref() == Some("epoch") => {
+            text(&f[1])
+        }
+        _ => None,
+    }
+}
+
 /// A `{state, position, grant, lease, eta}` reply (or nil) as a view.
 fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
     match v {
@@ -337,28 +347,39 @@ impl TicketStore for RedisStore {
         self.listener_ready().await;
         let key = TicketId::random_key();
         let mode = codes::mode_code(args.mode);
-        let reply = self
-            .sched(
-                &self.submit,
-                host_id,
-                &[
-                    hex(key),
-                    args.instance_id,
-                    args.subject,
-                    args.account_id.unwrap_or_default(),
-                    args.run_id,
-                    mode.into(),
-                    args.rss_mb.map_or_else(String::new, |r| r.to_string()),
-                    level_of(args.priority).saturating_add(1).to_string(),
-                ],
-            )
-            .await?;
+        let mut argv = vec![
+            hex(key),
+            args.instance_id,
+            args.subject,
+            args.account_id.unwrap_or_default(),
+            args.run_id,
+            mode.into(),
+            args.rss_mb.map_or_else(String::new, |r| r.to_string()),
+            level_of(args.priority).saturating_add(1).to_string(),
+            self.epoch.id(),
+            String::new(),
+        ];
+        // A host of another epoch than this replica knows changes nothing and says so: learn
+        // the store's epoch (a loss, or a new host) and call again, beginning the host under it.
+        let mut reply = self.sched(&self.submit, host_id, &argv).await?;
+        for _ in 0..2 {
+            let Some(seen) = epoch_reply(&reply) else {
+                break;
+            };
+            let init = self.learn_epoch(host_id, &seen).await?;
+            argv[8] = self.epoch.id();
+            argv[9] = init;
+            reply = self.sched(&self.submit, host_id, &argv).await?;
+        }
         let malformed = || StoreError::protocol(format!("redis: submit answered {reply:?}"));
         let Value::Array(f) = &reply else {
             return Err(malformed());
         };
         let tag = f.first().and_then(text).ok_or_else(malformed)?;
         let detail = f.get(1).and_then(text);
+        if tag != "epoch" {
+            self.epoch.served(host_id);
+        }
         match tag.as_str() {
             "conflict" => Ok(Err(SubmitError::RunIdConflict {
                 field: match detail.as_deref() {
@@ -367,12 +388,16 @@ impl TicketStore for RedisStore {
                     _ => return Err(malformed()),
                 },
             })),
-            "refused" => Ok(Err(SubmitError::Refused(
-                detail
+            "refused" => {
+                let refusal = detail
                     .as_deref()
                     .and_then(codes::refusal)
-                    .ok_or_else(malformed)?,
-            ))),
+                    .ok_or_else(malformed)?;
+                Ok(Err(match f.get(2).and_then(int) {
+                    Some(left_ms) => SubmitError::Learning { refusal, left_ms },
+                    None => SubmitError::Refused(refusal),
+                }))
+            }
             "ok" if f.len() == 8 => {
                 let key = key_of(&f[1]).ok_or_else(malformed)?;
                 let mut v = view(key, &Value::Array(f[2..7].to_vec()))?.ok_or_else(malformed)?;
@@ -537,6 +562,7 @@ impl TicketStore for RedisStore {
     }
 
     async fn sweep_tickets(&self) -> Result<(), StoreError> {
+        self.check_epoch().await?;
         for host in self.hosts().await? {
             self.sched(&self.ticket, &host, &[hex(0), "sweep".into()])
                 .await?;
@@ -601,6 +627,27 @@ impl TicketStore for RedisStore {
         let mut hosts = self.hosts().await?;
         hosts.sort();
         Ok(hosts)
+    }
+
+    fn state_losses(&self) -> u64 {
+        self.epoch.losses()
+    }
+
+    fn readiness_note(&self) -> Option<String> {
+        let lease = self
+            .file_limits
+            .read()
+            .expect("limits lock")
+            .table
+            .longest_lease_ms();
+        let window = std::time::Duration::from_millis(lease + lease / 3);
+        let ago = self.epoch.recent_loss(window)?;
+        Some(format!(
+            "state loss detected {:.1} s ago: the runs still holding slots are re-registering; \
+             new runs queue until the learning window ends ({} ms after the loss)",
+            ago.as_secs_f64(),
+            window.as_millis()
+        ))
     }
 
     fn store_errors(&self) -> u64 {

@@ -1,9 +1,31 @@
 -- Submit a ticket. ARGV[5] ticket key (32 hex digits, fresh), ARGV[6] instance, ARGV[7]
 -- subject, ARGV[8] account ('' none), ARGV[9] run_id, ARGV[10] mode (Q queue, T try),
--- ARGV[11] rss_mb ('' none), ARGV[12] priority (1..5).
+-- ARGV[11] rss_mb ('' none), ARGV[12] priority (1..5), ARGV[13] the state epoch the caller
+-- knows, ARGV[14] '' or how to begin the host under that epoch: when its loss was detected
+-- (ms; '0' none, 'now' this call).
 -- Returns {'ok', key, state, position, grant, lease, eta, shadow decision ('' none)},
--- {'refused', reason} or {'conflict', field}. The key is not checked for a collision: it is 128 random bits, and
--- finding a taken one is as likely as guessing one.
+-- {'refused', reason, ms left of a learning window ('' none)}, {'conflict', field}, or
+-- {'epoch', the host's epoch ('' none)} when the host is not of the caller's epoch and no
+-- way to begin it was given (nothing changed: the caller learns the store's epoch and calls
+-- again). The key is not checked for a collision: it is 128 random bits, and finding a taken
+-- one is as likely as guessing one.
+--
+-- A host begun under an epoch whose loss is recent is in a learning window for one lease
+-- plus the clients' renew interval (a third of the lease) after that loss (`lu`, its end):
+-- meanwhile no Submit is admitted (holders are re-registering with Reclaim), and dispatch
+-- waits for its end (ticket_helpers.lua).
+local e = redis.call('HMGET', C, 'ep', 'lu')
+if e[1] ~= EPOCH then
+  if EPOCH_INIT == '' then return {'epoch', e[1] or ''} end
+  redis.call('HSET', C, 'ep', EPOCH)
+  local lost = EPOCH_INIT == 'now' and now or num(EPOCH_INIT)
+  local ends = lost + L.lease + math.floor(L.lease / 3)
+  if lost > 0 and ends > now then
+    e[2] = fmt(ends)
+    redis.call('HSET', C, 'lu', e[2])
+  end
+end
+local learning_left = math.max(num(e[2]) - now, 0)
 housekeeping(false)
 local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 -- Claim the run_id for the new ticket in one command; a refusal below gives it back.
@@ -22,7 +44,7 @@ end
 local function refuse(reason)
   redis.call('DEL', runkey(run))
   incr('rejected')
-  return {'refused', reason}
+  return {'refused', reason, learning_left > 0 and fmt(learning_left) or ''}
 end
 local rss = tonumber(ARGV[11])
 if rss then report_rss(inst, rss) end
@@ -33,7 +55,7 @@ if not shadow and L.max_rss > 0 and rss and rss >= L.max_rss then
 end
 dispatch()
 local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', sf(subject))
-local eligible = (not instance_soft(inst)) and num(c[2]) < L.total
+local eligible = learning_left == 0 and (not instance_soft(inst)) and num(c[2]) < L.total
   and num(c[5]) < subject_cap(subject) and account_has_room(account)
 -- A new ticket admitted at once: one write of the ticket, counters together; nothing is
 -- published (no Wait stream can follow a ticket before its id is answered).

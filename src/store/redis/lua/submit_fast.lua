@@ -4,11 +4,16 @@
 -- room for the ticket, a new run_id. The answer is what the full
 -- rules give (housekeeping and dispatch have nothing to do then); anything else falls
 -- through to them.
+-- ARGV[13] the state epoch this replica knows, ARGV[14] '' or how to begin a host under it
+-- (see submit_body.lua). The fast path runs only for a host of that epoch outside a learning
+-- window (its counters' `ep` and `lu`, read with the rest).
+local EPOCH, EPOCH_INIT = ARGV[13], ARGV[14]
 if L.max_rss == 0 then
   local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
   local c = redis.call('HMGET', C, 'grant', 'in_flight', 'submitted', 'admitted', 'queued',
-                      's:' .. subject, 'next_due', 'lv', 'ls', 'lm', 'a:' .. account)
-  local nd = adopt(c[8], c[9], c[10]) and L.max_rss == 0 and due_bound(c[7], now + L.lease)
+                      's:' .. subject, 'next_due', 'lv', 'ls', 'lm', 'a:' .. account, 'ep', 'lu')
+  local nd = c[12] == EPOCH and num(c[13]) <= now and adopt(c[8], c[9], c[10])
+    and L.max_rss == 0 and due_bound(c[7], now + L.lease)
   if nd and nd > now then
     nothing_due = true
     local acap, af = nil, 0

@@ -201,6 +201,9 @@ end
 -- rotation, a subject of weight w keeping the head for up to w admissions in a row
 -- (scheduler::HostState::dispatch). Shadow mode admits every waiter.
 local function dispatch()
+  -- Nobody is admitted in a learning window (submit_body.lua); housekeeping dispatches at
+  -- its end.
+  if cnt('lu') > now then return end
   local shadow = L.mode == MODE_SHADOW
   for p = 1, LEVELS do
     local rot = lvl_keys(p)
@@ -308,6 +311,11 @@ local function housekeeping(forget)
         freed = true
       end
     end
+  end
+  local lu = redis.call('HGET', C, 'lu')
+  if lu and num(lu) <= now then
+    redis.call('HDEL', C, 'lu')
+    freed = true
   end
   if freed then dispatch() end
 end

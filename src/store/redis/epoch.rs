@@ -1,0 +1,169 @@
+//! The state epoch: how a running replica notices that the shared store lost its state under
+//! it (a Redis emptied by mistake, restarted empty, or failed over to a replica that had not
+//! seen the last writes), so that the runs still holding slots are not forgotten.
+//!
+//! The store keeps one epoch, `{prefix}epoch` = `<id>|<lost>`: a random id drawn by the first
+//! replica that found none, and, when a running replica drew it because the one it knew had
+//! vanished, when that loss was detected (the scripts' ms; 0 otherwise). Each host's counters
+//! carry the id they began under (`ep`). A Submit passes the id its replica knows; a host of
+//! another epoch, or of none, answers `epoch` and changes nothing, and the replica reads the
+//! store's epoch ([`Epoch::learn`]):
+//!
+//! - another id than the one it knew, or none at all (it then draws one, lost now): the state
+//!   was lost. Logged once, counted (`admission_state_loss_total`, `Stats.state_losses`),
+//!   noted in `/readyz`; the replica knows the new epoch from then on;
+//! - the same id, for a host this replica has served under it: that host's keys alone were
+//!   lost (a Redis Cluster shard failed over, keys deleted by hand): the same, for that host;
+//! - the same id for a host it never served: a new host.
+//!
+//! The host then begins under the store's epoch; when that epoch began with a loss, so does the
+//! host's learning window (`lu`, see `lua/submit_body.lua`): until one lease plus the clients'
+//! renew interval after the loss, no Submit is admitted, so that holders (whose Renew now
+//! answers EXPIRED) re-register with Reclaim before newcomers take their slots. The sweep also
+//! reads the store's epoch, so a loss is noticed on a replica that takes no Submits.
+//! A replica that starts after the loss cannot tell it from a first start: like the embedded
+//! store without a data dir, it opens no window.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::StoreError;
+use super::connection::Connections;
+
+/// The store's epoch as a replica knows it.
+#[derive(Clone, Debug, Default)]
+struct Known {
+    /// Empty until first read.
+    id: String,
+    /// When the loss that began it was detected (scripts' ms); 0 = none.
+    lost: u64,
+}
+
+/// Read the store's epoch, drawing it when there is none. KEYS[1] the epoch key, ARGV[1] an id
+/// to draw, ARGV[2] '1' when drawing it means a loss (the caller knew another), ARGV[3] now
+/// (0 = Redis TIME). Returns `<id>|<lost ms>`.
+const READ: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then return v end
+local now = tonumber(ARGV[3])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+v = ARGV[1] .. '|' .. (ARGV[2] == '1' and string.format('%d', now) or '0')
+redis.call('SET', KEYS[1], v)
+return v
+";
+
+/// One replica's view of the store's epoch, and the losses it detected.
+pub(super) struct Epoch {
+    known: Mutex<Known>,
+    /// Hosts this replica served under the epoch it knows.
+    served: Mutex<HashSet<String>>,
+    losses: AtomicU64,
+    /// When the last loss was detected here, for `/readyz`.
+    last_loss: Mutex<Option<Instant>>,
+    read: redis::Script,
+}
+
+impl Epoch {
+    pub(super) fn new() -> Self {
+        Epoch {
+            known: Mutex::default(),
+            served: Mutex::default(),
+            losses: AtomicU64::new(0),
+            last_loss: Mutex::new(None),
+            read: redis::Script::new(READ),
+        }
+    }
+
+    /// The epoch id a Submit passes.
+    pub(super) fn id(&self) -> String {
+        self.known.lock().expect("epoch lock").id.clone()
+    }
+
+    /// Losses detected since the process started.
+    pub(super) fn losses(&self) -> u64 {
+        self.losses.load(Ordering::Relaxed)
+    }
+
+    /// A successful Submit for `host` under the epoch this replica knows.
+    pub(super) fn served(&self, host: &str) {
+        let mut served = self.served.lock().expect("epoch lock");
+        if !served.contains(host) {
+            served.insert(host.to_string());
+        }
+    }
+
+    /// While a loss detected here is less than `window` old: how long ago it was.
+    pub(super) fn recent_loss(&self, window: Duration) -> Option<Duration> {
+        let at = (*self.last_loss.lock().expect("epoch lock"))?;
+        let ago = at.elapsed();
+        (ago < window).then_some(ago)
+    }
+
+    /// Read the store's epoch (drawing one if there is none). True when it is another than the
+    /// one this replica knew: a loss, counted and logged, and the new one known from then on.
+    pub(super) async fn check(
+        &self,
+        conns: &Connections,
+        key: String,
+        now_arg: u64,
+    ) -> Result<bool, StoreError> {
+        let before = self.known.lock().expect("epoch lock").clone();
+        let mut inv = self.read.prepare_invoke();
+        inv.key(key)
+            .arg(format!("{:032x}", super::super::TicketId::random_key()))
+            .arg(if before.id.is_empty() { "0" } else { "1" })
+            .arg(now_arg);
+        let record: String = conns.run(inv).await?;
+        let (id, lost) = record
+            .split_once('|')
+            .and_then(|(id, lost)| Some((id.to_string(), lost.parse().ok()?)))
+            .ok_or_else(|| StoreError::protocol(format!("redis: epoch is {record:?}")))?;
+        if id == before.id {
+            return Ok(false);
+        }
+        *self.known.lock().expect("epoch lock") = Known { id, lost };
+        self.served.lock().expect("epoch lock").clear();
+        if before.id.is_empty() {
+            return Ok(false);
+        }
+        self.count_loss(
+            "the store's state epoch changed: Redis was emptied, restarted empty or failed over",
+        );
+        Ok(true)
+    }
+
+    /// A Submit found `host` of another epoch than this replica's, or of none (`seen` empty):
+    /// learn the store's epoch and say how the host begins under it (the script's ARGV[14]).
+    pub(super) async fn learn(
+        &self,
+        conns: &Connections,
+        key: String,
+        now_arg: u64,
+        host: &str,
+        seen: &str,
+    ) -> Result<String, StoreError> {
+        let changed = self.check(conns, key, now_arg).await?;
+        let known = self.known.lock().expect("epoch lock").clone();
+        if !changed && seen.is_empty() && self.served.lock().expect("epoch lock").contains(host) {
+            self.count_loss(&format!(
+                "host {host:?} lost its scheduling state in the store (its keys vanished)"
+            ));
+            return Ok("now".into());
+        }
+        Ok(known.lost.to_string())
+    }
+
+    fn count_loss(&self, what: &str) {
+        self.losses.fetch_add(1, Ordering::Relaxed);
+        *self.last_loss.lock().expect("epoch lock") = Some(Instant::now());
+        tracing::warn!(
+            "state loss detected: {what}; for one lease plus a renew interval no new run is \
+             admitted while the runs still holding slots re-register (Reclaim)"
+        );
+    }
+}
