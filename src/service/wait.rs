@@ -146,15 +146,17 @@ pub(super) async fn follow<S: Store>(
         }
         let next = match store.ticket(&id).await {
             Ok(Some(v)) => v,
-            Ok(None) => TicketView {
-                key: id.key,
-                state: TicketState::Expired,
-                position: 0,
-                grant: 0,
-                lease_remaining_ms: 0,
-                eta_ms: 0,
-                shadow: None,
-            },
+            // A queued ticket ends before it is forgotten: one the store no longer knows was
+            // lost with the store's state. Its client submits again under its run_id.
+            Ok(None) => {
+                let _ = tx
+                    .send(Err(Status::not_found(format!(
+                        "ticket_id: no such ticket: {id} (the store lost it while it was \
+                         queued: Submit again with the same run_id)"
+                    ))))
+                    .await;
+                return;
+            }
             Err(e) => {
                 let _ = tx.send(Err(ApiError::from(e).into())).await;
                 return;

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import socket
+import sys
 import subprocess
 import threading
 import time
@@ -196,6 +197,86 @@ def test_slots_and_waits_carry_on_through_a_killed_and_restarted_authority(
     s = client.stats()
     assert (s.in_flight, s.expired, s.released) == (0, 0, 2), s
     client.close()
+
+
+def test_holders_re_register_after_an_authority_in_memory_restarts(
+    start_server: StartServer,
+) -> None:
+    # Without a data dir a restart forgets every ticket. The holders' next Renew finds theirs
+    # gone and re-registers it (Reclaim): within a renew interval both runs count again, the
+    # slots are not marked lost, and a newcomer waits for real capacity.
+    addr = f"127.0.0.1:{_free_port()}"
+    flags = ("--total", "2", "--lease-ttl", "600ms")
+    first = start_server(*flags, listen=addr)
+    client = AdmissionClient(addr, host_id="h")
+    with client.slot("alice", run_id="r1") as a, client.slot("bob", run_id="r2") as b:
+        first.kill()
+        start_server(*flags, listen=addr)
+        eventually("both holders counted again",
+                   lambda: client.stats().in_flight == 2 or None, deadline=3.0)
+        assert client.stats().reclaimed == 2
+        with pytest.raises(Busy):
+            with client.slot("carol", run_id="newcomer", mode="try"):
+                pass
+        time.sleep(1.0)  # past the lease: renewals keep both
+        assert not a.lost and not b.lost and (a.reclaims, b.reclaims) == (1, 1)
+        assert client.stats().in_flight == 2
+    s = client.stats()
+    assert (s.in_flight, s.released, s.expired) == (0, 2, 0), s
+    client.close()
+
+
+_FROZEN_GATEWAY = """
+import sys, time
+from admission_authority_client import AdmissionClient
+with AdmissionClient(sys.argv[1], host_id="h") as client:
+    with client.slot("alice", run_id="frozen") as slot:
+        print("holding", flush=True)
+        sys.stdin.readline()
+        print("lost" if slot.lost else f"held reclaims={slot.reclaims}", flush=True)
+"""
+
+
+def test_a_gateway_frozen_past_its_lease_is_counted_again_when_it_resumes(
+    start_server: StartServer,
+) -> None:
+    # A gateway SIGSTOPped longer than its lease: the authority expires its ticket and admits a
+    # newcomer into the slot. Resumed, its renewal re-registers the ticket: its run, still
+    # running, counts again (above the cap), and the next newcomer waits.
+    server = start_server("--total", "1", "--queue-total", "4", "--lease-ttl", "500ms")
+    gateway = subprocess.Popen(
+        [sys.executable, "-c", _FROZEN_GATEWAY, server.addr],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert gateway.stdout is not None and gateway.stdin is not None
+        assert gateway.stdout.readline().strip() == "holding"
+        os.kill(gateway.pid, signal.SIGSTOP)
+        with AdmissionClient(server.addr, host_id="h") as client:
+            def newcomer_admitted() -> bool | None:
+                try:
+                    with client.slot("bob", run_id="newcomer", mode="try"):
+                        return True
+                except Busy:
+                    return None
+            # Holds the slot for a moment only; what matters is that it got in.
+            eventually("the lapsed slot given to a newcomer", newcomer_admitted, deadline=5.0)
+            with client.slot("bob", run_id="second") as second:
+                os.kill(gateway.pid, signal.SIGCONT)
+                eventually("the resumed gateway counted again",
+                           lambda: client.stats().in_flight == 2 or None, deadline=3.0)
+                assert client.stats().reclaimed == 1
+                assert not second.lost
+            gateway.stdin.write("\n")
+            gateway.stdin.flush()
+            assert gateway.stdout.readline().strip() == "held reclaims=1"
+            assert gateway.wait(timeout=10) == 0
+            assert client.stats().in_flight == 0
+    finally:
+        if gateway.poll() is None:
+            os.kill(gateway.pid, signal.SIGCONT)
+            gateway.kill()
+            gateway.wait()
 
 
 def test_authorize_and_settle_round_trip(start_server: StartServer, tmp_path: Path) -> None:

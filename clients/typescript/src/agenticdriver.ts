@@ -107,8 +107,9 @@ class AuthorityTicket implements Ticket {
     const s = this.scheduler;
     if (this.signal?.aborted) throw s.cancelled(this.signal);
     let r: gen.SubmitResponse;
+    let req: gen.SubmitRequest;
     try {
-      r = await s.submitRequest(this.identity, mode);
+      ({ r, req } = await s.submitRequest(this.identity, mode));
     } catch (e) {
       throw s.refusal(e);
     }
@@ -129,7 +130,17 @@ class AuthorityTicket implements Ticket {
     } finally {
       s.queued -= queued;
     }
-    const slot = new SlotHandle(s.client, r.ticketId, grant, r.leaseTtlMs);
+    // Its renewals re-register the ticket if the authority loses it while the run runs.
+    const slot = new SlotHandle(s.client, r.ticketId, grant, r.leaseTtlMs, "", {
+      ticketId: r.ticketId,
+      hostId: req.hostId,
+      runId: req.runId,
+      subject: req.subject,
+      accountId: req.accountId,
+      instanceId: req.instanceId,
+      grant,
+      priority: req.priority,
+    });
     if (this.released) {
       await slot.release().catch(() => {});
       throw s.cancelled(this.signal, "the ticket was released before it was admitted");
@@ -263,13 +274,19 @@ export class AuthorityScheduler {
   }
 
   /** @internal */
-  submitRequest(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
+  submitRequest(
+    identity: Identity,
+    mode: "queue" | "try",
+  ): Promise<{ r: gen.SubmitResponse; req: gen.SubmitRequest }> {
     const sent = this.lastSubmit.then(() => this.sendSubmit(identity, mode));
     this.lastSubmit = sent.catch(() => {});
     return sent;
   }
 
-  private async sendSubmit(identity: Identity, mode: "queue" | "try"): Promise<gen.SubmitResponse> {
+  private async sendSubmit(
+    identity: Identity,
+    mode: "queue" | "try",
+  ): Promise<{ r: gen.SubmitResponse; req: gen.SubmitRequest }> {
     const hostId = identity.hostId ?? this.client.hostId;
     if (identity.provider && !identity.accountId && (await this.capsAccounts(hostId))) {
       throw this.error(
@@ -279,17 +296,18 @@ export class AuthorityScheduler {
       );
     }
     const runId = randomUUID();
+    const req: gen.SubmitRequest = {
+      hostId,
+      instanceId: this.client.instanceId,
+      subject: identity.subject,
+      accountId: identity.accountId ?? "",
+      runId,
+      mode: mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
+      rssMb: this.rssMb(),
+      priority: 0,
+    };
     try {
-      return await this.client.call(this.client.stub.submit, {
-        hostId,
-        instanceId: this.client.instanceId,
-        subject: identity.subject,
-        accountId: identity.accountId ?? "",
-        runId,
-        mode: mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
-        rssMb: this.rssMb(),
-        priority: 0,
-      });
+      return { r: await this.client.call(this.client.stub.submit, req), req };
     } catch (e) {
       // Given up on after the client's retries, it may still have made a ticket: free its run.
       if (e instanceof AdmissionError && e.mayHaveApplied) this.client.releaseRunSoon(runId, hostId);

@@ -282,8 +282,13 @@ export interface ReleaseReport {
 }
 
 export class SlotHandle {
-  /** Set when a background renewal found the ticket no longer admitted: the slot is lost. */
+  /** Set when a background renewal found the ticket ended and it could not be re-registered:
+   * the slot is lost. */
   lost = false;
+  /** Times a background renewal found the ticket unknown to the authority (its store lost it,
+   * or its lease ran out while this replica was cut off) and re-registered it (Reclaim), so
+   * that the run kept counting against the caps. */
+  reclaims = 0;
   /** The outcome to report when the slot is released without one (e.g. by `await using`);
    * unset: none is reported. */
   outcome: Outcome | undefined;
@@ -300,21 +305,35 @@ export class SlotHandle {
     /** In the authority's shadow mode: what enforce mode would have done with this Submit
      * (QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE); "" otherwise. */
     readonly shadowReason = "",
+    /** What a Reclaim of this ticket says the run holds (its Submit's fields). */
+    private readonly held?: gen.ReclaimRequest,
   ) {
     this.timer = setInterval(() => void this.renew(), Math.max(leaseTtlMs / 3, 5));
     this.timer.unref();
   }
 
+  /** Renew; a ticket the authority no longer knows (EXPIRED) is re-registered with Reclaim,
+   * so its run keeps counting; only a refused Reclaim (the ticket ended) loses the slot. */
   private async renew(): Promise<void> {
     try {
       const r = await this.client.call(this.client.stub.renew, { ticketIds: [this.ticketId] });
-      const state = r.tickets[0]?.state;
-      if (state !== undefined && state !== gen.TicketState.TICKET_STATE_ADMITTED) {
+      let state = r.tickets[0]?.state ?? gen.TicketState.TICKET_STATE_ADMITTED;
+      if (state === gen.TicketState.TICKET_STATE_EXPIRED && this.held !== undefined && !this.lost) {
+        const back = await this.client.call(this.client.stub.reclaim, this.held);
+        if (back.reclaimed) this.reclaims += 1;
+        state = back.state;
+      }
+      if (state !== gen.TicketState.TICKET_STATE_ADMITTED && state !== gen.TicketState.TICKET_STATE_PARKED) {
         this.lost = true;
         clearInterval(this.timer);
       }
-    } catch {
-      // The lease has two more renewals before it runs out; the next one may get through.
+    } catch (e) {
+      // Unreachable: the lease has two more renewals before it runs out; the next one may get
+      // through. Refused (the ticket ended, or was never this run's): the slot is lost.
+      if (e instanceof AdmissionError && !e.retryable) {
+        this.lost = true;
+        clearInterval(this.timer);
+      }
     }
   }
 
@@ -443,35 +462,58 @@ export class AdmissionClient {
   async acquire(subject: string, opts: AcquireOptions = {}): Promise<SlotHandle> {
     opts.signal?.throwIfAborted();
     const runId = opts.runId ?? randomUUID();
+    const request: gen.SubmitRequest = {
+      hostId: this.hostId,
+      instanceId: this.instanceId,
+      subject,
+      accountId: opts.accountId ?? "",
+      runId,
+      mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
+      rssMb: opts.rssMb,
+      priority: opts.priority ?? 0,
+    };
     let r: gen.SubmitResponse;
     try {
-      r = await this.call(this.stub.submit, {
-        hostId: this.hostId,
-        instanceId: this.instanceId,
-        subject,
-        accountId: opts.accountId ?? "",
-        runId,
-        mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
-        rssMb: opts.rssMb,
-        priority: opts.priority ?? 0,
-      });
+      r = await this.call(this.stub.submit, request);
     } catch (e) {
       if (e instanceof AdmissionError && e.mayHaveApplied) this.releaseRunSoon(runId);
       throw e;
     }
     let grant = r.grant;
     try {
-      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
-        opts.onQueued?.(r.position, r.etaMs);
-        grant = await this.waitAdmitted(r.ticketId, opts.signal, opts.onQueued);
-      } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
+      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) opts.onQueued?.(r.position, r.etaMs);
+      let admitted = r.state === gen.TicketState.TICKET_STATE_ADMITTED;
+      while (!admitted && r.state === gen.TicketState.TICKET_STATE_QUEUED) {
+        try {
+          grant = await this.waitAdmitted(r.ticketId, opts.signal, opts.onQueued);
+          admitted = true;
+        } catch (e) {
+          // The authority no longer knows the queued ticket (its store lost it): the run asks
+          // again under its run_id, and follows the new ticket.
+          if (!(e instanceof AdmissionError) || e.code !== grpcStatus.NOT_FOUND) throw e;
+          r = await this.call(this.stub.submit, request);
+          grant = r.grant;
+          admitted = r.state === gen.TicketState.TICKET_STATE_ADMITTED;
+        }
+      }
+      if (!admitted) {
         throw new TicketEndedError(r.ticketId, stateName(r.state), runId);
       }
     } catch (e) {
       await this.releaseTicket(r.ticketId);
       throw e;
     }
-    return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs, r.shadowReason);
+    const held: gen.ReclaimRequest = {
+      ticketId: r.ticketId,
+      hostId: this.hostId,
+      runId,
+      subject,
+      accountId: opts.accountId ?? "",
+      instanceId: this.instanceId,
+      grant,
+      priority: opts.priority ?? 0,
+    };
+    return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs, r.shadowReason, held);
   }
 
   /** Run `fn` holding a slot, as Python's `slot()` does: the slot is released when `fn`

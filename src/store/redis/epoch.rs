@@ -123,10 +123,14 @@ impl Epoch {
             .split_once('|')
             .and_then(|(id, lost)| Some((id.to_string(), lost.parse().ok()?)))
             .ok_or_else(|| StoreError::protocol(format!("redis: epoch is {record:?}")))?;
-        if id == before.id {
-            return Ok(false);
+        {
+            // A concurrent call may have learnt it first: the loss is counted once.
+            let mut known = self.known.lock().expect("epoch lock");
+            if id == known.id {
+                return Ok(false);
+            }
+            *known = Known { id, lost };
         }
-        *self.known.lock().expect("epoch lock") = Known { id, lost };
         self.served.lock().expect("epoch lock").clear();
         if before.id.is_empty() {
             return Ok(false);

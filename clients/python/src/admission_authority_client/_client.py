@@ -78,6 +78,10 @@ class Slot:
     outcome: Outcome | None = None
     #: The provider call's latency reported on release; unset: the block's duration.
     latency_ms: int | None = None
+    #: Times a background renewal found the ticket unknown to the authority (its store lost
+    #: it, or its lease ran out while this replica was cut off) and re-registered it
+    #: (Reclaim), so that the run kept counting against the caps.
+    reclaims: int = 0
 
 
 #: What a run's provider call came to: ``ok``; ``rate_limited`` (429); ``overloaded`` (5xx, a
@@ -90,6 +94,48 @@ _OUTCOMES = {
     "overloaded": pb.OUTCOME_OVERLOADED,
     "failed": pb.OUTCOME_FAILED,
 }
+
+
+def _held(req: pb.SubmitRequest, slot: Slot) -> pb.ReclaimRequest:
+    """What a Reclaim of ``slot`` (made by ``req``) says the run holds."""
+    return pb.ReclaimRequest(
+        ticket_id=slot.ticket_id, host_id=req.host_id, run_id=req.run_id, subject=req.subject,
+        account_id=req.account_id, instance_id=req.instance_id, grant=slot.grant,
+        priority=req.priority,
+    )
+
+
+def _after_renew(slot: Slot, state: int, reclaimed: bool) -> bool:
+    """Record what a background renewal found; True while the slot is still held."""
+    if reclaimed:
+        slot.reclaims += 1
+        log.warning("ticket %s was unknown to the authority (its state was lost, or its lease "
+                    "ran out): re-registered, its run counts again", slot.ticket_id)
+    if state in (pb.TICKET_STATE_ADMITTED, pb.TICKET_STATE_PARKED):
+        return True
+    slot.lost = True
+    log.error("ticket %s is %s: its slot is lost", slot.ticket_id, _state_name(state))
+    return False
+
+
+def _queued_again(slot: Slot, r: pb.SubmitResponse, req: pb.SubmitRequest) -> bool:
+    """A queued ticket the authority no longer knew (its store lost it) was submitted again
+    under its run_id, and ``r`` answered: follow the new ticket. True when it was admitted at
+    once; raises when it ended."""
+    log.warning("a queued ticket of run %s was lost by the authority: submitted again as %s",
+                req.run_id, r.ticket_id)
+    slot.ticket_id = r.ticket_id
+    if r.state == pb.TICKET_STATE_ADMITTED:
+        slot.grant = r.grant
+        return True
+    if r.state != pb.TICKET_STATE_QUEUED:
+        raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
+    return False
+
+
+def _reclaim_refused(slot: Slot, err: AdmissionError) -> None:
+    slot.lost = True
+    log.error("ticket %s cannot be re-registered: %s; its slot is lost", slot.ticket_id, err)
 
 
 def _status_of(exc: BaseException) -> int | None:
@@ -412,12 +458,22 @@ class AdmissionClient(_Connection):
             if r.state == pb.TICKET_STATE_QUEUED:
                 if on_queued is not None:
                     on_queued(r.position, r.eta_ms)
-                slot.grant = self._wait(r.ticket_id, wait_timeout, on_queued)
+                while True:
+                    try:
+                        slot.grant = self._wait(r.ticket_id, wait_timeout, on_queued)
+                        break
+                    except AdmissionError as e:
+                        if e.code != grpc.StatusCode.NOT_FOUND:
+                            raise
+                    r = self._unary(self.stub.Submit, req)
+                    if _queued_again(slot, r, req):
+                        break
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
             stop = threading.Event()
             renewer = threading.Thread(
-                target=self._renew_until, args=(slot, stop), daemon=True, name="admission-renew"
+                target=self._renew_until, args=(slot, stop, req), daemon=True,
+                name="admission-renew",
             )
             renewer.start()
             started = time.monotonic()
@@ -516,18 +572,28 @@ class AdmissionClient(_Connection):
 
         threading.Thread(target=run, daemon=True, name="admission-release-run").start()
 
-    def _renew_until(self, slot: Slot, stop: threading.Event) -> None:
+    def _renew_until(self, slot: Slot, stop: threading.Event, req: pb.SubmitRequest) -> None:
+        """Renew every third of the lease until ``stop``. A ticket the authority no longer
+        knows (EXPIRED: its store lost it, or its lease ran out while this replica was cut off)
+        is re-registered with Reclaim, so its run keeps counting against the caps; only a
+        refused Reclaim (the ticket ended) marks the slot lost."""
         every = max(slot.lease_ttl_ms / 3000, 0.005)
         while not stop.wait(every):
+            reclaimed = False
             try:
                 r = self.stub.Renew(pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every, metadata=self._md)
+                state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
+                if state == pb.TICKET_STATE_EXPIRED:
+                    back = self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
+                    state, reclaimed = back.state, back.reclaimed
             except grpc.RpcError as e:
-                log.warning("renewing %s failed (will retry): %s", slot.ticket_id, translate(e))
-                continue
-            if r.tickets and r.tickets[0].state != pb.TICKET_STATE_ADMITTED:
-                slot.lost = True
-                log.error("ticket %s is %s: its slot is lost", slot.ticket_id,
-                          _state_name(r.tickets[0].state))
+                err = translate(e)
+                if err.retryable:
+                    log.warning("renewing %s failed (will retry): %s", slot.ticket_id, err)
+                    continue
+                _reclaim_refused(slot, err)
+                return
+            if not _after_renew(slot, state, reclaimed):
                 return
 
     def _release(self, ticket_id: str, req: pb.ReleaseRequest | None = None) -> None:
@@ -831,10 +897,19 @@ class AsyncAdmissionClient(_Connection):
             if r.state == pb.TICKET_STATE_QUEUED:
                 if on_queued is not None:
                     on_queued(r.position, r.eta_ms)
-                slot.grant = await self._wait(r.ticket_id, wait_timeout, on_queued)
+                while True:
+                    try:
+                        slot.grant = await self._wait(r.ticket_id, wait_timeout, on_queued)
+                        break
+                    except AdmissionError as e:
+                        if e.code != grpc.StatusCode.NOT_FOUND:
+                            raise
+                    r = await self._unary(self.stub.Submit, req)
+                    if _queued_again(slot, r, req):
+                        break
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
-            renewer = asyncio.create_task(self._renew_until(slot))
+            renewer = asyncio.create_task(self._renew_until(slot, req))
             started = time.monotonic()
             failure: BaseException | None = None
             try:
@@ -932,21 +1007,28 @@ class AsyncAdmissionClient(_Connection):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _renew_until(self, slot: Slot) -> None:
+    async def _renew_until(self, slot: Slot, req: pb.SubmitRequest) -> None:
+        """As :meth:`AdmissionClient._renew_until`, until cancelled."""
         every = max(slot.lease_ttl_ms / 3000, 0.005)
         while True:
             await asyncio.sleep(every)
+            reclaimed = False
             try:
                 r = await self.stub.Renew(
                     pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every, metadata=self._md
                 )
+                state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
+                if state == pb.TICKET_STATE_EXPIRED:
+                    back = await self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
+                    state, reclaimed = back.state, back.reclaimed
             except grpc.aio.AioRpcError as e:
-                log.warning("renewing %s failed (will retry): %s", slot.ticket_id, translate(e))
-                continue
-            if r.tickets and r.tickets[0].state != pb.TICKET_STATE_ADMITTED:
-                slot.lost = True
-                log.error("ticket %s is %s: its slot is lost", slot.ticket_id,
-                          _state_name(r.tickets[0].state))
+                err = translate(e)
+                if err.retryable:
+                    log.warning("renewing %s failed (will retry): %s", slot.ticket_id, err)
+                    continue
+                _reclaim_refused(slot, err)
+                return
+            if not _after_renew(slot, state, reclaimed):
                 return
 
     async def _release(self, ticket_id: str, req: pb.ReleaseRequest | None = None) -> None:

@@ -181,6 +181,73 @@ test("slots and waits carry on through a killed and restarted authority", async 
   }
 });
 
+test("holders re-register and newcomers wait when Redis is emptied under two replicas", async () => {
+  // A redis-server of this test's own, emptied by FLUSHALL while four runs hold the four slots
+  // through replica A: their renewals re-register them (Reclaim), and newcomers through
+  // replica B right after the loss wait for real capacity. Sampled every 50 ms from the
+  // clients' own view, no more than four runs ever hold slots.
+  const port = await freePort();
+  const redis = spawn("redis-server", ["--bind", "127.0.0.1", "--port", String(port), "--save", "",
+    "--appendonly", "no"], { stdio: "ignore" });
+  const dir = mkdtempSync(join(tmpdir(), "aa-ts-loss-"));
+  const config = join(dir, "replicas.yaml");
+  writeFileSync(config, `store:\n  redis: { url: "redis://127.0.0.1:${port}/0" }\n` +
+    "scheduling: { total: 4, per_subject: 4, lease_ttl: 900ms, queue: { total: 16 } }\n");
+  await eventually("redis-server to listen", async () => {
+    const s = connect(port, "127.0.0.1");
+    const ok = await new Promise<boolean>((r) => { s.once("connect", () => r(true)); s.once("error", () => r(false)); });
+    s.destroy();
+    return ok;
+  }, 10_000);
+  const a = await startServer("--config", config);
+  const b = await startServer("--config", config);
+  const ca = new AdmissionClient(a.addr, { hostId: "h" });
+  const cb = new AdmissionClient(b.addr, { hostId: "h" });
+  const running = new Set<{ lost: boolean }>();
+  let peak = 0;
+  const sampler = setInterval(() => {
+    peak = Math.max(peak, [...running].filter((s) => !s.lost).length);
+  }, 50);
+  try {
+    const holders = await Promise.all([0, 1, 2, 3].map((i) => ca.acquire(`s${i}`, { runId: `holder-${i}` })));
+    holders.forEach((h) => running.add(h));
+    const flush = spawn("redis-cli", ["-p", String(port), "FLUSHALL"], { stdio: "ignore" });
+    await once(flush, "exit");
+    const newcomers = [0, 1, 2, 3].map((i) =>
+      cb.acquire(`n${i}`, { runId: `newcomer-${i}` }).then((s) => {
+        running.add(s);
+        return s;
+      }),
+    );
+    await eventually("the holders counted again", async () => (await cb.stats()).reclaimed === 4, 5000);
+    // Past the learning window (a lease and a third): the slots are the holders' still.
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal(peak, 4);
+    assert.ok(holders.every((h) => !h.lost && h.reclaims === 1));
+    assert.deepEqual([(await cb.stats()).inFlight, (await cb.stats()).queued], [4, 4]);
+    for (const h of holders) {
+      running.delete(h);
+      await h.release();
+    }
+    const admitted = await Promise.all(newcomers);
+    assert.ok(peak <= 4, `${peak} runs held slots at once against a cap of 4`);
+    for (const n of admitted) {
+      running.delete(n);
+      await n.release();
+    }
+    await eventually("no slot held", async () => (await ca.stats()).inFlight === 0, 2000);
+    assert.ok((await ca.stats()).stateLosses + (await cb.stats()).stateLosses >= 1);
+  } finally {
+    clearInterval(sampler);
+    ca.close();
+    cb.close();
+    await a.stop();
+    await b.stop();
+    redis.kill("SIGKILL");
+    await once(redis, "exit");
+  }
+});
+
 test("authorize, settle and auth checks round-trip", async () => {
   const dir = mkdtempSync(join(tmpdir(), "admission-ts-"));
   const config = join(dir, "budgets.yaml");

@@ -118,7 +118,9 @@ class AdmissionServicer:
         """Follow a ticket. The first event is sent at once with the current state; a new event follows
         every change of state, and position changes are sent at most once a second. The stream ends
         with status OK after an event whose state is not QUEUED. While the stream is open it keeps a
-        queued ticket's lease alive. Unknown ticket: NOT_FOUND.
+        queued ticket's lease alive. Unknown ticket: NOT_FOUND; a ticket the authority stops
+        knowing while it is followed (its store lost its state) ends the stream with NOT_FOUND
+        too: Submit again with the same run_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

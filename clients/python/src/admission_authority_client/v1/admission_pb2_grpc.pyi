@@ -52,7 +52,9 @@ class AdmissionStub:
     """Follow a ticket. The first event is sent at once with the current state; a new event follows
     every change of state, and position changes are sent at most once a second. The stream ends
     with status OK after an event whose state is not QUEUED. While the stream is open it keeps a
-    queued ticket's lease alive. Unknown ticket: NOT_FOUND.
+    queued ticket's lease alive. Unknown ticket: NOT_FOUND; a ticket the authority stops
+    knowing while it is followed (its store lost its state) ends the stream with NOT_FOUND
+    too: Submit again with the same run_id.
     """
     Renew: _grpc.UnaryUnaryMultiCallable[_admission_pb2.RenewRequest, _admission_pb2.RenewResponse]
     """Extend the leases of many tickets in one call. Unknown or forgotten ids come back with state
@@ -138,7 +140,9 @@ class AdmissionAsyncStub(AdmissionStub):
     """Follow a ticket. The first event is sent at once with the current state; a new event follows
     every change of state, and position changes are sent at most once a second. The stream ends
     with status OK after an event whose state is not QUEUED. While the stream is open it keeps a
-    queued ticket's lease alive. Unknown ticket: NOT_FOUND.
+    queued ticket's lease alive. Unknown ticket: NOT_FOUND; a ticket the authority stops
+    knowing while it is followed (its store lost its state) ends the stream with NOT_FOUND
+    too: Submit again with the same run_id.
     """
     Renew: _aio.UnaryUnaryMultiCallable[_admission_pb2.RenewRequest, _admission_pb2.RenewResponse]  # type: ignore[assignment]
     """Extend the leases of many tickets in one call. Unknown or forgotten ids come back with state
@@ -233,7 +237,9 @@ class AdmissionServicer(metaclass=_abc_1.ABCMeta):
         """Follow a ticket. The first event is sent at once with the current state; a new event follows
         every change of state, and position changes are sent at most once a second. The stream ends
         with status OK after an event whose state is not QUEUED. While the stream is open it keeps a
-        queued ticket's lease alive. Unknown ticket: NOT_FOUND.
+        queued ticket's lease alive. Unknown ticket: NOT_FOUND; a ticket the authority stops
+        knowing while it is followed (its store lost its state) ends the stream with NOT_FOUND
+        too: Submit again with the same run_id.
         """
 
     @_abc_1.abstractmethod

@@ -8480,7 +8480,9 @@ export const AdmissionService = {
    * Follow a ticket. The first event is sent at once with the current state; a new event follows
    * every change of state, and position changes are sent at most once a second. The stream ends
    * with status OK after an event whose state is not QUEUED. While the stream is open it keeps a
-   * queued ticket's lease alive. Unknown ticket: NOT_FOUND.
+   * queued ticket's lease alive. Unknown ticket: NOT_FOUND; a ticket the authority stops
+   * knowing while it is followed (its store lost its state) ends the stream with NOT_FOUND
+   * too: Submit again with the same run_id.
    */
   wait: {
     path: "/admission.v1.Admission/Wait" as const,
@@ -8659,7 +8661,9 @@ export interface AdmissionServer extends UntypedServiceImplementation {
    * Follow a ticket. The first event is sent at once with the current state; a new event follows
    * every change of state, and position changes are sent at most once a second. The stream ends
    * with status OK after an event whose state is not QUEUED. While the stream is open it keeps a
-   * queued ticket's lease alive. Unknown ticket: NOT_FOUND.
+   * queued ticket's lease alive. Unknown ticket: NOT_FOUND; a ticket the authority stops
+   * knowing while it is followed (its store lost its state) ends the stream with NOT_FOUND
+   * too: Submit again with the same run_id.
    */
   wait: handleServerStreamingCall<WaitRequest, WaitEvent>;
   /**
@@ -8764,7 +8768,9 @@ export interface AdmissionClient extends Client {
    * Follow a ticket. The first event is sent at once with the current state; a new event follows
    * every change of state, and position changes are sent at most once a second. The stream ends
    * with status OK after an event whose state is not QUEUED. While the stream is open it keeps a
-   * queued ticket's lease alive. Unknown ticket: NOT_FOUND.
+   * queued ticket's lease alive. Unknown ticket: NOT_FOUND; a ticket the authority stops
+   * knowing while it is followed (its store lost its state) ends the stream with NOT_FOUND
+   * too: Submit again with the same run_id.
    */
   wait(request: WaitRequest, options?: Partial<CallOptions>): ClientReadableStream<WaitEvent>;
   wait(request: WaitRequest, metadata?: Metadata, options?: Partial<CallOptions>): ClientReadableStream<WaitEvent>;
