@@ -245,6 +245,43 @@ def test_turns_carry_on_through_a_killed_and_restarted_authority(
     asyncio.run(main())
 
 
+def test_turns_re_register_after_an_authority_in_memory_restarts(
+    start_server: StartServer,
+) -> None:
+    # Without a data dir a restart forgets every ticket: the running turn's renewal finds its
+    # ticket gone and re-registers it (Reclaim), so its run counts again; the queued turn's
+    # Wait ends NOT_FOUND and it submits again under its run_id. Neither is refused.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{sock.getsockname()[1]}"
+    flags = ("--total", "1", "--queue-total", "2", "--lease-ttl", "600ms")
+    first = start_server(*flags, listen=addr)
+    agents = Agents()
+
+    async def main() -> None:
+        replica = Replica(agents)
+        gate = install(replica.bos, AsyncAdmissionClient(addr, host_id="gw", instance_id="replica-a", timeout=2.0))
+        await replica.start()
+        running = replica.send("alice")
+        await until("alice's turn to run", lambda: agents.running == 1 or None)
+        waiting = replica.send("bob")
+        await until("bob's turn to queue", lambda: gate.queued == 1 or None)
+        first.kill()
+        start_server(*flags, listen=addr)
+        await until("alice's run counted again",
+                    lambda: authority_stats(addr).reclaimed == 1 or None)
+        await until("bob's turn submitted again", lambda: (
+            (lambda st: st.in_flight + st.queued == 2 or None)(authority_stats(addr))))
+        agents.go.set()
+        assert list(await asyncio.gather(running, waiting)) == ["done:hi", "done:hi"]
+        s = authority_stats(addr)
+        assert (s.in_flight, s.queued, s.released) == (0, 0, 2), s
+        assert gate.stats()["rejected"] == 0
+        await replica.stop()
+
+    asyncio.run(main())
+
+
 def test_a_turn_waiting_on_a_human_lends_its_slot_and_gets_it_back(start_server: StartServer) -> None:
     server = start_server("--total", "1", "--queue-total", "4")
     agents = Agents()

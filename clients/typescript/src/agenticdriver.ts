@@ -119,9 +119,19 @@ class AuthorityTicket implements Ticket {
     let grant = r.grant;
     try {
       if (stopWaiting.aborted) throw s.cancelled(this.signal);
-      if (queued) {
-        grant = await s.client.waitAdmitted(r.ticketId, stopWaiting);
-      } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
+      while (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
+        try {
+          grant = await s.client.waitAdmitted(r.ticketId, stopWaiting);
+          break;
+        } catch (e) {
+          // The authority lost the queued ticket (its store lost its state): ask again under
+          // the same run id and follow the new ticket.
+          if (!(e instanceof AdmissionError) || e.code !== grpcStatus.NOT_FOUND) throw e;
+          r = await s.client.call(s.client.stub.submit, req);
+          grant = r.grant;
+        }
+      }
+      if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED && r.state !== gen.TicketState.TICKET_STATE_QUEUED) {
         throw new TicketEndedError(r.ticketId, gen.ticketStateToJSON(r.state).replace(/^TICKET_STATE_/, ""));
       }
     } catch (e) {

@@ -96,6 +96,11 @@ class _Unreachable(Exception):
     """The authority did not answer; the gate's failure mode decides."""
 
 
+class _TicketLost(Exception):
+    """The authority no longer knows a queued ticket (its store lost it): the run submits
+    again under its run_id."""
+
+
 #: Cancellations a turn's ending rides through before it gives up (each retried call is
 #: bounded by its own deadline).
 _CANCELLATIONS_RIDDEN = 3
@@ -152,6 +157,8 @@ class _Turn:
     subject: str
     account_id: str
     loop: asyncio.AbstractEventLoop
+    #: The grant of its admission, which a Reclaim of the ticket names.
+    grant: int = 0
     parked: bool = False
     lost: bool = False
     closed: bool = False
@@ -562,10 +569,11 @@ class AuthorityGate:
         self._refresh_soon()
         turn = _Turn(self, r.ticket_id, request.run_id, subject, account, asyncio.get_running_loop())
         self._renew_every = max(r.lease_ttl_ms / 3000, 0.01)
+        turn.grant = int(r.grant)
         if r.state == pb.TICKET_STATE_QUEUED:
             self._queued += 1
             try:
-                await self._wait_admitted(turn.ticket_id)
+                await self._queued_until_admitted(turn, request)
             except BaseException:
                 await asyncio.shield(self._release(turn.ticket_id))
                 raise
@@ -584,6 +592,51 @@ class AuthorityGate:
             await asyncio.shield(self._exit(turn))
             raise
         return turn
+
+    async def _queued_until_admitted(self, turn: _Turn, request: pb.SubmitRequest) -> None:
+        """Wait for a queued turn's admission; a ticket the authority lost while it waited
+        (its store lost its state) is submitted again under the same run_id and followed."""
+        while True:
+            try:
+                turn.grant = await self._wait_admitted(turn.ticket_id)
+                return
+            except _TicketLost:
+                pass
+            try:
+                r = await self._call(self._client.stub.Submit, request)
+            except grpc.aio.AioRpcError as e:
+                raise self._refusal(e) from None
+            log.warning("the queued ticket of run %s was lost by the authority: submitted "
+                        "again as %s", request.run_id, r.ticket_id)
+            turn.ticket_id, turn.grant = r.ticket_id, int(r.grant)
+            if r.state == pb.TICKET_STATE_ADMITTED:
+                return
+            if r.state != pb.TICKET_STATE_QUEUED:
+                self._count("rejected")
+                raise AuthorityRejected(self.busy_message, _state(r.state))
+
+    async def _reclaim(self, turn: _Turn) -> None:
+        """Re-register a turn's ticket the authority no longer knows (its store lost it, or
+        its lease ran out while this gateway was cut off), so that its run counts again; a
+        refusal (the ticket ended) means the turn no longer holds a slot."""
+        request = pb.ReclaimRequest(
+            ticket_id=turn.ticket_id, host_id=self._client.host_id, run_id=turn.run_id,
+            subject=turn.subject, account_id=turn.account_id,
+            instance_id=self._client.instance_id, grant=turn.grant,
+        )
+        try:
+            r = await self._call(self._client.stub.Reclaim, request, timeout=self._renew_every)
+        except _Unreachable as e:
+            log.warning("re-registering ticket %s failed (will retry): %s", turn.ticket_id, e)
+            return
+        except grpc.aio.AioRpcError as e:
+            turn.lost = True
+            log.error("ticket %s cannot be re-registered (%s: %s): its turn no longer holds a "
+                      "slot", turn.ticket_id, e.code().name, e.details())
+            return
+        if r.reclaimed:
+            log.warning("ticket %s was unknown to the authority (its state was lost, or its "
+                        "lease ran out): re-registered, its turn counts again", turn.ticket_id)
 
     def _refusal(self, e: grpc.aio.AioRpcError) -> Exception:
         """A Submit refusal as AuthorityRejected; other errors (bad credential, bad input) are
@@ -619,8 +672,7 @@ class AuthorityGate:
                 cut = "the Wait stream ended without an answer"
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.NOT_FOUND:
-                    self._count("rejected")
-                    raise AuthorityRejected(self.busy_message, "EXPIRED") from None
+                    raise _TicketLost(ticket_id) from None
                 if e.code() not in _UNREACHABLE:
                     raise _Unreachable(f"Wait: {e.code().name}: {e.details()}") from None
                 cut = f"Wait: {e.code().name}: {e.details()}"
@@ -748,7 +800,7 @@ class AuthorityGate:
                 r = await self._call(self._client.stub.Unpark, pb.UnparkRequest(ticket_id=turn.ticket_id))
                 if r.state == pb.TICKET_STATE_QUEUED:
                     await self._wait_admitted(turn.ticket_id)
-            except (grpc.aio.AioRpcError, _Unreachable, AuthorityRejected) as e:
+            except (grpc.aio.AioRpcError, _Unreachable, AuthorityRejected, _TicketLost) as e:
                 # The approval already happened; the turn goes on but holds no slot.
                 turn.lost = True
                 log.error("ticket %s could not get its slot back after a human wait: %s", turn.ticket_id, e)
@@ -780,10 +832,14 @@ class AuthorityGate:
                     continue
                 for t in r.tickets:
                     turn = self._held.get(t.ticket_id)
-                    if turn is not None and t.state not in _LIVE and not turn.lost:
-                        turn.lost = True
-                        log.error("ticket %s is %s: its turn no longer holds a slot",
-                                  t.ticket_id, _state(t.state))
+                    if turn is None or t.state in _LIVE or turn.lost:
+                        continue
+                    if t.state == pb.TICKET_STATE_EXPIRED and turn.grant > 0 and not turn.parked:
+                        await self._reclaim(turn)
+                        continue
+                    turn.lost = True
+                    log.error("ticket %s is %s: its turn no longer holds a slot",
+                              t.ticket_id, _state(t.state))
             self._refresh_soon()
 
     def _refresh_soon(self) -> None:
