@@ -814,3 +814,90 @@ async fn an_unreachable_redis_is_named_with_its_cause_once() {
     assert!(failures[0].contains(&expected), "{logged}");
     assert!(!logged.contains("hunter2"), "the password leaked: {logged}");
 }
+
+/// A state loss is told from a new host: the Submits racing a host's very first one (which
+/// all find it without an epoch) open no window and count no loss; the host's keys deleted
+/// under a running replica (as a Redis Cluster shard that failed over) are a loss of that host
+/// alone, counted once however many Submits find it, with a learning window on the host.
+#[tokio::test]
+async fn a_host_whose_keys_vanish_is_a_loss_and_a_new_host_is_not() {
+    use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
+    use admission_authority::store::TicketStore;
+
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL").expect("ADMISSION_TEST_REDIS_URL");
+    let prefix = format!("vanish-{}:", std::process::id());
+    let policy = Policy {
+        limits: LimitsTable::uniform(Limits {
+            total: 100,
+            per_subject: 100,
+            queue_total: 100,
+            queue_hard_total: 100,
+            lease_ttl_ms: 300,
+            ..Default::default()
+        }),
+        ..Policy::default()
+    };
+    let store =
+        Arc::new(RedisStore::new(&url, &prefix, 1, policy, Arc::new(ManualClock::new(0))).unwrap());
+    let submits = |tag: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut tasks = Vec::new();
+            for i in 0..32 {
+                let store = store.clone();
+                tasks.push(tokio::spawn(async move {
+                    let run = format!("{tag}-{i}");
+                    store
+                        .submit("h", queue_args("alice", &run))
+                        .await
+                        .unwrap()
+                        .unwrap()
+                        .1
+                }));
+            }
+            let mut states = Vec::new();
+            for t in tasks {
+                states.push(t.await.unwrap().state);
+            }
+            states
+        }
+    };
+    let first = submits("first").await;
+    assert!(
+        first.iter().all(|s| *s == TicketState::Admitted),
+        "{first:?}"
+    );
+    assert_eq!(store.state_losses(), 0, "a new host is no loss");
+
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}sched:{{h}}:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let after = submits("after").await;
+    assert!(
+        after.iter().all(|s| *s == TicketState::Queued),
+        "a learning window: {after:?}"
+    );
+    assert_eq!(store.state_losses(), 1, "counted once");
+    let stats = store.stats("h").await.unwrap();
+    assert!(
+        stats.learning_left_ms > 0 && stats.learning_left_ms <= 400,
+        "{stats:?}"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}

@@ -24,7 +24,7 @@
 //! A replica that starts after the loss cannot tell it from a first start: like the embedded
 //! store without a data dir, it opens no window.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -57,11 +57,18 @@ redis.call('SET', KEYS[1], v)
 return v
 ";
 
+/// How long the Submits that raced the one that found a host's keys gone still begin it with a
+/// window of their own (a script that finds the host begun already ignores it).
+const VANISHED_FOR: Duration = Duration::from_secs(10);
+
 /// One replica's view of the store's epoch, and the losses it detected.
 pub(super) struct Epoch {
     known: Mutex<Known>,
-    /// Hosts this replica served under the epoch it knows.
-    served: Mutex<HashSet<String>>,
+    /// Hosts this replica served under the epoch it knows, and since when.
+    served: Mutex<HashMap<String, Instant>>,
+    /// Hosts whose keys vanished alone, and when that was noticed: the concurrent Submits that
+    /// found it too begin the host with the same window, and the loss is counted once.
+    vanished: Mutex<HashMap<String, Instant>>,
     losses: AtomicU64,
     /// When the last loss was detected here, for `/readyz`.
     last_loss: Mutex<Option<Instant>>,
@@ -73,6 +80,7 @@ impl Epoch {
         Epoch {
             known: Mutex::default(),
             served: Mutex::default(),
+            vanished: Mutex::default(),
             losses: AtomicU64::new(0),
             last_loss: Mutex::new(None),
             read: redis::Script::new(READ),
@@ -92,8 +100,8 @@ impl Epoch {
     /// A successful Submit for `host` under the epoch this replica knows.
     pub(super) fn served(&self, host: &str) {
         let mut served = self.served.lock().expect("epoch lock");
-        if !served.contains(host) {
-            served.insert(host.to_string());
+        if !served.contains_key(host) {
+            served.insert(host.to_string(), Instant::now());
         }
     }
 
@@ -141,8 +149,11 @@ impl Epoch {
         Ok(true)
     }
 
-    /// A Submit found `host` of another epoch than this replica's, or of none (`seen` empty):
-    /// learn the store's epoch and say how the host begins under it (the script's ARGV[14]).
+    /// A Submit that began at `started` found `host` of another epoch than this replica's, or
+    /// of none (`seen` empty): learn the store's epoch and say how the host begins under it
+    /// (the script's ARGV[14]). A host without an epoch that this replica had served under it
+    /// before the Submit began lost its keys alone (a Submit that raced the host's first one
+    /// finds none too, but began before the host was served).
     pub(super) async fn learn(
         &self,
         conns: &Connections,
@@ -150,13 +161,32 @@ impl Epoch {
         now_arg: u64,
         host: &str,
         seen: &str,
+        started: Instant,
     ) -> Result<String, StoreError> {
         let changed = self.check(conns, key, now_arg).await?;
         let known = self.known.lock().expect("epoch lock").clone();
-        if !changed && seen.is_empty() && self.served.lock().expect("epoch lock").contains(host) {
+        if changed || !seen.is_empty() {
+            return Ok(known.lost.to_string());
+        }
+        let first = {
+            let mut served = self.served.lock().expect("epoch lock");
+            let lost = served.get(host).is_some_and(|at| *at < started);
+            if lost {
+                served.remove(host);
+            }
+            lost
+        };
+        let mut vanished = self.vanished.lock().expect("epoch lock");
+        vanished.retain(|_, at| at.elapsed() < VANISHED_FOR);
+        if first {
+            vanished.insert(host.to_string(), Instant::now());
+            drop(vanished);
             self.count_loss(&format!(
                 "host {host:?} lost its scheduling state in the store (its keys vanished)"
             ));
+            return Ok("now".into());
+        }
+        if vanished.contains_key(host) {
             return Ok("now".into());
         }
         Ok(known.lost.to_string())

@@ -188,11 +188,23 @@ impl RedisStore {
     /// none): learn the store's epoch and say how the host begins under it (see
     /// [`epoch::Epoch::learn`]). A loss forgets which hosts were registered for the sweep
     /// (their set went with the rest).
-    async fn learn_epoch(&self, host: &str, seen: &str) -> Result<String, StoreError> {
+    async fn learn_epoch(
+        &self,
+        host: &str,
+        seen: &str,
+        started: std::time::Instant,
+    ) -> Result<String, StoreError> {
         let before = self.epoch.losses();
         let init = self
             .epoch
-            .learn(&self.conns, self.keys.epoch(), self.now_arg(), host, seen)
+            .learn(
+                &self.conns,
+                self.keys.epoch(),
+                self.now_arg(),
+                host,
+                seen,
+                started,
+            )
             .await?;
         if self.epoch.losses() != before {
             self.registered_hosts.lock().expect("hosts lock").clear();

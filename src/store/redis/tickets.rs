@@ -361,12 +361,13 @@ impl TicketStore for RedisStore {
         ];
         // A host of another epoch than this replica knows changes nothing and says so: learn
         // the store's epoch (a loss, or a new host) and call again, beginning the host under it.
+        let started = std::time::Instant::now();
         let mut reply = self.sched(&self.submit, host_id, &argv).await?;
         for _ in 0..2 {
             let Some(seen) = epoch_reply(&reply) else {
                 break;
             };
-            let init = self.learn_epoch(host_id, &seen).await?;
+            let init = self.learn_epoch(host_id, &seen, started).await?;
             argv[8] = self.epoch.id();
             argv[9] = init;
             reply = self.sched(&self.submit, host_id, &argv).await?;
