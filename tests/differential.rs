@@ -29,7 +29,7 @@ use admission_authority::ledger::{
     Allowance, AuthorizeArgs, Budget, Coverage, Resolution, ResourcePolicy, UnknownUsage, Usage,
 };
 use admission_authority::scheduler::{
-    Adaptive, HeldArgs, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy,
+    Adaptive, Blocker, HeldArgs, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy,
     ReclaimRefusal, Reclaimed, Report, ShadowDecision, SubmitArgs, SubmitMode, TicketView,
 };
 use admission_authority::store::journal::{JournalOptions, SyncPolicy};
@@ -380,7 +380,18 @@ fn limits() -> impl Strategy<Value = Limits> {
 }
 
 /// The parts of a view both stores must agree on (the key is each store's own).
-fn view(v: &TicketView) -> (String, u32, u64, u64, u64, Option<ShadowDecision>) {
+#[allow(clippy::type_complexity)]
+fn view(
+    v: &TicketView,
+) -> (
+    String,
+    u32,
+    u64,
+    u64,
+    u64,
+    Option<ShadowDecision>,
+    Option<Blocker>,
+) {
     (
         format!("{:?}", v.state),
         v.position,
@@ -388,6 +399,7 @@ fn view(v: &TicketView) -> (String, u32, u64, u64, u64, Option<ShadowDecision>) 
         v.lease_remaining_ms,
         v.eta_ms,
         v.shadow,
+        v.blocked_by,
     )
 }
 
@@ -649,6 +661,7 @@ async fn tickets_alike<T: Twin>(
                             t.run_id,
                             t.instance_id,
                             t.priority,
+                            t.blocked_by,
                         )
                     })
                     .collect();

@@ -398,7 +398,7 @@ proptest! {
         let mut now = 1_000u64;
         for (i, op) in ops.into_iter().enumerate() {
             let before: HashMap<TicketKey, TicketState> = host
-                .list(10_000, now).0.into_iter().map(|t| (t.key, t.state)).collect();
+                .list(&limits, 10_000, now).0.into_iter().map(|t| (t.key, t.state)).collect();
             match op {
                 PrioOp::Submit { subject, account, priority } => {
                     let key = (i + 1) as TicketKey;
@@ -426,7 +426,7 @@ proptest! {
             if let Err(e) = host.audit(&limits, now) {
                 return Err(TestCaseError::fail(format!("op {i}: {e}")));
             }
-            let (live, _) = host.list(10_000, now);
+            let (live, _) = host.list(&limits, 10_000, now);
             for t in live.iter().filter(|t| {
                 t.state == TicketState::Admitted && before.get(&t.key) != Some(&TicketState::Admitted)
             }) {

@@ -821,7 +821,7 @@ async fn an_unreachable_redis_is_named_with_its_cause_once() {
 /// alone, counted once however many Submits find it, with a learning window on the host.
 #[tokio::test]
 async fn a_host_whose_keys_vanish_is_a_loss_and_a_new_host_is_not() {
-    use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
+    use admission_authority::scheduler::{Blocker, Limits, LimitsTable, TicketState};
     use admission_authority::store::TicketStore;
 
     let url = std::env::var("ADMISSION_TEST_REDIS_URL").expect("ADMISSION_TEST_REDIS_URL");
@@ -855,16 +855,17 @@ async fn a_host_whose_keys_vanish_is_a_loss_and_a_new_host_is_not() {
                         .1
                 }));
             }
-            let mut states = Vec::new();
+            let mut views = Vec::new();
             for t in tasks {
-                states.push(t.await.unwrap().state);
+                let v = t.await.unwrap();
+                views.push((v.state, v.blocked_by));
             }
-            states
+            views
         }
     };
     let first = submits("first").await;
     assert!(
-        first.iter().all(|s| *s == TicketState::Admitted),
+        first.iter().all(|v| *v == (TicketState::Admitted, None)),
         "{first:?}"
     );
     assert_eq!(store.state_losses(), 0, "a new host is no loss");
@@ -886,8 +887,10 @@ async fn a_host_whose_keys_vanish_is_a_loss_and_a_new_host_is_not() {
         .unwrap();
     let after = submits("after").await;
     assert!(
-        after.iter().all(|s| *s == TicketState::Queued),
-        "a learning window: {after:?}"
+        after
+            .iter()
+            .all(|v| *v == (TicketState::Queued, Some(Blocker::StateLoss))),
+        "a learning window, and the waiters say so: {after:?}"
     );
     assert_eq!(store.state_losses(), 1, "counted once");
     let stats = store.stats("h").await.unwrap();

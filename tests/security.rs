@@ -237,7 +237,7 @@ async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'s
                 api::ReclaimRequest {
                     ticket_id: format!("one.{:032x}", rand_key()),
                     host_id: "one".into(),
-                    run_id: format!("reclaim-{run}"),
+                    run_id: format!("reclaim-{:x}", rand_key()),
                     subject: "alice".into(),
                     instance_id: "replica-1".into(),
                     grant: 7,

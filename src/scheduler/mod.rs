@@ -231,6 +231,52 @@ pub struct Reclaimed {
     pub reclaimed: bool,
 }
 
+/// What holds a queued ticket: the first that applies of `StateLoss`, `Memory`, `Subject`,
+/// `Account`, then `Total` for the waiter next in line ([`HostState::head_waiter`]) or `Turn`
+/// for the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Blocker {
+    /// The host is at its total and this is the next waiter to be served.
+    Total,
+    /// Its subject is at its cap.
+    Subject,
+    /// Its account is at its cap (fixed or adaptive).
+    Account,
+    /// The replica that submitted it reported memory at the soft limit.
+    Memory,
+    /// A slot could take it, but the host is at its total and others go first.
+    Turn,
+    /// A learning window after the shared store lost its state (only Redis opens one).
+    StateLoss,
+}
+
+impl Blocker {
+    /// The code the Redis scripts answer.
+    pub fn code(self) -> &'static str {
+        match self {
+            Blocker::Total => "total",
+            Blocker::Subject => "subject",
+            Blocker::Account => "account",
+            Blocker::Memory => "memory",
+            Blocker::Turn => "turn",
+            Blocker::StateLoss => "state_loss",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Option<Blocker> {
+        [
+            Blocker::Total,
+            Blocker::Subject,
+            Blocker::Account,
+            Blocker::Memory,
+            Blocker::Turn,
+            Blocker::StateLoss,
+        ]
+        .into_iter()
+        .find(|b| b.code() == code)
+    }
+}
+
 /// A ticket as callers see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TicketView {
@@ -246,6 +292,8 @@ pub struct TicketView {
     pub eta_ms: u64,
     /// Set only in the answer to a Submit that shadow mode admitted but enforce would not have.
     pub shadow: Option<ShadowDecision>,
+    /// While queued, what holds it.
+    pub blocked_by: Option<Blocker>,
 }
 
 /// A live ticket as the operator listing sees it.
@@ -261,6 +309,8 @@ pub struct TicketInfo {
     pub lease_remaining_ms: u64,
     /// 1..=5; a waiter served as 1 after `priority_aging` shows 1.
     pub priority: u8,
+    /// While queued, what holds it.
+    pub blocked_by: Option<Blocker>,
 }
 
 /// Cumulative counters of one host.
@@ -1021,8 +1071,11 @@ impl HostState {
                 lease_remaining_ms: 0,
                 eta_ms: 0,
                 shadow: None,
+                blocked_by: None,
             });
         };
+        let blocked_by = (t.state == TicketState::Queued)
+            .then(|| self.blocker(limits, key, t, self.head_waiter(), now));
         let (position, eta) = if t.state == TicketState::Queued {
             let (position, depth) = self.position(t);
             let eta = eta_ms(
@@ -1044,7 +1097,56 @@ impl HostState {
             lease_remaining_ms: t.deadline.saturating_sub(now),
             eta_ms: eta,
             shadow: None,
+            blocked_by,
         })
+    }
+
+    /// The next waiter to be served: the first of the highest priority's round-robin turn.
+    pub fn head_waiter(&self) -> Option<TicketKey> {
+        for (l, level) in self.levels.iter().enumerate() {
+            if level.queued == 0 {
+                continue;
+            }
+            for (name, generation) in &level.rotation {
+                let Some(s) = self
+                    .subjects
+                    .get(name)
+                    .filter(|s| s.lanes[l].entry == *generation)
+                else {
+                    continue; // stale
+                };
+                if let Some((_, k)) = s.lanes[l].queue.first_key_value() {
+                    return Some(*k);
+                }
+            }
+        }
+        None
+    }
+
+    /// What holds queued ticket `t` (see [`Blocker`]), given the next in line.
+    fn blocker(
+        &self,
+        limits: &Limits,
+        key: TicketKey,
+        t: &Ticket,
+        head: Option<TicketKey>,
+        now: Millis,
+    ) -> Blocker {
+        if self.is_soft(limits, &t.instance, now) {
+            return Blocker::Memory;
+        }
+        let s = self.subjects.get(&t.subject).map_or(0, |s| s.in_flight);
+        if s >= limits.subject_cap(&t.subject) {
+            return Blocker::Subject;
+        }
+        if !account_has_room(limits, &self.accounts, &self.adaptive, t.account.as_deref()) {
+            return Blocker::Account;
+        }
+        if self.in_flight >= limits.total && head == Some(key) {
+            Blocker::Total
+        } else {
+            Blocker::Turn
+        }
     }
 
     /// Ended tickets remembered for idempotent retries.
@@ -1054,7 +1156,8 @@ impl HostState {
 
     /// Live tickets, at most `limit`: admitted and parked ones by grant, then queued ones in
     /// queue order. The bool is true when truncated.
-    pub fn list(&self, limit: usize, now: Millis) -> (Vec<TicketInfo>, bool) {
+    pub fn list(&self, limits: &Limits, limit: usize, now: Millis) -> (Vec<TicketInfo>, bool) {
+        let head = self.head_waiter();
         let mut live: Vec<(&TicketKey, &Ticket)> = self.tickets.iter().collect();
         live.sort_by_key(|(_, t)| (t.state == TicketState::Queued, t.grant, t.order));
         let truncated = live.len() > limit;
@@ -1071,6 +1174,8 @@ impl HostState {
                 grant: t.grant,
                 lease_remaining_ms: t.deadline.saturating_sub(now),
                 priority: t.level + 1,
+                blocked_by: (t.state == TicketState::Queued)
+                    .then(|| self.blocker(limits, *k, t, head, now)),
             })
             .collect();
         (out, truncated)

@@ -729,7 +729,7 @@ fn aging_serves_an_old_waiter_as_priority_one() {
     h.advance(100);
     // Aged: served as priority 1, and older than the fresh one in the round robin (its lane
     // joined the rotation after alice's, so alice goes first, then it).
-    let listed = h.state.list(10, h.now).0;
+    let listed = h.state.list(&h.limits, 10, h.now).0;
     let info = listed.iter().find(|t| t.key == old.key).unwrap();
     assert_eq!(info.priority, 1, "listed as served at priority 1");
     let first = h.handover(holder.key);
@@ -962,4 +962,57 @@ fn an_ended_run_never_comes_back_but_an_expired_holder_does() {
             .reclaim(&h.limits, held("carol", "r3", 7), 1234, h.now),
         Err(ReclaimRefusal::RunIdTaken)
     );
+}
+
+#[test]
+fn each_waiter_says_what_holds_it() {
+    // total 2, per_subject 1, per_account 1.
+    let mut h = Host::new(Limits {
+        per_account: Some(1),
+        memory: MemoryLimits::from_ratio(1000, 0.9),
+        ..limits(2, 1, 10, 0)
+    });
+    let by = |h: &Host, key| h.state.view(&h.limits, key, h.now).unwrap().blocked_by;
+    let a = h.ok("alice", "a1");
+    assert_eq!(a.blocked_by, None, "admitted: nothing holds it");
+    // alice at her cap, the host not at its total.
+    let subject = h.ok("alice", "a2");
+    assert_eq!(subject.blocked_by, Some(Blocker::Subject));
+    // acct-1 at its cap.
+    h.submit_with("bob", Some("acct-1"), "b1", SubmitMode::Queue, None)
+        .unwrap();
+    let account = h
+        .submit_with("carol", Some("acct-1"), "c1", SubmitMode::Queue, None)
+        .unwrap();
+    assert_eq!(account.blocked_by, Some(Blocker::Account));
+    // The host at its total: dave, whose caps have room, is next in line only once the
+    // waiters ahead of him are gone; erin behind him waits for her turn.
+    let dave = h.ok("dave", "d1");
+    let erin = h.ok("erin", "e1");
+    assert_eq!(
+        by(&h, dave.key),
+        Some(Blocker::Turn),
+        "alice's a2 is first in line"
+    );
+    h.release(subject.key);
+    h.release(account.key);
+    assert_eq!(by(&h, dave.key), Some(Blocker::Total));
+    assert_eq!(by(&h, erin.key), Some(Blocker::Turn));
+    // A replica at the soft memory limit holds its own waiters back.
+    let held = h
+        .submit_with("frank", None, "f1", SubmitMode::Queue, Some(950))
+        .unwrap();
+    assert_eq!(held.blocked_by, Some(Blocker::Memory));
+    // A listing says the same.
+    let listed: Vec<_> = h
+        .state
+        .list(&h.limits, 100, h.now)
+        .0
+        .into_iter()
+        .filter(|t| t.state == TicketState::Queued)
+        .map(|t| (t.key, t.blocked_by))
+        .collect();
+    for (key, b) in listed {
+        assert_eq!(b, by(&h, key));
+    }
 }

@@ -35,6 +35,20 @@ fn state(s: TicketState) -> i32 {
     api::TicketState::from(s) as i32
 }
 
+/// What holds a queued ticket, on the wire (UNSPECIFIED when nothing: not queued).
+fn blocker(b: Option<crate::scheduler::Blocker>) -> i32 {
+    use crate::scheduler::Blocker as B;
+    (match b {
+        None => api::Blocker::Unspecified,
+        Some(B::Total) => api::Blocker::Total,
+        Some(B::Subject) => api::Blocker::Subject,
+        Some(B::Account) => api::Blocker::Account,
+        Some(B::Memory) => api::Blocker::Memory,
+        Some(B::Turn) => api::Blocker::Turn,
+        Some(B::StateLoss) => api::Blocker::StateLoss,
+    }) as i32
+}
+
 impl From<(TicketId, TicketView)> for api::SubmitResponse {
     fn from((id, v): (TicketId, TicketView)) -> Self {
         api::SubmitResponse {
@@ -47,6 +61,7 @@ impl From<(TicketId, TicketView)> for api::SubmitResponse {
             grant: v.grant,
             eta_ms: ms32(v.eta_ms),
             shadow_reason: v.shadow.map_or_else(String::new, |d| d.code().to_string()),
+            blocked_by: blocker(v.blocked_by),
         }
     }
 }
@@ -59,6 +74,7 @@ pub fn wait_event(id: &TicketId, v: &TicketView) -> api::WaitEvent {
         position: v.position,
         grant: v.grant,
         eta_ms: ms32(v.eta_ms),
+        blocked_by: blocker(v.blocked_by),
     }
 }
 
@@ -257,6 +273,7 @@ pub fn ticket_info(host_id: &str, t: TicketInfo) -> api::TicketInfo {
         grant: t.grant,
         lease_remaining_ms: ms32(t.lease_remaining_ms),
         priority: u32::from(t.priority),
+        blocked_by: blocker(t.blocked_by),
     }
 }
 

@@ -162,7 +162,10 @@ pub(super) async fn follow<S: Store>(
                 return;
             }
         };
-        if next.state != last.state || next.position != last.position {
+        if next.state != last.state
+            || next.position != last.position
+            || next.blocked_by != last.blocked_by
+        {
             if tx
                 .send(Ok(super::replies::wait_event(&id, &next)))
                 .await

@@ -505,11 +505,17 @@ def test_a_priority_slot_goes_first_and_reports_its_place_while_it_waits(
     server = start_server("--total", "1", "--queue-total", "4")
     gw = AdmissionClient(server.addr, host_id="h")
     order: list[str] = []
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int, str]] = []
+    two_args: list[tuple[int, int]] = []
 
     def run(name: str, priority: int, report: bool) -> None:
         with AdmissionClient(server.addr, host_id="h") as c:
-            on_queued = (lambda p, eta: seen.append((p, eta))) if report else None
+            # A callback of three arguments also hears what holds the ticket; one of two, as
+            # before, does not.
+            on_queued: Callable[..., None] = (
+                (lambda p, eta, by: seen.append((p, eta, by))) if report
+                else (lambda p, eta: two_args.append((p, eta)))
+            )
             with c.slot(name, priority=priority, wait_timeout=10, on_queued=on_queued):
                 order.append(name)
 
@@ -523,11 +529,13 @@ def test_a_priority_slot_goes_first_and_reports_its_place_while_it_waits(
         high = threading.Thread(target=run, args=("interactive", 1, False))
         high.start()
         eventually("both queued", lambda: gw.stats().queued == 2 or None)
-        eventually("batch told it moved back", lambda: any(p == 1 for p, _ in seen) or None)
+        eventually("batch told it moved back", lambda: any(p == 1 for p, _, _ in seen) or None)
     low.join(10)
     high.join(10)
     assert order == ["interactive", "batch"]
-    assert seen[0][0] == 0 and seen[0][1] > 0, seen
+    assert seen[0][0] == 0 and seen[0][1] > 0 and seen[0][2] == "TOTAL", seen
+    assert (1, "TURN") in [(p, by) for p, _, by in seen], "behind interactive: its turn"
+    assert two_args and two_args[0][0] == 0, two_args
     gw.close()
 
 

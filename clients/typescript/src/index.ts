@@ -185,7 +185,7 @@ export interface AcquireOptions {
   priority?: number;
   /** While queued: the ticket's place in line and the authority's estimate of the wait in ms
    * (0 = unknown), from the Submit's answer and then from every Wait event. */
-  onQueued?: (position: number, etaMs: number) => void;
+  onQueued?: (position: number, etaMs: number, blockedBy: Blocker) => void;
   /** Aborting while queued withdraws the ticket and rejects with the signal's reason. */
   signal?: AbortSignal;
 }
@@ -279,6 +279,14 @@ export interface ReleaseReport {
   outcome?: Outcome;
   error?: unknown;
   latencyMs?: number;
+}
+
+/** What holds a queued ticket ("" when nothing: not queued); see docs/scheduling.md. */
+export type Blocker = "" | "TOTAL" | "SUBJECT" | "ACCOUNT" | "MEMORY" | "TURN" | "STATE_LOSS";
+
+function blockerName(b: gen.Blocker): Blocker {
+  const name = gen.blockerToJSON(b).replace(/^BLOCKER_/, "");
+  return name === "UNSPECIFIED" || name === "UNRECOGNIZED" ? "" : (name as Blocker);
 }
 
 export class SlotHandle {
@@ -481,7 +489,7 @@ export class AdmissionClient {
     }
     let grant = r.grant;
     try {
-      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) opts.onQueued?.(r.position, r.etaMs);
+      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) opts.onQueued?.(r.position, r.etaMs, blockerName(r.blockedBy));
       let admitted = r.state === gen.TicketState.TICKET_STATE_ADMITTED;
       while (!admitted && r.state === gen.TicketState.TICKET_STATE_QUEUED) {
         try {
@@ -540,15 +548,15 @@ export class AdmissionClient {
   async waitAdmitted(
     ticketId: string,
     signal: AbortSignal | undefined,
-    onQueued?: (position: number, etaMs: number) => void,
+    onQueued?: (position: number, etaMs: number, blockedBy: Blocker) => void,
   ): Promise<number> {
     let backoff = FIRST_BACKOFF_MS;
     let cutSince: number | undefined;
     for (;;) {
-      const got = await this.waitOnce(ticketId, signal, (position, etaMs) => {
+      const got = await this.waitOnce(ticketId, signal, (position, etaMs, blockedBy) => {
         cutSince = undefined;
         backoff = FIRST_BACKOFF_MS;
-        onQueued?.(position, etaMs);
+        onQueued?.(position, etaMs, blockedBy);
       });
       if (typeof got === "number") return got;
       const now = Date.now();
@@ -565,7 +573,7 @@ export class AdmissionClient {
   private waitOnce(
     ticketId: string,
     signal: AbortSignal | undefined,
-    onQueued: (position: number, etaMs: number) => void,
+    onQueued: (position: number, etaMs: number, blockedBy: Blocker) => void,
   ): Promise<number | AdmissionError> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
@@ -592,7 +600,7 @@ export class AdmissionClient {
         } else if (e.state !== gen.TicketState.TICKET_STATE_QUEUED) {
           finish(() => reject(new TicketEndedError(ticketId, stateName(e.state))));
         } else {
-          onQueued(e.position, e.etaMs);
+          onQueued(e.position, e.etaMs, blockerName(e.blockedBy));
         }
       });
       stream.on("error", (err: ServiceError) => {

@@ -668,8 +668,10 @@ impl TicketStore for MemoryStore {
         let Some(host) = self.existing_host(host_id) else {
             return Ok((Vec::new(), false));
         };
-        self.read_host(host_id, &host, |state, _, now| state.list(limit, now))
-            .await
+        self.read_host(host_id, &host, |state, limits, now| {
+            state.list(limits, limit, now)
+        })
+        .await
     }
 
     async fn host_ids(&self) -> Result<Vec<String>, StoreError> {

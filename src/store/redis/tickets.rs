@@ -11,9 +11,10 @@ use tokio::sync::watch;
 
 use super::{RedisStore, codes};
 use crate::scheduler::{
-    Adaptive, Counters, HeldArgs, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable, Mode,
-    Outcome, OverflowPolicy, ReclaimRefusal, Reclaimed, Report, ShadowDecision, SubmitArgs,
-    SubmitError, TicketInfo, TicketKey, TicketState, TicketView, UsageRow, WaitHistogram, level_of,
+    Adaptive, Blocker, Counters, HeldArgs, HostStats, Limits, LimitsRecord, LimitsSource,
+    LimitsTable, Mode, Outcome, OverflowPolicy, ReclaimRefusal, Reclaimed, Report, ShadowDecision,
+    SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView, UsageRow,
+    WaitHistogram, level_of,
 };
 use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
 
@@ -233,11 +234,11 @@ fn epoch_reply(reply: &Value) -> Option<String> {
     }
 }
 
-/// A `{state, position, grant, lease, eta}` reply (or nil) as a view.
+/// A `{state, position, grant, lease, eta, blocker}` reply (or nil) as a view.
 fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
     match v {
         Value::Nil => Ok(None),
-        Value::Array(f) if f.len() == 5 => {
+        Value::Array(f) if f.len() == 6 => {
             let bad = || StoreError::protocol(format!("redis: malformed ticket view {v:?}"));
             Ok(Some(TicketView {
                 key,
@@ -249,6 +250,10 @@ fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
                 lease_remaining_ms: int(&f[3]).ok_or_else(bad)?,
                 eta_ms: int(&f[4]).ok_or_else(bad)?,
                 shadow: None,
+                blocked_by: match text(&f[5]).ok_or_else(bad)?.as_str() {
+                    "" => None,
+                    code => Some(Blocker::from_code(code).ok_or_else(bad)?),
+                },
             }))
         }
         other => Err(StoreError::protocol(format!(
@@ -399,10 +404,10 @@ impl TicketStore for RedisStore {
                     None => SubmitError::Refused(refusal),
                 }))
             }
-            "ok" if f.len() == 8 => {
+            "ok" if f.len() == 9 => {
                 let key = key_of(&f[1]).ok_or_else(malformed)?;
-                let mut v = view(key, &Value::Array(f[2..7].to_vec()))?.ok_or_else(malformed)?;
-                v.shadow = match text(&f[7]).ok_or_else(malformed)?.as_str() {
+                let mut v = view(key, &Value::Array(f[2..8].to_vec()))?.ok_or_else(malformed)?;
+                v.shadow = match text(&f[8]).ok_or_else(malformed)?.as_str() {
                     "" => None,
                     code => Some(ShadowDecision::from_code(code).ok_or_else(malformed)?),
                 };
@@ -527,8 +532,8 @@ impl TicketStore for RedisStore {
             return Err(malformed());
         };
         match f.first().and_then(text).as_deref() {
-            Some("ok") if f.len() == 7 => {
-                let view = view(id.key, &Value::Array(f[2..7].to_vec()))?.ok_or_else(malformed)?;
+            Some("ok") if f.len() == 8 => {
+                let view = view(id.key, &Value::Array(f[2..8].to_vec()))?.ok_or_else(malformed)?;
                 Ok(Ok(Reclaimed {
                     view,
                     reclaimed: int(&f[1]).ok_or_else(malformed)? == 1,
@@ -594,11 +599,11 @@ impl TicketStore for RedisStore {
         let bad = || StoreError::protocol(format!("redis: list answered {f:?}"));
         let now = f.first().and_then(int).ok_or_else(bad)?;
         let body = &f[1..];
-        if !body.len().is_multiple_of(10) {
+        if !body.len().is_multiple_of(11) {
             return Err(bad());
         }
         let mut rows: Vec<(TicketInfo, i64)> = body
-            .chunks(10)
+            .chunks(11)
             .map(|r| {
                 let info = TicketInfo {
                     key: key_of(&r[0])?,
@@ -610,6 +615,10 @@ impl TicketStore for RedisStore {
                     grant: int(&r[6])?,
                     lease_remaining_ms: int(&r[7])?.saturating_sub(now),
                     priority: u8::try_from(int(&r[9])?).ok()?,
+                    blocked_by: match text(&r[10])?.as_str() {
+                        "" => None,
+                        code => Some(Blocker::from_code(code)?),
+                    },
                 };
                 // Smaller is earlier; an unparked ticket goes ahead of its subject's queue (< 0).
                 Some((info, text(&r[8])?.parse::<i64>().ok()?))
@@ -709,8 +718,8 @@ fn parked(
         };
     };
     match f.first().and_then(text).as_deref() {
-        Some("ok") if f.len() == 6 => Ok(Some(Ok(
-            view(key, &Value::Array(f[1..6].to_vec()))?.ok_or_else(malformed)?
+        Some("ok") if f.len() == 7 => Ok(Some(Ok(
+            view(key, &Value::Array(f[1..7].to_vec()))?.ok_or_else(malformed)?
         ))),
         Some("state") => Ok(Some(Err(f.get(1).and_then(state).ok_or_else(malformed)?))),
         _ => Err(malformed()),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import socket
@@ -94,6 +95,22 @@ _OUTCOMES = {
     "overloaded": pb.OUTCOME_OVERLOADED,
     "failed": pb.OUTCOME_FAILED,
 }
+
+
+def _tell(on_queued: Callable[..., None], position: int, eta_ms: int, blocked_by: int) -> None:
+    """Call ``on_queued(position, eta_ms)``, or with what holds the ticket as a third argument
+    (``"TOTAL"``, ``"SUBJECT"``, ``"ACCOUNT"``, ``"MEMORY"``, ``"TURN"``, ``"STATE_LOSS"``) when
+    it takes three."""
+    try:
+        inspect.signature(on_queued).bind(position, eta_ms, "")
+        takes_three = True
+    except (TypeError, ValueError):
+        takes_three = False
+    if takes_three:
+        name = pb.Blocker.Name(pb.Blocker.ValueType(blocked_by)).removeprefix("BLOCKER_")
+        on_queued(position, eta_ms, "" if name == "UNSPECIFIED" else name)
+    else:
+        on_queued(position, eta_ms)
 
 
 def _held(req: pb.SubmitRequest, slot: Slot) -> pb.ReclaimRequest:
@@ -429,7 +446,7 @@ class AdmissionClient(_Connection):
         rss_mb: int | None = None,
         wait_timeout: float | None = None,
         priority: int = 0,
-        on_queued: Callable[[int, int], None] | None = None,
+        on_queued: Callable[..., None] | None = None,
     ) -> Iterator[Slot]:
         """Hold one installation-wide slot for the block: Submit, wait in the queue if need be,
         renew in the background, and Release on exit, on error and on interruption (a queued
@@ -437,7 +454,10 @@ class AdmissionClient(_Connection):
         siblings; ``wait_timeout`` (seconds) bounds the wait in the queue (``TimeoutError``).
 
         ``priority`` is 1 (highest) .. 5 (lowest), 0 for the host's default (3). While the
-        ticket waits, ``on_queued(position, eta_ms)`` is called with its place in line and the
+        ticket waits, ``on_queued(position, eta_ms)`` (or ``on_queued(position, eta_ms,
+        blocked_by)`` when it takes three: what holds it, ``"TOTAL"``, ``"SUBJECT"``,
+        ``"ACCOUNT"``, ``"MEMORY"``, ``"TURN"`` or ``"STATE_LOSS"``) is called with its place in
+        line and the
         authority's estimate of the wait (0 = unknown), first from the Submit's answer and then
         whenever the Wait stream reports a change.
 
@@ -457,7 +477,7 @@ class AdmissionClient(_Connection):
             slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms, shadow_reason=r.shadow_reason)
             if r.state == pb.TICKET_STATE_QUEUED:
                 if on_queued is not None:
-                    on_queued(r.position, r.eta_ms)
+                    _tell(on_queued, r.position, r.eta_ms, r.blocked_by)
                 while True:
                     try:
                         slot.grant = self._wait(r.ticket_id, wait_timeout, on_queued)
@@ -494,7 +514,7 @@ class AdmissionClient(_Connection):
         self,
         ticket_id: str,
         timeout: float | None,
-        on_queued: Callable[[int, int], None] | None = None,
+        on_queued: Callable[..., None] | None = None,
     ) -> int:
         """Follow a queued ticket until it is admitted; a stream cut while it waits (the
         authority restarted or could not be reached) is reopened, with backoff, for up to
@@ -514,7 +534,7 @@ class AdmissionClient(_Connection):
                     if event.state != pb.TICKET_STATE_QUEUED:
                         raise TicketEnded(ticket_id, _state_name(event.state))
                     if on_queued is not None:
-                        on_queued(event.position, event.eta_ms)
+                        _tell(on_queued, event.position, event.eta_ms, event.blocked_by)
                 err = AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -876,7 +896,7 @@ class AsyncAdmissionClient(_Connection):
         rss_mb: int | None = None,
         wait_timeout: float | None = None,
         priority: int = 0,
-        on_queued: Callable[[int, int], None] | None = None,
+        on_queued: Callable[..., None] | None = None,
     ) -> AsyncIterator[Slot]:
         """As :meth:`AdmissionClient.slot`; cancelling the task while it waits in the queue
         withdraws the ticket."""
@@ -896,7 +916,7 @@ class AsyncAdmissionClient(_Connection):
             slot = Slot(r.ticket_id, r.grant, r.lease_ttl_ms, shadow_reason=r.shadow_reason)
             if r.state == pb.TICKET_STATE_QUEUED:
                 if on_queued is not None:
-                    on_queued(r.position, r.eta_ms)
+                    _tell(on_queued, r.position, r.eta_ms, r.blocked_by)
                 while True:
                     try:
                         slot.grant = await self._wait(r.ticket_id, wait_timeout, on_queued)
@@ -930,7 +950,7 @@ class AsyncAdmissionClient(_Connection):
         self,
         ticket_id: str,
         timeout: float | None,
-        on_queued: Callable[[int, int], None] | None = None,
+        on_queued: Callable[..., None] | None = None,
     ) -> int:
         """As :meth:`AdmissionClient._wait`, awaited."""
         loop = asyncio.get_running_loop()
@@ -950,7 +970,7 @@ class AsyncAdmissionClient(_Connection):
                     if event.state != pb.TICKET_STATE_QUEUED:
                         raise TicketEnded(ticket_id, _state_name(event.state))
                     if on_queued is not None:
-                        on_queued(event.position, event.eta_ms)
+                        _tell(on_queued, event.position, event.eta_ms, event.blocked_by)
                 err = AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
             except grpc.aio.AioRpcError as e:
                 if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:

@@ -427,9 +427,9 @@ test("a priority slot goes first and hears its place and wait estimate while que
     // A measured hold, so waiters get an estimate.
     await (await client.acquire("holder")).release();
     const holder = await client.acquire("holder");
-    const seen: [number, number][] = [];
+    const seen: [number, number, string][] = [];
     const order: string[] = [];
-    const low = client.acquire("batch", { priority: 5, onQueued: (p, eta) => seen.push([p, eta]) }).then((s) => {
+    const low = client.acquire("batch", { priority: 5, onQueued: (p, eta, by) => seen.push([p, eta, by]) }).then((s) => {
       order.push("batch");
       return s;
     });
@@ -440,7 +440,8 @@ test("a priority slot goes first and hears its place and wait estimate while que
     });
     await eventually("both to queue", async () => (await client.stats()).queued === 2);
     await eventually("batch to hear it moved back", async () => seen.some(([p]) => p === 1));
-    assert.ok(seen[0][0] === 0 && seen[0][1] > 0, JSON.stringify(seen));
+    assert.ok(seen[0][0] === 0 && seen[0][1] > 0 && seen[0][2] === "TOTAL", JSON.stringify(seen));
+    assert.ok(seen.some(([p, , by]) => p === 1 && by === "TURN"), "behind interactive: its turn");
     await holder.release();
     await (await high).release();
     await (await low).release();

@@ -1,7 +1,7 @@
 -- Re-register a ticket its holder still runs (scheduler::HostState::reclaim). ARGV[5] ticket
 -- key, ARGV[6] instance, ARGV[7] subject, ARGV[8] account ('' none), ARGV[9] run_id,
 -- ARGV[10] grant (> 0), ARGV[11] priority (1..5).
--- Returns {'ok', 1 re-created or 0 still held, state, position, grant, lease, eta} or
+-- Returns {'ok', 1 re-created or 0 still held, state, position, grant, lease, eta, blocker} or
 -- {'refused', TICKET_ENDED | RUN_ID_TAKEN | TICKET_MISMATCH, the ticket's state ('' none)}.
 housekeeping(false)
 local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
@@ -9,7 +9,7 @@ local grant = tonumber(ARGV[10])
 local t = ticket(key)
 local function answer(again)
   local v = view(key)
-  return {'ok', again, v[1], v[2], v[3], v[4], v[5]}
+  return {'ok', again, v[1], v[2], v[3], v[4], v[5], v[6]}
 end
 if t and live(t.state) then
   if t.run ~= run then return {'refused', 'TICKET_MISMATCH', t.state} end

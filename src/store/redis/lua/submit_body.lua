@@ -3,7 +3,8 @@
 -- ARGV[11] rss_mb ('' none), ARGV[12] priority (1..5), ARGV[13] the state epoch the caller
 -- knows, ARGV[14] '' or how to begin the host under that epoch: when its loss was detected
 -- (ms; '0' none, 'now' this call).
--- Returns {'ok', key, state, position, grant, lease, eta, shadow decision ('' none)},
+-- Returns {'ok', key, state, position, grant, lease, eta, blocker ('' none), shadow decision
+-- ('' none)},
 -- {'refused', reason, ms left of a learning window ('' none)}, {'conflict', field}, or
 -- {'epoch', the host's epoch ('' none)} when the host is not of the caller's epoch and no
 -- way to begin it was given (nothing changed: the caller learns the store's epoch and calls
@@ -37,7 +38,7 @@ if existing then
     if live(t.state) and t.subject ~= subject then return {'conflict', 'subject'} end
     if live(t.state) and t.account ~= account then return {'conflict', 'account_id'} end
     local v = view(existing)
-    return {'ok', existing, v[1], v[2], v[3], v[4], v[5], ''}
+    return {'ok', existing, v[1], v[2], v[3], v[4], v[5], v[6], ''}
   end
   redis.call('SET', runkey(run), key)
 end
@@ -65,7 +66,7 @@ local function admit_now(decision)
              'submitted', fmt(num(c[3]) + 1), 'admitted', fmt(num(c[4]) + 1),
              sf(subject), fmt(num(c[5]) + 1))
   if account ~= '' then hincr(AF, account, 1) end
-  return {'ok', key, ADMITTED, 0, g, L.lease, 0, decision}
+  return {'ok', key, ADMITTED, 0, g, L.lease, 0, '', decision}
 end
 if shadow then
   -- What enforce would have done (scheduler::HostState::submit_shadow); admitted anyway.
@@ -143,4 +144,4 @@ redis.call('HSET', tkey(key), 'subject', subject, 'account', account, 'instance'
 incr('submitted')
 enqueue(key, {subject = subject, account = account, instance = inst, run = run, lvl = prio})
 local v = view(key)
-return {'ok', key, v[1], v[2], v[3], v[4], v[5], ''}
+return {'ok', key, v[1], v[2], v[3], v[4], v[5], v[6], ''}

@@ -20,4 +20,4 @@ elseif t.state ~= ADMITTED and t.state ~= QUEUED then
   return {'state', t.state}
 end
 local v = view(k)
-return {'ok', v[1], v[2], v[3], v[4], v[5]}
+return {'ok', v[1], v[2], v[3], v[4], v[5], v[6]}

@@ -100,6 +100,67 @@ TICKET_STATE_PARKED: TicketState.ValueType  # 7
 """An admitted ticket that lent its slot out while its run waits on a human."""
 Global___TicketState: _TypeAlias = TicketState  # noqa: Y015
 
+class _Blocker:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BlockerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Blocker.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BLOCKER_UNSPECIFIED: _Blocker.ValueType  # 0
+    """Not queued."""
+    BLOCKER_TOTAL: _Blocker.ValueType  # 1
+    """The host's total cap: it is at `total`, and this ticket is next in line (the first waiter
+    of the highest priority's round-robin turn).
+    """
+    BLOCKER_SUBJECT: _Blocker.ValueType  # 2
+    """Its subject is at its cap (subjects.<name> or per_subject)."""
+    BLOCKER_ACCOUNT: _Blocker.ValueType  # 3
+    """Its account is at its cap (accounts.<id>, per_account, or its adaptive cap)."""
+    BLOCKER_MEMORY: _Blocker.ValueType  # 4
+    """The replica that submitted it reported memory at the soft limit (memory.*): its waiters
+    are not dispatched until it reports less.
+    """
+    BLOCKER_TURN: _Blocker.ValueType  # 5
+    """Its turn: a slot could take it (its subject and account have room), but the host is at
+    its total and other waiters go first (a higher priority, an earlier round-robin turn, its
+    subject's earlier runs).
+    """
+    BLOCKER_STATE_LOSS: _Blocker.ValueType  # 6
+    """A learning window after the shared store lost its state: no one is admitted until the
+    runs still holding slots have re-registered (Stats.learning_left_ms).
+    """
+
+class Blocker(_Blocker, metaclass=_BlockerEnumTypeWrapper):
+    """What holds a queued ticket (SubmitResponse, WaitEvent and TicketInfo.blocked_by): the first
+    that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL for the waiter next in
+    line or TURN for the others. The same on every store.
+    """
+
+BLOCKER_UNSPECIFIED: Blocker.ValueType  # 0
+"""Not queued."""
+BLOCKER_TOTAL: Blocker.ValueType  # 1
+"""The host's total cap: it is at `total`, and this ticket is next in line (the first waiter
+of the highest priority's round-robin turn).
+"""
+BLOCKER_SUBJECT: Blocker.ValueType  # 2
+"""Its subject is at its cap (subjects.<name> or per_subject)."""
+BLOCKER_ACCOUNT: Blocker.ValueType  # 3
+"""Its account is at its cap (accounts.<id>, per_account, or its adaptive cap)."""
+BLOCKER_MEMORY: Blocker.ValueType  # 4
+"""The replica that submitted it reported memory at the soft limit (memory.*): its waiters
+are not dispatched until it reports less.
+"""
+BLOCKER_TURN: Blocker.ValueType  # 5
+"""Its turn: a slot could take it (its subject and account have room), but the host is at
+its total and other waiters go first (a higher priority, an earlier round-robin turn, its
+subject's earlier runs).
+"""
+BLOCKER_STATE_LOSS: Blocker.ValueType  # 6
+"""A learning window after the shared store lost its state: no one is admitted until the
+runs still holding slots have re-registered (Stats.learning_left_ms).
+"""
+Global___Blocker: _TypeAlias = Blocker  # noqa: Y015
+
 class _Outcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -343,6 +404,7 @@ class SubmitResponse(_message.Message):
     GRANT_FIELD_NUMBER: _builtins.int
     ETA_MS_FIELD_NUMBER: _builtins.int
     SHADOW_REASON_FIELD_NUMBER: _builtins.int
+    BLOCKED_BY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """Opaque ticket id, "<host_id>.<32 hex digits>"; pass it to Wait, Renew and Release. Those
     accept any id of 1..161 printable ASCII bytes: one the authority never issued is an unknown
@@ -372,6 +434,8 @@ class SubmitResponse(_message.Message):
     have done with this one when it would not have admitted it: QUEUED, BUSY, QUEUE_FULL or
     MEMORY_PRESSURE. Empty when enforce would have admitted it too (and always in enforce).
     """
+    blocked_by: Global___Blocker.ValueType
+    """While QUEUED, what holds it (see Blocker); BLOCKER_UNSPECIFIED otherwise."""
     def __init__(
         self,
         *,
@@ -382,10 +446,11 @@ class SubmitResponse(_message.Message):
         grant: _builtins.int = ...,
         eta_ms: _builtins.int = ...,
         shadow_reason: _builtins.str = ...,
+        blocked_by: Global___Blocker.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eta_ms", b"eta_ms", "grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "shadow_reason", b"shadow_reason", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "shadow_reason", b"shadow_reason", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -420,6 +485,7 @@ class WaitEvent(_message.Message):
     POSITION_FIELD_NUMBER: _builtins.int
     GRANT_FIELD_NUMBER: _builtins.int
     ETA_MS_FIELD_NUMBER: _builtins.int
+    BLOCKED_BY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket followed."""
     state: Global___TicketState.ValueType
@@ -432,6 +498,8 @@ class WaitEvent(_message.Message):
     """While QUEUED, the expected wait from now in milliseconds, as in SubmitResponse; 0 =
     unknown or not queued.
     """
+    blocked_by: Global___Blocker.ValueType
+    """While QUEUED, what holds it, as in SubmitResponse; an event is sent when it changes."""
     def __init__(
         self,
         *,
@@ -440,10 +508,11 @@ class WaitEvent(_message.Message):
         position: _builtins.int = ...,
         grant: _builtins.int = ...,
         eta_ms: _builtins.int = ...,
+        blocked_by: Global___Blocker.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["eta_ms", b"eta_ms", "grant", b"grant", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1029,6 +1098,7 @@ class TicketInfo(_message.Message):
     GRANT_FIELD_NUMBER: _builtins.int
     LEASE_REMAINING_MS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    BLOCKED_BY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket id."""
     state: Global___TicketState.ValueType
@@ -1047,6 +1117,8 @@ class TicketInfo(_message.Message):
     """Milliseconds until its lease runs out."""
     priority: _builtins.int
     """1..5: its Submit's priority (1 once served as 1 after scheduling.priority_aging)."""
+    blocked_by: Global___Blocker.ValueType
+    """While QUEUED, what holds it, as in SubmitResponse; BLOCKER_UNSPECIFIED otherwise."""
     def __init__(
         self,
         *,
@@ -1059,10 +1131,11 @@ class TicketInfo(_message.Message):
         grant: _builtins.int = ...,
         lease_remaining_ms: _builtins.int = ...,
         priority: _builtins.int = ...,
+        blocked_by: Global___Blocker.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "grant", b"grant", "instance_id", b"instance_id", "lease_remaining_ms", b"lease_remaining_ms", "priority", b"priority", "run_id", b"run_id", "state", b"state", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "blocked_by", b"blocked_by", "grant", b"grant", "instance_id", b"instance_id", "lease_remaining_ms", b"lease_remaining_ms", "priority", b"priority", "run_id", b"run_id", "state", b"state", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -162,6 +162,94 @@ export function ticketStateToJSON(object: TicketState): string {
   }
 }
 
+/**
+ * What holds a queued ticket (SubmitResponse, WaitEvent and TicketInfo.blocked_by): the first
+ * that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL for the waiter next in
+ * line or TURN for the others. The same on every store.
+ */
+export enum Blocker {
+  /** BLOCKER_UNSPECIFIED - Not queued. */
+  BLOCKER_UNSPECIFIED = 0,
+  /**
+   * BLOCKER_TOTAL - The host's total cap: it is at `total`, and this ticket is next in line (the first waiter
+   * of the highest priority's round-robin turn).
+   */
+  BLOCKER_TOTAL = 1,
+  /** BLOCKER_SUBJECT - Its subject is at its cap (subjects.<name> or per_subject). */
+  BLOCKER_SUBJECT = 2,
+  /** BLOCKER_ACCOUNT - Its account is at its cap (accounts.<id>, per_account, or its adaptive cap). */
+  BLOCKER_ACCOUNT = 3,
+  /**
+   * BLOCKER_MEMORY - The replica that submitted it reported memory at the soft limit (memory.*): its waiters
+   * are not dispatched until it reports less.
+   */
+  BLOCKER_MEMORY = 4,
+  /**
+   * BLOCKER_TURN - Its turn: a slot could take it (its subject and account have room), but the host is at
+   * its total and other waiters go first (a higher priority, an earlier round-robin turn, its
+   * subject's earlier runs).
+   */
+  BLOCKER_TURN = 5,
+  /**
+   * BLOCKER_STATE_LOSS - A learning window after the shared store lost its state: no one is admitted until the
+   * runs still holding slots have re-registered (Stats.learning_left_ms).
+   */
+  BLOCKER_STATE_LOSS = 6,
+  UNRECOGNIZED = -1,
+}
+
+export function blockerFromJSON(object: any): Blocker {
+  switch (object) {
+    case 0:
+    case "BLOCKER_UNSPECIFIED":
+      return Blocker.BLOCKER_UNSPECIFIED;
+    case 1:
+    case "BLOCKER_TOTAL":
+      return Blocker.BLOCKER_TOTAL;
+    case 2:
+    case "BLOCKER_SUBJECT":
+      return Blocker.BLOCKER_SUBJECT;
+    case 3:
+    case "BLOCKER_ACCOUNT":
+      return Blocker.BLOCKER_ACCOUNT;
+    case 4:
+    case "BLOCKER_MEMORY":
+      return Blocker.BLOCKER_MEMORY;
+    case 5:
+    case "BLOCKER_TURN":
+      return Blocker.BLOCKER_TURN;
+    case 6:
+    case "BLOCKER_STATE_LOSS":
+      return Blocker.BLOCKER_STATE_LOSS;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return Blocker.UNRECOGNIZED;
+  }
+}
+
+export function blockerToJSON(object: Blocker): string {
+  switch (object) {
+    case Blocker.BLOCKER_UNSPECIFIED:
+      return "BLOCKER_UNSPECIFIED";
+    case Blocker.BLOCKER_TOTAL:
+      return "BLOCKER_TOTAL";
+    case Blocker.BLOCKER_SUBJECT:
+      return "BLOCKER_SUBJECT";
+    case Blocker.BLOCKER_ACCOUNT:
+      return "BLOCKER_ACCOUNT";
+    case Blocker.BLOCKER_MEMORY:
+      return "BLOCKER_MEMORY";
+    case Blocker.BLOCKER_TURN:
+      return "BLOCKER_TURN";
+    case Blocker.BLOCKER_STATE_LOSS:
+      return "BLOCKER_STATE_LOSS";
+    case Blocker.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** What a run's call to the model provider came to. */
 export enum Outcome {
   /** OUTCOME_UNSPECIFIED - Not reported: nothing moves. */
@@ -529,6 +617,8 @@ export interface SubmitResponse {
    * MEMORY_PRESSURE. Empty when enforce would have admitted it too (and always in enforce).
    */
   shadowReason: string;
+  /** While QUEUED, what holds it (see Blocker); BLOCKER_UNSPECIFIED otherwise. */
+  blockedBy: Blocker;
 }
 
 export interface WaitRequest {
@@ -550,6 +640,8 @@ export interface WaitEvent {
    * unknown or not queued.
    */
   etaMs: number;
+  /** While QUEUED, what holds it, as in SubmitResponse; an event is sent when it changes. */
+  blockedBy: Blocker;
 }
 
 export interface RenewRequest {
@@ -810,6 +902,8 @@ export interface TicketInfo {
   leaseRemainingMs: number;
   /** 1..5: its Submit's priority (1 once served as 1 after scheduling.priority_aging). */
   priority: number;
+  /** While QUEUED, what holds it, as in SubmitResponse; BLOCKER_UNSPECIFIED otherwise. */
+  blockedBy: Blocker;
 }
 
 export interface DrainRequest {
@@ -1429,7 +1523,7 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
 };
 
 function createBaseSubmitResponse(): SubmitResponse {
-  return { ticketId: "", state: 0, position: 0, leaseTtlMs: 0, grant: 0, etaMs: 0, shadowReason: "" };
+  return { ticketId: "", state: 0, position: 0, leaseTtlMs: 0, grant: 0, etaMs: 0, shadowReason: "", blockedBy: 0 };
 }
 
 export const SubmitResponse: MessageFns<SubmitResponse> = {
@@ -1454,6 +1548,9 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     }
     if (message.shadowReason !== "") {
       writer.uint32(58).string(message.shadowReason);
+    }
+    if (message.blockedBy !== 0) {
+      writer.uint32(64).int32(message.blockedBy);
     }
     return writer;
   },
@@ -1527,6 +1624,14 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
             message.shadowReason = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.blockedBy = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1564,6 +1669,11 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
         : isSet(object.shadow_reason)
         ? globalThis.String(object.shadow_reason)
         : "",
+      blockedBy: isSet(object.blockedBy)
+        ? blockerFromJSON(object.blockedBy)
+        : isSet(object.blocked_by)
+        ? blockerFromJSON(object.blocked_by)
+        : 0,
     };
   },
 
@@ -1590,6 +1700,9 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     if (message.shadowReason !== "") {
       obj.shadowReason = message.shadowReason;
     }
+    if (message.blockedBy !== 0) {
+      obj.blockedBy = blockerToJSON(message.blockedBy);
+    }
     return obj;
   },
 
@@ -1605,6 +1718,7 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     message.grant = object.grant ?? 0;
     message.etaMs = object.etaMs ?? 0;
     message.shadowReason = object.shadowReason ?? "";
+    message.blockedBy = object.blockedBy ?? 0;
     return message;
   },
 };
@@ -1683,7 +1797,7 @@ export const WaitRequest: MessageFns<WaitRequest> = {
 };
 
 function createBaseWaitEvent(): WaitEvent {
-  return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0 };
+  return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0 };
 }
 
 export const WaitEvent: MessageFns<WaitEvent> = {
@@ -1702,6 +1816,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     }
     if (message.etaMs !== 0) {
       writer.uint32(40).uint32(message.etaMs);
+    }
+    if (message.blockedBy !== 0) {
+      writer.uint32(48).int32(message.blockedBy);
     }
     return writer;
   },
@@ -1759,6 +1876,14 @@ export const WaitEvent: MessageFns<WaitEvent> = {
             message.etaMs = reader.uint32();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.blockedBy = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1786,6 +1911,11 @@ export const WaitEvent: MessageFns<WaitEvent> = {
         : isSet(object.eta_ms)
         ? globalThis.Number(object.eta_ms)
         : 0,
+      blockedBy: isSet(object.blockedBy)
+        ? blockerFromJSON(object.blockedBy)
+        : isSet(object.blocked_by)
+        ? blockerFromJSON(object.blocked_by)
+        : 0,
     };
   },
 
@@ -1806,6 +1936,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     if (message.etaMs !== 0) {
       obj.etaMs = Math.round(message.etaMs);
     }
+    if (message.blockedBy !== 0) {
+      obj.blockedBy = blockerToJSON(message.blockedBy);
+    }
     return obj;
   },
 
@@ -1819,6 +1952,7 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     message.position = object.position ?? 0;
     message.grant = object.grant ?? 0;
     message.etaMs = object.etaMs ?? 0;
+    message.blockedBy = object.blockedBy ?? 0;
     return message;
   },
 };
@@ -4039,6 +4173,7 @@ function createBaseTicketInfo(): TicketInfo {
     grant: 0,
     leaseRemainingMs: 0,
     priority: 0,
+    blockedBy: 0,
   };
 }
 
@@ -4070,6 +4205,9 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     }
     if (message.priority !== 0) {
       writer.uint32(72).uint32(message.priority);
+    }
+    if (message.blockedBy !== 0) {
+      writer.uint32(80).int32(message.blockedBy);
     }
     return writer;
   },
@@ -4159,6 +4297,14 @@ export const TicketInfo: MessageFns<TicketInfo> = {
             message.priority = reader.uint32();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.blockedBy = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4202,6 +4348,11 @@ export const TicketInfo: MessageFns<TicketInfo> = {
         ? globalThis.Number(object.lease_remaining_ms)
         : 0,
       priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
+      blockedBy: isSet(object.blockedBy)
+        ? blockerFromJSON(object.blockedBy)
+        : isSet(object.blocked_by)
+        ? blockerFromJSON(object.blocked_by)
+        : 0,
     };
   },
 
@@ -4234,6 +4385,9 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     if (message.priority !== 0) {
       obj.priority = Math.round(message.priority);
     }
+    if (message.blockedBy !== 0) {
+      obj.blockedBy = blockerToJSON(message.blockedBy);
+    }
     return obj;
   },
 
@@ -4251,6 +4405,7 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     message.grant = object.grant ?? 0;
     message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
     message.priority = object.priority ?? 0;
+    message.blockedBy = object.blockedBy ?? 0;
     return message;
   },
 };
