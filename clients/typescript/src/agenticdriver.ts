@@ -135,7 +135,7 @@ class AuthorityTicket implements Ticket {
         throw new TicketEndedError(r.ticketId, gen.ticketStateToJSON(r.state).replace(/^TICKET_STATE_/, ""));
       }
     } catch (e) {
-      await s.client.releaseTicket(r.ticketId).catch(() => {}); // its lease frees it otherwise
+      await s.inOrder(() => s.client.releaseTicket(r.ticketId)).catch(() => {}); // its lease frees it otherwise
       throw stopWaiting.aborted ? s.cancelled(this.signal) : s.refusal(e);
     } finally {
       s.queued -= queued;
@@ -152,7 +152,7 @@ class AuthorityTicket implements Ticket {
       priority: req.priority,
     });
     if (this.released) {
-      await slot.release().catch(() => {});
+      await s.inOrder(() => slot.release()).catch(() => {});
       throw s.cancelled(this.signal, "the ticket was released before it was admitted");
     }
     this.slot = slot;
@@ -172,10 +172,10 @@ class AuthorityTicket implements Ticket {
         if (slot) {
           this.slot = undefined;
           this.scheduler.active -= 1;
-          await slot.release(report);
+          await this.scheduler.inOrder(() => slot.release(report));
         } else {
           await this.admitted.then(
-            (s) => s.release(),
+            (s) => this.scheduler.inOrder(() => s.release()),
             () => {},
           );
         }
@@ -215,10 +215,11 @@ export class AuthorityScheduler {
   /** @internal */ queued = 0;
   private readonly rssMb: () => number | undefined;
   private readonly errorClass: ErrorClass;
-  /** The last Submit sent: the next one waits for its answer, so Submits reach the authority
-   * in the order they were made (gRPC calls on one channel may otherwise overtake each other,
-   * and the queue's order is the round robin's). */
-  private lastSubmit: Promise<unknown> = Promise.resolve();
+  /** The last call sent (Submit, Release, a withdrawal): the next one waits for its answer,
+   * so every call of this scheduler reaches the authority in the order it was made (gRPC calls
+   * on one channel may otherwise overtake each other, and a Release that overtakes a Submit
+   * changes whose turn comes next). */
+  private lastCall: Promise<unknown> = Promise.resolve();
   private readonly accountsCapped = new Map<string, { until: number; capped: Promise<boolean> }>();
 
   constructor(
@@ -288,8 +289,13 @@ export class AuthorityScheduler {
     identity: Identity,
     mode: "queue" | "try",
   ): Promise<{ r: gen.SubmitResponse; req: gen.SubmitRequest }> {
-    const sent = this.lastSubmit.then(() => this.sendSubmit(identity, mode));
-    this.lastSubmit = sent.catch(() => {});
+    return this.inOrder(() => this.sendSubmit(identity, mode));
+  }
+
+  /** @internal Send `call` after every call made before it has been answered. */
+  inOrder<T>(call: () => Promise<T>): Promise<T> {
+    const sent = this.lastCall.then(call);
+    this.lastCall = sent.catch(() => {});
     return sent;
   }
 

@@ -150,6 +150,47 @@ test("tickets submitted back to back reach the authority in the order they were 
   }
 });
 
+test("a release made right after submits reaches the authority after them", async () => {
+  // AgenticDriver's own fairness test, as its host calls: five submits and the holder's
+  // release with no pause between them, then each admitted run released at once and a new
+  // arrival. A release that overtook the submits would give alice's a2 bob's turn.
+  const server = await startServer("--total", "1", "--per-subject", "1", "--queue-total", "12");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const scheduler = new AuthorityScheduler(client);
+  try {
+    for (let round = 0; round < 3; round++) {
+      const holder = scheduler.submit(who("alice"));
+      await holder.wait();
+      const order: string[] = [];
+      const admitted = new Map<string, Promise<void>>();
+      const tickets = new Map<string, Ticket>();
+      const enqueue = (name: string, subject: string) => {
+        const t = scheduler.submit(who(subject));
+        tickets.set(name, t);
+        admitted.set(name, t.wait().then(() => void order.push(name)));
+      };
+      for (const [name, subject] of [["a1", "alice"], ["a2", "alice"], ["a3", "alice"], ["b1", "bob"], ["b2", "bob"]]) {
+        enqueue(name, subject);
+      }
+      void holder.release();
+      const expected = ["a1", "b1", "a2", "b2", "a3", "a4"];
+      for (const name of expected) {
+        await Promise.race([
+          admitted.get(name),
+          new Promise((_, fail) => setTimeout(() => fail(new Error(`${name} not admitted: ${order}`)), 5000)),
+        ]);
+        if (name === "a1") enqueue("a4", "alice");
+        void tickets.get(name)!.release();
+      }
+      assert.deepEqual(order, expected, `round ${round}`);
+    }
+    await eventually("every slot free", async () => (await client.stats()).inFlight === 0);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});
+
 test("a ticket's release passes the provider call's outcome through", async () => {
   const server = await startServer(
     "--config",
