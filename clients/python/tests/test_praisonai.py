@@ -805,6 +805,58 @@ def test_patch_praisonai_puts_every_pairing_lockout_on_the_authority(start_serve
     assert type(PairingStore(store_dir=tempfile.mkdtemp())._lockout) is AuthRateLimiter
 
 
+def test_a_resource_only_gate_reports_no_concurrency_ceiling_as_praisonai_does(
+    start_server: StartServer,
+) -> None:
+    from praisonai_bot.bots import _admission as praison_admission
+    from praisonaiagents.gateway import MemoryPressurePolicy
+
+    server = start_server("--total", "1000")
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        policy = MemoryPressurePolicy(soft_rss_mb=100_000, hard_rss_mb=200_000)
+        native = praison_admission.AdmissionGate(None, resource_policy=policy).stats()
+        gate = praison_admission.build_admission_gate(0, resource_policy=policy)
+        assert isinstance(gate, AuthorityGate)
+
+        async def one_turn() -> None:
+            async with gate.admit(session_id="alice"):
+                pass
+            await gate.refresh_stats()
+
+        asyncio.run(one_turn())
+        s = gate.stats()
+        assert s["max_concurrent_runs"] == native["max_concurrent_runs"] == 0, s
+        assert s["queue_depth"] == native["queue_depth"]
+        assert s["installation_max_concurrent_runs"] == 1000
+    finally:
+        undo.undo()
+
+
+def test_patching_twice_replaces_the_first_patch_and_undo_restores_praisonai(
+    start_server: StartServer,
+) -> None:
+    from praisonai_bot.bots import _admission as praison_admission
+    from praisonai_bot.gateway.pairing import PairingStore
+    from praisonai_bot.gateway.rate_limiter import AuthRateLimiter
+
+    originals = (praison_admission.build_admission_gate, PairingStore.__init__)
+    server = start_server()
+    first = patch_praisonai(client(server, "gw"))
+    second = patch_praisonai(client(server, "gw"))
+    try:
+        # One wrapper, not two: a store built now works and checks the authority.
+        store = PairingStore(store_dir=tempfile.mkdtemp(), max_failures=3)
+        assert isinstance(store._lockout, AuthorityAuthLimiter)
+        assert not store.verify_and_pair("WRONG123", "chan", "telegram")
+        first.undo()  # superseded: changes nothing
+        assert isinstance(PairingStore(store_dir=tempfile.mkdtemp())._lockout, AuthorityAuthLimiter)
+    finally:
+        second.undo()
+    assert (praison_admission.build_admission_gate, PairingStore.__init__) == originals
+    assert type(PairingStore(store_dir=tempfile.mkdtemp())._lockout) is AuthRateLimiter
+
+
 def test_a_turn_ending_as_asyncio_run_tears_down_gives_its_slot_back_at_once(start_server: StartServer) -> None:
     import subprocess
     import sys

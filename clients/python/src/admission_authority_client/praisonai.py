@@ -390,6 +390,11 @@ class AuthorityGate:
                 self._configured = dict(replaces.stats())
             except Exception:  # a gate that cannot say: nothing to show
                 self._configured = {}
+        # A gate PraisonAI built for memory alone (max_concurrent_runs 0 and a resource policy)
+        # configures no concurrency ceiling: its stats say 0, as PraisonAI's do; the
+        # authority's caps still apply (``installation_max_concurrent_runs``).
+        self._resource_only = replaces is not None and self._configured.get(
+            "max_concurrent_runs", None) == 0
         if resource_policy is None and replaces is not None:
             resource_policy = getattr(replaces, "_resource_policy", None)
         if resource_policy is not None and not getattr(resource_policy, "enabled", True):
@@ -423,8 +428,11 @@ class AuthorityGate:
         configured = self._configured
 
         def figure(authority: int | None, key: str) -> int:
-            # The authority's, else what the replaced gate was configured with.
-            return int(authority) if authority is not None else int(configured.get(key, 0) or 0)
+            # The authority's, else what the replaced gate was configured with (always that for
+            # a resource-only gate, which configures no ceiling).
+            if authority is None or self._resource_only:
+                return int(configured.get(key, 0) or 0)
+            return int(authority)
 
         return {
             "max_concurrent_runs": figure(a.total if a is not None else None, "max_concurrent_runs"),
@@ -442,6 +450,7 @@ class AuthorityGate:
             "authority_reachable": self._reachable,
             "failure_mode": self.failure_mode,
             "local_admitted": self._counters["local_admitted"],
+            "installation_max_concurrent_runs": int(a.total) if a is not None else None,
             "installation_in_flight": int(a.in_flight) if a is not None else None,
             "installation_queued": int(a.queued) if a is not None else None,
             "installation_parked": int(a.parked) if a is not None else None,
@@ -1157,6 +1166,10 @@ class Undo:
         self.undo()
 
 
+#: The patch in force (its ``Undo``), so that a second ``patch_praisonai`` replaces it.
+_ACTIVE_PATCH: list[Undo] = []
+
+
 def patch_praisonai(client: AsyncAdmissionClient, **gate_options: Any) -> Undo:
     """Process-wide: every admission gate and auth limiter PraisonAI builds from now on (BotOS,
     config- and CLI-driven gateway starts) is authority-backed, and token usage is routed to
@@ -1169,7 +1182,13 @@ def patch_praisonai(client: AsyncAdmissionClient, **gate_options: Any) -> Undo:
     numbers as the bounds of the local gate when ``failure_mode="local"``, and the configured
     ``max_rss_mb`` as this replica's own memory ceiling. Every pairing store built from now on
     gets an :class:`AuthorityAuthLimiter` as its verify lockout, with its own numbers.
+
+    A second call replaces the first: the first is undone (PraisonAI's own factories back)
+    before the new one is installed, so nothing is wrapped twice; the first ``Undo`` then does
+    nothing, and the second's ``undo()`` leaves PraisonAI exactly as it was.
     """
+    while _ACTIVE_PATCH:
+        _ACTIVE_PATCH.pop().undo()
     original_gate = _praison_admission.build_admission_gate
     original_limiter = _praison_rate_limiter.build_auth_rate_limiter
     gates: list[AuthorityGate] = []
@@ -1220,8 +1239,12 @@ def patch_praisonai(client: AsyncAdmissionClient, **gate_options: Any) -> Undo:
         for u in undo_sinks:
             u()
         blocking.close()
+        if undo in _ACTIVE_PATCH:
+            _ACTIVE_PATCH.remove(undo)
 
-    return Undo([restore])
+    undo = Undo([restore])
+    _ACTIVE_PATCH.append(undo)
+    return undo
 
 
 __all__ = [
