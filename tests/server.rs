@@ -1293,6 +1293,11 @@ async fn released_outcomes_move_an_adaptive_account_cap_that_an_operator_can_pin
         .await
         .unwrap()
         .into_inner();
+    // GetLimits shows the live cap beside its bounds, as GetStats and the metric do.
+    assert_eq!(
+        current.adaptive_caps,
+        std::collections::HashMap::from([("acct".to_string(), 2)])
+    );
     let mut limits = current.limits.unwrap();
     let acct = limits.adaptive_accounts.get_mut("acct").unwrap();
     assert_eq!((acct.min, acct.max, acct.cooldown_ms), (1, 4, Some(0)));

@@ -109,7 +109,17 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
     ) -> Result<Response<api::GetLimitsResponse>, Status> {
         let host_id = &request.get_ref().host_id;
         edge::id(host_id, "host_id")?;
-        Ok(Response::new(self.store.get_limits(host_id).await?.into()))
+        let mut reply: api::GetLimitsResponse = self.store.get_limits(host_id).await?.into();
+        reply.adaptive_caps = self
+            .store
+            .stats(host_id)
+            .await?
+            .accounts
+            .into_iter()
+            .filter(|r| r.adaptive)
+            .map(|r| (r.name, r.cap))
+            .collect();
+        Ok(Response::new(reply))
     }
 
     async fn set_limits(

@@ -358,4 +358,21 @@ macro_rules! limits_reply {
         }
     )*};
 }
-limits_reply!(GetLimitsResponse, SetLimitsResponse, ResetLimitsResponse);
+limits_reply!(SetLimitsResponse, ResetLimitsResponse);
+
+/// GetLimits' answer without the live adaptive caps, which the handler reads next.
+impl From<LimitsRecord> for api::GetLimitsResponse {
+    fn from(r: LimitsRecord) -> Self {
+        let api::SetLimitsResponse {
+            limits,
+            source,
+            revision,
+        } = r.into();
+        api::GetLimitsResponse {
+            limits,
+            source,
+            revision,
+            adaptive_caps: Default::default(),
+        }
+    }
+}

@@ -2136,9 +2136,30 @@ Global___GetLimitsRequest: _TypeAlias = GetLimitsRequest  # noqa: Y015
 class GetLimitsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class AdaptiveCapsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     LIMITS_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
+    ADAPTIVE_CAPS_FIELD_NUMBER: _builtins.int
     source: Global___LimitsSource.ValueType
     revision: _builtins.int
     """Increases with every change of the host's limits (a SetLimits, a ResetLimits, a replica
@@ -2148,16 +2169,24 @@ class GetLimitsResponse(_message.Message):
     def limits(self) -> Global___HostLimits:
         """The limits in force."""
 
+    @_builtins.property
+    def adaptive_caps(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The cap each adaptive account has now, by account id: those with admitted or queued
+        tickets or a cap moved from its max (the others are at their max). The same figure as
+        GetStats' account rows and the admission_adaptive_cap metric; read just after the limits.
+        """
+
     def __init__(
         self,
         *,
         limits: Global___HostLimits | None = ...,
         source: Global___LimitsSource.ValueType = ...,
         revision: _builtins.int = ...,
+        adaptive_caps: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "revision", b"revision", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adaptive_caps", b"adaptive_caps", "limits", b"limits", "revision", b"revision", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1290,6 +1290,17 @@ export interface GetLimitsResponse {
    * started with another file).
    */
   revision: number;
+  /**
+   * The cap each adaptive account has now, by account id: those with admitted or queued
+   * tickets or a cap moved from its max (the others are at their max). The same figure as
+   * GetStats' account rows and the admission_adaptive_cap metric; read just after the limits.
+   */
+  adaptiveCaps: { [key: string]: number };
+}
+
+export interface GetLimitsResponse_AdaptiveCapsEntry {
+  key: string;
+  value: number;
 }
 
 export interface SetLimitsRequest {
@@ -8098,7 +8109,7 @@ export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
 };
 
 function createBaseGetLimitsResponse(): GetLimitsResponse {
-  return { limits: undefined, source: 0, revision: 0 };
+  return { limits: undefined, source: 0, revision: 0, adaptiveCaps: {} };
 }
 
 export const GetLimitsResponse: MessageFns<GetLimitsResponse> = {
@@ -8112,6 +8123,9 @@ export const GetLimitsResponse: MessageFns<GetLimitsResponse> = {
     if (message.revision !== 0) {
       writer.uint32(24).uint64(message.revision);
     }
+    globalThis.Object.entries(message.adaptiveCaps).forEach(([key, value]: [string, number]) => {
+      GetLimitsResponse_AdaptiveCapsEntry.encode({ key: key as any, value }, writer.uint32(34).fork()).join();
+    });
     return writer;
   },
 
@@ -8152,6 +8166,17 @@ export const GetLimitsResponse: MessageFns<GetLimitsResponse> = {
             message.revision = longToNumber(reader.uint64());
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            const entry4 = GetLimitsResponse_AdaptiveCapsEntry.decode(reader, reader.uint32());
+            if (entry4.value !== undefined) {
+              message.adaptiveCaps[entry4.key] = entry4.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -8169,6 +8194,33 @@ export const GetLimitsResponse: MessageFns<GetLimitsResponse> = {
       limits: isSet(object.limits) ? HostLimits.fromJSON(object.limits) : undefined,
       source: isSet(object.source) ? limitsSourceFromJSON(object.source) : 0,
       revision: isSet(object.revision) ? globalThis.Number(object.revision) : 0,
+      adaptiveCaps: isObject(object.adaptiveCaps)
+        ? (globalThis.Object.entries(object.adaptiveCaps) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.adaptive_caps)
+        ? (globalThis.Object.entries(object.adaptive_caps) as [string, any][]).reduce(
+          (acc: { [key: string]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -8183,6 +8235,15 @@ export const GetLimitsResponse: MessageFns<GetLimitsResponse> = {
     if (message.revision !== 0) {
       obj.revision = Math.round(message.revision);
     }
+    if (message.adaptiveCaps) {
+      const entries = globalThis.Object.entries(message.adaptiveCaps) as [string, number][];
+      if (entries.length > 0) {
+        obj.adaptiveCaps = {};
+        entries.forEach(([k, v]) => {
+          obj.adaptiveCaps[k] = Math.round(v);
+        });
+      }
+    }
     return obj;
   },
 
@@ -8196,6 +8257,104 @@ export const GetLimitsResponse: MessageFns<GetLimitsResponse> = {
       : undefined;
     message.source = object.source ?? 0;
     message.revision = object.revision ?? 0;
+    message.adaptiveCaps = (globalThis.Object.entries(object.adaptiveCaps ?? {}) as [string, number][]).reduce(
+      (acc: { [key: string]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseGetLimitsResponse_AdaptiveCapsEntry(): GetLimitsResponse_AdaptiveCapsEntry {
+  return { key: "", value: 0 };
+}
+
+export const GetLimitsResponse_AdaptiveCapsEntry: MessageFns<GetLimitsResponse_AdaptiveCapsEntry> = {
+  encode(message: GetLimitsResponse_AdaptiveCapsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(16).uint32(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetLimitsResponse_AdaptiveCapsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetLimitsResponse_AdaptiveCapsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetLimitsResponse_AdaptiveCapsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: GetLimitsResponse_AdaptiveCapsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0) {
+      obj.value = Math.round(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetLimitsResponse_AdaptiveCapsEntry>, I>>(
+    base?: I,
+  ): GetLimitsResponse_AdaptiveCapsEntry {
+    return GetLimitsResponse_AdaptiveCapsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetLimitsResponse_AdaptiveCapsEntry>, I>>(
+    object: I,
+  ): GetLimitsResponse_AdaptiveCapsEntry {
+    const message = createBaseGetLimitsResponse_AdaptiveCapsEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? 0;
     return message;
   },
 };
