@@ -904,3 +904,42 @@ async fn a_host_whose_keys_vanish_is_a_loss_and_a_new_host_is_not() {
         .await
         .unwrap();
 }
+
+/// A Redis stopped cleanly (SIGTERM: it closes its connections) is reported as unreachable
+/// from the first call after: a write on a connection the peer closed never reached Redis, so
+/// the answer is STORE_UNAVAILABLE (not applied), never OUTCOME_UNKNOWN.
+#[tokio::test]
+async fn a_redis_stopped_cleanly_is_unreachable_at_once_not_an_unknown_outcome() {
+    use admission_authority::store::TicketStore;
+
+    for round in 0..3 {
+        let port = common::free_port();
+        let mut redis = RedisServer::start(port);
+        let store = RedisStore::new(
+            &redis.url(),
+            "clean:",
+            1,
+            Policy::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap();
+        store
+            .submit("h", queue_args("alice", "r1"))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut child = redis.child.take().unwrap();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let _ = child.wait();
+        let e = store
+            .submit("h", queue_args("alice", "r2"))
+            .await
+            .unwrap_err();
+        assert!(
+            !e.may_have_applied(),
+            "round {round}: the first call after a clean stop: {e}"
+        );
+    }
+}

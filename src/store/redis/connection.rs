@@ -78,9 +78,11 @@ pub(super) fn cause(e: &redis::RedisError) -> String {
 /// error; a connection that broke after the command was sent leaves its outcome unknown.
 fn classify(addr: &str, e: redis::RedisError, sent: bool) -> StoreError {
     let what = format!("{addr}: {}", cause(&e));
+    // A write to a connection the peer had closed (a Redis stopped cleanly) fails with a
+    // broken pipe: the command never left, so it was not applied.
     let (answered, refused) = (
         matches!(e.kind(), redis::ErrorKind::Server(_)),
-        e.is_connection_refusal(),
+        e.is_connection_refusal() || is_broken_pipe(&e),
     );
     let source = Some(Arc::new(e) as crate::store::ErrorSource);
     if answered {
@@ -90,6 +92,20 @@ fn classify(addr: &str, e: redis::RedisError, sent: bool) -> StoreError {
     } else {
         StoreError::ConnectionLost { what, source }
     }
+}
+
+/// Whether `e` is a write that failed on a connection the peer closed.
+fn is_broken_pipe(e: &redis::RedisError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    e.to_string().to_ascii_lowercase().contains("broken pipe")
 }
 
 /// Keeps the last error of the connections the pool tried to open, so that a pool that gave up
@@ -383,5 +399,10 @@ mod tests {
         let e = classify("redis x", reset, true);
         assert!(matches!(e, StoreError::ConnectionLost { .. }), "{e:?}");
         assert!(e.may_have_applied());
+        // A write the closed connection refused never reached Redis.
+        let pipe = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        let e = classify("redis x", pipe, true);
+        assert!(matches!(e, StoreError::Unreachable { .. }), "{e:?}");
+        assert!(!e.may_have_applied());
     }
 }
