@@ -160,6 +160,11 @@ async fn auth_falls_back_to_a_local_bucket_and_its_lockouts_outlive_the_outage()
         (AuthVerdict::KeyTableFull, true)
     );
 
+    // Past the skip window, Redis still down: the fallback is still in force, and says so
+    // (admission_auth_fallback_active) until Redis answers.
+    clock.advance(AUTH_SKIP_MS);
+    assert!(store.auth_degraded(), "Redis is still down");
+
     // Redis comes back (empty). After the skip window the store uses it again, but the lockout
     // earned during the outage still holds.
     let _redis = RedisServer::start(port);
@@ -176,6 +181,7 @@ async fn auth_falls_back_to_a_local_bucket_and_its_lockouts_outlive_the_outage()
         "shared again: {carol:?}"
     );
     assert_eq!(carol.remaining, 4);
+    assert!(!store.auth_degraded(), "back on Redis");
 }
 
 #[tokio::test]

@@ -47,11 +47,15 @@ impl RedisStore {
                 self.shared_attempt(endpoint, identity, rule).await
             };
             match shared {
-                Ok(d) => return Ok(d),
+                Ok(d) => {
+                    self.auth_fallback.store(false, Ordering::Relaxed);
+                    return Ok(d);
+                }
                 Err(e) => {
                     tracing::warn!("Redis auth rate limiter unavailable, using local: {e}");
                     self.skip_redis_until
                         .store(now + AUTH_SKIP_MS, Ordering::Relaxed);
+                    self.auth_fallback.store(true, Ordering::Relaxed);
                 }
             }
         }
@@ -157,13 +161,20 @@ impl AuthStore for RedisStore {
         })
     }
 
+    /// From a failed auth call until Redis answers again, not only during the skip window:
+    /// while Redis stays down the next auth call falls back again.
     fn auth_degraded(&self) -> bool {
-        self.clock.now_ms() < self.skip_redis_until.load(Ordering::Relaxed)
+        self.auth_fallback.load(Ordering::Relaxed)
     }
 
     async fn sweep_auth(&self) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         self.local_auth.lock().expect("auth lock").prune(now);
+        // The sweep reaches here only when Redis answered its ticket calls: check it is back.
+        if self.auth_fallback.load(Ordering::Relaxed) {
+            let _: String = self.conns.command(&mut redis::cmd("PING")).await?;
+            self.auth_fallback.store(false, Ordering::Relaxed);
+        }
         Ok(())
     }
 }

@@ -43,6 +43,9 @@ pub struct RedisStore {
     local_auth: Mutex<AuthTable>,
     /// Until when (on `clock`) auth calls go straight to the local buckets.
     skip_redis_until: AtomicU64,
+    /// True from an auth call Redis failed until Redis answers again (an auth call, or the
+    /// sweep's look): `admission_auth_fallback_active`.
+    auth_fallback: std::sync::atomic::AtomicBool,
     /// The time every script sees, in ms; 0 (outside tests) = Redis `TIME`.
     frozen_now_ms: AtomicU64,
     auth_attempt: redis::Script,
@@ -106,6 +109,7 @@ impl RedisStore {
             policy,
             clock,
             skip_redis_until: AtomicU64::new(0),
+            auth_fallback: std::sync::atomic::AtomicBool::new(false),
             frozen_now_ms: AtomicU64::new(0),
             auth_attempt: redis::Script::new(&scripts::auth_attempt()),
             auth_reset: redis::Script::new(scripts::AUTH_RESET),
