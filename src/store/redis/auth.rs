@@ -172,7 +172,7 @@ impl AuthStore for RedisStore {
         self.local_auth.lock().expect("auth lock").prune(now);
         // The sweep reaches here only when Redis answered its ticket calls: check it is back.
         if self.auth_fallback.load(Ordering::Relaxed) {
-            let _: String = self.conns.command(&mut redis::cmd("PING")).await?;
+            let _: String = self.conns.command(&redis::cmd("PING")).await?;
             self.auth_fallback.store(false, Ordering::Relaxed);
         }
         Ok(())
