@@ -166,6 +166,11 @@ fn serve(args: ServeArgs) -> ExitCode {
                 None
             }
         };
+        // SIGTERM too: one that comes right after `listening on` drains as any other.
+        #[cfg(unix)]
+        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        #[cfg(not(unix))]
+        let term = None;
         let addr = listener.local_addr().map_or(config.listen, |a| a);
         let store = if config.redis.is_some() {
             "redis"
@@ -185,7 +190,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         // One plain line on stdout, for scripts and tests that start the server on port 0.
         println!("listening on {addr}");
         tracing::info!(%addr, store, "admission-authority serving");
-        match server::serve_prepared(prepared, listener, shutdown_signal(), reload).await {
+        match server::serve_prepared(prepared, listener, shutdown_signal(term), reload).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -202,27 +207,26 @@ fn serve(args: ServeArgs) -> ExitCode {
     code
 }
 
-/// Resolves on SIGTERM or ctrl-c.
-async fn shutdown_signal() {
+/// Resolves on SIGTERM (listened to since before the process said it listens) or ctrl-c.
+#[cfg(unix)]
+async fn shutdown_signal(term: Option<tokio::signal::unix::Signal>) {
     let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    match term {
+        Some(mut term) => {
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        None => {
+            let _ = ctrl_c.await;
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
+    tracing::info!("shutting down");
+}
+
+#[cfg(not(unix))]
+async fn shutdown_signal(_term: Option<()>) {
+    let _ = tokio::signal::ctrl_c().await;
     tracing::info!("shutting down");
 }

@@ -333,11 +333,35 @@ async fn drain_then_stop<S: Store>(
     signal.await;
     gates.start_drain();
     let deadline = tokio::time::Instant::now() + grace;
+    let mut said = false;
     loop {
-        let left = store.in_flight_here().await.unwrap_or(0);
-        if left == 0 {
-            tracing::info!("drained: no admitted ticket left");
+        if store.shared() {
+            // Whether Redis answers or not, the tickets live there, not here.
+            tracing::info!(
+                "drained: the admitted tickets live in the shared store, and the other replicas \
+                 serve them"
+            );
             break;
+        }
+        let left = match store.in_flight_here().await {
+            Ok(0) => {
+                tracing::info!("drained: no admitted ticket left");
+                break;
+            }
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("draining: cannot count the admitted tickets: {e}");
+                u64::MAX
+            }
+        };
+        if !said && left != u64::MAX {
+            said = true;
+            tracing::info!(
+                left,
+                grace_ms = grace.as_millis() as u64,
+                "draining: waiting for {left} admitted ticket(s) to be released, at most the \
+                 drain grace"
+            );
         }
         if tokio::time::Instant::now() >= deadline {
             tracing::warn!(

@@ -167,3 +167,52 @@ async fn the_drain_rpc_turns_health_not_serving() {
     .await;
     assert_eq!(status, ServingStatus::NotServing);
 }
+
+/// Stderr of a server that has exited.
+fn stderr_of(server: &mut Server) -> String {
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut server.take_stderr().unwrap(), &mut out).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn the_log_says_what_a_drain_waits_for() {
+    // The embedded store: the drain waits for this process's admitted tickets, and says so.
+    let mut server = Server::spawn(
+        &["--total", "1", "--drain-grace", "300ms"],
+        "info",
+        std::process::Stdio::piped(),
+    );
+    let mut c = server.client().await;
+    c.submit(submit_req("h", "alice", "hold")).await.unwrap();
+    sigterm(&server);
+    eventually("the process to exit after the grace", DEADLINE, || {
+        let done = server.try_wait();
+        async move { done }
+    })
+    .await;
+    let log = stderr_of(&mut server);
+    assert!(
+        log.contains("waiting for 1 admitted ticket(s) to be released"),
+        "{log}"
+    );
+    assert!(!log.contains("no admitted ticket left"), "{log}");
+
+    // On Redis (down, here) the tickets are not this process's to wait for, nor to count.
+    let dead = common::free_port();
+    let mut server = Server::spawn(
+        &["--redis-url", &format!("redis://127.0.0.1:{dead}/0")],
+        "info",
+        std::process::Stdio::piped(),
+    );
+    // At once after `listening on`: an early SIGTERM drains too.
+    sigterm(&server);
+    eventually("the process to exit at once", DEADLINE, || {
+        let done = server.try_wait();
+        async move { done }
+    })
+    .await;
+    let log = stderr_of(&mut server);
+    assert!(log.contains("live in the shared store"), "{log}");
+    assert!(!log.contains("no admitted ticket left"), "{log}");
+}

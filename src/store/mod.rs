@@ -319,6 +319,12 @@ pub trait TicketStore: Send + Sync + 'static {
     /// them. 0 for a shared store, whose tickets other replicas keep serving.
     fn in_flight_here(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
+    /// True for a store other replicas share (its tickets outlive this process, so a drain
+    /// does not wait for them).
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// The hosts with state, for metrics.
     fn host_ids(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 

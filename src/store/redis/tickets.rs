@@ -639,6 +639,10 @@ impl TicketStore for RedisStore {
         Ok(hosts)
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn state_losses(&self) -> u64 {
         self.epoch.losses()
     }
