@@ -30,8 +30,13 @@ def main(address: str) -> None:
             print("released")
         except AdmissionRefused as e:  # Busy, QueueFull, MemoryPressure, Draining
             print(f"refused: {e.reason}, retry in {e.retry_after or 1} s")
+        # One attempt against the magic-link bucket of this identity, before checking the
+        # credential; a verified one clears the bucket (flows that count only failures do
+        # this), so the example never locks itself out however often it runs.
         attempt = client.check_auth_attempt("magic_link", "mallory@example.com")
         print(f"auth attempt: allowed={attempt.allowed} remaining={attempt.remaining}")
+        client.reset_auth_attempts("magic_link", "mallory@example.com")
+        print("credential verified: bucket cleared")
         stats = client.stats()
         print(f"installation-one: {stats.in_flight} running, {stats.admitted} admitted so far")
 

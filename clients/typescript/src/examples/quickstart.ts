@@ -35,8 +35,13 @@ async function main(address: string): Promise<void> {
       if (!(e instanceof AdmissionRefusedError)) throw e;
       console.log(`refused: ${e.reason}, retry in ${e.retryAfterMs ?? 1000} ms`); // BUSY, QUEUE_FULL, ...
     }
+    // One attempt against the magic-link bucket of this identity, before checking the
+    // credential; a verified one clears the bucket (flows that count only failures do this),
+    // so the example never locks itself out however often it runs.
     const attempt = await client.checkAuthAttempt("magic_link", "mallory@example.com");
     console.log(`auth attempt: allowed=${attempt.allowed} remaining=${attempt.remaining}`);
+    await client.resetAuthAttempts("magic_link", "mallory@example.com");
+    console.log("credential verified: bucket cleared");
     const stats = await client.stats();
     console.log(`installation-one: ${stats.inFlight} running, ${stats.admitted} admitted so far`);
   } finally {
