@@ -331,3 +331,57 @@ fn run_step(
         .collect();
     renamed.extend(new_ids.into_iter().zip(issued));
 }
+
+/// The `check-config` examples of docs/configuration.md and docs/operations.md print what the
+/// pages say: the bad file shown, and the shipped file with its two token variables.
+#[test]
+fn the_check_config_examples_print_what_the_docs_show() {
+    let page = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let (_, block) = blocks(&page, "console")
+        .into_iter()
+        .find(|(_, b)| b.contains("$ cat bad.yaml"))
+        .expect("configuration.md shows bad.yaml");
+    let (file, shown) = block
+        .strip_prefix("$ cat bad.yaml\n")
+        .and_then(|rest| rest.split_once("$ admission-authority check-config bad.yaml\n"))
+        .expect("the file, then check-config's output");
+    let dir = workspace();
+    std::fs::write(dir.path().join("bad.yaml"), file).unwrap();
+    let (code, _, err) = check_config(Path::new("bad.yaml"), dir.path());
+    assert_eq!(
+        (code, err.as_str()),
+        (2, shown),
+        "configuration.md's example"
+    );
+
+    let ops = std::fs::read_to_string(repo().join("docs/operations.md")).unwrap();
+    let command = ops
+        .lines()
+        .find_map(|l| l.strip_prefix("$ ADMISSION_GATEWAY_TOKEN="))
+        .expect("operations.md shows check-config on the shipped file");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let (gateway, operator) = (
+        words[0],
+        words[1].strip_prefix("ADMISSION_OPERATOR_TOKEN=").unwrap(),
+    );
+    assert_eq!(
+        &words[2..],
+        [
+            "admission-authority",
+            "check-config",
+            "deploy/admission.yaml"
+        ]
+    );
+    let out = Command::new(BIN)
+        .args(["check-config", "deploy/admission.yaml"])
+        .current_dir(repo())
+        .env("ADMISSION_GATEWAY_TOKEN", gateway)
+        .env("ADMISSION_OPERATOR_TOKEN", operator)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
