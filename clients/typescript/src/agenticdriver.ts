@@ -88,8 +88,8 @@ export interface Ticket {
 }
 
 class AuthorityTicket implements Ticket {
-  private admitted: Promise<SlotHandle>;
-  private slot: SlotHandle | undefined;
+  private admitted: Promise<Held>;
+  private slot: Held | undefined;
   private released: Promise<void> | undefined;
   private readonly withdraw = new AbortController();
 
@@ -103,7 +103,7 @@ class AuthorityTicket implements Ticket {
     this.admitted.catch(() => {}); // surfaced by wait(); never an unhandled rejection
   }
 
-  private async run(mode: "queue" | "try"): Promise<SlotHandle> {
+  private async run(mode: "queue" | "try"): Promise<Held> {
     const s = this.scheduler;
     if (this.signal?.aborted) throw s.cancelled(this.signal);
     let r: gen.SubmitResponse;
@@ -111,7 +111,18 @@ class AuthorityTicket implements Ticket {
     try {
       ({ r, req } = await s.submitRequest(this.identity, mode));
     } catch (e) {
-      throw s.refusal(e);
+      const local = s.localSlot(e, mode, this.signal);
+      if (local === undefined) throw s.refusal(e);
+      const held = await local.catch((err: unknown) => {
+        throw this.signal?.aborted ? s.cancelled(this.signal) : err;
+      });
+      if (this.released) {
+        await held.release();
+        throw s.cancelled(this.signal, "the ticket was released before it was admitted");
+      }
+      this.slot = held;
+      s.active += 1;
+      return held;
     }
     const queued = r.state === gen.TicketState.TICKET_STATE_QUEUED ? 1 : 0;
     s.queued += queued;
@@ -195,6 +206,63 @@ export interface SchedulerOptions {
    * QUEUE_FULL ("try later") instead of turning them into INTERNAL_ERROR. Default:
    * {@link SchedulerError}. */
   errorClass?: ErrorClass;
+  /** While the authority cannot be reached: "closed" (the default) refuses BUSY with reason
+   * UNAVAILABLE; "local" admits through a local cap of this replica's own
+   * (`localMaxConcurrent`, default 1; `localQueueDepth` waiters, default 0), counted in
+   * `localAdmitted` and logged once per outage, and goes back to the authority as soon as it
+   * answers. The same meaning as the Python PraisonAI gate's `failure_mode="local"`. Auth
+   * checks never fall back. */
+  failureMode?: "closed" | "local";
+  localMaxConcurrent?: number;
+  localQueueDepth?: number;
+}
+
+/** While the authority is known unreachable, a Submit is tried for this long only, so local
+ * admissions do not each wait out the client's whole deadline. */
+const UNREACHABLE_TRY_MS = 1000;
+
+/** A replica's own cap, used only while the authority cannot be reached. */
+class LocalCap {
+  active = 0;
+  private readonly waiters: Array<() => void> = [];
+
+  constructor(
+    readonly max: number,
+    readonly depth: number,
+  ) {}
+
+  /** Admitted at once or after queueing; `undefined` when full (BUSY). */
+  acquire(queue: boolean, signal: AbortSignal | undefined): Promise<void> | undefined {
+    if (this.active < this.max) {
+      this.active += 1;
+      return Promise.resolve();
+    }
+    if (!queue || this.waiters.length >= this.depth) return undefined;
+    return new Promise((resolve, reject) => {
+      const admit = () => {
+        signal?.removeEventListener("abort", onAbort);
+        this.active += 1;
+        resolve();
+      };
+      const onAbort = () => {
+        const i = this.waiters.indexOf(admit);
+        if (i >= 0) this.waiters.splice(i, 1);
+        reject(signal?.reason);
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.waiters.push(admit);
+    });
+  }
+
+  release(): void {
+    this.active -= 1;
+    this.waiters.shift()?.();
+  }
+}
+
+/** What an admitted ticket holds: an authority slot, or (failure mode "local") a local one. */
+interface Held {
+  release(report?: ReleaseReport): Promise<void>;
 }
 
 /** How long a host's "does it cap accounts" answer is reused. */
@@ -220,6 +288,12 @@ export class AuthorityScheduler {
    * on one channel may otherwise overtake each other, and a Release that overtakes a Submit
    * changes whose turn comes next). */
   private lastCall: Promise<unknown> = Promise.resolve();
+  private readonly failureMode: "closed" | "local";
+  private readonly local: LocalCap;
+  /** Set while the last Submit found the authority unreachable. */
+  private unreachable = false;
+  /** Tickets admitted on the local cap while the authority could not be reached. */
+  localAdmitted = 0;
   private readonly accountsCapped = new Map<string, { until: number; capped: Promise<boolean> }>();
 
   constructor(
@@ -228,6 +302,42 @@ export class AuthorityScheduler {
   ) {
     this.rssMb = options.rssMb ?? (() => Math.floor(process.memoryUsage.rss() / (1024 * 1024)));
     this.errorClass = options.errorClass ?? SchedulerError;
+    this.failureMode = options.failureMode ?? "closed";
+    this.local = new LocalCap(Math.max(1, options.localMaxConcurrent ?? 1), Math.max(0, options.localQueueDepth ?? 0));
+  }
+
+  /** @internal Under failure mode "local", a local slot for a Submit that found the authority
+   * unreachable (resolves when admitted; BUSY when the local cap and queue are full);
+   * `undefined` when the error is not an unreachable authority or the mode is "closed". */
+  localSlot(e: unknown, mode: "queue" | "try", signal: AbortSignal | undefined): Promise<Held> | undefined {
+    const unreachable = e instanceof AdmissionError && !(e instanceof AdmissionRefusedError) && e.retryable;
+    if (this.failureMode !== "local" || !unreachable) return undefined;
+    if (!this.unreachable) {
+      this.unreachable = true;
+      console.warn(
+        `admission authority unreachable (${(e as Error).message}): admitting on this replica's local cap of ${this.local.max}`,
+      );
+    }
+    const got = this.local.acquire(mode === "queue", signal);
+    if (got === undefined) {
+      return Promise.reject(
+        this.error("BUSY", "the authority is unreachable and the local cap is full; retry later", true, {
+          reason: "UNAVAILABLE",
+          cause: e,
+        }),
+      );
+    }
+    return got.then(() => {
+      this.localAdmitted += 1;
+      let released = false;
+      return {
+        release: async () => {
+          if (released) return;
+          released = true;
+          this.local.release();
+        },
+      };
+    });
   }
 
   /** Submit a run; the ticket queues if no slot is free. Never throws: `wait()` reports. */
@@ -323,7 +433,13 @@ export class AuthorityScheduler {
       priority: 0,
     };
     try {
-      return { r: await this.client.call(this.client.stub.submit, req), req };
+      const opts = this.unreachable ? { timeoutMs: UNREACHABLE_TRY_MS } : {};
+      const r = await this.client.call(this.client.stub.submit, req, opts);
+      if (this.unreachable) {
+        this.unreachable = false;
+        console.warn("admission authority reachable again: admitting through it");
+      }
+      return { r, req };
     } catch (e) {
       // Given up on after the client's retries, it may still have made a ticket: free its run.
       if (e instanceof AdmissionError && e.mayHaveApplied) this.client.releaseRunSoon(runId, hostId);

@@ -158,6 +158,8 @@ export interface RetryOptions {
   /** Work nobody awaits (a release by run after a give-up): its waits do not keep the process
    * alive. */
   background?: boolean;
+  /** Retry for at most this long instead of the client's `timeoutMs`. */
+  timeoutMs?: number;
 }
 
 export interface ClientOptions {
@@ -406,7 +408,7 @@ export class AdmissionClient {
    * same idempotency key) while the authority or its store cannot answer; reject with the typed
    * error of the last try. */
   async call<Req, Res>(method: Unary<Req, Res>, request: Req, opts: RetryOptions = {}): Promise<Res> {
-    const end = Date.now() + this.timeoutMs;
+    const end = Date.now() + (opts.timeoutMs ?? this.timeoutMs);
     let backoff = FIRST_BACKOFF_MS;
     for (;;) {
       try {

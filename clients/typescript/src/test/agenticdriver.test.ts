@@ -4,6 +4,8 @@ import assert from "node:assert/strict";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { once } from "node:events";
+import { createServer } from "node:net";
 import { test } from "node:test";
 
 import {
@@ -24,6 +26,16 @@ const who = (subject: string, accountId?: string, hostId = "h"): Identity => ({
   subject,
   provider: "anthropic",
 });
+
+async function freePort(): Promise<number> {
+  const srv = createServer();
+  srv.listen(0, "127.0.0.1");
+  await once(srv, "listening");
+  const port = (srv.address() as { port: number }).port;
+  srv.close();
+  await once(srv, "close");
+  return port;
+}
 
 function config(yaml: string): string {
   const path = join(mkdtempSync(join(tmpdir(), "admission-ad-")), "config.yaml");
@@ -188,6 +200,50 @@ test("a release made right after submits reaches the authority after them", asyn
   } finally {
     client.close();
     await server.stop();
+  }
+});
+
+test("failure mode local admits on the replica's own cap while the authority is down, then goes back", async () => {
+  const port = await freePort();
+  const addr = `127.0.0.1:${port}`;
+  const client = new AdmissionClient(addr, { hostId: "h", timeoutMs: 300 });
+  const local = new AuthorityScheduler(client, { failureMode: "local", localMaxConcurrent: 1, localQueueDepth: 1 });
+  const closed = new AuthorityScheduler(client);
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
+  try {
+    // Nothing listens: the closed scheduler refuses, the local one admits one and queues one.
+    await assert.rejects(closed.submit(who("alice")).wait(), (e: unknown) => {
+      assert.ok(e instanceof SchedulerError);
+      assert.deepEqual([e.code, e.reason], ["BUSY", "UNAVAILABLE"]);
+      return true;
+    });
+    const first = local.submit(who("alice"));
+    await first.wait();
+    const second = local.submit(who("bob"));
+    let secondIn = false;
+    void second.wait().then(() => (secondIn = true));
+    await eventually("bob to queue locally", async () => local.stats.queued === 0 && !secondIn);
+    await assert.rejects(local.trySubmit(who("carol")).wait(), (e: unknown) => {
+      assert.ok(e instanceof SchedulerError);
+      assert.deepEqual([e.code, e.reason], ["BUSY", "UNAVAILABLE"]);
+      return true;
+    });
+    assert.equal(secondIn, false, "the local cap is 1");
+    await first.release();
+    await eventually("bob admitted on the local cap", async () => secondIn);
+    assert.deepEqual([local.localAdmitted, local.stats.active], [2, 1]);
+    await second.release();
+    // The authority answers again: the next ticket is its.
+    server = await startServer("--listen", addr, "--total", "1");
+    await eventually("the client to reach it", () => client.stats().then(() => true, () => false), 10_000);
+    const back = local.submit(who("dave"));
+    await back.wait();
+    assert.equal((await client.stats()).inFlight, 1, "admitted by the authority");
+    assert.equal(local.localAdmitted, 2);
+    await back.release();
+  } finally {
+    client.close();
+    await server?.stop();
   }
 });
 
