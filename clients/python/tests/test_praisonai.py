@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import pytest
 
 # PraisonAI keeps state under $HOME; the tests must not touch the real one.
@@ -831,6 +832,25 @@ def test_a_resource_only_gate_reports_no_concurrency_ceiling_as_praisonai_does(
         assert s["installation_max_concurrent_runs"] == 1000
     finally:
         undo.undo()
+
+
+def test_a_gate_built_in_the_loop_opens_its_channel_before_the_first_turn(
+    start_server: StartServer,
+) -> None:
+    # The first turn does not pay the connection's handshakes (PraisonAI's tests pause 20 ms
+    # between building a gate and asserting the first turn is in flight).
+    server = start_server()
+
+    async def main() -> None:
+        c = client(server, "gw")
+        gate = AuthorityGate(c)
+        await until("the channel open before any turn", lambda: (
+            c._channel is not None
+            and c._channel.get_state() == grpc.ChannelConnectivity.READY) or None)
+        await gate.aclose()
+        await c.close()
+
+    asyncio.run(main())
 
 
 def test_patching_twice_replaces_the_first_patch_and_undo_restores_praisonai(

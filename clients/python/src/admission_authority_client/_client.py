@@ -838,6 +838,18 @@ class AsyncAdmissionClient(_Connection):
             token=self._token,
         )
 
+    async def connect(self, timeout: float | None = None) -> bool:
+        """Open the channel now (TCP and HTTP/2 handshakes) rather than on the first call, so
+        that call is as prompt as the rest; True when it is ready within ``timeout`` (default
+        the client's)."""
+        self.stub  # opens the channel on the running loop
+        assert self._channel is not None
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), timeout or self._timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
     async def __aenter__(self) -> AsyncAdmissionClient:
         return self
 

@@ -402,6 +402,14 @@ class AuthorityGate:
         self._memory_policy = resource_policy
         self._memory_sampler = resource_sampler
         self._prime_stats()
+        # Built inside the event loop (as PraisonAI's runtimes build it): open the channel at
+        # once, so the first turn does not pay the connection's handshakes.
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            self._spawn(self._connect())
 
     # -- PraisonAI's gate contract ----------------------------------------------------------
 
@@ -500,6 +508,12 @@ class AuthorityGate:
         except Exception as e:  # never crash a turn to monitor memory, as PraisonAI's gate
             log.warning("the memory pressure policy failed (%s); admitting", e)
             return False
+
+    async def _connect(self) -> None:
+        try:
+            await self._client.connect(timeout=self._client.timeout)
+        except Exception as e:  # the first turn connects instead, and says why if it cannot
+            log.debug("opening the channel early failed: %s", e)
 
     def _prime_stats(self) -> None:
         """Fetch the authority's figures once, synchronously, so that stats() is right from
