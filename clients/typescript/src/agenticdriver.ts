@@ -24,7 +24,7 @@ import {
   type ReleaseReport,
   SlotHandle,
   TicketEndedError,
-} from "./index.js";
+} from "./client.js";
 
 /** Who a run is for, as AgenticDriver names it (its `driver.usageIdentity(provider, subject)`). */
 export interface Identity {

@@ -1,0 +1,819 @@
+/**
+ * The client (re-exported by `index.ts` with the AgenticDriver-shaped objects, which build on
+ * it; nothing here imports them, so the modules form no cycle).
+ *
+ * - `client.acquire(subject, { signal })` holds a scheduler slot: it Submits, waits in the queue
+ *   if need be, renews in the background, and gives back a {@link SlotHandle} whose `release()`
+ *   (or `await using`) frees it. Aborting the signal while it waits withdraws the ticket.
+ * - `authorize` / `settle` reserve and record a model step's budget; `checkAuthAttempt` counts an
+ *   auth attempt.
+ * - Refusals reject with {@link AdmissionRefusedError} carrying the reason and retry delay.
+ * - A call the authority could not answer (UNAVAILABLE, DEADLINE_EXCEEDED) is repeated with the
+ *   same request, so the same idempotency key, within the client's deadline; a Submit given up
+ *   on that may have been applied is released by run in the background.
+ *
+ * The generated messages and stubs are exported as `gen`.
+ */
+
+import { randomUUID } from "node:crypto";
+import { hostname } from "node:os";
+
+import {
+  type CallOptions,
+  type ChannelCredentials,
+  type ClientUnaryCall,
+  credentials as grpcCredentials,
+  Metadata,
+  type ServiceError,
+  status as grpcStatus,
+} from "@grpc/grpc-js";
+
+import * as gen from "./gen/admission/v1/admission.js";
+import { ErrorInfo, RetryInfo } from "./gen/google/rpc/error_details.js";
+import { Status } from "./gen/google/rpc/status.js";
+
+export { gen };
+
+/** The ErrorInfo domain of every refusal. */
+export const ERROR_DOMAIN = "admission.v1";
+
+/** The refusal reasons of the contract. */
+export type RefusalReason = "BUSY" | "QUEUE_FULL" | "MEMORY_PRESSURE" | "DRAINING";
+
+/** Anything the authority refused or failed to answer. `code` is the gRPC status code,
+ * `reason` the google.rpc.ErrorInfo reason when the authority sent one. */
+export class AdmissionError extends Error {
+  constructor(
+    message: string,
+    readonly code: grpcStatus,
+    readonly reason: string = "",
+  ) {
+    super(message);
+    this.name = "AdmissionError";
+  }
+
+  /** The authority or its store could not answer: the same call may work a moment later. */
+  get retryable(): boolean {
+    return this.code === grpcStatus.UNAVAILABLE || this.code === grpcStatus.DEADLINE_EXCEEDED;
+  }
+
+  /** The call may have taken effect although it failed (every retryable failure but
+   * STORE_UNAVAILABLE): repeat it only with the same idempotency key. */
+  get mayHaveApplied(): boolean {
+    return this.retryable && this.reason !== "STORE_UNAVAILABLE";
+  }
+}
+
+/** A refusal to retry later (RESOURCE_EXHAUSTED with ErrorInfo): BUSY, QUEUE_FULL, ... */
+export class AdmissionRefusedError extends AdmissionError {
+  constructor(
+    message: string,
+    override readonly reason: RefusalReason,
+    /** From google.rpc.RetryInfo; undefined when the server sent none. */
+    readonly retryAfterMs: number | undefined,
+  ) {
+    super(message, grpcStatus.RESOURCE_EXHAUSTED, reason);
+    this.name = "AdmissionRefusedError";
+  }
+}
+
+/** The ticket ended (shed, expired, cancelled) before it was admitted; or, with `runId`, the
+ * Submit's run id names a ticket that has already ended (Submit is idempotent per run id, so it
+ * answers that earlier ticket): a new run needs a new run id. */
+export class TicketEndedError extends AdmissionError {
+  constructor(
+    readonly ticketId: string,
+    readonly state: string,
+    readonly runId?: string,
+  ) {
+    super(
+      runId === undefined
+        ? `ticket ${ticketId} ended ${state} before it was admitted`
+        : `runId ${runId} already names ticket ${ticketId}, which ended ${state}: a Submit with the ` +
+            "run id of an earlier run answers that run's ticket; give each new run a new run id",
+      grpcStatus.ABORTED,
+    );
+    this.name = "TicketEndedError";
+  }
+}
+
+/** The typed error for a failed call. */
+export function translate(err: ServiceError): AdmissionError {
+  const message = err.details || err.message;
+  const { reason, retryAfterMs } = details(err.metadata);
+  if (err.code === grpcStatus.RESOURCE_EXHAUSTED && reason) {
+    return new AdmissionRefusedError(message, reason as RefusalReason, retryAfterMs);
+  }
+  return new AdmissionError(message, err.code, reason ?? "");
+}
+
+function details(metadata: Metadata | undefined): { reason?: string; retryAfterMs?: number } {
+  const raw = metadata?.get("grpc-status-details-bin")[0];
+  if (!(raw instanceof Buffer)) return {};
+  const out: { reason?: string; retryAfterMs?: number } = {};
+  for (const any of Status.decode(raw).details) {
+    if (any.typeUrl.endsWith("/google.rpc.ErrorInfo")) {
+      const info = ErrorInfo.decode(any.value);
+      if (info.domain === ERROR_DOMAIN) out.reason = info.reason;
+    } else if (any.typeUrl.endsWith("/google.rpc.RetryInfo")) {
+      const d = RetryInfo.decode(any.value).retryDelay;
+      if (d) out.retryAfterMs = d.seconds * 1000 + Math.round(d.nanos / 1e6);
+    }
+  }
+  return out;
+}
+
+type Unary<Req, Res> = (
+  request: Req,
+  metadata: Metadata,
+  options: Partial<CallOptions>,
+  callback: (error: ServiceError | null, response: Res) => void,
+) => ClientUnaryCall;
+
+/** Pause before the first retry of a call the authority could not answer; doubled each time. */
+const FIRST_BACKOFF_MS = 50;
+/** Longest pause between retries. */
+const MAX_BACKOFF_MS = 1_000;
+/** How long a queued ticket's Wait keeps reopening its stream while the authority cannot be
+ * reached (a restart, a deploy, a network blip). */
+export const RESUME_WAIT_FOR_MS = 60_000;
+/** How long a Submit given up on keeps being released by run in the background: the authority
+ * may apply it late (a store that stalled runs the calls it had queued once it resumes). */
+const RELEASE_RUN_FOR_MS = 60_000;
+
+/** Wait `ms`; a `background` wait does not keep the process alive. */
+function sleep(ms: number, background = false): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    if (background) t.unref();
+  });
+}
+
+/** How {@link AdmissionClient.call} repeats a call. */
+export interface RetryOptions {
+  /** Repeat only when the call certainly was not applied (STORE_UNAVAILABLE): for calls that
+   * count something each time (CheckAuthAttempt). Default false. */
+  notIdempotent?: boolean;
+  /** Work nobody awaits (a release by run after a give-up): its waits do not keep the process
+   * alive. */
+  background?: boolean;
+  /** Retry for at most this long instead of the client's `timeoutMs`. */
+  timeoutMs?: number;
+}
+
+export interface ClientOptions {
+  /** The gateway installation every call acts for. */
+  hostId: string;
+  /** This replica; default `<hostname>-<pid>`. */
+  instanceId?: string;
+  /** Default: insecure (plaintext). */
+  credentials?: ChannelCredentials;
+  /** Deadline of each unary call, retries included, ms (default 10,000). */
+  timeoutMs?: number;
+  /** Sent as `authorization: Bearer <token>` on every call. */
+  token?: string;
+}
+
+export interface AcquireOptions {
+  /** The idempotency key (default: a random UUID). */
+  runId?: string;
+  accountId?: string;
+  /** "try": admit now or fail BUSY, never queue. */
+  mode?: "queue" | "try";
+  /** This replica's resident memory, MiB. */
+  rssMb?: number;
+  /** 1 (highest) .. 5 (lowest); 0 or unset: the host's default, 3. */
+  priority?: number;
+  /** While queued: the ticket's place in line and the authority's estimate of the wait in ms
+   * (0 = unknown), from the Submit's answer and then from every Wait event. */
+  onQueued?: (position: number, etaMs: number, blockedBy: Blocker) => void;
+  /** Aborting while queued withdraws the ticket and rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+export interface Authorization {
+  decision: "allow" | "deny" | "unknown";
+  /** "" for allow; RESOURCE_LIMIT, QUOTA_EXHAUSTED or RESOURCE_USAGE_UNKNOWN. */
+  reason: string;
+  grantedOutputTokens: number;
+  replay: boolean;
+  remainingTokens: number | undefined;
+  remainingCostUsd: number | undefined;
+}
+
+export interface AuthorizeOptions {
+  requestedOutputTokens: number;
+  estimatedInputTokens?: number;
+  accountId?: string;
+  model?: string;
+  estimatedCostUsd?: number;
+}
+
+export interface SettleUsage {
+  inputTokens: number;
+  outputTokens: number;
+  costUsd?: number;
+  coverage?: "complete" | "partial" | "unknown";
+}
+
+export type AuthAttempt = gen.AuthAttemptResponse;
+
+const DECISIONS: Record<number, Authorization["decision"]> = {
+  [gen.Decision.DECISION_ALLOW]: "allow",
+  [gen.Decision.DECISION_DENY]: "deny",
+  [gen.Decision.DECISION_UNKNOWN]: "unknown",
+};
+
+const COVERAGE = {
+  complete: gen.Coverage.COVERAGE_COMPLETE,
+  partial: gen.Coverage.COVERAGE_PARTIAL,
+  unknown: gen.Coverage.COVERAGE_UNKNOWN,
+} as const;
+
+function stateName(state: gen.TicketState): string {
+  return gen.ticketStateToJSON(state).replace(/^TICKET_STATE_/, "");
+}
+
+/** An admitted ticket. Release it when the run ends (idempotent). */
+/** What a run's provider call came to: "ok"; "rate_limited" (429); "overloaded" (5xx, a
+ * timeout); "failed" (anything else). Reported on release, it moves an adaptive account cap. */
+export type Outcome = "ok" | "rate_limited" | "overloaded" | "failed";
+
+const OUTCOMES: Record<Outcome, gen.Outcome> = {
+  ok: gen.Outcome.OUTCOME_OK,
+  rate_limited: gen.Outcome.OUTCOME_RATE_LIMITED,
+  overloaded: gen.Outcome.OUTCOME_OVERLOADED,
+  failed: gen.Outcome.OUTCOME_FAILED,
+};
+
+/** The HTTP status an SDK or fetch error carries: `status` (openai, anthropic), `statusCode`,
+ * or `response.status` (a fetch Response). */
+function statusOf(err: unknown): number | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const e = err as { status?: unknown; statusCode?: unknown; response?: { status?: unknown } };
+  for (const v of [e.status, e.statusCode, e.response?.status]) {
+    if (typeof v === "number" && v >= 100 && v <= 599) return v;
+  }
+  return undefined;
+}
+
+/** The outcome a model provider's error stands for: HTTP 429 or a rate-limit error class is
+ * "rate_limited"; 5xx, timeouts (TimeoutError, AbortError of a timeout signal) and connection
+ * errors are "overloaded"; anything else "failed". Reads the error, then its `cause`. */
+export function outcomeOf(err: unknown): Outcome {
+  let e: unknown = err;
+  for (let depth = 0; depth < 3 && e !== undefined && e !== null; depth++) {
+    const status = statusOf(e);
+    if (status === 429) return "rate_limited";
+    if (status !== undefined) return status >= 500 ? "overloaded" : "failed";
+    const name = typeof e === "object" ? `${(e as object).constructor?.name ?? ""} ${(e as { name?: string }).name ?? ""}` : "";
+    if (/RateLimit/.test(name)) return "rate_limited";
+    if (/Timeout|Overloaded|ServiceUnavailable|InternalServer|APIConnection/.test(name)) return "overloaded";
+    e = typeof e === "object" ? (e as { cause?: unknown }).cause : undefined;
+  }
+  return "failed";
+}
+
+/** What a release reports: an outcome, or the error the run's provider call ended in (mapped
+ * by {@link outcomeOf}), and the call's latency (default: how long the slot was held). */
+export interface ReleaseReport {
+  outcome?: Outcome;
+  error?: unknown;
+  latencyMs?: number;
+}
+
+/** What holds a queued ticket ("" when nothing: not queued); see docs/scheduling.md. */
+export type Blocker = "" | "TOTAL" | "SUBJECT" | "ACCOUNT" | "MEMORY" | "TURN" | "STATE_LOSS";
+
+function blockerName(b: gen.Blocker): Blocker {
+  const name = gen.blockerToJSON(b).replace(/^BLOCKER_/, "");
+  return name === "UNSPECIFIED" || name === "UNRECOGNIZED" ? "" : (name as Blocker);
+}
+
+export class SlotHandle {
+  /** Set when a background renewal found the ticket ended and it could not be re-registered:
+   * the slot is lost. */
+  lost = false;
+  /** Times a background renewal found the ticket unknown to the authority (its store lost it,
+   * or its lease ran out while this replica was cut off) and re-registered it (Reclaim), so
+   * that the run kept counting against the caps. */
+  reclaims = 0;
+  /** The outcome to report when the slot is released without one (e.g. by `await using`);
+   * unset: none is reported. */
+  outcome: Outcome | undefined;
+  private readonly admittedAt = Date.now();
+  private readonly timer: NodeJS.Timeout;
+  private released: Promise<void> | undefined;
+
+  constructor(
+    private readonly client: AdmissionClient,
+    readonly ticketId: string,
+    /** Fencing number: larger for every later admission of the host. */
+    readonly grant: number,
+    readonly leaseTtlMs: number,
+    /** In the authority's shadow mode: what enforce mode would have done with this Submit
+     * (QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE); "" otherwise. */
+    readonly shadowReason = "",
+    /** What a Reclaim of this ticket says the run holds (its Submit's fields). */
+    private readonly held?: gen.ReclaimRequest,
+  ) {
+    this.timer = setInterval(() => void this.renew(), Math.max(leaseTtlMs / 3, 5));
+    this.timer.unref();
+  }
+
+  /** Renew; a ticket the authority no longer knows (EXPIRED) is re-registered with Reclaim,
+   * so its run keeps counting; only a refused Reclaim (the ticket ended) loses the slot. */
+  private async renew(): Promise<void> {
+    try {
+      const r = await this.client.call(this.client.stub.renew, { ticketIds: [this.ticketId] });
+      let state = r.tickets[0]?.state ?? gen.TicketState.TICKET_STATE_ADMITTED;
+      if (state === gen.TicketState.TICKET_STATE_EXPIRED && this.held !== undefined && !this.lost) {
+        const back = await this.client.call(this.client.stub.reclaim, this.held);
+        if (back.reclaimed) this.reclaims += 1;
+        state = back.state;
+      }
+      if (state !== gen.TicketState.TICKET_STATE_ADMITTED && state !== gen.TicketState.TICKET_STATE_PARKED) {
+        this.lost = true;
+        clearInterval(this.timer);
+      }
+    } catch (e) {
+      // Unreachable: the lease has two more renewals before it runs out; the next one may get
+      // through. Refused (the ticket ended, or was never this run's): the slot is lost.
+      if (e instanceof AdmissionError && !e.retryable) {
+        this.lost = true;
+        clearInterval(this.timer);
+      }
+    }
+  }
+
+  /** Free the slot, reporting what the run's provider call came to (see
+   * {@link ReleaseReport}; without one, {@link SlotHandle.outcome} if set). Safe to call more
+   * than once: the first call's report counts. */
+  release(report: ReleaseReport = {}): Promise<void> {
+    clearInterval(this.timer);
+    const outcome = report.outcome ?? (report.error !== undefined ? outcomeOf(report.error) : this.outcome);
+    this.released ??= this.client.releaseTicket(
+      this.ticketId,
+      outcome === undefined
+        ? undefined
+        : { outcome: OUTCOMES[outcome], latencyMs: report.latencyMs ?? Date.now() - this.admittedAt },
+    );
+    return this.released;
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+}
+
+/** A client for one gateway host. The channel opens on the first call. */
+export class AdmissionClient {
+  readonly hostId: string;
+  readonly instanceId: string;
+  private readonly timeoutMs: number;
+  private stubInstance: gen.AdmissionClient | undefined;
+
+  constructor(
+    private readonly target: string,
+    private readonly options: ClientOptions,
+  ) {
+    this.hostId = options.hostId;
+    this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}`;
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+  }
+
+  /** The generated stub, for calls the wrapper does not cover. */
+  get stub(): gen.AdmissionClient {
+    this.stubInstance ??= new gen.AdmissionClient(
+      this.target,
+      this.options.credentials ?? grpcCredentials.createInsecure(),
+    );
+    return this.stubInstance;
+  }
+
+  close(): void {
+    this.stubInstance?.close();
+    this.stubInstance = undefined;
+  }
+
+  /** Metadata of every call: the bearer token, if any. */
+  private metadata(): Metadata {
+    const md = new Metadata();
+    if (this.options.token) md.set("authorization", `Bearer ${this.options.token}`);
+    return md;
+  }
+
+  /** Call a unary method within the client's deadline, repeating it (same request, so the
+   * same idempotency key) while the authority or its store cannot answer; reject with the typed
+   * error of the last try. */
+  async call<Req, Res>(method: Unary<Req, Res>, request: Req, opts: RetryOptions = {}): Promise<Res> {
+    const end = Date.now() + (opts.timeoutMs ?? this.timeoutMs);
+    let backoff = FIRST_BACKOFF_MS;
+    for (;;) {
+      try {
+        return await this.once(method, request, Math.max(end, Date.now() + 1));
+      } catch (e) {
+        const err = e as AdmissionError;
+        const final =
+          !(err instanceof AdmissionError) ||
+          !err.retryable ||
+          (err.mayHaveApplied && opts.notIdempotent) ||
+          end - Date.now() <= backoff;
+        if (final) throw err;
+      }
+      await sleep(backoff, opts.background);
+      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+    }
+  }
+
+  private once<Req, Res>(method: Unary<Req, Res>, request: Req, deadline: number): Promise<Res> {
+    return new Promise((resolve, reject) => {
+      method.call(this.stub, request, this.metadata(), { deadline }, (err, res) =>
+        err ? reject(translate(err)) : resolve(res),
+      );
+    });
+  }
+
+  /** Release (or withdraw) the ticket a Submit made for `runId` (on this client's host unless
+   * `hostId` names another), for a caller that never saw its ticket id; resolves with the state
+   * it had ("EXPIRED" when there was none). */
+  async releaseRun(runId: string, opts: RetryOptions & { hostId?: string } = {}): Promise<string> {
+    const hostId = opts.hostId ?? this.hostId;
+    const r = await this.call(
+      this.stub.release,
+      { ticketId: "", hostId, runId, outcome: gen.Outcome.OUTCOME_UNSPECIFIED },
+      opts,
+    );
+    return stateName(r.previousState);
+  }
+
+  /** Release by run in the background until the authority answers (at most a minute): a Submit
+   * given up on may still be applied once the store answers again. */
+  releaseRunSoon(runId: string, hostId: string = this.hostId): void {
+    const end = Date.now() + RELEASE_RUN_FOR_MS;
+    const attempt = async (): Promise<void> => {
+      for (;;) {
+        try {
+          await this.releaseRun(runId, { background: true, hostId });
+          return;
+        } catch (e) {
+          if (!(e instanceof AdmissionError) || !e.retryable || Date.now() > end) return;
+        }
+      }
+    };
+    void attempt();
+  }
+
+  /**
+   * Hold one installation-wide slot: Submit, wait in the queue if need be, and renew in the
+   * background until the handle is released.
+   */
+  async acquire(subject: string, opts: AcquireOptions = {}): Promise<SlotHandle> {
+    opts.signal?.throwIfAborted();
+    const runId = opts.runId ?? randomUUID();
+    const request: gen.SubmitRequest = {
+      hostId: this.hostId,
+      instanceId: this.instanceId,
+      subject,
+      accountId: opts.accountId ?? "",
+      runId,
+      mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
+      rssMb: opts.rssMb,
+      priority: opts.priority ?? 0,
+    };
+    let r: gen.SubmitResponse;
+    try {
+      r = await this.call(this.stub.submit, request);
+    } catch (e) {
+      if (e instanceof AdmissionError && e.mayHaveApplied) this.releaseRunSoon(runId);
+      throw e;
+    }
+    let grant = r.grant;
+    try {
+      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) opts.onQueued?.(r.position, r.etaMs, blockerName(r.blockedBy));
+      let admitted = r.state === gen.TicketState.TICKET_STATE_ADMITTED;
+      while (!admitted && r.state === gen.TicketState.TICKET_STATE_QUEUED) {
+        try {
+          grant = await this.waitAdmitted(r.ticketId, opts.signal, opts.onQueued);
+          admitted = true;
+        } catch (e) {
+          // The authority no longer knows the queued ticket (its store lost it): the run asks
+          // again under its run_id, and follows the new ticket.
+          if (!(e instanceof AdmissionError) || e.code !== grpcStatus.NOT_FOUND) throw e;
+          r = await this.call(this.stub.submit, request);
+          grant = r.grant;
+          admitted = r.state === gen.TicketState.TICKET_STATE_ADMITTED;
+        }
+      }
+      if (!admitted) {
+        throw new TicketEndedError(r.ticketId, stateName(r.state), runId);
+      }
+    } catch (e) {
+      await this.releaseTicket(r.ticketId);
+      throw e;
+    }
+    const held: gen.ReclaimRequest = {
+      ticketId: r.ticketId,
+      hostId: this.hostId,
+      runId,
+      subject,
+      accountId: opts.accountId ?? "",
+      instanceId: this.instanceId,
+      grant,
+      priority: opts.priority ?? 0,
+    };
+    return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs, r.shadowReason, held);
+  }
+
+  /** Run `fn` holding a slot, as Python's `slot()` does: the slot is released when `fn`
+   * settles, reporting "ok" (or `slot.outcome`) when it resolves and the outcome of its error
+   * ({@link outcomeOf}) when it rejects, which is rethrown. */
+  async withSlot<T>(subject: string, fn: (slot: SlotHandle) => Promise<T>, opts: AcquireOptions = {}): Promise<T> {
+    const slot = await this.acquire(subject, opts);
+    let result: T;
+    try {
+      result = await fn(slot);
+    } catch (e) {
+      await slot.release({ outcome: slot.outcome, error: slot.outcome === undefined ? e : undefined });
+      throw e;
+    }
+    await slot.release({ outcome: slot.outcome ?? "ok" });
+    return result;
+  }
+
+  /** Follow a queued ticket until it is admitted (resolves with its grant); rejects when it
+   * ends otherwise, or with the signal's reason when the signal aborts (the caller withdraws).
+   * A stream cut while the ticket waits (the authority restarted or could not be reached) is
+   * reopened with backoff, for up to {@link RESUME_WAIT_FOR_MS} of trying: an authority on a
+   * data dir keeps the ticket and its place, and gives it one lease from its restart. */
+  async waitAdmitted(
+    ticketId: string,
+    signal: AbortSignal | undefined,
+    onQueued?: (position: number, etaMs: number, blockedBy: Blocker) => void,
+  ): Promise<number> {
+    let backoff = FIRST_BACKOFF_MS;
+    let cutSince: number | undefined;
+    for (;;) {
+      const got = await this.waitOnce(ticketId, signal, (position, etaMs, blockedBy) => {
+        cutSince = undefined;
+        backoff = FIRST_BACKOFF_MS;
+        onQueued?.(position, etaMs, blockedBy);
+      });
+      if (typeof got === "number") return got;
+      const now = Date.now();
+      cutSince ??= now;
+      if (now - cutSince > RESUME_WAIT_FOR_MS) throw got;
+      await sleep(backoff);
+      if (signal?.aborted) throw signal.reason;
+      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+    }
+  }
+
+  /** One Wait stream: the grant once admitted, or the error that cut the stream when it may be
+   * reopened; rejects when the ticket ended, the error is final, or the signal aborts. */
+  private waitOnce(
+    ticketId: string,
+    signal: AbortSignal | undefined,
+    onQueued: (position: number, etaMs: number, blockedBy: Blocker) => void,
+  ): Promise<number | AdmissionError> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      const stream = this.stub.wait({ ticketId }, this.metadata());
+      let settled = false;
+      const finish = (f: () => void) => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener("abort", onAbort);
+        f();
+      };
+      const onAbort = () => {
+        stream.cancel();
+        finish(() => reject(signal?.reason));
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      stream.on("data", (e: gen.WaitEvent) => {
+        if (e.state === gen.TicketState.TICKET_STATE_ADMITTED) {
+          stream.cancel();
+          finish(() => resolve(e.grant));
+        } else if (e.state !== gen.TicketState.TICKET_STATE_QUEUED) {
+          finish(() => reject(new TicketEndedError(ticketId, stateName(e.state))));
+        } else {
+          onQueued(e.position, e.etaMs, blockerName(e.blockedBy));
+        }
+      });
+      stream.on("error", (err: ServiceError) => {
+        if (err.code === grpcStatus.CANCELLED) return;
+        const e = translate(err);
+        finish(() => (e.retryable ? resolve(e) : reject(e)));
+      });
+      stream.on("end", () =>
+        finish(() =>
+          resolve(new AdmissionError(`the Wait stream of ${ticketId} ended`, grpcStatus.UNAVAILABLE)),
+        ),
+      );
+    });
+  }
+
+  /** Release or withdraw a ticket; a failure is left to the lease. */
+  async releaseTicket(ticketId: string, report?: { outcome: gen.Outcome; latencyMs: number }): Promise<void> {
+    try {
+      await this.call(this.stub.release, {
+        ticketId,
+        hostId: "",
+        runId: "",
+        outcome: report?.outcome ?? gen.Outcome.OUTCOME_UNSPECIFIED,
+        latencyMs: report === undefined ? undefined : Math.max(0, Math.round(report.latencyMs)),
+      });
+    } catch {
+      // The lease frees the slot within lease_ttl anyway.
+    }
+  }
+
+  /** Reserve budget for one model step (`step` is 1-based). */
+  async authorize(
+    runId: string,
+    step: number,
+    subject: string,
+    opts: AuthorizeOptions,
+  ): Promise<Authorization> {
+    const r = await this.call(this.stub.authorize, {
+      hostId: this.hostId,
+      runId,
+      step,
+      subject,
+      accountId: opts.accountId ?? "",
+      model: opts.model ?? "",
+      requestedOutputTokens: opts.requestedOutputTokens,
+      estimatedInputTokens: opts.estimatedInputTokens ?? 0,
+      estimatedCostUsd: opts.estimatedCostUsd ?? 0,
+    });
+    return {
+      decision: DECISIONS[r.decision] ?? "deny",
+      reason: r.reason,
+      grantedOutputTokens: r.grantedOutputTokens,
+      replay: r.replay,
+      remainingTokens: r.remainingTokens,
+      remainingCostUsd: r.remainingCostUsd,
+    };
+  }
+
+  /** Record what a step used; true when this repeated an identical Settle. */
+  async settle(runId: string, step: number, usage: SettleUsage): Promise<boolean> {
+    const r = await this.call(this.stub.settle, {
+      hostId: this.hostId,
+      runId,
+      step,
+      usage: {
+        inputTokens: usage.inputTokens,
+        outputTokens: usage.outputTokens,
+        costUsd: usage.costUsd ?? 0,
+        coverage: COVERAGE[usage.coverage ?? "complete"],
+      },
+    });
+    return r.replay;
+  }
+
+  /** Count one attempt of `identity` against `endpoint`'s bucket; with `peek`, count nothing
+   * and answer what an attempt would meet (e.g. whether the key is locked out). */
+  checkAuthAttempt(endpoint: string, identity: string, opts: { peek?: boolean } = {}): Promise<AuthAttempt> {
+    // Each attempt counts: repeated only when it certainly was not counted.
+    return this.call(
+      this.stub.checkAuthAttempt,
+      { endpoint, identity, peek: opts.peek ?? false },
+      { notIdempotent: !opts.peek },
+    );
+  }
+
+  /** Clear a bucket after a verified success; true when there was one. */
+  async resetAuthAttempts(endpoint: string, identity: string): Promise<boolean> {
+    return (await this.call(this.stub.resetAuthAttempts, { endpoint, identity })).cleared;
+  }
+
+  /** Live counters of this client's host. */
+  stats(): Promise<gen.Stats> {
+    return this.call(this.stub.getStats, { hostId: this.hostId });
+  }
+}
+
+/** Options of an {@link OperatorClient}. */
+export interface OperatorOptions {
+  /** Default: insecure (plaintext). */
+  credentials?: ChannelCredentials;
+  /** Deadline of each call, ms (default 10,000). */
+  timeoutMs?: number;
+  /** An operator credential's token, sent as `authorization: Bearer <token>`. */
+  token?: string;
+}
+
+/** Fields {@link OperatorClient.updateLimits} may change; the others keep their value. */
+export interface LimitsChanges {
+  total?: number;
+  perSubject?: number;
+  /** `null`: no per-account cap. */
+  perAccount?: number | null;
+  queueTotal?: number;
+  queuePerSubject?: number;
+  queueHardTotal?: number;
+  overflowPolicy?: "reject" | "shed_oldest" | "queue";
+  leaseTtlMs?: number;
+  retentionMs?: number;
+  maxRetained?: number;
+  priorityAgingMs?: number;
+  mode?: "enforce" | "shadow";
+  /** Maps replaced whole. */
+  subjects?: Record<string, number>;
+  accounts?: Record<string, number>;
+  weights?: Record<string, number>;
+}
+
+/** A client for the Operator service: a host's limits while the fleet runs, and `stub` for the
+ * other operator calls. The channel opens on the first call. */
+export class OperatorClient {
+  private readonly timeoutMs: number;
+  private stubInstance: gen.OperatorClient | undefined;
+
+  constructor(
+    private readonly target: string,
+    private readonly options: OperatorOptions = {},
+  ) {
+    this.timeoutMs = options.timeoutMs ?? 10_000;
+  }
+
+  /** The generated stub, for calls the wrapper does not cover. */
+  get stub(): gen.OperatorClient {
+    this.stubInstance ??= new gen.OperatorClient(
+      this.target,
+      this.options.credentials ?? grpcCredentials.createInsecure(),
+    );
+    return this.stubInstance;
+  }
+
+  close(): void {
+    this.stubInstance?.close();
+    this.stubInstance = undefined;
+  }
+
+  private call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
+    const md = new Metadata();
+    if (this.options.token) md.set("authorization", `Bearer ${this.options.token}`);
+    return new Promise((resolve, reject) => {
+      method.call(this.stub, request, md, { deadline: Date.now() + this.timeoutMs }, (err, res) =>
+        err ? reject(translate(err)) : resolve(res),
+      );
+    });
+  }
+
+  /** The limits `hostId` is decided with now, their `source` and `revision`. */
+  getLimits(hostId: string): Promise<gen.GetLimitsResponse> {
+    return this.call(this.stub.getLimits, { hostId });
+  }
+
+  /** Put `limits` (the whole message) in force; with `expectedRevision`, only if the limits are
+   * still at it (else an {@link AdmissionError} with code FAILED_PRECONDITION). */
+  setLimits(hostId: string, limits: gen.HostLimits, expectedRevision = 0): Promise<gen.SetLimitsResponse> {
+    return this.call(this.stub.setLimits, { hostId, limits, expectedRevision });
+  }
+
+  /** Change some fields of the limits in force and keep the rest, at the revision read
+   * (reading again if another operator changed them in between). */
+  async updateLimits(hostId: string, changes: LimitsChanges): Promise<gen.SetLimitsResponse> {
+    for (let i = 0; i < 5; i++) {
+      const current = await this.getLimits(hostId);
+      const l = current.limits!;
+      const queue = { ...(l.queue ?? { total: 0, perSubject: 0, hardTotal: 0 }) };
+      if (changes.queueTotal !== undefined) queue.total = changes.queueTotal;
+      if (changes.queuePerSubject !== undefined) queue.perSubject = changes.queuePerSubject;
+      if (changes.queueHardTotal !== undefined) queue.hardTotal = changes.queueHardTotal;
+      const limits: gen.HostLimits = {
+        ...l,
+        queue,
+        total: changes.total ?? l.total,
+        perSubject: changes.perSubject ?? l.perSubject,
+        perAccount: changes.perAccount === null ? undefined : (changes.perAccount ?? l.perAccount),
+        overflowPolicy: changes.overflowPolicy ?? l.overflowPolicy,
+        leaseTtlMs: changes.leaseTtlMs ?? l.leaseTtlMs,
+        retentionMs: changes.retentionMs ?? l.retentionMs,
+        maxRetained: changes.maxRetained ?? l.maxRetained,
+        priorityAgingMs: changes.priorityAgingMs ?? l.priorityAgingMs,
+        mode: changes.mode ?? l.mode,
+        subjects: changes.subjects ?? l.subjects,
+        accounts: changes.accounts ?? l.accounts,
+        weights: changes.weights ?? l.weights,
+      };
+      try {
+        return await this.setLimits(hostId, limits, current.revision);
+      } catch (e) {
+        if (!(e instanceof AdmissionError) || e.code !== grpcStatus.FAILED_PRECONDITION) throw e;
+      }
+    }
+    throw new AdmissionError(`updateLimits: the limits of ${hostId} kept changing`, grpcStatus.ABORTED);
+  }
+
+  /** Return `hostId` to the configuration file's limits. */
+  resetLimits(hostId: string, expectedRevision = 0): Promise<gen.ResetLimitsResponse> {
+    return this.call(this.stub.resetLimits, { hostId, expectedRevision });
+  }
+}
