@@ -4,8 +4,6 @@ import assert from "node:assert/strict";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { once } from "node:events";
-import { createServer } from "node:net";
 import { test } from "node:test";
 
 import {
@@ -18,7 +16,7 @@ import {
   type Ticket,
 } from "../index.js";
 import { DriverError, dispatchJob, foregroundRun, UsageMeter } from "./agenticdriver-shapes.js";
-import { eventually, startServer } from "./server.js";
+import { eventually, freePort, startServer } from "./server.js";
 
 const who = (subject: string, accountId?: string, hostId = "h"): Identity => ({
   hostId,
@@ -26,16 +24,6 @@ const who = (subject: string, accountId?: string, hostId = "h"): Identity => ({
   subject,
   provider: "anthropic",
 });
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  srv.listen(0, "127.0.0.1");
-  await once(srv, "listening");
-  const port = (srv.address() as { port: number }).port;
-  srv.close();
-  await once(srv, "close");
-  return port;
-}
 
 function config(yaml: string): string {
   const path = join(mkdtempSync(join(tmpdir(), "admission-ad-")), "config.yaml");

@@ -13,7 +13,7 @@ import { status as grpcStatus } from "@grpc/grpc-js";
 
 import { AdmissionClient, AdmissionError, AdmissionRefusedError, OperatorClient } from "../index.js";
 import { LimitsSource } from "../gen/admission/v1/admission.js";
-import { eventually, startServer } from "./server.js";
+import { eventually, freePort, startServer } from "./server.js";
 
 test("a slot is acquired and released", async () => {
   const server = await startServer("--total", "2");
@@ -130,16 +130,6 @@ test("a held slot is renewed past its lease", async () => {
 });
 
 /** A loopback port that was free a moment ago. */
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  srv.listen(0, "127.0.0.1");
-  await once(srv, "listening");
-  const port = (srv.address() as { port: number }).port;
-  srv.close();
-  await once(srv, "close");
-  return port;
-}
-
 test("slots and waits carry on through a killed and restarted authority", async () => {
   // An authority on a data dir, SIGKILLed and started again on the same address: the holder
   // keeps its slot by renewing (the restart gives it one lease), the waiter's Wait stream is
