@@ -10,15 +10,19 @@
 //! * `position`, which is O(subjects with queued tickets) and is only computed for queued tickets.
 
 mod adaptive;
+mod blocked;
 mod limits;
+mod reclaim;
 #[cfg(test)]
 mod tests;
 
 pub use adaptive::{Adaptive, AdaptiveState, Outcome, PROBE_SLOWDOWN, after_outcome};
+pub use blocked::Blocker;
 pub use limits::{
     DEFAULT_PRIORITY, LEVELS, Limits, LimitsRecord, LimitsSource, LimitsTable, MAX_WEIGHT,
     MemoryLimits, Mode, OverflowPolicy,
 };
+pub use reclaim::{HeldArgs, ReclaimRefusal, Reclaimed};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -182,99 +186,6 @@ pub enum SubmitError {
     RunIdConflict {
         field: &'static str,
     },
-}
-
-/// A ticket its holder re-registers (Reclaim), already validated at the edge: what its
-/// Submit said, and the grant of its admission.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
-pub struct HeldArgs {
-    pub instance_id: String,
-    pub subject: String,
-    /// `None` = unbound.
-    pub account_id: Option<String>,
-    pub run_id: String,
-    /// The grant of its admission (> 0).
-    pub grant: u64,
-    /// 1 (highest) ..= 5.
-    pub priority: u8,
-}
-
-/// Why a Reclaim was refused. Nothing changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReclaimRefusal {
-    /// The ticket ended for good (released, cancelled, shed, or expired while it was queued, or
-    /// expired holding another grant): an ended run never comes back.
-    Ended(TicketState),
-    /// Another ticket holds the run_id.
-    RunIdTaken,
-    /// The ticket the authority holds under that id was submitted for another run.
-    OtherRun,
-}
-
-impl ReclaimRefusal {
-    /// The ErrorInfo reason callers see, the metric's label and the code the Redis scripts
-    /// answer. Part of the public contract.
-    pub fn code(self) -> &'static str {
-        match self {
-            ReclaimRefusal::Ended(_) => "TICKET_ENDED",
-            ReclaimRefusal::RunIdTaken => "RUN_ID_TAKEN",
-            ReclaimRefusal::OtherRun => "TICKET_MISMATCH",
-        }
-    }
-}
-
-/// A Reclaim's answer: the ticket after the call, and whether it was re-created (false: the
-/// authority still held it, and renewed it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reclaimed {
-    pub view: TicketView,
-    pub reclaimed: bool,
-}
-
-/// What holds a queued ticket: the first that applies of `StateLoss`, `Memory`, `Subject`,
-/// `Account`, then `Total` for the waiter next in line ([`HostState::head_waiter`]) or `Turn`
-/// for the others.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Blocker {
-    /// The host is at its total and this is the next waiter to be served.
-    Total,
-    /// Its subject is at its cap.
-    Subject,
-    /// Its account is at its cap (fixed or adaptive).
-    Account,
-    /// The replica that submitted it reported memory at the soft limit.
-    Memory,
-    /// A slot could take it, but the host is at its total and others go first.
-    Turn,
-    /// A learning window after the shared store lost its state (only Redis opens one).
-    StateLoss,
-}
-
-impl Blocker {
-    /// The code the Redis scripts answer.
-    pub fn code(self) -> &'static str {
-        match self {
-            Blocker::Total => "total",
-            Blocker::Subject => "subject",
-            Blocker::Account => "account",
-            Blocker::Memory => "memory",
-            Blocker::Turn => "turn",
-            Blocker::StateLoss => "state_loss",
-        }
-    }
-
-    pub fn from_code(code: &str) -> Option<Blocker> {
-        [
-            Blocker::Total,
-            Blocker::Subject,
-            Blocker::Account,
-            Blocker::Memory,
-            Blocker::Turn,
-            Blocker::StateLoss,
-        ]
-        .into_iter()
-        .find(|b| b.code() == code)
-    }
 }
 
 /// A ticket as callers see it.
@@ -684,86 +595,6 @@ impl HostState {
         self.view(limits, key, now)
     }
 
-    /// Re-register `key`, which its holder still runs but this host no longer knows (its store
-    /// lost it, or its lease ran out while the holder was cut off): it comes back ADMITTED
-    /// under `held.grant` with a fresh lease and counts against every cap at once, above them
-    /// if need be (its run is running); later grants stay above it. A ticket still live is
-    /// renewed and answered as it is. An ended ticket comes back only when it expired holding
-    /// that very grant; any other ended ticket, a run_id that names another ticket, or a live
-    /// ticket of another run is refused, and nothing changes.
-    pub fn reclaim(
-        &mut self,
-        limits: &Limits,
-        held: HeldArgs,
-        key: TicketKey,
-        now: Millis,
-    ) -> Result<Reclaimed, ReclaimRefusal> {
-        self.housekeeping(limits, now);
-        if let Some(t) = self.tickets.get(&key) {
-            if *t.run_id != *held.run_id {
-                return Err(ReclaimRefusal::OtherRun);
-            }
-            let view = self.renew(limits, key, None, now).expect("live");
-            return Ok(Reclaimed {
-                view,
-                reclaimed: false,
-            });
-        }
-        if self
-            .runs
-            .get(held.run_id.as_str())
-            .is_some_and(|k| *k != key)
-        {
-            return Err(ReclaimRefusal::RunIdTaken);
-        }
-        if let Some(e) = self.ended.get(&key) {
-            if e.state != TicketState::Expired || e.grant == 0 || e.grant != held.grant {
-                return Err(ReclaimRefusal::Ended(e.state));
-            }
-            // Back to life: no longer remembered as ended (its place in `retained` must not
-            // forget it later).
-            self.ended.remove(&key);
-            if let Some(i) = self.retained.iter().position(|(_, k, _)| *k == key) {
-                self.retained.remove(i);
-            }
-        }
-        let instance: Arc<str> = Arc::from(held.instance_id.as_str());
-        let grant = held.grant;
-        let args = SubmitArgs {
-            instance_id: held.instance_id,
-            subject: held.subject,
-            account_id: held.account_id,
-            run_id: held.run_id,
-            mode: SubmitMode::Queue,
-            rss_mb: None,
-            priority: held.priority,
-        };
-        self.insert_ticket(args, instance, key);
-        self.counters.submitted -= 1;
-        self.counters.reclaimed += 1;
-        let t = self.tickets.get_mut(&key).expect("just inserted");
-        t.state = TicketState::Admitted;
-        t.reclaimed = true;
-        t.grant = grant;
-        t.since = now;
-        t.deadline = now + limits.lease_ttl_ms;
-        self.leases.insert((t.deadline, key));
-        self.grant = self.grant.max(grant);
-        self.in_flight += 1;
-        self.subjects
-            .get_mut(&t.subject)
-            .expect("interned")
-            .in_flight += 1;
-        if let Some(a) = &t.account {
-            self.accounts.get_mut(a).expect("interned").in_flight += 1;
-        }
-        self.changes.push(key);
-        Ok(Reclaimed {
-            view: self.view(limits, key, now).expect("just inserted"),
-            reclaimed: true,
-        })
-    }
-
     /// Park an admitted ticket: it stops counting against every cap (its lease runs on) and
     /// the next waiter is dispatched. Parking a parked ticket changes nothing. Returns the
     /// ticket after the call; `None` for an unknown key.
@@ -1099,54 +930,6 @@ impl HostState {
             shadow: None,
             blocked_by,
         })
-    }
-
-    /// The next waiter to be served: the first of the highest priority's round-robin turn.
-    pub fn head_waiter(&self) -> Option<TicketKey> {
-        for (l, level) in self.levels.iter().enumerate() {
-            if level.queued == 0 {
-                continue;
-            }
-            for (name, generation) in &level.rotation {
-                let Some(s) = self
-                    .subjects
-                    .get(name)
-                    .filter(|s| s.lanes[l].entry == *generation)
-                else {
-                    continue; // stale
-                };
-                if let Some((_, k)) = s.lanes[l].queue.first_key_value() {
-                    return Some(*k);
-                }
-            }
-        }
-        None
-    }
-
-    /// What holds queued ticket `t` (see [`Blocker`]), given the next in line.
-    fn blocker(
-        &self,
-        limits: &Limits,
-        key: TicketKey,
-        t: &Ticket,
-        head: Option<TicketKey>,
-        now: Millis,
-    ) -> Blocker {
-        if self.is_soft(limits, &t.instance, now) {
-            return Blocker::Memory;
-        }
-        let s = self.subjects.get(&t.subject).map_or(0, |s| s.in_flight);
-        if s >= limits.subject_cap(&t.subject) {
-            return Blocker::Subject;
-        }
-        if !account_has_room(limits, &self.accounts, &self.adaptive, t.account.as_deref()) {
-            return Blocker::Account;
-        }
-        if self.in_flight >= limits.total && head == Some(key) {
-            Blocker::Total
-        } else {
-            Blocker::Turn
-        }
     }
 
     /// Ended tickets remembered for idempotent retries.
