@@ -19,7 +19,9 @@
 //! * [`api`]: the generated protobuf types and services.
 //! * [`service`]: the gRPC services; the one place where proto and domain types meet
 //!   ([`service::edge`]) and where refusals become statuses.
-//! * [`metrics`]: Prometheus metrics and the admin endpoint (`/metrics`, `/healthz`, `/readyz`).
+//! * [`metrics`]: Prometheus metrics.
+//! * [`admin`]: the admin endpoint (`/metrics`, `/healthz`, `/readyz`, and the operator console's
+//!   gRPC-Web calls); [`console`]: the console's page and assets, built from `console/`.
 //! * [`net`]: the network edge: a bound on open connections.
 //! * [`security`]: credentials, the authenticated [`security::Caller`] and what it may do.
 //! * [`telemetry`]: OpenTelemetry export over OTLP, when the `OTEL_*` variables ask for it.
@@ -27,10 +29,12 @@
 //!   `main` and the tests both start the server through it.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod gates;
 pub mod ledger;
 pub mod metrics;

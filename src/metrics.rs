@@ -1,5 +1,4 @@
-//! Prometheus metrics and the admin HTTP endpoint: `/metrics` (text exposition format),
-//! `/healthz` (the process is up) and `/readyz` (it admits work: not draining, store reachable).
+//! Prometheus metrics: what the admin endpoint's `/metrics` renders (text exposition format).
 //!
 //! Decisions are counted as they happen; per-host gauges and counters are read from the store
 //! at scrape time, so every replica on a shared store reports the same per-host figures. Label
@@ -13,11 +12,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response, StatusCode};
-use tokio::net::TcpListener;
 
 use crate::gates::Gates;
 use crate::ledger::LedgerStats;
@@ -475,108 +469,4 @@ pub async fn render<S: Store>(
         u8::from(gates.draining.load(Ordering::Relaxed))
     );
     out
-}
-
-/// A request whose headers have not arrived within this is dropped.
-pub const ADMIN_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-/// An admin connection is closed after this, whatever it is doing: scrapes take milliseconds.
-pub const ADMIN_CONNECTION_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
-/// Admin connections open at once at most; more are closed as they are accepted.
-pub const ADMIN_MAX_CONNECTIONS: usize = 64;
-
-/// Serve `/metrics`, `/healthz` and `/readyz` on `listener` until the task is aborted, with
-/// per-host series for at most `max_hosts` hosts. A caller that sends its headers slowly (or
-/// never) is dropped after [`ADMIN_HEADER_TIMEOUT`], and at most [`ADMIN_MAX_CONNECTIONS`] are
-/// served at once, so the admin port cannot be used to hold the process's memory or files.
-pub async fn serve_admin<S: Store>(
-    listener: TcpListener,
-    store: Arc<S>,
-    gates: Arc<Gates>,
-    metrics: Arc<Metrics>,
-    max_hosts: usize,
-) {
-    let open = Arc::new(tokio::sync::Semaphore::new(ADMIN_MAX_CONNECTIONS));
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(_) => {
-                // Out of file descriptors, say: do not spin.
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            continue; // dropped: closed at once
-        };
-        let (store, gates, metrics) = (store.clone(), gates.clone(), metrics.clone());
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let (store, gates, metrics) = (store.clone(), gates.clone(), metrics.clone());
-                async move {
-                    Ok::<_, std::convert::Infallible>(
-                        handle(req.uri().path(), &*store, &gates, &metrics, max_hosts).await,
-                    )
-                }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(ADMIN_HEADER_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(ADMIN_CONNECTION_LIMIT, conn).await;
-        });
-    }
-}
-
-async fn handle<S: Store>(
-    path: &str,
-    store: &S,
-    gates: &Gates,
-    metrics: &Metrics,
-    max_hosts: usize,
-) -> Response<Full<Bytes>> {
-    let (status, content_type, body) = match path {
-        "/metrics" => (
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            render(store, gates, metrics, max_hosts).await,
-        ),
-        "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_string()),
-        "/readyz" => {
-            if gates.draining.load(Ordering::Relaxed) {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    "draining\n".into(),
-                )
-            } else if let Err(e) = store.readiness() {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    format!("{e}\n"),
-                )
-            } else if let Err(e) = store.host_ids().await {
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "text/plain",
-                    format!("{e}\n"),
-                )
-            } else {
-                let note = store
-                    .readiness_note()
-                    .map_or_else(String::new, |n| format!("{n}\n"));
-                (StatusCode::OK, "text/plain", format!("ready\n{note}"))
-            }
-        }
-        _ => (
-            StatusCode::NOT_FOUND,
-            "text/plain",
-            "not found: /metrics, /healthz, /readyz\n".into(),
-        ),
-    };
-    Response::builder()
-        .status(status)
-        .header("content-type", content_type)
-        .body(Full::new(Bytes::from(body)))
-        .expect("a valid response")
 }

@@ -110,6 +110,23 @@ impl Caller {
         }
     }
 
+    /// May this caller release `host_id`'s tickets? Its gateways, and operators (the manual
+    /// release of a stuck slot, as the console offers it).
+    pub fn release_for(&self, host_id: &str) -> Result<(), Denied> {
+        match self {
+            Caller::Operator { .. } => Ok(()),
+            _ => self.act_for(host_id),
+        }
+    }
+
+    /// The operator credential's name, for the log line of what an operator did.
+    pub fn operator_name(&self) -> Option<&str> {
+        match self {
+            Caller::Operator { name } => Some(name),
+            _ => None,
+        }
+    }
+
     /// May this caller read `host_id`'s stats? Operators read any host's.
     pub fn read_host(&self, host_id: &str) -> Result<(), Denied> {
         match self {

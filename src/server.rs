@@ -67,6 +67,8 @@ pub struct Prepared {
     config: Config,
     clock: Arc<dyn Clock>,
     store: OpenStore,
+    /// The admin endpoint's socket, bound here so that it answers once `listening on` is said.
+    admin: Option<std::net::TcpListener>,
 }
 
 enum OpenStore {
@@ -131,10 +133,21 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
             .map_err(|e| ServeError::Config(e.to_string()))?,
         )),
     };
+    let admin = match config.admin_listen {
+        Some(addr) => Some(
+            std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| {
+                    ServeError::Config(format!("admin_listen: cannot bind {addr}: {e}"))
+                })?,
+        ),
+        None => None,
+    };
     Ok(Prepared {
         config,
         clock,
         store,
+        admin,
     })
 }
 
@@ -151,10 +164,16 @@ pub async fn serve_prepared(
         config,
         clock,
         store,
+        admin,
     } = prepared;
+    let admin = admin
+        .map(TcpListener::from_std)
+        .transpose()
+        .map_err(|e| ServeError::Config(format!("admin_listen: {e}")))?;
+    let listeners = (listener, admin);
     match store {
-        OpenStore::Embedded(s) => serve(s, clock, config, listener, shutdown, reload).await,
-        OpenStore::Redis(s) => serve(s, clock, config, listener, shutdown, reload).await,
+        OpenStore::Embedded(s) => serve(s, clock, config, listeners, shutdown, reload).await,
+        OpenStore::Redis(s) => serve(s, clock, config, listeners, shutdown, reload).await,
     }
 }
 
@@ -163,7 +182,7 @@ async fn serve<S: Store>(
     store: Arc<S>,
     clock: Arc<dyn Clock>,
     config: Config,
-    listener: TcpListener,
+    (listener, admin_listener): (TcpListener, Option<TcpListener>),
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Option<Reload>,
 ) -> Result<(), ServeError> {
@@ -174,22 +193,6 @@ async fn serve<S: Store>(
     let gates = Arc::new(Gates::default());
     let metrics = Arc::new(Metrics::default());
     crate::telemetry::register(metrics.clone());
-    let admin = match config.admin_listen {
-        Some(addr) => {
-            let l = TcpListener::bind(addr).await.map_err(|e| {
-                ServeError::Config(format!("admin_listen: cannot bind {addr}: {e}"))
-            })?;
-            tracing::info!(addr = %l.local_addr().map_or(addr, |a| a), "admin endpoint: /metrics /healthz /readyz");
-            Some(tokio::spawn(crate::metrics::serve_admin(
-                l,
-                store.clone(),
-                gates.clone(),
-                metrics.clone(),
-                config.metrics_max_hosts,
-            )))
-        }
-        None => None,
-    };
     let background = [
         tokio::spawn(sweep(store.clone(), sweep_every)),
         tokio::spawn(watch_own_memory(gates.clone(), config.authority_max_rss_mb)),
@@ -242,26 +245,66 @@ async fn serve<S: Store>(
              text; configure tls.cert and tls.key"
         );
     }
+    let admission_server = AdmissionServer::new(AdmissionService::new(
+        store.clone(),
+        gates.clone(),
+        config.grpc.max_wait_streams_per_connection,
+        config.grpc.max_wait_streams,
+        metrics.clone(),
+        clock,
+    ))
+    .max_decoding_message_size(config.grpc.max_message_bytes);
+    let operator_server = OperatorServer::new(OperatorService::new(store.clone(), gates.clone()))
+        .max_decoding_message_size(config.grpc.max_message_bytes);
+    let admin = match admin_listener {
+        Some(l) => {
+            let addr = l
+                .local_addr()
+                .map_err(|e| ServeError::Config(format!("admin_listen: {e}")))?;
+            tracing::info!(%addr, "admin endpoint: /metrics /healthz /readyz /console");
+            // The console's calls: the same services, each behind the operator credential.
+            let console = {
+                let (a, o) = (auth.clone(), auth.clone());
+                let admission = InterceptedService::new(admission_server.clone(), move |req| {
+                    a.intercept_operator(req)
+                });
+                let operator = InterceptedService::new(operator_server.clone(), move |req| {
+                    o.intercept_operator(req)
+                });
+                tower_layer::Layer::layer(
+                    &tonic_web::GrpcWebLayer::new(),
+                    tonic::service::Routes::new(admission).add_service(operator),
+                )
+            };
+            Some(tokio::spawn(crate::admin::serve_admin(
+                l,
+                crate::admin::Admin {
+                    store: store.clone(),
+                    gates: gates.clone(),
+                    metrics: metrics.clone(),
+                    max_hosts: config.metrics_max_hosts,
+                    console,
+                    tls: match &config.tls {
+                        None => None,
+                        Some(files) => Some(
+                            crate::admin::tls_config(
+                                &read_tls_file(&files.cert)?,
+                                &read_tls_file(&files.key)?,
+                            )
+                            .map_err(ServeError::Config)?,
+                        ),
+                    },
+                },
+            )))
+        }
+        None => None,
+    };
     let admission = {
         let auth = auth.clone();
-        let service = AdmissionService::new(
-            store.clone(),
-            gates.clone(),
-            config.grpc.max_wait_streams_per_connection,
-            config.grpc.max_wait_streams,
-            metrics.clone(),
-            clock,
-        );
-        InterceptedService::new(
-            AdmissionServer::new(service).max_decoding_message_size(config.grpc.max_message_bytes),
-            move |req| auth.intercept(req),
-        )
+        InterceptedService::new(admission_server, move |req| auth.intercept(req))
     };
-    let operator = InterceptedService::new(
-        OperatorServer::new(OperatorService::new(store.clone(), gates))
-            .max_decoding_message_size(config.grpc.max_message_bytes),
-        move |req| auth.intercept_operator(req),
-    );
+    let operator =
+        InterceptedService::new(operator_server, move |req| auth.intercept_operator(req));
 
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
@@ -391,15 +434,18 @@ async fn drain_then_stop<S: Store>(
 /// Fails when a file cannot be read (the configuration checked them when it was loaded, so
 /// only a file changed since then fails here).
 fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig, ServeError> {
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| ServeError::Config(format!("tls: {}: {e}", path.display())))
-    };
-    let mut tls =
-        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(
+        read_tls_file(&files.cert)?,
+        read_tls_file(&files.key)?,
+    ));
     if let Some(ca) = &files.client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+        tls = tls.client_ca_root(Certificate::from_pem(read_tls_file(ca)?));
     }
     Ok(tls)
+}
+
+fn read_tls_file(path: &std::path::Path) -> Result<Vec<u8>, ServeError> {
+    std::fs::read(path).map_err(|e| ServeError::Config(format!("tls: {}: {e}", path.display())))
 }
 
 /// Sweep a little faster than the shortest lease can run out, within 5 ms..1 s. Operations

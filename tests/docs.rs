@@ -215,6 +215,7 @@ fn steady(text: &str) -> String {
         "grant",
         "etaMs",
         "holdAvgMs",
+        "inStateMs",
         "leaseRemainingMs",
         "ageMs",
     ];

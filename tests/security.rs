@@ -205,6 +205,14 @@ async fn codes(channel: &Channel, token: Option<&str>, ticket: &str) -> Vec<(&'s
         code(op.unlock_auth(authed(unlock, token)).await.map(drop)),
     ));
     out.push((
+        "ListHosts",
+        code(
+            op.list_hosts(authed(api::ListHostsRequest {}, token))
+                .await
+                .map(drop),
+        ),
+    ));
+    out.push((
         "Park",
         code(
             c.park(authed(
@@ -307,6 +315,7 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
         "ListReservations",
         "ResolveReservation",
         "UnlockAuth",
+        "ListHosts",
         "Park",
         "Unpark",
         "Reclaim",
@@ -334,6 +343,7 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "ListReservations",
             "ResolveReservation",
             "UnlockAuth",
+            "ListHosts",
             "Park",
             "Unpark",
             "Reclaim",
@@ -353,7 +363,8 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "ListTickets",
             "ListReservations",
             "ResolveReservation",
-            "UnlockAuth"
+            "UnlockAuth",
+            "ListHosts"
         ]
     );
     assert_eq!(
@@ -374,7 +385,8 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
         ]
     );
 
-    // The operator: Operator RPCs and any host's stats; acting for a host takes a gateway.
+    // The operator: Operator RPCs, any host's stats and a manual Release; acting for a host
+    // otherwise takes a gateway.
     let ticket = ticket_of_host_one(&channel).await;
     let got = codes(&channel, Some(OPS), &ticket).await;
     assert_eq!(
@@ -384,7 +396,9 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "ListTickets",
             "ListReservations",
             "ResolveReservation",
-            "UnlockAuth"
+            "UnlockAuth",
+            "ListHosts",
+            "Release"
         ]
     );
     assert_eq!(
@@ -399,8 +413,7 @@ async fn every_rpc_needs_a_credential_for_its_host_and_role() {
             "ResetAuthAttempts",
             "Park",
             "Unpark",
-            "Reclaim",
-            "Release"
+            "Reclaim"
         ]
     );
     let drain = OperatorClient::new(channel.clone())
@@ -608,6 +621,59 @@ async fn tls_serves_encrypted_and_tokens_work_over_it() {
             .unwrap_err();
         assert_ne!(err.code(), Code::Ok);
     }
+}
+
+#[tokio::test]
+async fn under_tls_the_console_is_served_over_tls_and_plain_http_keeps_only_the_probes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    let (dir, ca, _) = certificates("sec-admin-tls");
+    let admin = common::free_port();
+    let yaml = format!(
+        "{}tls: {{ cert: {d}/server.pem, key: {d}/server.key }}\nadmin_listen: 127.0.0.1:{admin}\n",
+        credentials_yaml(),
+        d = dir.display()
+    );
+    let _server = Server::start_with_config("sec-admin-tls", &yaml, &[]);
+    // Plain HTTP: the probes and the metrics as before; the console refused, naming TLS.
+    assert_eq!(common::http_get(admin, "/readyz").0, 200);
+    assert_eq!(common::http_get(admin, "/metrics").0, 200);
+    let (status, body) = common::http_get(admin, "/console");
+    assert_eq!(status, 403);
+    assert!(body.contains("served over TLS"), "{body}");
+
+    // Over TLS, trusting the installation's CA: the page, with its policy.
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls_pki_types::pem::PemObject;
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", admin))
+        .await
+        .unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect("localhost".try_into().unwrap(), tcp)
+        .await
+        .expect("a TLS handshake with the admin endpoint");
+    tls.write_all(b"GET /console HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let _ = tls.read_to_string(&mut text).await;
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.to_lowercase()
+            .contains("content-security-policy: default-src 'none'"),
+        "{text}"
+    );
+    assert!(text.contains("admission-authority console"), "{text}");
 }
 
 #[tokio::test]

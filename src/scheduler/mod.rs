@@ -12,6 +12,7 @@
 mod adaptive;
 mod blocked;
 mod limits;
+mod listing;
 mod reclaim;
 #[cfg(test)]
 mod tests;
@@ -22,6 +23,7 @@ pub use limits::{
     DEFAULT_PRIORITY, LEVELS, Limits, LimitsRecord, LimitsSource, LimitsTable, MAX_WEIGHT,
     MemoryLimits, Mode, OverflowPolicy,
 };
+pub use listing::{LISTED_PLACE_DEPTH, TicketInfo};
 pub use reclaim::{HeldArgs, ReclaimRefusal, Reclaimed};
 
 use std::cmp::Reverse;
@@ -203,23 +205,6 @@ pub struct TicketView {
     pub eta_ms: u64,
     /// Set only in the answer to a Submit that shadow mode admitted but enforce would not have.
     pub shadow: Option<ShadowDecision>,
-    /// While queued, what holds it.
-    pub blocked_by: Option<Blocker>,
-}
-
-/// A live ticket as the operator listing sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TicketInfo {
-    pub key: TicketKey,
-    pub state: TicketState,
-    pub subject: String,
-    pub account_id: Option<String>,
-    pub run_id: String,
-    pub instance_id: String,
-    pub grant: u64,
-    pub lease_remaining_ms: u64,
-    /// 1..=5; a waiter served as 1 after `priority_aging` shows 1.
-    pub priority: u8,
     /// While queued, what holds it.
     pub blocked_by: Option<Blocker>,
 }
@@ -935,33 +920,6 @@ impl HostState {
     /// Ended tickets remembered for idempotent retries.
     pub fn retained(&self) -> usize {
         self.retained.len()
-    }
-
-    /// Live tickets, at most `limit`: admitted and parked ones by grant, then queued ones in
-    /// queue order. The bool is true when truncated.
-    pub fn list(&self, limits: &Limits, limit: usize, now: Millis) -> (Vec<TicketInfo>, bool) {
-        let head = self.head_waiter();
-        let mut live: Vec<(&TicketKey, &Ticket)> = self.tickets.iter().collect();
-        live.sort_by_key(|(_, t)| (t.state == TicketState::Queued, t.grant, t.order));
-        let truncated = live.len() > limit;
-        let out = live
-            .into_iter()
-            .take(limit)
-            .map(|(k, t)| TicketInfo {
-                key: *k,
-                state: t.state,
-                subject: t.subject.to_string(),
-                account_id: t.account.as_deref().map(str::to_string),
-                run_id: t.run_id.to_string(),
-                instance_id: t.instance.to_string(),
-                grant: t.grant,
-                lease_remaining_ms: t.deadline.saturating_sub(now),
-                priority: t.level + 1,
-                blocked_by: (t.state == TicketState::Queued)
-                    .then(|| self.blocker(limits, *k, t, head, now)),
-            })
-            .collect();
-        (out, truncated)
     }
 
     /// Gauges, counters and per-subject/per-account rows (rows for names with live tickets).
@@ -1724,11 +1682,24 @@ impl HostState {
     /// the lower bound from the earlier rounds, and no operation grows with the number of
     /// queued subjects.
     fn position(&self, t: &Ticket) -> (u32, u32) {
+        self.position_within(t, usize::MAX).unwrap_or((0, 0))
+    }
+
+    /// [`Self::position`] for a ticket fewer than `max_depth` deep in its lane; `None` for a
+    /// deeper one (found in O(`max_depth`)).
+    fn position_within(&self, t: &Ticket, max_depth: usize) -> Option<(u32, u32)> {
         let Some(own) = self.subjects.get(&t.subject) else {
-            return (0, 0);
+            return Some((0, 0));
         };
         let level = t.level as usize;
-        let depth = own.lanes[level].queue.range(..t.order).count();
+        let depth = own.lanes[level]
+            .queue
+            .range(..t.order)
+            .take(max_depth)
+            .count();
+        if depth >= max_depth {
+            return None;
+        }
         let lv = &self.levels[level];
         let mut before: u64 = self.levels[..level]
             .iter()
@@ -1757,10 +1728,10 @@ impl HostState {
                 }
             }
         }
-        (
+        Some((
             u32::try_from(before).unwrap_or(u32::MAX),
             u32::try_from(depth).unwrap_or(u32::MAX),
-        )
+        ))
     }
 }
 

@@ -161,22 +161,26 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
     ) -> Result<Response<api::ReleaseResponse>, Status> {
         let (_, ext, req) = request.into_parts();
         let report = edge::release_report(&req)?;
+        let caller = security::caller(&ext)?;
         let (id, previous) = match edge::release_target(&req)? {
             // Never issued: as for a ticket long forgotten.
             edge::ReleaseTarget::Ticket(None) => return Ok(Response::new(replies::released(None))),
             edge::ReleaseTarget::Ticket(Some(id)) => {
-                security::caller(&ext)?.act_for(&id.host_id)?;
+                caller.release_for(&id.host_id)?;
                 let previous = self.store.release(&id, report).await?;
                 (id, previous)
             }
             edge::ReleaseTarget::Run { host_id, run_id } => {
-                security::caller(&ext)?.act_for(host_id)?;
+                caller.release_for(host_id)?;
                 match self.store.release_run(host_id, run_id, report).await? {
                     Some((id, previous)) => (id, Some(previous)),
                     None => return Ok(Response::new(replies::released(None))),
                 }
             }
         };
+        if let (Some(operator), Some(state)) = (caller.operator_name(), previous) {
+            tracing::info!(%id, operator, previous = ?state, "ticket released by an operator");
+        }
         // The id as given when there was one (it parsed, so it is the id's own spelling).
         let ticket_id = if req.ticket_id.is_empty() {
             id.to_string()

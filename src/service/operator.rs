@@ -42,6 +42,28 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         }))
     }
 
+    async fn list_hosts(
+        &self,
+        _request: Request<api::ListHostsRequest>,
+    ) -> Result<Response<api::ListHostsResponse>, Status> {
+        let (host_ids, store_problem) = match self.store.readiness() {
+            Err(p) => (Vec::new(), p),
+            Ok(()) => match self.store.host_ids().await {
+                Ok(hosts) => (hosts, String::new()),
+                Err(e) => (Vec::new(), e.to_string()),
+            },
+        };
+        Ok(Response::new(api::ListHostsResponse {
+            host_ids,
+            draining: self
+                .gates
+                .draining
+                .load(std::sync::atomic::Ordering::Relaxed),
+            store_problem,
+            note: self.store.readiness_note().unwrap_or_default(),
+        }))
+    }
+
     async fn drain(
         &self,
         _request: Request<api::DrainRequest>,

@@ -274,6 +274,9 @@ pub fn ticket_info(host_id: &str, t: TicketInfo) -> api::TicketInfo {
         lease_remaining_ms: ms32(t.lease_remaining_ms),
         priority: u32::from(t.priority),
         blocked_by: blocker(t.blocked_by),
+        in_state_ms: t.in_state_ms,
+        place: t.place,
+        eta_ms: ms32(t.eta_ms),
     }
 }
 

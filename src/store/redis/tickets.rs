@@ -599,11 +599,11 @@ impl TicketStore for RedisStore {
         let bad = || StoreError::protocol(format!("redis: list answered {f:?}"));
         let now = f.first().and_then(int).ok_or_else(bad)?;
         let body = &f[1..];
-        if !body.len().is_multiple_of(11) {
+        if !body.len().is_multiple_of(14) {
             return Err(bad());
         }
         let mut rows: Vec<(TicketInfo, i64)> = body
-            .chunks(11)
+            .chunks(14)
             .map(|r| {
                 let info = TicketInfo {
                     key: key_of(&r[0])?,
@@ -619,6 +619,9 @@ impl TicketStore for RedisStore {
                         "" => None,
                         code => Some(Blocker::from_code(code)?),
                     },
+                    in_state_ms: now.saturating_sub(int(&r[11])?),
+                    place: u32::try_from(int(&r[12])?).ok()?,
+                    eta_ms: int(&r[13])?,
                 };
                 // Smaller is earlier; an unparked ticket goes ahead of its subject's queue (< 0).
                 Some((info, text(&r[8])?.parse::<i64>().ok()?))

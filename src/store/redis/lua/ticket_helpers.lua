@@ -322,11 +322,12 @@ end
 -- A waiter's place in the dispatch order and its depth in its lane
 -- (scheduler::HostState::position): every waiter of a higher priority first, then the
 -- earlier rounds of its own priority's round robin, then the lanes ahead of its own.
-local function position(k, t)
+local function position(k, t, max_depth)
   local p = t.lvl
   local rot, _, dc = lvl_keys(p)
   local q = qkey(t.subject)
   local depth = redis.call('ZCOUNT', q, lane_lo(p), '(' .. fmt(t.order + (p - 3) * SPAN))
+  if max_depth and depth >= max_depth then return nil end
   local before = 0
   if p > 1 then
     local c = redis.call('HMGET', C, 'queued', 'ql1', 'ql2', 'ql4', 'ql5')

@@ -1099,6 +1099,9 @@ class TicketInfo(_message.Message):
     LEASE_REMAINING_MS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     BLOCKED_BY_FIELD_NUMBER: _builtins.int
+    IN_STATE_MS_FIELD_NUMBER: _builtins.int
+    PLACE_FIELD_NUMBER: _builtins.int
+    ETA_MS_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket id."""
     state: Global___TicketState.ValueType
@@ -1119,6 +1122,19 @@ class TicketInfo(_message.Message):
     """1..5: its Submit's priority (1 once served as 1 after scheduling.priority_aging)."""
     blocked_by: Global___Blocker.ValueType
     """While QUEUED, what holds it, as in SubmitResponse; BLOCKER_UNSPECIFIED otherwise."""
+    in_state_ms: _builtins.int
+    """Milliseconds since it entered its state: held for (ADMITTED; PARKED counts from its
+    admission), waited for (QUEUED).
+    """
+    place: _builtins.int
+    """While QUEUED and among the first 20 waiters of its subject at its priority: its 1-based
+    place in the host's dispatch order (SubmitResponse.position + 1). 0 otherwise: not queued,
+    or deeper in its line (so that listing 10,000 waiters stays linear).
+    """
+    eta_ms: _builtins.int
+    """With place: the expected wait in milliseconds, as SubmitResponse.eta_ms; 0 otherwise or
+    unknown.
+    """
     def __init__(
         self,
         *,
@@ -1132,10 +1148,13 @@ class TicketInfo(_message.Message):
         lease_remaining_ms: _builtins.int = ...,
         priority: _builtins.int = ...,
         blocked_by: Global___Blocker.ValueType = ...,
+        in_state_ms: _builtins.int = ...,
+        place: _builtins.int = ...,
+        eta_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "blocked_by", b"blocked_by", "grant", b"grant", "instance_id", b"instance_id", "lease_remaining_ms", b"lease_remaining_ms", "priority", b"priority", "run_id", b"run_id", "state", b"state", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "in_state_ms", b"in_state_ms", "instance_id", b"instance_id", "lease_remaining_ms", b"lease_remaining_ms", "place", b"place", "priority", b"priority", "run_id", b"run_id", "state", b"state", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2112,6 +2131,59 @@ class QueueLimits(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QueueLimits: _TypeAlias = QueueLimits  # noqa: Y015
+
+@_typing.final
+class ListHostsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHostsRequest: _TypeAlias = ListHostsRequest  # noqa: Y015
+
+@_typing.final
+class ListHostsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_IDS_FIELD_NUMBER: _builtins.int
+    DRAINING_FIELD_NUMBER: _builtins.int
+    STORE_PROBLEM_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    draining: _builtins.bool
+    """This process drains (SIGTERM or Drain): it admits nothing new."""
+    store_problem: _builtins.str
+    """Why the store cannot be used now (as /readyz says it), empty while it can. With a
+    problem the host list may be empty.
+    """
+    note: _builtins.str
+    """A condition operators should know while the store works, e.g. the learning window after
+    a shared store lost its state; empty otherwise.
+    """
+    @_builtins.property
+    def host_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every host the store has state for, sorted."""
+
+    def __init__(
+        self,
+        *,
+        host_ids: _abc.Iterable[_builtins.str] | None = ...,
+        draining: _builtins.bool = ...,
+        store_problem: _builtins.str = ...,
+        note: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["draining", b"draining", "host_ids", b"host_ids", "note", b"note", "store_problem", b"store_problem"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHostsResponse: _TypeAlias = ListHostsResponse  # noqa: Y015
 
 @_typing.final
 class GetLimitsRequest(_message.Message):

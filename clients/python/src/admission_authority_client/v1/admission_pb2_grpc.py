@@ -136,7 +136,9 @@ class AdmissionServicer:
 
     def Release(self, request, context):
         """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
-        ticket that already ended, answers with its current state and changes nothing.
+        ticket that already ended, answers with its current state and changes nothing. Takes the
+        host's gateway credential, or an operator credential (a manual release of a stuck slot, as
+        the console offers it; logged with the operator's name): its holder learns at its next Renew.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -685,6 +687,11 @@ class OperatorStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.ResetLimitsRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.ResetLimitsResponse.FromString,
                 _registered_method=True)
+        self.ListHosts = channel.unary_unary(
+                '/admission.v1.Operator/ListHosts',
+                request_serializer=admission_dot_v1_dot_admission__pb2.ListHostsRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.ListHostsResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServicer:
@@ -763,6 +770,14 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHosts(self, request, context):
+        """The hosts the store knows, and this authority process's condition: the console's first
+        view, and the answer to "which hosts are there" without reading the metrics.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -805,6 +820,11 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.ResetLimits,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.ResetLimitsRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.ResetLimitsResponse.SerializeToString,
+            ),
+            'ListHosts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHosts,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.ListHostsRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.ListHostsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1024,6 +1044,33 @@ class Operator:
             '/admission.v1.Operator/ResetLimits',
             admission_dot_v1_dot_admission__pb2.ResetLimitsRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.ResetLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHosts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/ListHosts',
+            admission_dot_v1_dot_admission__pb2.ListHostsRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.ListHostsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,7 +62,9 @@ class AdmissionStub:
     """
     Release: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ReleaseRequest, _admission_pb2.ReleaseResponse]
     """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
-    ticket that already ended, answers with its current state and changes nothing.
+    ticket that already ended, answers with its current state and changes nothing. Takes the
+    host's gateway credential, or an operator credential (a manual release of a stuck slot, as
+    the console offers it; logged with the operator's name): its holder learns at its next Renew.
     """
     Park: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ParkRequest, _admission_pb2.ParkResponse]
     """Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
@@ -150,7 +152,9 @@ class AdmissionAsyncStub(AdmissionStub):
     """
     Release: _aio.UnaryUnaryMultiCallable[_admission_pb2.ReleaseRequest, _admission_pb2.ReleaseResponse]  # type: ignore[assignment]
     """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
-    ticket that already ended, answers with its current state and changes nothing.
+    ticket that already ended, answers with its current state and changes nothing. Takes the
+    host's gateway credential, or an operator credential (a manual release of a stuck slot, as
+    the console offers it; logged with the operator's name): its holder learns at its next Renew.
     """
     Park: _aio.UnaryUnaryMultiCallable[_admission_pb2.ParkRequest, _admission_pb2.ParkResponse]  # type: ignore[assignment]
     """Lend an admitted ticket's slot out while its run waits on a human (an approval): the ticket
@@ -259,7 +263,9 @@ class AdmissionServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admission_pb2.ReleaseResponse, _abc.Awaitable[_admission_pb2.ReleaseResponse]]:
         """Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
-        ticket that already ended, answers with its current state and changes nothing.
+        ticket that already ended, answers with its current state and changes nothing. Takes the
+        host's gateway credential, or an operator credential (a manual release of a stuck slot, as
+        the console offers it; logged with the operator's name): its holder learns at its next Renew.
         """
 
     @_abc_1.abstractmethod
@@ -416,6 +422,10 @@ class OperatorStub:
     """Return a host to the limits of the configuration file (a no-op when it uses them), with
     the same expected_revision check. Logged.
     """
+    ListHosts: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ListHostsRequest, _admission_pb2.ListHostsResponse]
+    """The hosts the store knows, and this authority process's condition: the console's first
+    view, and the answer to "which hosts are there" without reading the metrics.
+    """
 
 @_typing.type_check_only
 class OperatorAsyncStub(OperatorStub):
@@ -460,6 +470,10 @@ class OperatorAsyncStub(OperatorStub):
     ResetLimits: _aio.UnaryUnaryMultiCallable[_admission_pb2.ResetLimitsRequest, _admission_pb2.ResetLimitsResponse]  # type: ignore[assignment]
     """Return a host to the limits of the configuration file (a no-op when it uses them), with
     the same expected_revision check. Logged.
+    """
+    ListHosts: _aio.UnaryUnaryMultiCallable[_admission_pb2.ListHostsRequest, _admission_pb2.ListHostsResponse]  # type: ignore[assignment]
+    """The hosts the store knows, and this authority process's condition: the console's first
+    view, and the answer to "which hosts are there" without reading the metrics.
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
@@ -550,6 +564,16 @@ class OperatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admission_pb2.ResetLimitsResponse, _abc.Awaitable[_admission_pb2.ResetLimitsResponse]]:
         """Return a host to the limits of the configuration file (a no-op when it uses them), with
         the same expected_revision check. Logged.
+        """
+
+    @_abc_1.abstractmethod
+    def ListHosts(
+        self,
+        request: _admission_pb2.ListHostsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.ListHostsResponse, _abc.Awaitable[_admission_pb2.ListHostsResponse]]:
+        """The hosts the store knows, and this authority process's condition: the console's first
+        view, and the answer to "which hosts are there" without reading the metrics.
         """
 
 def add_OperatorServicer_to_server(servicer: OperatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -904,6 +904,22 @@ export interface TicketInfo {
   priority: number;
   /** While QUEUED, what holds it, as in SubmitResponse; BLOCKER_UNSPECIFIED otherwise. */
   blockedBy: Blocker;
+  /**
+   * Milliseconds since it entered its state: held for (ADMITTED; PARKED counts from its
+   * admission), waited for (QUEUED).
+   */
+  inStateMs: number;
+  /**
+   * While QUEUED and among the first 20 waiters of its subject at its priority: its 1-based
+   * place in the host's dispatch order (SubmitResponse.position + 1). 0 otherwise: not queued,
+   * or deeper in its line (so that listing 10,000 waiters stays linear).
+   */
+  place: number;
+  /**
+   * With place: the expected wait in milliseconds, as SubmitResponse.eta_ms; 0 otherwise or
+   * unknown.
+   */
+  etaMs: number;
 }
 
 export interface DrainRequest {
@@ -1275,6 +1291,26 @@ export interface QueueLimits {
   perSubject: number;
   /** The bound overflow_policy queue may grow to (>= total). */
   hardTotal: number;
+}
+
+export interface ListHostsRequest {
+}
+
+export interface ListHostsResponse {
+  /** Every host the store has state for, sorted. */
+  hostIds: string[];
+  /** This process drains (SIGTERM or Drain): it admits nothing new. */
+  draining: boolean;
+  /**
+   * Why the store cannot be used now (as /readyz says it), empty while it can. With a
+   * problem the host list may be empty.
+   */
+  storeProblem: string;
+  /**
+   * A condition operators should know while the store works, e.g. the learning window after
+   * a shared store lost its state; empty otherwise.
+   */
+  note: string;
 }
 
 export interface GetLimitsRequest {
@@ -4185,6 +4221,9 @@ function createBaseTicketInfo(): TicketInfo {
     leaseRemainingMs: 0,
     priority: 0,
     blockedBy: 0,
+    inStateMs: 0,
+    place: 0,
+    etaMs: 0,
   };
 }
 
@@ -4219,6 +4258,15 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     }
     if (message.blockedBy !== 0) {
       writer.uint32(80).int32(message.blockedBy);
+    }
+    if (message.inStateMs !== 0) {
+      writer.uint32(88).uint64(message.inStateMs);
+    }
+    if (message.place !== 0) {
+      writer.uint32(96).uint32(message.place);
+    }
+    if (message.etaMs !== 0) {
+      writer.uint32(104).uint32(message.etaMs);
     }
     return writer;
   },
@@ -4316,6 +4364,30 @@ export const TicketInfo: MessageFns<TicketInfo> = {
             message.blockedBy = reader.int32() as any;
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.inStateMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.place = reader.uint32();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.etaMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4364,6 +4436,17 @@ export const TicketInfo: MessageFns<TicketInfo> = {
         : isSet(object.blocked_by)
         ? blockerFromJSON(object.blocked_by)
         : 0,
+      inStateMs: isSet(object.inStateMs)
+        ? globalThis.Number(object.inStateMs)
+        : isSet(object.in_state_ms)
+        ? globalThis.Number(object.in_state_ms)
+        : 0,
+      place: isSet(object.place) ? globalThis.Number(object.place) : 0,
+      etaMs: isSet(object.etaMs)
+        ? globalThis.Number(object.etaMs)
+        : isSet(object.eta_ms)
+        ? globalThis.Number(object.eta_ms)
+        : 0,
     };
   },
 
@@ -4399,6 +4482,15 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     if (message.blockedBy !== 0) {
       obj.blockedBy = blockerToJSON(message.blockedBy);
     }
+    if (message.inStateMs !== 0) {
+      obj.inStateMs = Math.round(message.inStateMs);
+    }
+    if (message.place !== 0) {
+      obj.place = Math.round(message.place);
+    }
+    if (message.etaMs !== 0) {
+      obj.etaMs = Math.round(message.etaMs);
+    }
     return obj;
   },
 
@@ -4417,6 +4509,9 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
     message.priority = object.priority ?? 0;
     message.blockedBy = object.blockedBy ?? 0;
+    message.inStateMs = object.inStateMs ?? 0;
+    message.place = object.place ?? 0;
+    message.etaMs = object.etaMs ?? 0;
     return message;
   },
 };
@@ -8035,6 +8130,183 @@ export const QueueLimits: MessageFns<QueueLimits> = {
   },
 };
 
+function createBaseListHostsRequest(): ListHostsRequest {
+  return {};
+}
+
+export const ListHostsRequest: MessageFns<ListHostsRequest> = {
+  encode(_: ListHostsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHostsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHostsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): ListHostsRequest {
+    return {};
+  },
+
+  toJSON(_: ListHostsRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListHostsRequest>, I>>(base?: I): ListHostsRequest {
+    return ListHostsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHostsRequest>, I>>(_: I): ListHostsRequest {
+    const message = createBaseListHostsRequest();
+    return message;
+  },
+};
+
+function createBaseListHostsResponse(): ListHostsResponse {
+  return { hostIds: [], draining: false, storeProblem: "", note: "" };
+}
+
+export const ListHostsResponse: MessageFns<ListHostsResponse> = {
+  encode(message: ListHostsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.hostIds) {
+      writer.uint32(10).string(v!);
+    }
+    if (message.draining !== false) {
+      writer.uint32(16).bool(message.draining);
+    }
+    if (message.storeProblem !== "") {
+      writer.uint32(26).string(message.storeProblem);
+    }
+    if (message.note !== "") {
+      writer.uint32(34).string(message.note);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHostsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHostsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostIds.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.draining = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.storeProblem = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.note = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListHostsResponse {
+    return {
+      hostIds: globalThis.Array.isArray(object?.hostIds)
+        ? object.hostIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.host_ids)
+        ? object.host_ids.map((e: any) => globalThis.String(e))
+        : [],
+      draining: isSet(object.draining) ? globalThis.Boolean(object.draining) : false,
+      storeProblem: isSet(object.storeProblem)
+        ? globalThis.String(object.storeProblem)
+        : isSet(object.store_problem)
+        ? globalThis.String(object.store_problem)
+        : "",
+      note: isSet(object.note) ? globalThis.String(object.note) : "",
+    };
+  },
+
+  toJSON(message: ListHostsResponse): unknown {
+    const obj: any = {};
+    if (message.hostIds?.length) {
+      obj.hostIds = message.hostIds;
+    }
+    if (message.draining !== false) {
+      obj.draining = message.draining;
+    }
+    if (message.storeProblem !== "") {
+      obj.storeProblem = message.storeProblem;
+    }
+    if (message.note !== "") {
+      obj.note = message.note;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListHostsResponse>, I>>(base?: I): ListHostsResponse {
+    return ListHostsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHostsResponse>, I>>(object: I): ListHostsResponse {
+    const message = createBaseListHostsResponse();
+    message.hostIds = object.hostIds?.map((e) => e) || [];
+    message.draining = object.draining ?? false;
+    message.storeProblem = object.storeProblem ?? "";
+    message.note = object.note ?? "";
+    return message;
+  },
+};
+
 function createBaseGetLimitsRequest(): GetLimitsRequest {
   return { hostId: "" };
 }
@@ -8822,7 +9094,9 @@ export const AdmissionService = {
   },
   /**
    * Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
-   * ticket that already ended, answers with its current state and changes nothing.
+   * ticket that already ended, answers with its current state and changes nothing. Takes the
+   * host's gateway credential, or an operator credential (a manual release of a stuck slot, as
+   * the console offers it; logged with the operator's name): its holder learns at its next Renew.
    */
   release: {
     path: "/admission.v1.Admission/Release" as const,
@@ -8987,7 +9261,9 @@ export interface AdmissionServer extends UntypedServiceImplementation {
   renew: handleUnaryCall<RenewRequest, RenewResponse>;
   /**
    * Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
-   * ticket that already ended, answers with its current state and changes nothing.
+   * ticket that already ended, answers with its current state and changes nothing. Takes the
+   * host's gateway credential, or an operator credential (a manual release of a stuck slot, as
+   * the console offers it; logged with the operator's name): its holder learns at its next Renew.
    */
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
   /**
@@ -9109,7 +9385,9 @@ export interface AdmissionClient extends Client {
   ): ClientUnaryCall;
   /**
    * Free an admitted ticket or withdraw a queued one. Idempotent: releasing twice, or releasing a
-   * ticket that already ended, answers with its current state and changes nothing.
+   * ticket that already ended, answers with its current state and changes nothing. Takes the
+   * host's gateway credential, or an operator credential (a manual release of a stuck slot, as
+   * the console offers it; logged with the operator's name): its holder learns at its next Renew.
    */
   release(
     request: ReleaseRequest,
@@ -9422,6 +9700,19 @@ export const OperatorService = {
     responseSerialize: (value: ResetLimitsResponse): Buffer => Buffer.from(ResetLimitsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ResetLimitsResponse => ResetLimitsResponse.decode(value),
   },
+  /**
+   * The hosts the store knows, and this authority process's condition: the console's first
+   * view, and the answer to "which hosts are there" without reading the metrics.
+   */
+  listHosts: {
+    path: "/admission.v1.Operator/ListHosts" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListHostsRequest): Buffer => Buffer.from(ListHostsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListHostsRequest => ListHostsRequest.decode(value),
+    responseSerialize: (value: ListHostsResponse): Buffer => Buffer.from(ListHostsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListHostsResponse => ListHostsResponse.decode(value),
+  },
 } as const;
 
 export interface OperatorServer extends UntypedServiceImplementation {
@@ -9471,6 +9762,11 @@ export interface OperatorServer extends UntypedServiceImplementation {
    * the same expected_revision check. Logged.
    */
   resetLimits: handleUnaryCall<ResetLimitsRequest, ResetLimitsResponse>;
+  /**
+   * The hosts the store knows, and this authority process's condition: the console's first
+   * view, and the answer to "which hosts are there" without reading the metrics.
+   */
+  listHosts: handleUnaryCall<ListHostsRequest, ListHostsResponse>;
 }
 
 export interface OperatorClient extends Client {
@@ -9631,6 +9927,25 @@ export interface OperatorClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ResetLimitsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * The hosts the store knows, and this authority process's condition: the console's first
+   * view, and the answer to "which hosts are there" without reading the metrics.
+   */
+  listHosts(
+    request: ListHostsRequest,
+    callback: (error: ServiceError | null, response: ListHostsResponse) => void,
+  ): ClientUnaryCall;
+  listHosts(
+    request: ListHostsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListHostsResponse) => void,
+  ): ClientUnaryCall;
+  listHosts(
+    request: ListHostsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListHostsResponse) => void,
   ): ClientUnaryCall;
 }
 

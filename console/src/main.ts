@@ -1,0 +1,510 @@
+// The operator console: sign in with the operator token, then every host at a glance and one
+// host in detail, refreshed about once a second. Every read and every action is one of the
+// authority's RPCs (./api.ts); the page keeps nothing but the token (this tab's session
+// storage) and the last minutes of samples it drew.
+
+import { api, pb } from "./api.js";
+import { byId, duration, fill, h, row, sparkline, table, usage } from "./dom.js";
+import { Code, RpcError } from "./grpcweb.js";
+
+const TOKEN_KEY = "admission-console-token";
+const REFRESH_MS = 1000;
+/** Rows per page of the queue and holder tables: a host with 10,000 tickets stays quick. */
+const PAGE_ROWS = 50;
+/** Samples kept per adaptive account for its chart: five minutes at one a second. */
+const HISTORY = 300;
+
+const BLOCKERS: Record<number, string> = {
+  [pb.Blocker.BLOCKER_TOTAL]: "host total cap",
+  [pb.Blocker.BLOCKER_SUBJECT]: "subject cap",
+  [pb.Blocker.BLOCKER_ACCOUNT]: "account cap",
+  [pb.Blocker.BLOCKER_MEMORY]: "memory pressure",
+  [pb.Blocker.BLOCKER_TURN]: "its turn (others go first)",
+  [pb.Blocker.BLOCKER_STATE_LOSS]: "learning window after a state loss",
+};
+const STATES: Record<number, string> = {
+  [pb.TicketState.TICKET_STATE_QUEUED]: "queued",
+  [pb.TicketState.TICKET_STATE_ADMITTED]: "admitted",
+  [pb.TicketState.TICKET_STATE_PARKED]: "parked",
+};
+
+interface HostSample {
+  at: number;
+  refused: number;
+}
+
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY),
+  busy: false,
+  queuePage: 0,
+  holderPage: 0,
+  /** host → samples of its refusal counters over the last minute. */
+  refusals: new Map<string, HostSample[]>(),
+  /** host → account → adaptive cap samples. */
+  adaptive: new Map<string, Map<string, number[]>>(),
+  /** The limits the editor was filled from (host, revision), and whether it was edited. */
+  editor: { host: "", revision: -1, dirty: false },
+  lastHost: "",
+};
+
+function token(): string {
+  return state.token ?? "";
+}
+
+/** The host the page shows, from `#/host/<id>`; "" for all hosts. */
+function route(): string {
+  const m = /^#\/host\/(.+)$/.exec(location.hash);
+  return m ? decodeURIComponent(m[1]) : "";
+}
+
+function shortId(ticketId: string): string {
+  const dot = ticketId.lastIndexOf(".");
+  return dot < 0 ? ticketId : `…${ticketId.slice(-8)}`;
+}
+
+// ---- signing in and out ----
+
+function showLogin(message: string): void {
+  state.token = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  byId("app").hidden = true;
+  byId("sign-out").hidden = true;
+  byId("login").hidden = false;
+  fill(byId("login-error"), message);
+  byId<HTMLInputElement>("token").focus();
+}
+
+async function signIn(candidate: string): Promise<void> {
+  try {
+    await api.listHosts(candidate, {});
+  } catch (e) {
+    showLogin(refusalText(e));
+    return;
+  }
+  state.token = candidate;
+  sessionStorage.setItem(TOKEN_KEY, candidate);
+  byId("login").hidden = true;
+  byId("app").hidden = false;
+  byId("sign-out").hidden = false;
+  fill(byId("login-error"));
+  await refresh();
+}
+
+function refusalText(e: unknown): string {
+  if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
+    return `Refused: ${e.message}. The console takes an operator credential.`;
+  }
+  return e instanceof Error ? e.message : String(e);
+}
+
+/** Run an RPC-backed action; a refused credential signs out, other errors show in `where`. */
+async function act(where: HTMLElement, what: () => Promise<string>): Promise<void> {
+  try {
+    fill(where, h("span", { class: "ok" }, await what()));
+  } catch (e) {
+    if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
+      showLogin(refusalText(e));
+      return;
+    }
+    fill(where, h("span", { class: "error" }, e instanceof Error ? e.message : String(e)));
+  }
+  await refresh();
+}
+
+// ---- the refresh loop ----
+
+async function refresh(): Promise<void> {
+  if (state.token === null || state.busy) return;
+  state.busy = true;
+  try {
+    const overview = await api.listHosts(token(), {});
+    const host = route();
+    banners(overview);
+    if (host === "") {
+      byId("host-view").hidden = true;
+      byId("hosts-view").hidden = false;
+      fill(byId("crumb"));
+      await hostsView(overview.hostIds);
+    } else {
+      byId("hosts-view").hidden = true;
+      byId("host-view").hidden = false;
+      fill(byId("crumb"), " › ", h("strong", {}, host));
+      if (host !== state.lastHost) {
+        state.lastHost = host;
+        state.queuePage = 0;
+        state.holderPage = 0;
+        state.editor = { host: "", revision: -1, dirty: false };
+      }
+      await hostView(host);
+    }
+    fill(byId("updated"), `updated ${new Date().toLocaleTimeString()}`);
+    fill(byId("problem"));
+  } catch (e) {
+    if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
+      showLogin(refusalText(e));
+    } else {
+      fill(byId("problem"), h("div", { class: "banner bad" }, `The console could not refresh: ${refusalText(e)}`));
+    }
+  } finally {
+    state.busy = false;
+  }
+}
+
+function banners(o: pb.ListHostsResponse): void {
+  fill(
+    byId("banners"),
+    o.storeProblem !== "" && h("div", { class: "banner bad", id: "banner-store" }, `Store unavailable: ${o.storeProblem}`),
+    o.note !== "" && h("div", { class: "banner warn", id: "banner-note" }, o.note),
+    o.draining &&
+      h("div", { class: "banner warn", id: "banner-drain" }, "This authority process is draining: it admits nothing new."),
+  );
+}
+
+function remember(host: string, stats: pb.Stats): number | undefined {
+  const now = Date.now();
+  const samples = state.refusals.get(host) ?? [];
+  samples.push({ at: now, refused: stats.rejected + stats.shed });
+  while (samples.length > 1 && now - samples[0].at > 60_000) samples.shift();
+  state.refusals.set(host, samples);
+  const accounts = state.adaptive.get(host) ?? new Map<string, number[]>();
+  for (const a of stats.accounts) {
+    if (!a.adaptive) continue;
+    const points = accounts.get(a.accountId) ?? [];
+    points.push(a.cap);
+    if (points.length > HISTORY) points.shift();
+    accounts.set(a.accountId, points);
+  }
+  state.adaptive.set(host, accounts);
+  const first = samples[0];
+  const span = now - first.at;
+  return span < 1500 ? undefined : ((stats.rejected + stats.shed - first.refused) * 60_000) / span;
+}
+
+async function hostsView(hosts: string[]): Promise<void> {
+  const stats = await Promise.all(hosts.map((hostId) => api.getStats(token(), { hostId })));
+  const rows = hosts.map((hostId, i) => {
+    const s = stats[i];
+    const rate = remember(hostId, s);
+    const flags = [
+      s.draining && "draining",
+      s.learningLeftMs > 0 && `learning ${duration(s.learningLeftMs)}`,
+      s.mode === "shadow" && "shadow mode",
+    ].filter(Boolean);
+    return row(
+      { "data-host": hostId },
+      h("td", {}, h("a", { href: `#/host/${encodeURIComponent(hostId)}` }, hostId)),
+      h("td", {}, usage(s.inFlight, s.total)),
+      h("td", {}, usage(s.queued, s.queueTotal)),
+      rate === undefined ? "…" : rate.toFixed(1),
+      flags.join(", "),
+    );
+  });
+  fill(
+    byId("hosts"),
+    table(["host", "in flight / total", "queued / queue", "refusals per minute", "condition"], rows, "No host has state yet: the first Submit of a host creates it."),
+  );
+}
+
+// ---- one host ----
+
+async function hostView(hostId: string): Promise<void> {
+  const [stats, list, reservations, limits] = await Promise.all([
+    api.getStats(token(), { hostId }),
+    api.listTickets(token(), { hostId, limit: 10_000 }),
+    api.listReservations(token(), { hostId, limit: 1000 }),
+    api.getLimits(token(), { hostId }),
+  ]);
+  remember(hostId, stats);
+  caps(hostId, stats);
+  const queued = list.tickets.filter((t) => t.state === pb.TicketState.TICKET_STATE_QUEUED);
+  const holders = list.tickets.filter((t) => t.state !== pb.TicketState.TICKET_STATE_QUEUED);
+  queue(queued, list.truncated);
+  holderTable(hostId, holders);
+  reservationTable(hostId, reservations.reservations);
+  limitsEditor(hostId, limits);
+}
+
+function caps(hostId: string, s: pb.Stats): void {
+  const history = state.adaptive.get(hostId) ?? new Map<string, number[]>();
+  const rows = [
+    row({ "data-cap": "total" }, "total", usage(s.inFlight, s.total), s.queued, ""),
+    ...s.subjects.map((x) => row({ "data-cap": `subject:${x.subject}` }, `subject ${x.subject}`, usage(x.inFlight, x.cap), x.queued, "")),
+    ...s.accounts.map((x) =>
+      row(
+        { "data-cap": `account:${x.accountId}` },
+        `account ${x.accountId}${x.adaptive ? " (adaptive)" : ""}`,
+        usage(x.inFlight, x.cap),
+        x.queued,
+        x.adaptive ? sparkline(history.get(x.accountId) ?? [x.cap], Math.max(...(history.get(x.accountId) ?? [x.cap]))) : "",
+      ),
+    ),
+  ];
+  fill(
+    byId("caps"),
+    s.learningLeftMs > 0 &&
+      h("div", { class: "banner warn" }, `Learning window after a state loss: ${duration(s.learningLeftMs)} left; nothing new is admitted meanwhile.`),
+    h(
+      "p",
+      { class: "summary" },
+      `mode ${s.mode || "enforce"} · queue ${s.queued} / ${s.queueTotal} (hard ${s.queueHardTotal}) · mean hold ${duration(s.holdAvgMs)} · admitted ${s.admitted} · refused ${s.rejected} · shed ${s.shed} · expired ${s.expired}`,
+    ),
+    table(["cap", "in flight / cap", "queued", "adaptive cap, last minutes"], rows, ""),
+  );
+}
+
+function pager(total: number, page: number, set: (p: number) => void, id: string): HTMLElement {
+  const pages = Math.max(1, Math.ceil(total / PAGE_ROWS));
+  const at = Math.min(page, pages - 1);
+  return h(
+    "div",
+    { class: "pager", id },
+    h("button", { type: "button", disabled: at === 0, onclick: () => { set(at - 1); void refresh(); } }, "‹ earlier"),
+    ` page ${at + 1} of ${pages} (${total}) `,
+    h("button", { type: "button", disabled: at >= pages - 1, onclick: () => { set(at + 1); void refresh(); } }, "later ›"),
+  );
+}
+
+function queue(queued: pb.TicketInfo[], truncated: boolean): void {
+  // By priority, then subject: how many wait in each line.
+  const lines = new Map<string, number>();
+  for (const t of queued) {
+    const key = `priority ${t.priority} · ${t.subject}`;
+    lines.set(key, (lines.get(key) ?? 0) + 1);
+  }
+  const summary = [...lines.entries()].sort().map(([k, n]) => h("li", {}, `${k}: ${n}`));
+  // Those with a place first, in dispatch order; the rest as listed (queue order).
+  const ordered = [...queued].sort((a, b) => (a.place || Infinity) - (b.place || Infinity));
+  const page = Math.min(state.queuePage, Math.max(0, Math.ceil(ordered.length / PAGE_ROWS) - 1));
+  const rows = ordered.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS).map((t) =>
+    row(
+      { "data-ticket": t.ticketId },
+      t.place > 0 ? t.place : "—",
+      h("td", { title: t.ticketId }, shortId(t.ticketId)),
+      t.runId,
+      t.subject,
+      t.accountId,
+      t.priority,
+      duration(t.inStateMs),
+      t.etaMs > 0 ? duration(t.etaMs) : "—",
+      h("td", { class: "blocker" }, BLOCKERS[t.blockedBy] ?? ""),
+    ),
+  );
+  fill(
+    byId("queue"),
+    summary.length > 0 && h("ul", { class: "lines" }, ...summary),
+    truncated && h("p", { class: "banner warn" }, "More than 10,000 live tickets: the listing shows the first 10,000."),
+    table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "blocked by"], rows, "Nobody waits."),
+    ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => (state.queuePage = p), "queue-pager"),
+  );
+}
+
+function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
+  const page = Math.min(state.holderPage, Math.max(0, Math.ceil(holders.length / PAGE_ROWS) - 1));
+  const out = byId("holders-result");
+  const rows = holders.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS).map((t) =>
+    row(
+      { "data-ticket": t.ticketId },
+      h("td", { title: t.ticketId }, shortId(t.ticketId)),
+      t.runId,
+      t.subject,
+      t.accountId,
+      t.instanceId,
+      STATES[t.state] ?? "",
+      duration(t.inStateMs),
+      duration(t.leaseRemainingMs),
+      h(
+        "td",
+        {},
+        h(
+          "button",
+          {
+            type: "button",
+            class: "release",
+            onclick: () =>
+              act(out, async () => {
+                const r = await api.release(token(), pb.ReleaseRequest.create({ ticketId: t.ticketId }));
+                return `Released ${shortId(t.ticketId)} (run ${t.runId}); it was ${stateName(r.previousState)}.`;
+              }),
+          },
+          "Release",
+        ),
+      ),
+    ),
+  );
+  fill(
+    byId("holders"),
+    table(["ticket", "run", "subject", "account", "gateway instance", "state", "held for", "lease left", ""], rows, "Nobody holds a slot."),
+    holders.length > PAGE_ROWS && pager(holders.length, page, (p) => (state.holderPage = p), "holder-pager"),
+  );
+  const form = byId<HTMLFormElement>("release-run");
+  form.onsubmit = (e) => {
+    e.preventDefault();
+    const runId = byId<HTMLInputElement>("release-run-id").value.trim();
+    void act(out, async () => {
+      const r = await api.release(token(), pb.ReleaseRequest.create({ hostId, runId }));
+      return r.ticketId === "" ? `No ticket of run ${runId} on ${hostId}.` : `Released run ${runId}; it was ${stateName(r.previousState)}.`;
+    });
+  };
+}
+
+function stateName(s: pb.TicketState): string {
+  return pb.TicketState[s]?.replace("TICKET_STATE_", "").toLowerCase() ?? String(s);
+}
+
+function reservationTable(hostId: string, list: pb.ReservationInfo[]): void {
+  const out = byId("reservations-result");
+  const resolve = (r: pb.ReservationInfo, resolution: pb.Resolution, label: string) =>
+    h(
+      "button",
+      {
+        type: "button",
+        onclick: () =>
+          act(out, async () => {
+            await api.resolveReservation(token(), { hostId, runId: r.runId, step: r.step, resolution });
+            return `Resolved ${r.runId} step ${r.step} as ${label}.`;
+          }),
+      },
+      label,
+    );
+  const rows = list.map((r) => {
+    const uncertain = r.state === pb.ReservationState.RESERVATION_STATE_UNCERTAIN;
+    return row(
+      { "data-reservation": `${r.runId}/${r.step}` },
+      r.runId,
+      r.step,
+      r.subject,
+      r.accountId,
+      r.model,
+      uncertain ? "uncertain" : "reserved",
+      r.reservedTokens,
+      r.reservedCostUsd.toFixed(4),
+      duration(r.ageMs),
+      h(
+        "td",
+        {},
+        uncertain && resolve(r, pb.Resolution.RESOLUTION_CONSUMED, "consumed"),
+        uncertain && resolve(r, pb.Resolution.RESOLUTION_RELEASED, "released"),
+      ),
+    );
+  });
+  fill(
+    byId("reservations"),
+    table(["run", "step", "subject", "account", "model", "state", "tokens", "cost (USD)", "age", "resolve"], rows, "No open reservation."),
+  );
+}
+
+function limitsEditor(hostId: string, r: pb.GetLimitsResponse): void {
+  const source = r.source === pb.LimitsSource.LIMITS_SOURCE_OPERATOR ? "set by an operator" : "from the configuration file";
+  fill(byId("limits-info"), h("span", { id: "limits-revision" }, `revision ${r.revision}`), `, ${source}`);
+  const editor = byId<HTMLTextAreaElement>("limits-json");
+  const e = state.editor;
+  if (e.host !== hostId || (!e.dirty && e.revision !== r.revision)) {
+    editor.value = JSON.stringify(r.limits ?? {}, null, 2);
+    state.editor = { host: hostId, revision: r.revision, dirty: false };
+  } else if (e.dirty && e.revision !== r.revision) {
+    fill(byId("limits-result"), h("span", { class: "warn" }, `The limits changed to revision ${r.revision} since you read revision ${e.revision}.`));
+  }
+}
+
+function wireLimits(): void {
+  const editor = byId<HTMLTextAreaElement>("limits-json");
+  const out = byId("limits-result");
+  editor.oninput = () => (state.editor.dirty = true);
+  const reload = () => {
+    state.editor = { host: "", revision: -1, dirty: false };
+  };
+  byId<HTMLFormElement>("limits-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const hostId = route();
+    void act(out, async () => {
+      let limits: pb.HostLimits;
+      try {
+        limits = pb.HostLimits.fromPartial(JSON.parse(editor.value) as object);
+      } catch (e) {
+        throw new Error(`The limits are not valid JSON: ${String(e)}`);
+      }
+      try {
+        const r = await api.setLimits(token(), { hostId, limits, expectedRevision: state.editor.revision });
+        reload();
+        return `Applied: now revision ${r.revision}.`;
+      } catch (e) {
+        if (e instanceof RpcError && e.code === Code.FAILED_PRECONDITION) {
+          reload();
+          throw new Error(`Not applied: the limits changed since you read them (${e.message}). Reloaded the current ones.`);
+        }
+        throw e;
+      }
+    });
+  };
+  byId("limits-reload").onclick = () => {
+    reload();
+    fill(out);
+    void refresh();
+  };
+  byId("limits-reset").onclick = () =>
+    confirmThen("Return this host to the limits of the configuration file? Limits set by operators are dropped.", "Reset", () =>
+      act(out, async () => {
+        const r = await api.resetLimits(token(), { hostId: route(), expectedRevision: 0 });
+        reload();
+        return `Reset to the file's limits: now revision ${r.revision}.`;
+      }),
+    );
+}
+
+function wireAuth(): void {
+  byId<HTMLFormElement>("unlock-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const endpoint = byId<HTMLInputElement>("unlock-endpoint").value.trim();
+    const identity = byId<HTMLInputElement>("unlock-identity").value;
+    void act(byId("unlock-result"), async () => {
+      const r = await api.unlockAuth(token(), { endpoint, identity });
+      return r.wasLocked ? `Unlocked: ${identity} was locked out of ${endpoint}; cleared.` : `${identity} was not locked out of ${endpoint}${r.cleared ? "; its attempts were cleared" : ""}.`;
+    });
+  };
+}
+
+/** The confirmation dialog: `then` runs only on its confirm button. */
+function confirmThen(text: string, confirm: string, then: () => Promise<void>): void {
+  const dialog = byId<HTMLDialogElement>("confirm");
+  fill(byId("confirm-text"), text);
+  const yes = byId<HTMLButtonElement>("confirm-yes");
+  fill(yes, confirm);
+  yes.onclick = () => {
+    dialog.close();
+    void then();
+  };
+  byId("confirm-no").onclick = () => dialog.close();
+  dialog.showModal();
+}
+
+function wireDrain(): void {
+  byId("drain").onclick = () =>
+    confirmThen(
+      "Drain this authority process? It stops admitting new tickets (they are refused DRAINING) while admitted ones finish. This cannot be undone without restarting the process.",
+      "Drain",
+      () =>
+        act(byId("drain-result"), async () => {
+          const r = await api.drain(token(), {});
+          return r.started ? "Draining started." : "It was already draining.";
+        }),
+    );
+}
+
+function start(): void {
+  byId<HTMLFormElement>("login-form").onsubmit = (e) => {
+    e.preventDefault();
+    void signIn(byId<HTMLInputElement>("token").value.trim());
+  };
+  byId("sign-out").onclick = () => showLogin("Signed out.");
+  wireLimits();
+  wireAuth();
+  wireDrain();
+  window.addEventListener("hashchange", () => void refresh());
+  setInterval(() => {
+    if (!document.hidden) void refresh();
+  }, REFRESH_MS);
+  if (state.token === null) showLogin("");
+  else void signIn(state.token);
+}
+
+start();

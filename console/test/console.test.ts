@@ -1,0 +1,313 @@
+// The console in a real browser (Debian's chromium, driven by playwright-core) against the
+// real binary: sign in, see why a waiter waits, release a holder, change a cap, unlock an
+// identity, open and cancel the drain confirmation; and the host view with 10,000 tickets.
+// Tickets and auth attempts are made by a gateway through the generated gRPC client.
+
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { once } from "node:events";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { type Browser, type Page, chromium } from "playwright-core";
+
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const OPS = "ops-token-for-the-console-test";
+const GW = "gateway-token-for-the-console-test";
+
+// The generated Node stubs of the TypeScript client (built by its own tests before these).
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Any = any;
+const grpc: Any = createRequire(join(repo, "clients/typescript/package.json"))("@grpc/grpc-js");
+const gen: Any = await import(pathToFileURL(join(repo, "clients/typescript/dist/gen/admission/v1/admission.js")).href);
+
+function sha(text: string): string {
+  return createHash("sha256").update(text).digest("hex");
+}
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  s.listen(0, "127.0.0.1");
+  await once(s, "listening");
+  const port = (s.address() as { port: number }).port;
+  s.close();
+  await once(s, "close");
+  return port;
+}
+
+interface Authority {
+  grpc: string;
+  console: string;
+  stop(): Promise<void>;
+}
+
+async function startAuthority(yaml: string): Promise<Authority> {
+  const dir = mkdtempSync(join(tmpdir(), "console-test-"));
+  const admin = await freePort();
+  const file = join(dir, "admission.yaml");
+  writeFileSync(file, `admin_listen: 127.0.0.1:${admin}\n${yaml}`);
+  const bin = process.env.ADMISSION_BIN ?? join(repo, "target/debug/admission-authority");
+  const args = ["serve", "--listen", "127.0.0.1:0", "--drain-grace", "100ms", "--config", file];
+  const child: ChildProcess = spawn(bin, args, {
+    stdio: ["ignore", "pipe", "inherit"],
+    env: { ...process.env, RUST_LOG: "warn" },
+  });
+  const lines = createInterface({ input: child.stdout! });
+  const [line] = (await once(lines, "line")) as [string];
+  assert.match(line, /^listening on /);
+  return {
+    grpc: line.slice("listening on ".length).trim(),
+    console: `http://127.0.0.1:${admin}/console`,
+    async stop() {
+      lines.close();
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      await once(child, "exit");
+    },
+  };
+}
+
+/** A gateway's unary calls, with `token` (or none). */
+function gateway(addr: string, token?: string) {
+  const client = new gen.AdmissionClient(addr, grpc.credentials.createInsecure());
+  const md = new grpc.Metadata();
+  if (token !== undefined) md.set("authorization", `Bearer ${token}`);
+  const call = (method: string, request: object): Promise<Any> =>
+    new Promise((ok, fail) => client[method](request, md, (err: Error | null, res: Any) => (err ? fail(err) : ok(res))));
+  return {
+    submit: (hostId: string, subject: string, runId: string, mode = gen.SubmitMode.SUBMIT_MODE_QUEUE) =>
+      call("submit", gen.SubmitRequest.fromPartial({ hostId, subject, runId, instanceId: "gw-test", mode })),
+    attempt: (endpoint: string, identity: string, peek = false) =>
+      call("checkAuthAttempt", gen.AuthAttemptRequest.fromPartial({ endpoint, identity, peek })),
+    close: () => client.close(),
+  };
+}
+
+async function launch(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+    // As root (the test machines) Chromium's sandbox cannot start.
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
+  });
+}
+
+/** The page's text at `selector`, polled until `want` matches or the deadline passes. */
+async function until(page: Page, selector: string, want: RegExp, deadlineMs = 10_000): Promise<string> {
+  const end = Date.now() + deadlineMs;
+  let text = "";
+  for (;;) {
+    text = (await page.locator(selector).first().textContent({ timeout: 1000 }).catch(() => null)) ?? "";
+    if (want.test(text)) return text;
+    if (Date.now() > end) throw new Error(`${selector}: wanted ${want}, the page shows ${JSON.stringify(text)}`);
+    await page.waitForTimeout(50);
+  }
+}
+
+/** The value of the input at `selector`, polled as [`until`] does. */
+async function untilValue(page: Page, selector: string, want: RegExp, deadlineMs = 10_000): Promise<string> {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    const value = await page.inputValue(selector);
+    if (want.test(value)) return value;
+    if (Date.now() > end) throw new Error(`${selector}: wanted ${want}, the page shows ${JSON.stringify(value)}`);
+    await page.waitForTimeout(50);
+  }
+}
+
+async function signIn(page: Page, token: string): Promise<void> {
+  await page.fill("#token", token);
+  await page.click("#sign-in");
+}
+
+describe("the console with operator credentials", () => {
+  let authority: Authority;
+  let browser: Browser;
+  let page: Page;
+  const problems: string[] = [];
+
+  before(async () => {
+    authority = await startAuthority(`credentials:
+  - { name: gw, role: gateway, host_ids: [shop], token_sha256: "${sha(GW)}" }
+  - { name: ops, role: operator, token_sha256: "${sha(OPS)}" }
+scheduling: { total: 1, per_subject: 1, queue: { total: 10 }, lease_ttl: 60s }
+auth:
+  buckets:
+    login: { max_attempts: 2, window: 60s, lockout: 300s }
+`);
+    browser = await launch();
+    page = await browser.newPage();
+    // A script or style the policy blocked, or a script error, shows here.
+    page.on("console", (m) => {
+      if (m.type() === "error") problems.push(m.text());
+    });
+    page.on("pageerror", (e) => problems.push(String(e)));
+  });
+
+  after(async () => {
+    await browser?.close();
+    await authority?.stop();
+  });
+
+  test("the page carries a policy that allows only its own assets", async () => {
+    const r = await fetch(authority.console);
+    assert.equal(r.status, 200);
+    const csp = r.headers.get("content-security-policy") ?? "";
+    assert.match(csp, /default-src 'none'/);
+    assert.match(csp, /script-src 'self'/);
+    assert.match(csp, /connect-src 'self'/);
+    assert.doesNotMatch(csp, /unsafe-inline|https?:/);
+    assert.equal(r.headers.get("set-cookie"), null);
+  });
+
+  test("a wrong token, a gateway token and no token are refused on the page", async () => {
+    await page.goto(authority.console);
+    for (const [token, why] of [
+      ["not-a-token", /Refused: .*(credential|token)/i],
+      [GW, /Refused: .*operator credential/i],
+      ["", /Refused/],
+    ] as const) {
+      await signIn(page, token);
+      await until(page, "#login-error", why);
+      assert.equal(await page.isVisible("#app"), false);
+    }
+  });
+
+  test("signed in, a queued waiter shows its place and what holds it; releasing the holder admits it", async () => {
+    const gw = gateway(authority.grpc, GW);
+    const held = await gw.submit("shop", "alice", "run-alice");
+    assert.equal(held.state, gen.TicketState.TICKET_STATE_ADMITTED);
+    const waiting = await gw.submit("shop", "bob", "run-bob");
+    assert.equal(waiting.state, gen.TicketState.TICKET_STATE_QUEUED);
+
+    await signIn(page, OPS);
+    await until(page, '#hosts tr[data-host="shop"]', /shop\s*1 \/ 1\s*1 \/ 10/);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("admission-console-token")), OPS);
+    assert.equal(await page.evaluate(() => document.cookie), "");
+
+    await page.click('#hosts a[href="#/host/shop"]');
+    const queued = `#queue tr[data-ticket="${waiting.ticketId}"]`;
+    const row = await until(page, queued, /run-bob/);
+    assert.match(row, /^1/, "its place: first in line");
+    assert.match(row, /host total cap/);
+    await until(page, `#holders tr[data-ticket="${held.ticketId}"]`, /run-alice.*admitted/);
+
+    await page.click(`#holders tr[data-ticket="${held.ticketId}"] button.release`);
+    await until(page, "#holders-result", /Released .* \(run run-alice\); it was admitted/);
+    await until(page, `#holders tr[data-ticket="${waiting.ticketId}"]`, /run-bob.*admitted/);
+    await until(page, "#queue", /Nobody waits/);
+    gw.close();
+  });
+
+  test("changing a cap moves the revision", async () => {
+    const before = await until(page, "#limits-revision", /revision \d+/);
+    const revision = Number(/\d+/.exec(before)![0]);
+    const limits = JSON.parse(await page.inputValue("#limits-json"));
+    assert.equal(limits.total, 1);
+    limits.total = 3;
+    await page.fill("#limits-json", JSON.stringify(limits, null, 2));
+    await page.click("#limits-apply");
+    await until(page, "#limits-result", new RegExp(`Applied: now revision ${revision + 1}`));
+    await until(page, "#limits-revision", new RegExp(`revision ${revision + 1}\\b`));
+    await until(page, '#caps tr[data-cap="total"]', /1 \/ 3/);
+  });
+
+  test("a stale editor is refused and reloaded", async () => {
+    const limits = JSON.parse(await page.inputValue("#limits-json"));
+    // Another operator changes the limits behind the page's back.
+    const gw = gateway(authority.grpc, OPS);
+    await new Promise<void>((ok, fail) => {
+      const client = new gen.OperatorClient(authority.grpc, grpc.credentials.createInsecure());
+      const md = new grpc.Metadata();
+      md.set("authorization", `Bearer ${OPS}`);
+      client.setLimits(
+        gen.SetLimitsRequest.fromPartial({ hostId: "shop", limits: { ...limits, total: 4 }, expectedRevision: 0 }),
+        md,
+        (err: Error | null) => (client.close(), err ? fail(err) : ok()),
+      );
+    });
+    gw.close();
+    limits.total = 5;
+    await page.fill("#limits-json", JSON.stringify(limits, null, 2));
+    await page.click("#limits-apply");
+    await until(page, "#limits-result", /Not applied: the limits changed since you read them/);
+    await untilValue(page, "#limits-json", /"total": 4/);
+  });
+
+  test("unlocking a locked-out identity", async () => {
+    const gw = gateway(authority.grpc, GW);
+    for (let i = 0; i < 3; i++) await gw.attempt("login", "mallory@example.com");
+    assert.equal((await gw.attempt("login", "mallory@example.com", true)).allowed, false);
+    await page.fill("#unlock-endpoint", "login");
+    await page.fill("#unlock-identity", "mallory@example.com");
+    await page.click("#unlock-form button");
+    await until(page, "#unlock-result", /Unlocked: mallory@example.com was locked out of login/);
+    assert.equal((await gw.attempt("login", "mallory@example.com", true)).allowed, true);
+    gw.close();
+  });
+
+  test("the drain confirmation says it cannot be undone, and Cancel drains nothing", async () => {
+    await page.click("#drain");
+    await until(page, "#confirm-text", /cannot be undone/);
+    assert.equal(await page.isVisible("#confirm"), true);
+    await page.click("#confirm-no");
+    assert.equal(await page.isVisible("#confirm"), false);
+    // Still admitting: a gateway's TRY Submit is answered, not refused DRAINING.
+    const gw = gateway(authority.grpc, GW);
+    const r = await gw.submit("shop", "carol", "run-carol", gen.SubmitMode.SUBMIT_MODE_TRY);
+    assert.equal(r.state, gen.TicketState.TICKET_STATE_ADMITTED);
+    gw.close();
+    assert.equal(await page.isVisible("#banner-drain"), false);
+  });
+
+  test("nothing was blocked by the page's policy and no script failed", () => {
+    assert.deepEqual(problems, []);
+  });
+});
+
+describe("the console with 10,000 tickets on a host", () => {
+  let authority: Authority;
+  let browser: Browser;
+
+  before(async () => {
+    authority = await startAuthority(
+      "scheduling: { total: 1000, per_subject: 1000, queue: { total: 9000 }, lease_ttl: 10m }\n",
+    );
+    browser = await launch();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await authority?.stop();
+  });
+
+  test("the host view renders, and the figure is reported", async () => {
+    const gw = gateway(authority.grpc);
+    const runs = Array.from({ length: 10_000 }, (_, i) => i);
+    for (let at = 0; at < runs.length; at += 500) {
+      await Promise.all(runs.slice(at, at + 500).map((i) => gw.submit("big", `subject-${i % 40}`, `run-${i}`)));
+    }
+    gw.close();
+
+    const page = await browser.newPage();
+    await page.goto(authority.console);
+    // No credentials are configured: the empty token is the open server's.
+    await signIn(page, "");
+    await until(page, '#hosts tr[data-host="big"]', /1000 \/ 1000\s*9000 \/ 9000/);
+    const start = Date.now();
+    await page.evaluate(() => (location.hash = "#/host/big"));
+    await until(page, "#queue-pager", /page 1 of 180 \(9000\)/);
+    await until(page, "#holder-pager", /page 1 of 20 \(1000\)/);
+    const ms = Date.now() - start;
+    console.log(`console: host view with 10,000 live tickets rendered in ${ms} ms`);
+    // The first page of the queue is in dispatch order, with places.
+    assert.match(await until(page, "#queue tbody tr", /^1/), /its turn|host total cap/);
+    await page.click("#queue-pager button:last-child");
+    await until(page, "#queue-pager", /page 2 of 180/);
+  });
+});
