@@ -19,6 +19,8 @@ use admission_authority::api::{self, admission_client::AdmissionClient};
 
 #[path = "shared/adaptive_scenario.rs"]
 mod adaptive_scenario;
+#[path = "shared/console_scenario.rs"]
+mod console_scenario;
 use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -94,9 +96,11 @@ struct Args {
     csv: Option<PathBuf>,
     /// `--only durable`: only the data-dir scenarios (cycles per sync policy, a restart).
     only_durable: bool,
+    /// `--only console`: only the cost of an open console refreshing every second.
+    only_console: bool,
 }
 
-const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
+const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|console] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
 
 fn args() -> Args {
     let mut a = Args {
@@ -114,6 +118,7 @@ fn args() -> Args {
         only_rules: false,
         csv: None,
         only_durable: false,
+        only_console: false,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -140,6 +145,7 @@ fn args() -> Args {
             "--only" if value == "adaptive" => a.only_adaptive = true,
             "--only" if value == "rules" => a.only_rules = true,
             "--only" if value == "durable" => a.only_durable = true,
+            "--only" if value == "console" => a.only_console = true,
             "--csv" => a.csv = Some(PathBuf::from(value)),
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
@@ -1229,6 +1235,86 @@ async fn used_memory_mib(conn: Option<&mut redis::aio::MultiplexedConnection>) -
     Some(bytes / (1024.0 * 1024.0))
 }
 
+/// The console's cost: see `shared/console_scenario.rs`.
+async fn console(a: &Args, dir: &std::path::Path) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let config = dir.join("console.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "admin_listen: 127.0.0.1:{port}\n{}",
+            console_scenario::CONFIG
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&config);
+    let chans = channels(&server.addr, 2).await;
+    // 10,000 live tickets on the console's host: 1,000 admitted, 9,000 queued.
+    for at in (0..10_000).step_by(500) {
+        let calls = (at..at + 500).map(|i| {
+            let mut client = AdmissionClient::new(chans[i % chans.len()].clone());
+            let req = submit(
+                "console-big",
+                format!("s{}", i % 40),
+                format!("big-{i}"),
+                api::SubmitMode::Queue,
+            );
+            async move { client.submit(req).await.expect("seed the console's host") }
+        });
+        futures_join(calls).await;
+    }
+    let admin = format!("127.0.0.1:{port}");
+    let mut rounds = Vec::new();
+    for r in 0..a.rounds {
+        let (_, closed) =
+            submit_release(&chans, "free", api::SubmitMode::Queue, 64, a.seconds, "c0").await;
+        let open = tokio::spawn(console_scenario::console_open(
+            admin.clone(),
+            "console-big",
+            Duration::from_secs_f64(a.seconds),
+        ));
+        let (_, with) = submit_release(
+            &chans,
+            "free",
+            api::SubmitMode::Queue,
+            64,
+            a.seconds,
+            if r % 2 == 0 { "c1" } else { "c2" },
+        )
+        .await;
+        let refreshes = open.await.unwrap();
+        rounds.push((with.rate / closed.rate, (closed, with, refreshes)));
+    }
+    let (ratio, (closed, with, (n, ms, bytes))) = median(rounds);
+    row("Submit+Release cycle, no console open", 64, &closed);
+    row(
+        "Submit+Release cycle, console open on 10,000 tickets",
+        64,
+        &with,
+    );
+    println!(
+        "console open (a refresh a second: {n} refreshes, each {ms:.0} ms and {:.0} kB): cycles {ratio:.2} × without (target ≥ 0.95)",
+        bytes as f64 / 1024.0
+    );
+}
+
+/// Await every future of `calls` at once.
+async fn futures_join<F>(calls: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let tasks: Vec<_> = calls.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
 /// The adaptive-cap scenario at full size: two replicas on one redis-server, 30 runs calling a
 /// fake provider that refuses beyond N calls (50 ms each); N is 10 for 40 s, 5 for 30 s, 10
 /// for 30 s; then the same fleet for 20 s against a fixed cap of 10 (the baseline).
@@ -1354,6 +1440,11 @@ async fn main() {
     }
     if a.only_adaptive {
         adaptive(&a, &dir).await;
+        return;
+    }
+    if a.only_console {
+        console(&a, &dir).await;
+        let _ = std::fs::remove_dir_all(&dir);
         return;
     }
     if a.only_durable {

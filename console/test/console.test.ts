@@ -18,6 +18,12 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { type Browser, type Page, chromium } from "playwright-core";
 
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+/** With CONSOLE_SCREENSHOTS=DIR the tests save the pictures docs/operations.md shows. */
+const shots = process.env.CONSOLE_SCREENSHOTS;
+
+async function screenshot(page: Page, name: string): Promise<void> {
+  if (shots !== undefined) await page.screenshot({ path: join(shots, `console-${name}.png`), fullPage: true });
+}
 const OPS = "ops-token-for-the-console-test";
 const GW = "gateway-token-for-the-console-test";
 
@@ -190,12 +196,14 @@ auth:
     assert.equal(await page.evaluate(() => sessionStorage.getItem("admission-console-token")), OPS);
     assert.equal(await page.evaluate(() => document.cookie), "");
 
+    await screenshot(page, "hosts");
     await page.click('#hosts a[href="#/host/shop"]');
     const queued = `#queue tr[data-ticket="${waiting.ticketId}"]`;
     const row = await until(page, queued, /run-bob/);
     assert.match(row, /^1/, "its place: first in line");
     assert.match(row, /host total cap/);
     await until(page, `#holders tr[data-ticket="${held.ticketId}"]`, /run-alice.*admitted/);
+    await screenshot(page, "host");
 
     await page.click(`#holders tr[data-ticket="${held.ticketId}"] button.release`);
     await until(page, "#holders-result", /Released .* \(run run-alice\); it was admitted/);
@@ -255,14 +263,25 @@ auth:
     await page.click("#drain");
     await until(page, "#confirm-text", /cannot be undone/);
     assert.equal(await page.isVisible("#confirm"), true);
+    await screenshot(page, "drain");
     await page.click("#confirm-no");
     assert.equal(await page.isVisible("#confirm"), false);
     // Still admitting: a gateway's TRY Submit is answered, not refused DRAINING.
     const gw = gateway(authority.grpc, GW);
     const r = await gw.submit("shop", "carol", "run-carol", gen.SubmitMode.SUBMIT_MODE_TRY);
     assert.equal(r.state, gen.TicketState.TICKET_STATE_ADMITTED);
-    gw.close();
     assert.equal(await page.isVisible("#banner-drain"), false);
+
+    // Drained from elsewhere (SIGTERM, grpcurl): the page says so within a refresh.
+    await new Promise<void>((ok, fail) => {
+      const client = new gen.OperatorClient(authority.grpc, grpc.credentials.createInsecure());
+      const md = new grpc.Metadata();
+      md.set("authorization", `Bearer ${OPS}`);
+      client.drain({}, md, (err: Error | null) => (client.close(), err ? fail(err) : ok()));
+    });
+    await until(page, "#banner-drain", /draining: it admits nothing new/);
+    await assert.rejects(gw.submit("shop", "dave", "run-dave", gen.SubmitMode.SUBMIT_MODE_TRY), /DRAINING|draining/);
+    gw.close();
   });
 
   test("nothing was blocked by the page's policy and no script failed", () => {

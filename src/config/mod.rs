@@ -201,7 +201,7 @@ pub struct Overrides {
     /// After SIGTERM, how long admitted tickets may keep running before exit (default 30s).
     #[arg(long, value_name = "DURATION")]
     pub drain_grace: Option<String>,
-    /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
+    /// Serve /metrics (Prometheus), /healthz, /readyz and the operator console (/console) on this address.
     #[arg(long, value_name = "ADDR")]
     pub admin_listen: Option<String>,
 }
