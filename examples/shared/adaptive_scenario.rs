@@ -285,13 +285,12 @@ fn figures(
 ) -> PhaseFigures {
     let within = |cap: u32| (cap as i64 - p.limit as i64).abs() <= 1;
     let phase: Vec<&Sample> = samples.iter().filter(|s| s.0 >= from && s.0 < to).collect();
-    // The first sample from which every sample is within limit ± 1, and no two in a row are
-    // above the limit.
-    let settled = |i: usize| {
-        within(phase[i].1)
-            && !(phase[i].1 as usize > p.limit
-                && phase.get(i + 1).is_some_and(|n| n.1 as usize > p.limit))
-    };
+    // The first sample from which every sample is within limit ± 1, and none starts three in
+    // a row above the limit: a probe one above it lasts until the provider's next refusal
+    // comes back, which on a loaded machine can span two 100 ms samples; a cap that stays
+    // above is not settled.
+    let above = |i: usize| phase.get(i).is_some_and(|s| s.1 as usize > p.limit);
+    let settled = |i: usize| within(phase[i].1) && !(above(i) && above(i + 1) && above(i + 2));
     let converged = if adaptive {
         (0..phase.len()).rev().take_while(|&i| settled(i)).last()
     } else {
