@@ -79,19 +79,38 @@ async function startAuthority(yaml: string): Promise<Authority> {
   };
 }
 
-/** A gateway's unary calls, with `token` (or none). */
-function gateway(addr: string, token?: string) {
-  const client = new gen.AdmissionClient(addr, grpc.credentials.createInsecure());
+/** Unary calls of `service` ("AdmissionClient" or "OperatorClient") with `token` (or none). */
+function stub(addr: string, service: string, token?: string) {
+  const client = new gen[service](addr, grpc.credentials.createInsecure());
   const md = new grpc.Metadata();
   if (token !== undefined) md.set("authorization", `Bearer ${token}`);
   const call = (method: string, request: object): Promise<Any> =>
     new Promise((ok, fail) => client[method](request, md, (err: Error | null, res: Any) => (err ? fail(err) : ok(res))));
+  return { call, close: () => client.close() };
+}
+
+/** An operator's calls over gRPC (another operator, or grpcurl, acting beside the page). */
+async function operatorCall(addr: string, method: string, request: object): Promise<Any> {
+  const op = stub(addr, "OperatorClient", OPS);
+  try {
+    return await op.call(method, request);
+  } finally {
+    op.close();
+  }
+}
+
+/** A gateway's unary calls, with `token` (or none). */
+function gateway(addr: string, token?: string) {
+  const { call, close } = stub(addr, "AdmissionClient", token);
   return {
     submit: (hostId: string, subject: string, runId: string, mode = gen.SubmitMode.SUBMIT_MODE_QUEUE) =>
       call("submit", gen.SubmitRequest.fromPartial({ hostId, subject, runId, instanceId: "gw-test", mode })),
+    authorize: (hostId: string, runId: string, step: number, subject: string) =>
+      call("authorize", gen.AuthorizeRequest.fromPartial({ hostId, runId, step, subject, requestedOutputTokens: 100 })),
     attempt: (endpoint: string, identity: string, peek = false) =>
       call("checkAuthAttempt", gen.AuthAttemptRequest.fromPartial({ endpoint, identity, peek })),
-    close: () => client.close(),
+    releaseRun: (hostId: string, runId: string) => call("release", gen.ReleaseRequest.fromPartial({ hostId, runId })),
+    close,
   };
 }
 
@@ -145,6 +164,8 @@ scheduling: { total: 1, per_subject: 1, queue: { total: 10 }, lease_ttl: 60s }
 auth:
   buckets:
     login: { max_attempts: 2, window: 60s, lockout: 300s }
+resources:
+  reservation_ttl: 50ms
 `);
     browser = await launch();
     page = await browser.newPage();
@@ -228,23 +249,26 @@ auth:
   test("a stale editor is refused and reloaded", async () => {
     const limits = JSON.parse(await page.inputValue("#limits-json"));
     // Another operator changes the limits behind the page's back.
-    const gw = gateway(authority.grpc, OPS);
-    await new Promise<void>((ok, fail) => {
-      const client = new gen.OperatorClient(authority.grpc, grpc.credentials.createInsecure());
-      const md = new grpc.Metadata();
-      md.set("authorization", `Bearer ${OPS}`);
-      client.setLimits(
-        gen.SetLimitsRequest.fromPartial({ hostId: "shop", limits: { ...limits, total: 4 }, expectedRevision: 0 }),
-        md,
-        (err: Error | null) => (client.close(), err ? fail(err) : ok()),
-      );
-    });
-    gw.close();
+    const req = gen.SetLimitsRequest.fromPartial({ hostId: "shop", limits: { ...limits, total: 4 } });
+    await operatorCall(authority.grpc, "setLimits", req);
     limits.total = 5;
     await page.fill("#limits-json", JSON.stringify(limits, null, 2));
     await page.click("#limits-apply");
     await until(page, "#limits-result", /Not applied: the limits changed since you read them/);
     await untilValue(page, "#limits-json", /"total": 4/);
+  });
+
+  test("an uncertain reservation is resolved from the page", async () => {
+    const gw = gateway(authority.grpc, GW);
+    const r = await gw.authorize("shop", "run-erin", 1, "erin");
+    assert.equal(r.decision, gen.Decision.DECISION_ALLOW);
+    gw.close();
+    // Unsettled past resources.reservation_ttl (50 ms): uncertain, with its two resolutions.
+    const row = '#reservations tr[data-reservation="run-erin/1"]';
+    await until(page, row, /run-erin.*uncertain/);
+    await page.click(`${row} button:has-text("released")`);
+    await until(page, "#reservations-result", /Resolved run-erin step 1 as released/);
+    await until(page, "#reservations", /No open reservation/);
   });
 
   test("unlocking a locked-out identity", async () => {
@@ -259,6 +283,17 @@ auth:
     gw.close();
   });
 
+  test("Reset asks first, then returns the host to the file's limits", async () => {
+    const before = Number(/\d+/.exec(await until(page, "#limits-revision", /revision \d+/))![0]);
+    await until(page, "#limits-info", /set by an operator/);
+    await page.click("#limits-reset");
+    await until(page, "#confirm-text", /Return this host to the limits of the configuration file/);
+    await page.click("#confirm-yes");
+    await until(page, "#limits-result", new RegExp(`Reset to the file's limits: now revision ${before + 1}`));
+    await until(page, "#limits-info", /from the configuration file/);
+    await untilValue(page, "#limits-json", /"total": 1,/);
+  });
+
   test("the drain confirmation says it cannot be undone, and Cancel drains nothing", async () => {
     await page.click("#drain");
     await until(page, "#confirm-text", /cannot be undone/);
@@ -266,19 +301,16 @@ auth:
     await screenshot(page, "drain");
     await page.click("#confirm-no");
     assert.equal(await page.isVisible("#confirm"), false);
-    // Still admitting: a gateway's TRY Submit is answered, not refused DRAINING.
+    // Still admitting: with the host's one slot free a gateway's TRY Submit is admitted, not
+    // refused DRAINING.
     const gw = gateway(authority.grpc, GW);
+    await gw.releaseRun("shop", "run-bob");
     const r = await gw.submit("shop", "carol", "run-carol", gen.SubmitMode.SUBMIT_MODE_TRY);
     assert.equal(r.state, gen.TicketState.TICKET_STATE_ADMITTED);
     assert.equal(await page.isVisible("#banner-drain"), false);
 
     // Drained from elsewhere (SIGTERM, grpcurl): the page says so within a refresh.
-    await new Promise<void>((ok, fail) => {
-      const client = new gen.OperatorClient(authority.grpc, grpc.credentials.createInsecure());
-      const md = new grpc.Metadata();
-      md.set("authorization", `Bearer ${OPS}`);
-      client.drain({}, md, (err: Error | null) => (client.close(), err ? fail(err) : ok()));
-    });
+    await operatorCall(authority.grpc, "drain", {});
     await until(page, "#banner-drain", /draining: it admits nothing new/);
     await assert.rejects(gw.submit("shop", "dave", "run-dave", gen.SubmitMode.SUBMIT_MODE_TRY), /DRAINING|draining/);
     gw.close();
