@@ -29,8 +29,8 @@ use admission_authority::ledger::{
     Allowance, AuthorizeArgs, Budget, Coverage, Resolution, ResourcePolicy, UnknownUsage, Usage,
 };
 use admission_authority::scheduler::{
-    Adaptive, Blocker, HeldArgs, Limits, LimitsTable, MemoryLimits, Mode, Outcome, OverflowPolicy,
-    ReclaimRefusal, Reclaimed, Report, ShadowDecision, SubmitArgs, SubmitMode, TicketView,
+    Adaptive, Blocker, HeldArgs, Limits, LimitsTable, Mode, Outcome, ReclaimRefusal, Reclaimed,
+    Report, ShadowDecision, SubmitArgs, SubmitMode, TicketView,
 };
 use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
@@ -39,6 +39,9 @@ use admission_authority::store::{
     AuthStore, LedgerStore, Policy, Store, StoreError, TicketId, TicketStore,
 };
 use proptest::prelude::*;
+
+#[path = "common/strategies.rs"]
+mod strategies;
 
 const HOSTS: [&str; 3] = ["h0", "h1", "h.2"];
 const SUBJECTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
@@ -311,16 +314,7 @@ fn adaptive() -> impl Strategy<Value = Adaptive> {
 
 fn limits() -> impl Strategy<Value = Limits> {
     (
-        (1u32..5, 1u32..3, prop::option::of(1u32..3)),
-        (0u32..6, 0u32..3),
-        prop_oneof![
-            Just(OverflowPolicy::Reject),
-            Just(OverflowPolicy::ShedOldest),
-            Just(OverflowPolicy::Queue)
-        ],
-        any::<bool>(),
-        // 1 forgets ended tickets early, 32 at a time.
-        prop_oneof![Just(1u32), Just(100_000)],
+        strategies::base_limits(5_000, 8_000),
         // Subject and account overrides, sometimes above the default cap, sometimes below.
         (0u32..4, prop::option::of(0u32..3)),
         // Weights (alice, bob), priority aging (off, or a few advances long), shadow mode.
@@ -335,35 +329,16 @@ fn limits() -> impl Strategy<Value = Limits> {
     )
         .prop_map(
             |(
-                (total, per_subject, per_account),
-                (queue_total, queue_per_subject),
-                overflow,
-                memory,
-                max_retained,
+                base,
                 (dave, acct1),
                 (alice_w, bob_w, priority_aging_ms, shadow),
                 (acct2, default_adaptive),
             )| Limits {
-                total,
-                per_subject,
-                per_account,
                 subjects: [("dave".to_string(), dave)].into(),
                 accounts: acct1
                     .map(|c| ("acct-1".to_string(), c))
                     .into_iter()
                     .collect(),
-                queue_total,
-                queue_per_subject,
-                queue_hard_total: queue_total * 2,
-                overflow,
-                lease_ttl_ms: 5_000,
-                retention_ms: 8_000,
-                max_retained,
-                memory: if memory {
-                    MemoryLimits::from_ratio(1000, 0.9)
-                } else {
-                    MemoryLimits::OFF
-                },
                 weights: [("alice", alice_w), ("bob", bob_w)]
                     .into_iter()
                     .filter_map(|(s, w)| Some((s.to_string(), w?)))
@@ -375,6 +350,7 @@ fn limits() -> impl Strategy<Value = Limits> {
                     .into_iter()
                     .collect(),
                 adaptive_default: default_adaptive,
+                ..base
             },
         )
 }

@@ -6,9 +6,12 @@
 use std::collections::HashMap;
 
 use admission_authority::scheduler::{
-    HostState, Limits, MemoryLimits, OverflowPolicy, SubmitArgs, SubmitMode, TicketKey, TicketState,
+    HostState, Limits, OverflowPolicy, SubmitArgs, SubmitMode, TicketKey, TicketState,
 };
 use proptest::prelude::*;
+
+#[path = "common/strategies.rs"]
+mod strategies;
 
 const HOSTS: usize = 2;
 const SUBJECTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
@@ -60,54 +63,10 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn limits() -> impl Strategy<Value = Limits> {
-    (
-        1u32..5,
-        1u32..3,
-        prop_oneof![Just(None), (1u32..3).prop_map(Some)],
-        0u32..6,
-        0u32..3,
-        prop_oneof![
-            Just(OverflowPolicy::Reject),
-            Just(OverflowPolicy::ShedOldest),
-            Just(OverflowPolicy::Queue)
-        ],
-        any::<bool>(),
-        // 1 forgets ended tickets early, 32 at a time (scheduler::RETAIN_SLACK).
-        prop_oneof![Just(1u32), Just(100_000)],
-    )
-        .prop_map(
-            |(
-                total,
-                per_subject,
-                per_account,
-                queue_total,
-                queue_per_subject,
-                overflow,
-                memory,
-                max_retained,
-            )| {
-                Limits {
-                    total,
-                    per_subject,
-                    per_account,
-                    subjects: [("dave".to_string(), 1)].into(),
-                    accounts: HashMap::new(),
-                    queue_total,
-                    queue_per_subject,
-                    queue_hard_total: queue_total * 2,
-                    overflow,
-                    lease_ttl_ms: 500,
-                    retention_ms: 800,
-                    max_retained,
-                    memory: if memory {
-                        MemoryLimits::from_ratio(1000, 0.9)
-                    } else {
-                        MemoryLimits::OFF
-                    },
-                    ..Limits::default()
-                }
-            },
-        )
+    strategies::base_limits(500, 800).prop_map(|l| Limits {
+        subjects: [("dave".to_string(), 1)].into(),
+        ..l
+    })
 }
 
 fn is_terminal(s: TicketState) -> bool {

@@ -6,15 +6,18 @@
 //! (`scheduling.queue.total: must be >= 0`).
 //!
 //! - [`walker`]: typed reads of the YAML tree that report and keep going;
-//! - [`sections`]: each section of the file read into what it configures;
+//! - [`sections`]: the file's top level and the scheduling sections read into what they
+//!   configure; [`stores`] the store sections, [`policies`] `resources` and `auth`;
 //! - [`resolve`]: defaults < file < flags into one [`Config`];
 //! - [`render`]: a [`Config`] as the YAML `check-config` prints;
 //! - [`access`]: credentials, TLS and the gRPC edge's limits.
 
 mod access;
+mod policies;
 mod render;
 mod resolve;
 mod sections;
+mod stores;
 mod walker;
 
 pub use access::{GrpcLimits, TlsFiles};

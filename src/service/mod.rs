@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod edge;
 pub mod framing;
+pub mod limits_input;
 pub mod operator;
 pub mod replies;
 pub mod wait;

@@ -151,7 +151,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let req = request.get_ref();
         edge::id(&req.host_id, "host_id")?;
         let memory = self.store.file_limits(&req.host_id).memory;
-        let limits = edge::operator_limits(req.limits.as_ref(), memory)?;
+        let limits = super::limits_input::operator_limits(req.limits.as_ref(), memory)?;
         let expected = req.expected_revision;
         let record = self
             .store

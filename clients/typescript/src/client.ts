@@ -367,40 +367,60 @@ export class SlotHandle {
 }
 
 /** A client for one gateway host. The channel opens on the first call. */
+/** What both clients share: the generated stub, whose channel opens on the first call, and
+ * the metadata every call carries (the bearer token, if any). */
+class Connection<S extends { close(): void }> {
+  private instance: S | undefined;
+
+  constructor(
+    private readonly open: () => S,
+    private readonly token: string | undefined,
+  ) {}
+
+  get stub(): S {
+    return (this.instance ??= this.open());
+  }
+
+  close(): void {
+    this.instance?.close();
+    this.instance = undefined;
+  }
+
+  metadata(): Metadata {
+    const md = new Metadata();
+    if (this.token) md.set("authorization", `Bearer ${this.token}`);
+    return md;
+  }
+}
+
+function channelCredentials(options: { credentials?: ChannelCredentials }): ChannelCredentials {
+  return options.credentials ?? grpcCredentials.createInsecure();
+}
+
 export class AdmissionClient {
   readonly hostId: string;
   readonly instanceId: string;
   private readonly timeoutMs: number;
-  private stubInstance: gen.AdmissionClient | undefined;
+  private readonly connection: Connection<gen.AdmissionClient>;
 
-  constructor(
-    private readonly target: string,
-    private readonly options: ClientOptions,
-  ) {
+  constructor(target: string, options: ClientOptions) {
     this.hostId = options.hostId;
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}`;
     this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.connection = new Connection(() => new gen.AdmissionClient(target, channelCredentials(options)), options.token);
   }
 
   /** The generated stub, for calls the wrapper does not cover. */
   get stub(): gen.AdmissionClient {
-    this.stubInstance ??= new gen.AdmissionClient(
-      this.target,
-      this.options.credentials ?? grpcCredentials.createInsecure(),
-    );
-    return this.stubInstance;
+    return this.connection.stub;
   }
 
   close(): void {
-    this.stubInstance?.close();
-    this.stubInstance = undefined;
+    this.connection.close();
   }
 
-  /** Metadata of every call: the bearer token, if any. */
   private metadata(): Metadata {
-    const md = new Metadata();
-    if (this.options.token) md.set("authorization", `Bearer ${this.options.token}`);
-    return md;
+    return this.connection.metadata();
   }
 
   /** Call a unary method within the client's deadline, repeating it (same request, so the
@@ -733,34 +753,25 @@ export interface LimitsChanges {
  * other operator calls. The channel opens on the first call. */
 export class OperatorClient {
   private readonly timeoutMs: number;
-  private stubInstance: gen.OperatorClient | undefined;
+  private readonly connection: Connection<gen.OperatorClient>;
 
-  constructor(
-    private readonly target: string,
-    private readonly options: OperatorOptions = {},
-  ) {
+  constructor(target: string, options: OperatorOptions = {}) {
     this.timeoutMs = options.timeoutMs ?? 10_000;
+    this.connection = new Connection(() => new gen.OperatorClient(target, channelCredentials(options)), options.token);
   }
 
   /** The generated stub, for calls the wrapper does not cover. */
   get stub(): gen.OperatorClient {
-    this.stubInstance ??= new gen.OperatorClient(
-      this.target,
-      this.options.credentials ?? grpcCredentials.createInsecure(),
-    );
-    return this.stubInstance;
+    return this.connection.stub;
   }
 
   close(): void {
-    this.stubInstance?.close();
-    this.stubInstance = undefined;
+    this.connection.close();
   }
 
   private call<Req, Res>(method: Unary<Req, Res>, request: Req): Promise<Res> {
-    const md = new Metadata();
-    if (this.options.token) md.set("authorization", `Bearer ${this.options.token}`);
     return new Promise((resolve, reject) => {
-      method.call(this.stub, request, md, { deadline: Date.now() + this.timeoutMs }, (err, res) =>
+      method.call(this.stub, request, this.connection.metadata(), { deadline: Date.now() + this.timeoutMs }, (err, res) =>
         err ? reject(translate(err)) : resolve(res),
       );
     });

@@ -16,6 +16,8 @@ mod connection;
 mod epoch;
 pub mod keys;
 mod ledger;
+mod limits_args;
+mod replies;
 pub mod scripts;
 mod tickets;
 
@@ -72,7 +74,7 @@ pub struct RedisStore {
     limits: redis::Script,
     /// Each host's limits as the scripts read them, computed once.
     /// This replica's file limits, and as the scripts read them; replaced on reload.
-    file_limits: std::sync::RwLock<Arc<tickets::FileLimits>>,
+    file_limits: std::sync::RwLock<Arc<limits_args::FileLimits>>,
     url: String,
     /// This replica's Wait streams, woken by the change listener.
     watchers: Arc<tickets::Watchers>,
@@ -101,7 +103,7 @@ impl RedisStore {
         policy: Policy,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
-        let file_limits = tickets::FileLimits::new(policy.limits.clone(), clock.as_ref());
+        let file_limits = limits_args::FileLimits::new(policy.limits.clone(), clock.as_ref());
         Ok(RedisStore {
             conns: Connections::new(url, pool_size)?,
             keys: Keys::new(prefix),
