@@ -703,20 +703,93 @@ async fn ended_tickets_leave_only_keys_that_expire() {
     lasting.sort();
     for key in &lasting {
         assert!(
-            [
-                "c",
-                "leases",
-                "dc",
-                "qw",
-                "ended",
-                "limits",
-                "ttl:hosts",
-                "ttl:epoch"
-            ]
-            .contains(&key.as_str()),
+            ["c", "leases", "dc", "qw", "ended", "ttl:hosts", "ttl:epoch"].contains(&key.as_str()),
             "{key} has no TTL and is not one of the host's fixed structures: {lasting:?}"
         );
     }
+}
+
+/// A host whose limits of record an older version kept only in its `limits` hash (before the
+/// counters kept a copy): a replica of this version reads them from there, and the hash is gone
+/// once the limits are next written.
+#[tokio::test]
+async fn limits_of_record_in_the_older_layout_are_read_then_dropped() {
+    use admission_authority::scheduler::{Limits, LimitsTable};
+    use admission_authority::store::TicketStore;
+
+    let redis = RedisServer::start(common::free_port());
+    let file = Limits {
+        total: 2,
+        per_subject: 2,
+        ..Default::default()
+    };
+    let policy = Policy {
+        limits: LimitsTable::uniform(file.clone()),
+        ..Policy::default()
+    };
+    let store = RedisStore::new(
+        &redis.url(),
+        "old:",
+        2,
+        policy,
+        Arc::new(ManualClock::new(0)),
+    )
+    .unwrap();
+    let operator = Limits { total: 5, ..file };
+    store.set_limits("h", operator, 0).await.unwrap().unwrap();
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (c, hash) = ("old:sched:{h}:c", "old:sched:{h}:limits");
+    let (scalars, caps): (String, String) = redis::cmd("HMGET")
+        .arg(c)
+        .arg(&["ls", "lm"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let probe = conn.clone();
+    let has_hash = || {
+        let mut conn = probe.clone();
+        async move {
+            let n: i64 = redis::cmd("EXISTS")
+                .arg(hash)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n == 1
+        }
+    };
+    assert!(!has_hash().await, "this version writes no limits hash");
+    // The older layout: the limits only in the hash.
+    let _: () = redis::cmd("HSET")
+        .arg(hash)
+        .arg(&["s", &scalars, "m", &caps])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HDEL")
+        .arg(c)
+        .arg(&["ls", "lm"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for i in 0..5 {
+        store
+            .submit("h", queue_args(&format!("s{i}"), &format!("r{i}")))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(
+        store.stats("h").await.unwrap().in_flight,
+        5,
+        "the operator's total of 5 from the older layout, not the file's 2"
+    );
+    store.reset_limits("h", 0).await.unwrap().unwrap();
+    assert!(!has_hash().await, "dropped when the limits were written");
+    assert_eq!(store.get_limits("h").await.unwrap().limits.total, 2);
 }
 
 /// Grants strictly increase for the life of an installation: Redis killed (SIGKILL) and started

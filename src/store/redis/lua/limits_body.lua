@@ -17,8 +17,8 @@ local lv = cnt('lv')
 local function put(scalars, caps, version)
   LIMITS_S, LIMITS_M = scalars, caps
   L = limits_of(scalars, caps)
-  redis.call('HSET', B .. 'limits', 's', scalars, 'm', caps)
   redis.call('HSET', C, 'lv', fmt(version), 'ls', scalars, 'lm', caps)
+  redis.call('DEL', B .. 'limits')
   lv = version
   rev = redis.call('HINCRBY', C, 'rev', 1)
   -- New limits start every subject's turn afresh (weights may have changed).
