@@ -294,7 +294,7 @@ export class AuthorityScheduler {
   private unreachable = false;
   /** Tickets admitted on the local cap while the authority could not be reached. */
   localAdmitted = 0;
-  private readonly accountsCapped = new Map<string, { until: number; capped: Promise<boolean> }>();
+  private readonly accountsCapped = new Map<string, { until: number; capped: Promise<boolean>; value?: boolean }>();
 
   constructor(
     readonly client: AdmissionClient,
@@ -342,7 +342,28 @@ export class AuthorityScheduler {
 
   /** Submit a run; the ticket queues if no slot is free. Never throws: `wait()` reports. */
   submit(identity: Identity, signal?: AbortSignal): Ticket {
+    this.refuseUnboundNow(identity);
     return new AuthorityTicket(this, identity, "queue", signal);
+  }
+
+  /** A provider run without an account, on a host known (within the last second) to cap
+   * accounts, is refused at once by `submit()`, as AgenticDriver's own scheduler does; while
+   * that is not known yet the refusal comes from `wait()`, with the same code. Every provider
+   * run keeps what is known fresh (one GetStats a second per host at most), so the next one
+   * can be refused at once. */
+  private refuseUnboundNow(identity: Identity): void {
+    if (!identity.provider) return;
+    const hostId = identity.hostId ?? this.client.hostId;
+    const known = this.accountsCapped.get(hostId);
+    const fresh = known !== undefined && known.until > Date.now();
+    if (fresh && known.value === true && !identity.accountId) {
+      throw this.error(
+        "ADMISSION_IDENTITY_REQUIRED",
+        `host ${hostId} caps accounts: a run for provider ${identity.provider} must name its accountId`,
+        false,
+      );
+    }
+    if (!fresh) this.capsAccounts(hostId).catch(() => {});
   }
 
   /** Submit a run that never queues: `wait()` resolves if a slot was free and rejects with
@@ -451,12 +472,13 @@ export class AuthorityScheduler {
   private capsAccounts(hostId: string): Promise<boolean> {
     const known = this.accountsCapped.get(hostId);
     if (known && known.until > Date.now()) return known.capped;
-    const capped = this.client
-      .call(this.client.stub.getStats, { hostId })
-      .then((s) => s.accountsCapped);
-    this.accountsCapped.set(hostId, { until: Date.now() + ACCOUNTS_CAPPED_TTL_MS, capped });
-    capped.catch(() => this.accountsCapped.delete(hostId));
-    return capped;
+    const entry: { until: number; capped: Promise<boolean>; value?: boolean } = {
+      until: Date.now() + ACCOUNTS_CAPPED_TTL_MS,
+      capped: this.client.call(this.client.stub.getStats, { hostId }).then((s) => (entry.value = s.accountsCapped)),
+    };
+    this.accountsCapped.set(hostId, entry);
+    entry.capped.catch(() => this.accountsCapped.delete(hostId));
+    return entry.capped;
   }
 }
 

@@ -324,6 +324,16 @@ test("a provider run without an account is refused where accounts are capped, ad
     });
     const s = await client.stats();
     assert.deepEqual([s.accountsCapped, s.inFlight, s.queued, s.rejected], [true, 0, 0, 0], "nothing was submitted");
+    // Now that the host is known to cap accounts, submit() itself refuses, as AgenticDriver's
+    // own scheduler does (its test "account limits span provider aliases ..." expects it).
+    assert.throws(
+      () => scheduler.submit({ hostId: "h", subject: "alice", provider: "unbound" }),
+      (e: unknown) => e instanceof DriverError && e.code === "ADMISSION_IDENTITY_REQUIRED",
+    );
+    // A bound run is submitted as usual.
+    const bound = scheduler.submit({ hostId: "h", subject: "alice", provider: "p", accountId: "acct" });
+    await bound.wait();
+    await bound.release();
   } finally {
     client.close();
     await capped.stop();
