@@ -742,6 +742,43 @@ def test_a_replicas_own_memory_ceiling_keeps_applying(start_server: StartServer)
     assert (s.admitted, s.rejected, gate.stats()["rejected"]) == (1, 0, 1), "the shed turn never reached it"
 
 
+def test_a_gates_resource_sampler_is_where_praisonai_keeps_it(start_server: StartServer) -> None:
+    # PraisonAI's own gate test swaps the sampler of a built gate (`gate._resource_sampler`):
+    # a hard memory breach then sheds the turn whatever the concurrency ceiling says.
+    from praisonaiagents.gateway import ResourceSample
+    from praisonai_bot.bots import _admission
+
+    class Sampler:
+        def __init__(self, rss_mb: float) -> None:
+            self.rss_mb = rss_mb
+
+        def read(self) -> ResourceSample:
+            return ResourceSample(rss_mb=self.rss_mb)
+
+    server = start_server("--total", "8")
+    undo = patch_praisonai(client(server, "gw"))
+    try:
+        gate = _admission.build_admission_gate(
+            max_concurrent_runs=8, resource_policy=_admission.build_memory_pressure_policy(550)
+        )
+    finally:
+        undo.undo()
+    assert isinstance(gate, AuthorityGate)
+
+    async def main() -> None:
+        gate._resource_sampler = Sampler(600)
+        with pytest.raises(AuthorityRejected) as refused:
+            async with gate.admit(session_id="u"):
+                raise AssertionError("admitted above the hard memory ceiling")
+        assert refused.value.reason == "MEMORY_PRESSURE"
+        gate._resource_sampler = Sampler(100)
+        async with gate.admit(session_id="u"):
+            pass
+        await gate.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_limiter_enforces_the_numbers_it_was_built_with(start_server: StartServer) -> None:
     from praisonai_bot.gateway import rate_limiter
 

@@ -399,8 +399,8 @@ class AuthorityGate:
             resource_policy = getattr(replaces, "_resource_policy", None)
         if resource_policy is not None and not getattr(resource_policy, "enabled", True):
             resource_policy = None
-        self._memory_policy = resource_policy
-        self._memory_sampler = resource_sampler
+        self._resource_policy = resource_policy
+        self._resource_sampler = resource_sampler
         self._prime_stats()
         # Built inside the event loop (as PraisonAI's runtimes build it): open the channel at
         # once, so the first turn does not pay the connection's handshakes.
@@ -483,7 +483,7 @@ class AuthorityGate:
     def _max_rss_mb(self) -> float:
         """This replica's memory ceiling: the replaced gate's (PraisonAI's ``max_rss_mb``) when
         it had one, else the authority's ``memory.max_rss_mb``."""
-        local = float(getattr(self._memory_policy, "hard_rss_mb", 0.0) or 0.0)
+        local = float(getattr(self._resource_policy, "hard_rss_mb", 0.0) or 0.0)
         if local > 0:
             return local
         return float(self._authority.max_rss_mb) if self._authority is not None else 0.0
@@ -493,14 +493,14 @@ class AuthorityGate:
         pressure policy: REJECT at or above its hard ceiling). Its QUEUE (soft pressure) admits
         through the authority, which queues when no slot is free, as PraisonAI's gate does with
         a free slot."""
-        policy = self._memory_policy
+        policy = self._resource_policy
         if policy is None:
             return False
         try:
             from praisonaiagents.gateway import AdmissionDecision, ResourceSample
 
-            if self._memory_sampler is not None:
-                sample = self._memory_sampler.read()
+            if self._resource_sampler is not None:
+                sample = self._resource_sampler.read()
             else:
                 rss = process_rss_mb()
                 sample = ResourceSample(rss_mb=None if rss is None else float(rss))
