@@ -1253,19 +1253,16 @@ async fn console(a: &Args, dir: &std::path::Path) {
     let server = Server::start(&config);
     let chans = channels(&server.addr, 2).await;
     // 10,000 live tickets on the console's host: 1,000 admitted, 9,000 queued.
-    for at in (0..10_000).step_by(500) {
-        let calls = (at..at + 500).map(|i| {
-            let mut client = AdmissionClient::new(chans[i % chans.len()].clone());
-            let req = submit(
-                "console-big",
-                format!("s{}", i % 40),
-                format!("big-{i}"),
-                api::SubmitMode::Queue,
-            );
-            async move { client.submit(req).await.expect("seed the console's host") }
-        });
-        futures_join(calls).await;
-    }
+    fill(&chans, 10_000, |mut c, i| async move {
+        let req = submit(
+            "console-big",
+            format!("s{}", i % 40),
+            format!("big-{i}"),
+            api::SubmitMode::Queue,
+        );
+        c.submit(req).await.expect("seed the console's host");
+    })
+    .await;
     let admin = format!("127.0.0.1:{port}");
     let mut rounds = Vec::new();
     for r in 0..a.rounds {
@@ -1299,20 +1296,6 @@ async fn console(a: &Args, dir: &std::path::Path) {
         "console open (a refresh a second: {n} refreshes, each {ms:.0} ms and {:.0} kB): cycles {ratio:.2} × without (target ≥ 0.95)",
         bytes as f64 / 1024.0
     );
-}
-
-/// Await every future of `calls` at once.
-async fn futures_join<F>(calls: impl Iterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let tasks: Vec<_> = calls.map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
 }
 
 /// The adaptive-cap scenario at full size: two replicas on one redis-server, 30 runs calling a

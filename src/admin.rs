@@ -150,8 +150,9 @@ impl<S: Store> Admin<S> {
             .is_some_and(|v| v.starts_with("application/grpc-web"));
         let path = req.uri().path();
         if !secure && (grpc_web || path.starts_with("/console")) {
-            return plain(
+            return crate::console::response(
                 StatusCode::FORBIDDEN,
+                "text/plain",
                 "the console is served over TLS on this port (tls is configured): open it with \
                  https://\n",
             );
@@ -190,9 +191,7 @@ impl<S: Store> Admin<S> {
         let unavailable = |why: String| (StatusCode::SERVICE_UNAVAILABLE, "text/plain", why);
         if self.gates.draining.load(Ordering::Relaxed) {
             unavailable("draining\n".into())
-        } else if let Err(e) = self.store.readiness() {
-            unavailable(format!("{e}\n"))
-        } else if let Err(e) = self.store.host_ids().await {
+        } else if let Err(e) = crate::store::hosts_or_problem(&*self.store).await {
             unavailable(format!("{e}\n"))
         } else {
             let note = self
@@ -202,14 +201,4 @@ impl<S: Store> Admin<S> {
             (StatusCode::OK, "text/plain", format!("ready\n{note}"))
         }
     }
-}
-
-fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
-    let mut response = Response::builder()
-        .status(status)
-        .header("content-type", "text/plain")
-        .body(Body::new(Full::new(Bytes::from_static(text.as_bytes()))))
-        .expect("a valid response");
-    crate::console::secure(response.headers_mut());
-    response
 }

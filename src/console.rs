@@ -28,13 +28,19 @@ pub fn asset(path: &str) -> Option<Response<Body>> {
         "/console/favicon.svg" => ("image/svg+xml", ICON),
         _ => return None,
     };
+    Some(response(StatusCode::OK, content_type, body))
+}
+
+/// A console response (a page, an asset, or why the console is not served here), with the
+/// headers of [`secure`].
+pub fn response(status: StatusCode, content_type: &str, body: &'static str) -> Response<Body> {
     let mut response = Response::builder()
-        .status(StatusCode::OK)
+        .status(status)
         .header(http::header::CONTENT_TYPE, content_type)
         .body(Body::new(Full::new(Bytes::from_static(body.as_bytes()))))
         .expect("a valid response");
     secure(response.headers_mut());
-    Some(response)
+    response
 }
 
 /// The headers every console response carries: the policy, no sniffing, no caching (the page

@@ -6620,17 +6620,18 @@
     fill(byId("login-error"));
     await refresh();
   }
+  function credentialRefused(e) {
+    return e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED);
+  }
   function refusalText(e) {
-    if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
-      return `Refused: ${e.message}. The console takes an operator credential.`;
-    }
+    if (credentialRefused(e)) return `Refused: ${e.message}. The console takes an operator credential.`;
     return e instanceof Error ? e.message : String(e);
   }
   async function act(where, what) {
     try {
       fill(where, h("span", { class: "ok" }, await what()));
     } catch (e) {
-      if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
+      if (credentialRefused(e)) {
         showLogin(refusalText(e));
         return;
       }
@@ -6665,7 +6666,7 @@
       fill(byId("updated"), `updated ${(/* @__PURE__ */ new Date()).toLocaleTimeString()}`);
       fill(byId("problem"));
     } catch (e) {
-      if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
+      if (credentialRefused(e)) {
         showLogin(refusalText(e));
       } else {
         fill(byId("problem"), h("div", { class: "banner bad" }, `The console could not refresh: ${refusalText(e)}`));

@@ -90,10 +90,13 @@ async function signIn(candidate: string): Promise<void> {
   await refresh();
 }
 
+/** The authority refused the token (none, a wrong one, or a gateway's). */
+function credentialRefused(e: unknown): e is RpcError {
+  return e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED);
+}
+
 function refusalText(e: unknown): string {
-  if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
-    return `Refused: ${e.message}. The console takes an operator credential.`;
-  }
+  if (credentialRefused(e)) return `Refused: ${e.message}. The console takes an operator credential.`;
   return e instanceof Error ? e.message : String(e);
 }
 
@@ -102,7 +105,7 @@ async function act(where: HTMLElement, what: () => Promise<string>): Promise<voi
   try {
     fill(where, h("span", { class: "ok" }, await what()));
   } catch (e) {
-    if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
+    if (credentialRefused(e)) {
       showLogin(refusalText(e));
       return;
     }
@@ -140,7 +143,7 @@ async function refresh(): Promise<void> {
     fill(byId("updated"), `updated ${new Date().toLocaleTimeString()}`);
     fill(byId("problem"));
   } catch (e) {
-    if (e instanceof RpcError && (e.code === Code.UNAUTHENTICATED || e.code === Code.PERMISSION_DENIED)) {
+    if (credentialRefused(e)) {
       showLogin(refusalText(e));
     } else {
       fill(byId("problem"), h("div", { class: "banner bad" }, `The console could not refresh: ${refusalText(e)}`));

@@ -122,27 +122,26 @@ async function launch(): Promise<Browser> {
   });
 }
 
-/** The page's text at `selector`, polled until `want` matches or the deadline passes. */
-async function until(page: Page, selector: string, want: RegExp, deadlineMs = 10_000): Promise<string> {
+/** What `read` gives, polled until `want` matches it or the deadline passes. */
+async function poll(what: string, read: () => Promise<string>, want: RegExp, deadlineMs: number): Promise<string> {
   const end = Date.now() + deadlineMs;
-  let text = "";
   for (;;) {
-    text = (await page.locator(selector).first().textContent({ timeout: 1000 }).catch(() => null)) ?? "";
+    const text = await read();
     if (want.test(text)) return text;
-    if (Date.now() > end) throw new Error(`${selector}: wanted ${want}, the page shows ${JSON.stringify(text)}`);
-    await page.waitForTimeout(50);
+    if (Date.now() > end) throw new Error(`${what}: wanted ${want}, the page shows ${JSON.stringify(text)}`);
+    await new Promise((r) => setTimeout(r, 50));
   }
 }
 
-/** The value of the input at `selector`, polled as [`until`] does. */
-async function untilValue(page: Page, selector: string, want: RegExp, deadlineMs = 10_000): Promise<string> {
-  const end = Date.now() + deadlineMs;
-  for (;;) {
-    const value = await page.inputValue(selector);
-    if (want.test(value)) return value;
-    if (Date.now() > end) throw new Error(`${selector}: wanted ${want}, the page shows ${JSON.stringify(value)}`);
-    await page.waitForTimeout(50);
-  }
+/** The page's text at `selector`, polled until `want` matches. */
+function until(page: Page, selector: string, want: RegExp, deadlineMs = 10_000): Promise<string> {
+  const text = async () => (await page.locator(selector).first().textContent({ timeout: 1000 }).catch(() => null)) ?? "";
+  return poll(selector, text, want, deadlineMs);
+}
+
+/** The value of the input at `selector`, polled until `want` matches. */
+function untilValue(page: Page, selector: string, want: RegExp, deadlineMs = 10_000): Promise<string> {
+  return poll(selector, () => page.inputValue(selector), want, deadlineMs);
 }
 
 async function signIn(page: Page, token: string): Promise<void> {

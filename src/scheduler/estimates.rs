@@ -4,6 +4,24 @@
 use super::*;
 
 impl HostState {
+    /// [`eta_ms`] of a queued ticket at `position` and `depth`, by this host's hold average
+    /// and caps.
+    pub(super) fn wait_estimate(
+        &self,
+        limits: &Limits,
+        t: &Ticket,
+        position: u32,
+        depth: u32,
+    ) -> u64 {
+        eta_ms(
+            self.counters.hold_avg_ms,
+            position,
+            limits.total,
+            depth,
+            limits.subject_cap(&t.subject),
+        )
+    }
+
     /// A slot held `held` ms was freed: fold the hold into the host's mean.
     pub(super) fn observe_hold(&mut self, held: u64) {
         self.counters.hold_avg_ms = next_hold_avg(self.counters.hold_avg_ms, held);

@@ -53,14 +53,7 @@ impl HostState {
             .then(|| self.blocker(limits, key, t, self.head_waiter(), now));
         let (position, eta) = if t.state == TicketState::Queued {
             let (position, depth) = self.position(t);
-            let eta = eta_ms(
-                self.counters.hold_avg_ms,
-                position,
-                limits.total,
-                depth,
-                limits.subject_cap(&t.subject),
-            );
-            (position, eta)
+            (position, self.wait_estimate(limits, t, position, depth))
         } else {
             (0, 0)
         };
@@ -154,13 +147,7 @@ impl HostState {
                     .then(|| self.position_within(t, LISTED_PLACE_DEPTH))
                     .flatten()
                     .map_or((0, 0), |(position, depth)| {
-                        let eta = eta_ms(
-                            self.counters.hold_avg_ms,
-                            position,
-                            limits.total,
-                            depth,
-                            limits.subject_cap(&t.subject),
-                        );
+                        let eta = self.wait_estimate(limits, t, position, depth);
                         (position.saturating_add(1), eta)
                     });
                 TicketInfo {

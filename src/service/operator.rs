@@ -46,12 +46,9 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         &self,
         _request: Request<api::ListHostsRequest>,
     ) -> Result<Response<api::ListHostsResponse>, Status> {
-        let (host_ids, store_problem) = match self.store.readiness() {
-            Err(p) => (Vec::new(), p),
-            Ok(()) => match self.store.host_ids().await {
-                Ok(hosts) => (hosts, String::new()),
-                Err(e) => (Vec::new(), e.to_string()),
-            },
+        let (host_ids, store_problem) = match crate::store::hosts_or_problem(&*self.store).await {
+            Ok(hosts) => (hosts, String::new()),
+            Err(problem) => (Vec::new(), problem),
         };
         Ok(Response::new(api::ListHostsResponse {
             host_ids,

@@ -436,6 +436,13 @@ pub trait AuthStore: Send + Sync + 'static {
     }
 }
 
+/// The hosts `store` has state for, or why it cannot be used now (as `/readyz` says it): its
+/// own readiness first, then whether it answers.
+pub async fn hosts_or_problem<S: Store>(store: &S) -> Result<Vec<String>, String> {
+    store.readiness()?;
+    store.host_ids().await.map_err(|e| e.to_string())
+}
+
 /// The authority's whole shared state: tickets, reservations and auth buckets. Every store the
 /// server runs on implements all three parts.
 pub trait Store: TicketStore + LedgerStore + AuthStore {

@@ -356,13 +356,7 @@ export class AuthorityScheduler {
     const hostId = identity.hostId ?? this.client.hostId;
     const known = this.accountsCapped.get(hostId);
     const fresh = known !== undefined && known.until > Date.now();
-    if (fresh && known.value === true && !identity.accountId) {
-      throw this.error(
-        "ADMISSION_IDENTITY_REQUIRED",
-        `host ${hostId} caps accounts: a run for provider ${identity.provider} must name its accountId`,
-        false,
-      );
-    }
+    if (fresh && known.value === true && !identity.accountId) throw this.unbound(hostId, identity.provider);
     if (!fresh) this.capsAccounts(hostId).catch(() => {});
   }
 
@@ -436,11 +430,7 @@ export class AuthorityScheduler {
   ): Promise<{ r: gen.SubmitResponse; req: gen.SubmitRequest }> {
     const hostId = identity.hostId ?? this.client.hostId;
     if (identity.provider && !identity.accountId && (await this.capsAccounts(hostId))) {
-      throw this.error(
-        "ADMISSION_IDENTITY_REQUIRED",
-        `host ${hostId} caps accounts: a run for provider ${identity.provider} must name its accountId`,
-        false,
-      );
+      throw this.unbound(hostId, identity.provider);
     }
     const runId = randomUUID();
     const req: gen.SubmitRequest = {
@@ -466,6 +456,15 @@ export class AuthorityScheduler {
       if (e instanceof AdmissionError && e.mayHaveApplied) this.client.releaseRunSoon(runId, hostId);
       throw e;
     }
+  }
+
+  /** A provider run without an account on a host that caps accounts: it would escape them. */
+  private unbound(hostId: string, provider: string): Error {
+    return this.error(
+      "ADMISSION_IDENTITY_REQUIRED",
+      `host ${hostId} caps accounts: a run for provider ${provider} must name its accountId`,
+      false,
+    );
   }
 
   /** Whether the host caps accounts (Stats.accounts_capped), asked at most once a second. */
