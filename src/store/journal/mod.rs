@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use super::StoreError;
 
 mod dir;
+mod sync;
 
 pub use dir::{DataDir, OpenError, frame};
 use dir::{new_segment, numbered, segment_name, snapshot_name, write_synced};
@@ -272,46 +273,21 @@ impl Journal {
     }
 
     /// Write the buffer at the end of the segment, outside the lock (appends go on meanwhile);
-    /// on failure put the records back in front of the buffer and fail the journal.
+    /// see [`Self::wrote`] for what follows.
     fn write_out<'a>(
         &'a self,
         mut inner: std::sync::MutexGuard<'a, Inner>,
     ) -> std::sync::MutexGuard<'a, Inner> {
-        if inner.buf.is_empty() {
-            inner.written = inner.appended;
-            self.written.store(inner.written, Ordering::Release);
+        let Some((bytes, at, upto)) = self.take_buffered(&mut inner) else {
             return inner;
-        }
+        };
         inner.writing = true;
-        let mut bytes = std::mem::take(&mut inner.spare);
-        std::mem::swap(&mut bytes, &mut inner.buf);
-        let (file, at, upto) = (inner.file.clone(), inner.file_len, inner.appended);
+        let file = inner.file.clone();
         drop(inner);
         let result = file.write_all_at(&bytes, at);
         let mut inner = self.inner.lock().expect("journal lock");
         inner.writing = false;
-        match result {
-            Ok(()) => {
-                let n = bytes.len() as u64;
-                inner.file_len += n;
-                inner.log_bytes += n;
-                if self.sync != SyncPolicy::Os {
-                    inner.unsynced.extend_from_slice(&bytes);
-                } else {
-                    inner.synced = inner.synced.max(upto);
-                }
-                inner.written = upto;
-                self.written.store(upto, Ordering::Release);
-                bytes.clear();
-                inner.spare = bytes;
-            }
-            Err(e) => {
-                bytes.extend_from_slice(&inner.buf);
-                inner.buf = bytes;
-                let why = format!("cannot write {}: {e}", segment_name(inner.segment));
-                self.fail(&mut inner, why);
-            }
-        }
+        self.wrote(&mut inner, bytes, upto, result);
         if inner.idle_waiters > 0 {
             self.idle.notify_all();
         }
@@ -333,33 +309,52 @@ impl Journal {
         inner
     }
 
-    /// Write the buffer at the end of the segment under the lock, once no write is under way;
-    /// on failure keep it and fail the journal.
+    /// Write the buffer at the end of the segment under the lock, once no write is under way
+    /// (see [`Self::wrote`]).
     fn write_buffered(&self, inner: &mut Inner) {
+        if let Some((bytes, at, upto)) = self.take_buffered(inner) {
+            let result = inner.file.write_all_at(&bytes, at);
+            self.wrote(inner, bytes, upto, result);
+        }
+    }
+
+    /// The buffered records to write, where they go and the last one's sequence number; `None`
+    /// (and everything appended counted as written) when there are none.
+    fn take_buffered(&self, inner: &mut Inner) -> Option<(Vec<u8>, u64, u64)> {
         if inner.buf.is_empty() {
             inner.written = inner.appended;
             self.written.store(inner.written, Ordering::Release);
-            return;
+            return None;
         }
-        match inner.file.write_all_at(&inner.buf, inner.file_len) {
+        let mut bytes = std::mem::take(&mut inner.spare);
+        std::mem::swap(&mut bytes, &mut inner.buf);
+        Some((bytes, inner.file_len, inner.appended))
+    }
+
+    /// After writing `bytes` (records up to `upto`): count them written, or on failure put
+    /// them back in front of the buffer and fail the journal.
+    fn wrote(&self, inner: &mut Inner, mut bytes: Vec<u8>, upto: u64, result: std::io::Result<()>) {
+        match result {
             Ok(()) => {
-                let n = inner.buf.len() as u64;
+                let n = bytes.len() as u64;
                 inner.file_len += n;
                 inner.log_bytes += n;
                 if self.sync != SyncPolicy::Os {
-                    let Inner { buf, unsynced, .. } = inner;
-                    unsynced.extend_from_slice(buf);
+                    inner.unsynced.extend_from_slice(&bytes);
                 } else {
-                    inner.synced = inner.appended;
+                    inner.synced = inner.synced.max(upto);
                 }
-                inner.buf.clear();
-                inner.written = inner.appended;
-                self.written.store(inner.written, Ordering::Release);
+                inner.written = upto;
+                self.written.store(upto, Ordering::Release);
+                bytes.clear();
+                inner.spare = bytes;
             }
-            Err(e) => self.fail(
-                inner,
-                format!("cannot write {}: {e}", segment_name(inner.segment)),
-            ),
+            Err(e) => {
+                bytes.extend_from_slice(&inner.buf);
+                inner.buf = bytes;
+                let why = format!("cannot write {}: {e}", segment_name(inner.segment));
+                self.fail(inner, why);
+            }
         }
     }
 
@@ -378,130 +373,6 @@ impl Journal {
         self.failed.store(true, Ordering::Relaxed);
         self.progress.send_modify(|p| p.failures += 1);
         self.wake.notify_one();
-    }
-
-    /// The sync thread: fsync what was written (per policy), retry after failures.
-    fn sync_loop(&self) {
-        let mut inner = self.inner.lock().expect("journal lock");
-        loop {
-            if inner.stop {
-                return;
-            }
-            if inner.failure.is_some() {
-                inner = self.recover(inner);
-                continue;
-            }
-            let due = inner.written > inner.synced;
-            match self.sync {
-                SyncPolicy::Always if !due => {
-                    inner = self.wake.wait(inner).expect("journal lock");
-                    continue;
-                }
-                SyncPolicy::Always => {}
-                SyncPolicy::Interval => {
-                    inner = self
-                        .wake
-                        .wait_timeout(inner, self.sync_interval)
-                        .expect("journal lock")
-                        .0;
-                    if inner.written <= inner.synced || inner.failure.is_some() {
-                        continue;
-                    }
-                }
-                SyncPolicy::Os => {
-                    inner = self.wake.wait(inner).expect("journal lock");
-                    continue;
-                }
-            }
-            let (file, seq, upto) = (inner.file.clone(), inner.written, inner.file_len);
-            drop(inner);
-            let result = file.sync_data();
-            inner = self.inner.lock().expect("journal lock");
-            match result {
-                // The segment may have been rotated meanwhile: its records were synced then.
-                Ok(()) if Arc::ptr_eq(&file, &inner.file) => {
-                    // Only what was written before the fsync began is on disk; a flush meanwhile
-                    // may have synced (and dropped) some of it already.
-                    let n = upto.saturating_sub(inner.unsynced_from) as usize;
-                    let n = n.min(inner.unsynced.len());
-                    inner.unsynced.drain(..n);
-                    inner.unsynced_from += n as u64;
-                    self.synced_to(&mut inner, seq);
-                }
-                Ok(()) => self.synced_to(&mut inner, seq),
-                Err(e) => {
-                    // After a failed fsync the kernel may have dropped the pages: write the
-                    // unsynced records again once the disk works (after the write under
-                    // way, if any, so that its records go back in order too).
-                    inner = self.idle(inner);
-                    let Inner { buf, unsynced, .. } = &mut *inner;
-                    let total = unsynced.len() as u64;
-                    let mut again = std::mem::take(unsynced);
-                    again.append(buf);
-                    *buf = again;
-                    inner.file_len -= total;
-                    inner.unsynced_from = inner.file_len;
-                    inner.written = inner.synced;
-                    self.written.store(inner.written, Ordering::Release);
-                    let why = format!("cannot fsync {}: {e}", segment_name(inner.segment));
-                    self.fail(&mut inner, why);
-                }
-            }
-        }
-    }
-
-    fn synced_to(&self, inner: &mut Inner, seq: u64) {
-        if seq > inner.synced {
-            inner.synced = seq;
-            self.progress.send_modify(|p| p.synced = p.synced.max(seq));
-        }
-    }
-
-    /// After a failure: every 100 ms, try to write what is buffered and fsync it.
-    fn recover<'a>(
-        &'a self,
-        inner: std::sync::MutexGuard<'a, Inner>,
-    ) -> std::sync::MutexGuard<'a, Inner> {
-        let inner = self
-            .wake
-            .wait_timeout(inner, Duration::from_millis(100))
-            .expect("journal lock")
-            .0;
-        if inner.stop {
-            return inner;
-        }
-        let mut inner = self.idle(inner);
-        let _ = inner.file.set_len(inner.file_len);
-        let result = inner
-            .file
-            .write_all_at(&inner.buf, inner.file_len)
-            .and_then(|()| inner.file.sync_data());
-        match result {
-            Ok(()) => {
-                let n = inner.buf.len() as u64;
-                inner.file_len += n;
-                inner.log_bytes += n;
-                inner.buf.clear();
-                inner.unsynced.clear();
-                inner.unsynced_from = inner.file_len;
-                inner.written = inner.appended;
-                self.written.store(inner.written, Ordering::Release);
-                let seq = inner.appended;
-                self.synced_to(&mut inner, seq);
-                inner.failure = None;
-                self.recoveries.fetch_add(1, Ordering::Release);
-                self.failed.store(false, Ordering::Relaxed);
-                tracing::info!(dir = %self.path.display(), "data dir takes writes again");
-            }
-            Err(e) => {
-                let why = format!("cannot write {}: {e}", segment_name(inner.segment));
-                if inner.failure.as_deref() != Some(why.as_str()) {
-                    tracing::error!(dir = %self.path.display(), "{why}");
-                    inner.failure = Some(why);
-                }
-            }
-        }
-        inner
     }
 
     /// True when the log since the last snapshot is long enough for a new one and none is
