@@ -390,14 +390,26 @@ impl Journal {
     ///
     /// Fails (and changes nothing) when the old segment cannot be synced or the new one made.
     pub fn rotate(&self) -> Result<u64, String> {
-        let mut inner = self.idle(self.inner.lock().expect("journal lock"));
-        self.write_buffered(&mut inner);
-        if let Some(f) = &inner.failure {
-            return Err(f.clone());
-        }
-        inner.file.sync_data().map_err(|e| e.to_string())?;
-        let n = inner.segment + 1;
+        // The new segment is made (and it and the dir synced) before the lock is taken, so
+        // that changes wait only for the old segment's fsync.
+        let n = self.inner.lock().expect("journal lock").segment + 1;
         let file = new_segment(&self.path, n).map_err(|e| format!("{}: {e}", segment_name(n)))?;
+        let mut inner = self.idle(self.inner.lock().expect("journal lock"));
+        if inner.segment + 1 != n {
+            // Only a rotation moves the segment on, and it would have had to make this same
+            // file first: this does not happen, and the journal must not go back if it did.
+            return Err(format!("{} was taken meanwhile", segment_name(n)));
+        }
+        self.write_buffered(&mut inner);
+        let ready = match &inner.failure {
+            Some(f) => Err(f.clone()),
+            None => inner.file.sync_data().map_err(|e| e.to_string()),
+        };
+        if let Err(e) = ready {
+            // Unused and without records (a restart would find it empty), so it can go.
+            let _ = std::fs::remove_file(self.path.join(segment_name(n)));
+            return Err(e);
+        }
         inner.unsynced.clear();
         inner.unsynced_from = inner.file_len;
         let seq = inner.written;
