@@ -1057,6 +1057,10 @@ auth:
     bench: { max_attempts: 1000000, window: 1h, lockout: 0s }
 "#;
 
+/// One round of the data-dir cycles: the `interval` ratio, then the `always` and `os` ratios
+/// and the four servers' figures (in memory, `interval`, `always`, `os`).
+type DurableRound = (f64, (f64, f64, Figures, Figures, Figures, Figures));
+
 /// `--only durable`: the embedded store on a data dir. Submit+Release cycles at 64 on three
 /// servers in alternating rounds, in memory, `sync: interval` (the default) and `sync: always`,
 /// each data-dir server's rate divided by the in-memory one's of the same round (the summary
@@ -1112,7 +1116,7 @@ async fn durable(a: &Args, dir: &std::path::Path) {
     // Each round measures the four in another order, so that none always runs right after
     // another's disk traffic (the kernel writes a dir back while the next server runs).
     let servers = [(&memory, &mc), (&interval, &ic), (&always, &ac), (&os, &oc)];
-    let mut rounds = Vec::new();
+    let mut rounds: Vec<DurableRound> = Vec::new();
     for r in 0..a.rounds {
         let mut f: Vec<Option<Figures>> = (0..4).map(|_| None).collect();
         for k in 0..4 {
@@ -1139,7 +1143,7 @@ async fn durable(a: &Args, dir: &std::path::Path) {
     }
     // Each policy's own median over the rounds, and its lowest and highest round: the
     // spread of one run shows how far the machine's noise moves a round.
-    let spread = |ratio: fn(&(f64, (f64, f64, Figures, Figures, Figures, Figures))) -> f64| {
+    let spread = |ratio: fn(&DurableRound) -> f64| {
         let mut v: Vec<f64> = rounds.iter().map(ratio).collect();
         v.sort_by(f64::total_cmp);
         format!(
