@@ -1029,7 +1029,7 @@ async fn soak(a: &Args, dir: &std::path::Path, seconds: f64) {
     }
     println!(
         "\n(first/end: Redis' used_memory for redis; the data dir's peak size over the first \
-         and the last {first} s for data dir)"
+         and the last {first:.1} s for data dir)"
     );
 }
 
@@ -1438,22 +1438,27 @@ async fn main() {
     let a = args();
     let dir = std::env::temp_dir().join(format!("admission-loadgen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // Every scenario's servers are stopped when it returns; then its configs and data dirs go.
+    run(&a, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The scenario the flags ask for.
+async fn run(a: &Args, dir: &std::path::Path) {
     if let Some(seconds) = a.soak {
-        soak(&a, &dir, seconds).await;
+        soak(a, dir, seconds).await;
         return;
     }
     if a.only_adaptive {
-        adaptive(&a, &dir).await;
+        adaptive(a, dir).await;
         return;
     }
     if a.only_console {
-        console(&a, &dir).await;
-        let _ = std::fs::remove_dir_all(&dir);
+        console(a, dir).await;
         return;
     }
     if a.only_durable {
-        durable(&a, &dir).await;
-        let _ = std::fs::remove_dir_all(&dir);
+        durable(a, dir).await;
         return;
     }
     if a.only_rules {
@@ -1941,5 +1946,4 @@ async fn main() {
         a.streams, rss_before, rss_open, wake.p99_ms
     );
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
