@@ -1057,10 +1057,6 @@ auth:
     bench: { max_attempts: 1000000, window: 1h, lockout: 0s }
 "#;
 
-/// One round of the data-dir cycles: the `interval` ratio, then the `always` and `os` ratios
-/// and the four servers' figures (in memory, `interval`, `always`, `os`).
-type DurableRound = (f64, (f64, f64, Figures, Figures, Figures, Figures));
-
 /// `--only durable`: the embedded store on a data dir. Submit+Release cycles at 64 on three
 /// servers in alternating rounds, in memory, `sync: interval` (the default) and `sync: always`,
 /// each data-dir server's rate divided by the in-memory one's of the same round (the summary
@@ -1116,7 +1112,8 @@ async fn durable(a: &Args, dir: &std::path::Path) {
     // Each round measures the four in another order, so that none always runs right after
     // another's disk traffic (the kernel writes a dir back while the next server runs).
     let servers = [(&memory, &mc), (&interval, &ic), (&always, &ac), (&os, &oc)];
-    let mut rounds: Vec<DurableRound> = Vec::new();
+    // Each round's figures: in memory, `interval`, `always`, `os`.
+    let mut rounds: Vec<[Figures; 4]> = Vec::new();
     for r in 0..a.rounds {
         let mut f: Vec<Option<Figures>> = (0..4).map(|_| None).collect();
         for k in 0..4 {
@@ -1132,19 +1129,18 @@ async fn durable(a: &Args, dir: &std::path::Path) {
             .await;
             f[n] = Some(fig);
         }
-        let [m, i, al, o] = <[Option<Figures>; 4]>::try_from(f)
-            .ok()
-            .unwrap()
-            .map(Option::unwrap);
-        rounds.push((
-            i.rate / m.rate,
-            (al.rate / m.rate, o.rate / m.rate, m, i, al, o),
-        ));
+        rounds.push(
+            <[Option<Figures>; 4]>::try_from(f)
+                .ok()
+                .unwrap()
+                .map(Option::unwrap),
+        );
     }
+    let ratio = |r: &[Figures; 4], k: usize| r[k].rate / r[0].rate;
     // Each policy's own median over the rounds, and its lowest and highest round: the
     // spread of one run shows how far the machine's noise moves a round.
-    let spread = |ratio: fn(&DurableRound) -> f64| {
-        let mut v: Vec<f64> = rounds.iter().map(ratio).collect();
+    let spread = |k: usize| {
+        let mut v: Vec<f64> = rounds.iter().map(|r| ratio(r, k)).collect();
         v.sort_by(f64::total_cmp);
         format!(
             "{:.2} × (rounds {:.2}–{:.2})",
@@ -1153,8 +1149,9 @@ async fn durable(a: &Args, dir: &std::path::Path) {
             v[v.len() - 1]
         )
     };
-    let ratios = [spread(|r| r.0), spread(|r| r.1.0), spread(|r| r.1.1)];
-    let (_, (_, _, m, i, al, o)) = median(rounds);
+    let ratios = [1, 2, 3].map(spread);
+    let by_interval = rounds.into_iter().map(|r| (ratio(&r, 1), r)).collect();
+    let (_, [m, i, al, o]) = median(by_interval);
     row("Submit+Release cycle, embedded store in memory", 64, &m);
     row(
         "Submit+Release cycle, data dir, sync: interval (10 ms)",

@@ -603,6 +603,51 @@ mod tests {
         d
     }
 
+    /// A rotation refused while writes fail leaves no segment behind, so the next one, once
+    /// the disk works again, can make that segment.
+    #[test]
+    fn a_refused_rotation_leaves_no_segment_behind() {
+        let path = dir("rotate");
+        let journal = DataDir::open(&path, 0)
+            .unwrap()
+            .start(JournalOptions {
+                sync: SyncPolicy::Interval,
+                sync_interval: Duration::from_millis(1),
+                snapshot_after_bytes: SNAPSHOT_AFTER_BYTES,
+            })
+            .unwrap();
+        // Without the sync thread nothing recovers behind the test's back.
+        journal.inner.lock().unwrap().stop = true;
+        journal.wake.notify_all();
+        journal
+            .thread
+            .lock()
+            .unwrap()
+            .take()
+            .unwrap()
+            .join()
+            .unwrap();
+        journal.fail(
+            &mut journal.inner.lock().unwrap(),
+            "the disk is full".into(),
+        );
+        assert_eq!(journal.rotate(), Err("the disk is full".to_string()));
+        assert!(
+            !path.join(segment_name(2)).exists(),
+            "segment 2 was left behind"
+        );
+        {
+            let mut inner = journal.inner.lock().unwrap();
+            inner.failure = None;
+            journal.failed.store(false, Ordering::Relaxed);
+        }
+        assert_eq!(journal.rotate(), Ok(2));
+        assert!(path.join(segment_name(2)).exists());
+        journal.close();
+        drop(journal);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+
     /// Records of concurrent commits, each written once and in the order they were appended,
     /// whichever commit's write carried them (under every policy).
     #[test]

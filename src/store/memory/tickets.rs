@@ -166,32 +166,14 @@ impl TicketStore for MemoryStore {
         &self,
         id: &TicketId,
     ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
-        let Some(host) = self.existing_host(&id.host_id) else {
-            return Ok(None);
-        };
-        let HostOut::Parked(out) = self
-            .change_host(&id.host_id, &host, HostOp::Park(id.key))
-            .await?
-        else {
-            unreachable!("a park answers Parked")
-        };
-        Ok(out)
+        self.change_parking(id, HostOp::Park(id.key)).await
     }
 
     async fn unpark(
         &self,
         id: &TicketId,
     ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
-        let Some(host) = self.existing_host(&id.host_id) else {
-            return Ok(None);
-        };
-        let HostOut::Parked(out) = self
-            .change_host(&id.host_id, &host, HostOp::Unpark(id.key))
-            .await?
-        else {
-            unreachable!("an unpark answers Parked")
-        };
-        Ok(out)
+        self.change_parking(id, HostOp::Unpark(id.key)).await
     }
 
     async fn reclaim(
@@ -295,5 +277,22 @@ impl TicketStore for MemoryStore {
 
     fn flush(&self) {
         self.close();
+    }
+}
+
+impl MemoryStore {
+    /// Park or unpark a ticket (`op`); `None` when its host has no state.
+    async fn change_parking(
+        &self,
+        id: &TicketId,
+        op: HostOp,
+    ) -> Result<Option<Result<TicketView, TicketState>>, StoreError> {
+        let Some(host) = self.existing_host(&id.host_id) else {
+            return Ok(None);
+        };
+        let HostOut::Parked(out) = self.change_host(&id.host_id, &host, op).await? else {
+            unreachable!("a park or unpark answers Parked")
+        };
+        Ok(out)
     }
 }
