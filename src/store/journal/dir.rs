@@ -169,8 +169,10 @@ impl DataDir {
                 write_synced(
                     path,
                     "FORMAT",
-                    format!("admission-authority data dir\nformat {FORMAT}\nepoch_us {epoch_us}\n")
-                        .as_bytes(),
+                    &[format!(
+                        "admission-authority data dir\nformat {FORMAT}\nepoch_us {epoch_us}\n"
+                    )
+                    .as_bytes()],
                 )
                 .map_err(io("cannot write FORMAT"))?;
                 epoch_us
@@ -367,10 +369,14 @@ fn parse_format(text: &str) -> Result<u64, String> {
 }
 
 /// Write `name` in `dir` whole: a temporary file, fsync, rename, fsync of the dir.
-pub(super) fn write_synced(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+/// Write `parts` one after the other as file `name` of `dir`, whole or not at all: to a
+/// temporary file, fsynced, then renamed into place (and the dir fsynced).
+pub(super) fn write_synced(dir: &Path, name: &str, parts: &[&[u8]]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
+    for part in parts {
+        f.write_all(part)?;
+    }
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(name))?;
     File::open(dir)?.sync_all()

@@ -114,6 +114,8 @@ struct Inner {
     writing: bool,
     /// Callers outside the async runtime waiting for that write to be done (see `idle`).
     idle_waiters: usize,
+    /// A commit waits for that write to be done (see `commit`).
+    commit_waiting: bool,
     /// The buffer of the last write, kept for the next one's appends.
     spare: Vec<u8>,
     /// Written records not yet known to be on disk (not kept under `os`), so that they can be
@@ -144,6 +146,8 @@ pub struct Journal {
     sync_interval: Duration,
     snapshot_after_bytes: u64,
     snapshot_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The last snapshot's buffer, kept for the next one (see [`Journal::snapshot_buffer`]).
+    snapshot_buf: Mutex<Vec<u8>>,
     /// True while writes fail: new changes are refused before they are applied.
     failed: AtomicBool,
     errors: AtomicU64,
@@ -217,7 +221,12 @@ impl Journal {
     /// it, failed: the change stands in memory and is written once the disk takes it again.
     pub async fn commit(&self, pending: Pending) -> Result<(), StoreError> {
         let seq = pending.0;
-        let failures_before = self.progress.borrow().failures;
+        // Only `always` waits past the write (for the fsync), and fails if one fails meanwhile.
+        let failures_before = if self.sync == SyncPolicy::Always {
+            self.progress.borrow().failures
+        } else {
+            0
+        };
         // Under `always`, let the calls that are ready on this worker append theirs first: one
         // write and one fsync then carry them all. Under the others a write costs less than
         // the yield (polling the call again): write at once, and the calls that append while
@@ -229,7 +238,10 @@ impl Journal {
             let done = self.write_done.notified();
             let mut done = std::pin::pin!(done);
             {
-                let inner = self.inner.lock().expect("journal lock");
+                let mut inner = self.inner.lock().expect("journal lock");
+                if inner.written < seq && inner.failure.is_none() && !inner.writing {
+                    inner = self.write_out(inner);
+                }
                 if inner.written >= seq {
                     if self.sync != SyncPolicy::Always || inner.synced >= seq {
                         return Ok(());
@@ -240,13 +252,10 @@ impl Journal {
                 if inner.failure.is_some() {
                     return Err(self.write_failed(&inner));
                 }
-                if !inner.writing {
-                    drop(self.write_out(inner));
-                    continue;
-                }
                 // Its record is in the write under way: wait for it (registered before the
                 // lock goes, so that its end cannot be missed).
                 done.as_mut().enable();
+                inner.commit_waiting = true;
             }
             done.await;
         }
@@ -291,7 +300,9 @@ impl Journal {
         if inner.idle_waiters > 0 {
             self.idle.notify_all();
         }
-        self.write_done.notify_waiters();
+        if std::mem::take(&mut inner.commit_waiting) {
+            self.write_done.notify_waiters();
+        }
         inner
     }
 
@@ -423,13 +434,25 @@ impl Journal {
         Ok(n)
     }
 
+    /// An empty buffer for the next snapshot's pieces, with room for the last snapshot and a
+    /// quarter more. It is the last snapshot's own buffer, kept with its memory: one grown
+    /// anew each time, in memory fresh from the kernel, spent most of its encoding time in
+    /// page faults and in copies as it grew, while the hosts it encoded waited.
+    pub fn snapshot_buffer(&self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut *self.snapshot_buf.lock().expect("buffer lock"));
+        buf.clear();
+        let last = self.inner.lock().expect("journal lock").snapshot_bytes as usize;
+        buf.reserve(last + last / 4);
+        buf
+    }
+
     /// Write snapshot `n` (its pieces, each framed) on a thread of its own: see
     /// [`Journal::write_snapshot`].
     pub fn spawn_snapshot(self: &Arc<Self>, n: u64, pieces: Vec<u8>) {
         let j = self.clone();
         let spawned = std::thread::Builder::new()
             .name("snapshot".into())
-            .spawn(move || j.write_snapshot(n, &pieces));
+            .spawn(move || j.write_snapshot(n, pieces));
         match spawned {
             Ok(t) => {
                 if let Some(done) = self.snapshot_thread.lock().expect("thread lock").replace(t) {
@@ -444,18 +467,22 @@ impl Journal {
     }
 
     /// Write snapshot `n` (its pieces, each framed) whole, then drop the segments and
-    /// snapshots it replaces. Runs on the caller's thread: call it off the async runtime.
-    /// A failure is logged and leaves the older files, which still recover the same state.
-    pub fn write_snapshot(&self, n: u64, pieces: &[u8]) {
-        let mut bytes = Vec::with_capacity(SNAPSHOT_MAGIC.len() + pieces.len());
-        bytes.extend_from_slice(SNAPSHOT_MAGIC);
-        bytes.extend_from_slice(pieces);
-        let result = write_synced(&self.path, &snapshot_name(n), &bytes);
+    /// snapshots it replaces, and keep the buffer for the next snapshot (unless it is more
+    /// than twice what this one needed: state that shrank lets its memory go). Runs on the
+    /// caller's thread: call it off the async runtime. A failure is logged and leaves the
+    /// older files, which still recover the same state.
+    pub fn write_snapshot(&self, n: u64, mut pieces: Vec<u8>) {
+        let result = write_synced(&self.path, &snapshot_name(n), &[SNAPSHOT_MAGIC, &pieces]);
+        let len = pieces.len();
+        if pieces.capacity() <= 2 * (len + len / 4) {
+            pieces.clear();
+            *self.snapshot_buf.lock().expect("buffer lock") = pieces;
+        }
         let mut inner = self.inner.lock().expect("journal lock");
         inner.snapshotting = false;
         match result {
             Ok(()) => {
-                inner.snapshot_bytes = bytes.len() as u64;
+                inner.snapshot_bytes = (SNAPSHOT_MAGIC.len() + len) as u64;
                 drop(inner);
                 self.remove_older_than(n);
             }
@@ -548,6 +575,7 @@ impl DataDir {
             lock: self.lock,
             thread: Mutex::new(None),
             snapshot_thread: Mutex::new(None),
+            snapshot_buf: Mutex::new(Vec::new()),
             sync: options.sync,
             sync_interval: options.sync_interval,
             snapshot_after_bytes: options.snapshot_after_bytes,
@@ -562,6 +590,7 @@ impl DataDir {
                 buf: Vec::new(),
                 writing: false,
                 idle_waiters: 0,
+                commit_waiting: false,
                 spare: Vec::new(),
                 unsynced: Vec::new(),
                 unsynced_from: LOG_MAGIC.len() as u64,
@@ -643,6 +672,55 @@ mod tests {
         }
         assert_eq!(journal.rotate(), Ok(2));
         assert!(path.join(segment_name(2)).exists());
+        journal.close();
+        drop(journal);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+
+    /// A snapshot's buffer is kept for the next one, with room for what the last one held,
+    /// unless it is far larger than that (state that shrank lets its memory go); the file is
+    /// the magic and the pieces either way.
+    #[test]
+    fn the_snapshot_buffer_is_kept_unless_far_too_large() {
+        let path = dir("buffer");
+        let journal = DataDir::open(&path, 0)
+            .unwrap()
+            .start(JournalOptions {
+                sync: SyncPolicy::Os,
+                sync_interval: Duration::from_millis(1),
+                snapshot_after_bytes: SNAPSHOT_AFTER_BYTES,
+            })
+            .unwrap();
+        let snapshot = |pieces: Vec<u8>| {
+            let n = journal.rotate().unwrap();
+            journal.write_snapshot(n, pieces);
+            std::fs::read(path.join(snapshot_name(n))).unwrap()
+        };
+        let mut first = journal.snapshot_buffer();
+        first.extend_from_slice(&[7; 10_000]);
+        let file = snapshot(first);
+        assert_eq!(&file[..SNAPSHOT_MAGIC.len()], SNAPSHOT_MAGIC);
+        assert_eq!(&file[SNAPSHOT_MAGIC.len()..], &[7; 10_000][..]);
+        let mut next = journal.snapshot_buffer();
+        assert!(next.is_empty());
+        assert!(
+            next.capacity() >= 10_008 + 10_008 / 4,
+            "room for the last one and more"
+        );
+        // From then on one snapshot's memory serves the next.
+        let kept = next.as_ptr();
+        next.extend_from_slice(&[8; 10_000]);
+        assert_eq!(&snapshot(next)[SNAPSHOT_MAGIC.len()..], &[8; 10_000][..]);
+        let next = journal.snapshot_buffer();
+        assert_eq!(next.as_ptr(), kept, "the last snapshot's buffer comes back");
+
+        let mut small = next;
+        small.extend_from_slice(&[1; 10]);
+        snapshot(small);
+        assert!(
+            journal.snapshot_buffer().capacity() < 10_000,
+            "a buffer far larger than the snapshot is let go"
+        );
         journal.close();
         drop(journal);
         let _ = std::fs::remove_dir_all(&path);

@@ -282,10 +282,14 @@ impl MemoryStore {
                 return;
             }
         };
-        let mut out = Vec::new();
+        let mut out = journal.snapshot_buffer();
+        let started = Instant::now();
+        // The longest a host waited on its snapshot, for the log line below.
+        let mut longest = Duration::ZERO;
         for (id, host) in self.all_hosts() {
             {
                 let inner = host.inner.lock().expect("host lock");
+                let held = Instant::now();
                 put(
                     &mut out,
                     &PieceOut::Host {
@@ -293,6 +297,7 @@ impl MemoryStore {
                         core: &inner.core,
                     },
                 );
+                longest = longest.max(held.elapsed());
             }
             let part = host.ledger.lock().expect("ledger lock");
             put(
@@ -320,6 +325,13 @@ impl MemoryStore {
                 now: self.clock.now_ms(),
                 policy: &self.policy.resources,
             },
+        );
+        tracing::debug!(
+            snapshot = n,
+            bytes = out.len(),
+            longest_host_hold_ms = longest.as_secs_f64() * 1e3,
+            encoding_ms = started.elapsed().as_secs_f64() * 1e3,
+            "snapshot encoded; a thread writes it"
         );
         journal.spawn_snapshot(n, out);
     }
