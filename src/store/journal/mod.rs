@@ -442,7 +442,14 @@ impl Journal {
         let mut buf = std::mem::take(&mut *self.snapshot_buf.lock().expect("buffer lock"));
         buf.clear();
         let last = self.inner.lock().expect("journal lock").snapshot_bytes as usize;
+        let had = buf.capacity();
         buf.reserve(last + last / 4);
+        if buf.capacity() != had {
+            // Touch new memory now, before any host is held: its page faults would otherwise
+            // land in the encoding.
+            buf.resize(buf.capacity(), 0);
+            buf.clear();
+        }
         buf
     }
 
