@@ -329,8 +329,8 @@ impl MemoryStore {
         tracing::debug!(
             snapshot = n,
             bytes = out.len(),
-            longest_host_hold_ms = longest.as_secs_f64() * 1e3,
-            encoding_ms = started.elapsed().as_secs_f64() * 1e3,
+            longest_host_hold_us = longest.as_micros() as u64,
+            encoding_us = started.elapsed().as_micros() as u64,
             "snapshot encoded; a thread writes it"
         );
         journal.spawn_snapshot(n, out);
