@@ -96,11 +96,14 @@ struct Args {
     csv: Option<PathBuf>,
     /// `--only durable`: only the data-dir scenarios (cycles per sync policy, a restart).
     only_durable: bool,
+    /// `--only durable-cpu`: the CPU per cycle of each sync policy against in memory, the two
+    /// servers loaded at the same moment.
+    only_durable_cpu: bool,
     /// `--only console`: only the cost of an open console refreshing every second.
     only_console: bool,
 }
 
-const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|console] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
+const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
 
 fn args() -> Args {
     let mut a = Args {
@@ -118,6 +121,7 @@ fn args() -> Args {
         only_rules: false,
         csv: None,
         only_durable: false,
+        only_durable_cpu: false,
         only_console: false,
     };
     let mut it = std::env::args();
@@ -145,6 +149,7 @@ fn args() -> Args {
             "--only" if value == "adaptive" => a.only_adaptive = true,
             "--only" if value == "rules" => a.only_rules = true,
             "--only" if value == "durable" => a.only_durable = true,
+            "--only" if value == "durable-cpu" => a.only_durable_cpu = true,
             "--only" if value == "console" => a.only_console = true,
             "--csv" => a.csv = Some(PathBuf::from(value)),
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
@@ -1057,6 +1062,67 @@ auth:
     bench: { max_attempts: 1000000, window: 1h, lockout: 0s }
 "#;
 
+/// `--only durable-cpu`: what a data dir costs in server CPU, with the machine's drift taken
+/// out. Each round loads the in-memory server and one data-dir server (`interval`, `os`,
+/// `always` in turn) with Submit+Release cycles at 64 at the same moment, and divides the
+/// in-memory server's CPU per cycle by the other's: whatever else the machine runs then slows
+/// both alike. (Their rates are not compared: two servers loaded together do not saturate.)
+async fn durable_cpu(a: &Args, dir: &std::path::Path) {
+    let config = dir.join("bench.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let policies = ["interval", "os", "always"];
+    let memory = Server::start(&config);
+    let mc = channels(&memory.addr, 2).await;
+    let mut servers = Vec::new();
+    for policy in policies {
+        let c = dir.join(format!("bench-{policy}.yaml"));
+        std::fs::write(
+            &c,
+            format!("{CONFIG}store:\n  embedded: {{ sync: {policy} }}\n"),
+        )
+        .unwrap();
+        let d = dir.join(format!("data-{policy}"));
+        let server = Server::start_with(&c, &["--data-dir", d.to_str().unwrap()]);
+        let chans = channels(&server.addr, 2).await;
+        servers.push((server, chans));
+    }
+    let secs = a.seconds;
+    let cycles = move |(_, f): &(Figures, Figures)| f.rate * secs;
+    let cpu = |(_, f): &mut (Figures, Figures), u| f.cpu_us = Some(u);
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); policies.len()];
+    for r in 0..a.rounds {
+        for (k, (server, chans)) in servers.iter().enumerate() {
+            let tag =
+                |who: &str| -> &'static str { Box::leak(format!("{who}{k}-{r}").into_boxed_str()) };
+            let load =
+                |chans, tag| submit_release(chans, "free", api::SubmitMode::Queue, 64, secs, tag);
+            let (m, d) = tokio::join!(
+                metered(&memory, load(&mc, tag("m")), cycles, cpu),
+                metered(server, load(chans, tag("d")), cycles, cpu),
+            );
+            ratios[k].push(m.1.cpu_us.unwrap() / d.1.cpu_us.unwrap());
+        }
+    }
+    let line: Vec<String> = policies
+        .iter()
+        .zip(&mut ratios)
+        .map(|(policy, v)| {
+            v.sort_by(f64::total_cmp);
+            format!(
+                "sync: {policy} {:.3} (rounds {:.3}–{:.3})",
+                v[v.len() / 2],
+                v[0],
+                v[v.len() - 1]
+            )
+        })
+        .collect();
+    println!(
+        "data dir: CPU per Submit+Release cycle at 64 in memory ÷ on a data dir, the two loaded together, the median of {} rounds: {}",
+        a.rounds,
+        line.join("; ")
+    );
+}
+
 /// `--only durable`: the embedded store on a data dir. Submit+Release cycles at 64 on three
 /// servers in alternating rounds, in memory, `sync: interval` (the default) and `sync: always`,
 /// each data-dir server's rate divided by the in-memory one's of the same round (the summary
@@ -1456,6 +1522,10 @@ async fn run(a: &Args, dir: &std::path::Path) {
     }
     if a.only_durable {
         durable(a, dir).await;
+        return;
+    }
+    if a.only_durable_cpu {
+        durable_cpu(a, dir).await;
         return;
     }
     if a.only_rules {
