@@ -368,7 +368,6 @@ fn parse_format(text: &str) -> Result<u64, String> {
     }
 }
 
-/// Write `name` in `dir` whole: a temporary file, fsync, rename, fsync of the dir.
 /// Write `parts` one after the other as file `name` of `dir`, whole or not at all: to a
 /// temporary file, fsynced, then renamed into place (and the dir fsynced).
 pub(super) fn write_synced(dir: &Path, name: &str, parts: &[&[u8]]) -> std::io::Result<()> {
