@@ -46,7 +46,11 @@ test("round robin across subjects: releases admit a1, b1, a2, b2, a3, then a4 th
       queued.set(name, ticket);
       void ticket.wait().then(() => order.push(name), () => {});
       const depth = queued.size;
-      await eventually(`${name} to queue`, async () => (await client.stats()).queued === depth);
+      // The authority counts it before its Submit answer reaches this object: wait for both.
+      await eventually(
+        `${name} to queue`,
+        async () => (await client.stats()).queued === depth && scheduler.stats.queued === depth,
+      );
     }
     assert.deepEqual(scheduler.stats, { active: 1, queued: 5 });
     const expected = ["a1", "b1", "a2", "b2", "a3", "a4"];
@@ -295,7 +299,10 @@ test("a run blocked on its account does not stall its subject's next run on anot
     await first.wait();
     // The same account through a provider alias and another subject: held by the account cap.
     const blocked = scheduler.submit({ ...identity, provider: "alias", subject: "bob" });
-    await eventually("the blocked run to queue", async () => (await client.stats()).queued === 1);
+    await eventually(
+      "the blocked run to queue",
+      async () => (await client.stats()).queued === 1 && scheduler.stats.queued === 1,
+    );
     // bob's next run, on another account, is not stuck behind it.
     const second = scheduler.submit({ ...identity, accountId: "other", subject: "bob" });
     const separateHost = scheduler.submit({ ...identity, hostId: "other-host" });
