@@ -895,6 +895,20 @@ fn median<T>(mut rounds: Vec<(f64, T)>) -> (f64, T) {
     rounds.swap_remove(mid)
 }
 
+/// The median of `v`, its lowest and its highest value: a figure with the spread of its rounds.
+fn spread(mut v: Vec<f64>) -> [f64; 3] {
+    v.sort_by(f64::total_cmp);
+    [v[v.len() / 2], v[0], v[v.len() - 1]]
+}
+
+/// The benchmark's configuration with the data dir synced under `policy`, written in `dir`.
+fn sync_config(dir: &std::path::Path, policy: &str) -> PathBuf {
+    let path = dir.join(format!("bench-{policy}.yaml"));
+    let yaml = format!("{CONFIG}store:\n  embedded: {{ sync: {policy} }}\n");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
 fn row(name: &str, c: usize, f: &Figures) {
     let cpu = f
         .cpu_us
@@ -1075,14 +1089,11 @@ async fn durable_cpu(a: &Args, dir: &std::path::Path) {
     let mc = channels(&memory.addr, 2).await;
     let mut servers = Vec::new();
     for policy in policies {
-        let c = dir.join(format!("bench-{policy}.yaml"));
-        std::fs::write(
-            &c,
-            format!("{CONFIG}store:\n  embedded: {{ sync: {policy} }}\n"),
-        )
-        .unwrap();
         let d = dir.join(format!("data-{policy}"));
-        let server = Server::start_with(&c, &["--data-dir", d.to_str().unwrap()]);
+        let server = Server::start_with(
+            &sync_config(dir, policy),
+            &["--data-dir", d.to_str().unwrap()],
+        );
         let chans = channels(&server.addr, 2).await;
         servers.push((server, chans));
     }
@@ -1105,15 +1116,10 @@ async fn durable_cpu(a: &Args, dir: &std::path::Path) {
     }
     let line: Vec<String> = policies
         .iter()
-        .zip(&mut ratios)
+        .zip(ratios)
         .map(|(policy, v)| {
-            v.sort_by(f64::total_cmp);
-            format!(
-                "sync: {policy} {:.3} (rounds {:.3}–{:.3})",
-                v[v.len() / 2],
-                v[0],
-                v[v.len() - 1]
-            )
+            let [mid, low, high] = spread(v);
+            format!("sync: {policy} {mid:.3} (rounds {low:.3}–{high:.3})")
         })
         .collect();
     println!(
@@ -1133,18 +1139,8 @@ async fn durable_cpu(a: &Args, dir: &std::path::Path) {
 async fn durable(a: &Args, dir: &std::path::Path) {
     let config = dir.join("bench.yaml");
     std::fs::write(&config, CONFIG).unwrap();
-    let always_config = dir.join("bench-always.yaml");
-    std::fs::write(
-        &always_config,
-        format!("{CONFIG}store:\n  embedded: {{ sync: always }}\n"),
-    )
-    .unwrap();
-    let os_config = dir.join("bench-os.yaml");
-    std::fs::write(
-        &os_config,
-        format!("{CONFIG}store:\n  embedded: {{ sync: os }}\n"),
-    )
-    .unwrap();
+    let always_config = sync_config(dir, "always");
+    let os_config = sync_config(dir, "os");
     let fresh = |name: &str| {
         let d = dir.join(name);
         let _ = std::fs::remove_dir_all(&d);
@@ -1205,17 +1201,10 @@ async fn durable(a: &Args, dir: &std::path::Path) {
     let ratio = |r: &[Figures; 4], k: usize| r[k].rate / r[0].rate;
     // Each policy's own median over the rounds, and its lowest and highest round: the
     // spread of one run shows how far the machine's noise moves a round.
-    let spread = |k: usize| {
-        let mut v: Vec<f64> = rounds.iter().map(|r| ratio(r, k)).collect();
-        v.sort_by(f64::total_cmp);
-        format!(
-            "{:.2} × (rounds {:.2}–{:.2})",
-            v[v.len() / 2],
-            v[0],
-            v[v.len() - 1]
-        )
-    };
-    let ratios = [1, 2, 3].map(spread);
+    let ratios = [1, 2, 3].map(|k| {
+        let [mid, low, high] = spread(rounds.iter().map(|r| ratio(r, k)).collect());
+        format!("{mid:.2} × (rounds {low:.2}–{high:.2})")
+    });
     let by_interval = rounds.into_iter().map(|r| (ratio(&r, 1), r)).collect();
     let (_, [m, i, al, o]) = median(by_interval);
     row("Submit+Release cycle, embedded store in memory", 64, &m);
