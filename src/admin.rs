@@ -16,7 +16,9 @@ use tower_service::Service as _;
 
 use crate::gates::Gates;
 use crate::metrics::{Metrics, render};
+use crate::net::Outbound;
 use crate::store::Store;
+use crate::store::journal::SendGates;
 
 /// A request whose headers have not arrived within this is dropped.
 pub const ADMIN_HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -40,6 +42,8 @@ pub struct Admin<S> {
     /// Per-host series for at most this many hosts.
     pub max_hosts: usize,
     pub console: ConsoleApi,
+    /// The store's send gate, when it has one: the console's changes are answered through it.
+    pub sends: Option<SendGates>,
     /// With `tls` configured: the same certificate. Connections that begin a TLS handshake
     /// get TLS; plain HTTP still gets `/metrics` and the probes (scrapers and kubelets
     /// configured before), but the console and its calls only over TLS.
@@ -67,10 +71,11 @@ pub async fn serve_admin<S: Store>(listener: TcpListener, admin: Admin<S>) {
             continue; // dropped: closed at once
         };
         let (admin, acceptor) = (admin.clone(), acceptor.clone());
+        let gate = admin.sends.as_ref().map(SendGates::connection);
         tokio::spawn(async move {
             let _permit = permit;
             let Some(acceptor) = acceptor else {
-                return serve_connection(admin, stream, false).await;
+                return serve_connection(admin, Outbound::new(stream, gate), false).await;
             };
             // A TLS connection begins with a handshake record (0x16).
             let mut first = [0u8; 1];
@@ -79,6 +84,7 @@ pub async fn serve_admin<S: Store>(listener: TcpListener, admin: Admin<S>) {
             else {
                 return;
             };
+            let stream = Outbound::new(stream, gate);
             if first[0] != 0x16 {
                 return serve_connection(admin, stream, false).await;
             }

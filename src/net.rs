@@ -5,6 +5,10 @@
 //! connection that sends nothing at all within its silence limit after being accepted (no HTTP/2
 //! preface, no TLS hello) is closed, so silent connections cannot hold the places for long;
 //! once a client has spoken, HTTP/2 keep-alive PINGs decide whether it is still there.
+//!
+//! Every connection writes through an [`Outbound`]: with a data dir under `interval` or `os`,
+//! no byte leaves before the journal's records appended so far are written, and the answers
+//! ready together leave in one send, with one write of the log before it.
 
 use std::future::Future as _;
 use std::io;
@@ -18,6 +22,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use crate::store::journal::{SendGate, SendGates};
 
 /// File descriptors kept back from the connection bound for everything else the process opens
 /// (the listeners, the store's connections, the admin port's callers, logs).
@@ -137,6 +143,8 @@ pub fn fd_limit() -> Option<usize> {
 pub struct Incoming {
     listener: TcpListener,
     gate: Arc<ConnectionGate>,
+    /// The store's send gate, when it has one.
+    sends: Option<SendGates>,
     /// How long a new connection may stay silent before it is closed.
     silence_limit: Duration,
     /// After an accept error (out of file descriptors, say): wait a little before the next
@@ -145,10 +153,16 @@ pub struct Incoming {
 }
 
 impl Incoming {
-    pub fn new(listener: TcpListener, gate: Arc<ConnectionGate>, silence_limit: Duration) -> Self {
+    pub fn new(
+        listener: TcpListener,
+        gate: Arc<ConnectionGate>,
+        sends: Option<SendGates>,
+        silence_limit: Duration,
+    ) -> Self {
         Incoming {
             listener,
             gate,
+            sends,
             silence_limit,
             backoff: None,
         }
@@ -172,8 +186,9 @@ impl Stream for Incoming {
                         continue;
                     };
                     let _ = stream.set_nodelay(true);
+                    let gate = this.sends.as_ref().map(SendGates::connection);
                     return Poll::Ready(Some(Ok(Conn {
-                        stream,
+                        stream: Outbound::new(stream, gate),
                         _slot: slot,
                         silence: Some(Box::pin(tokio::time::sleep(this.silence_limit))),
                     })));
@@ -190,7 +205,7 @@ impl Stream for Incoming {
 /// An accepted connection holding its place under the bound.
 #[derive(Debug)]
 pub struct Conn {
-    stream: TcpStream,
+    stream: Outbound<TcpStream>,
     _slot: Slot,
     /// Runs out when the client has sent nothing since it connected; gone once it has.
     silence: Option<Pin<Box<tokio::time::Sleep>>>,
@@ -200,7 +215,7 @@ impl Connected for Conn {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+        self.stream.inner.connect_info()
     }
 }
 
@@ -264,6 +279,108 @@ impl AsyncWrite for Conn {
 
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+/// A connection's writing side. With a [`SendGate`] (a data dir under `interval` or `os`), the
+/// journal's records appended so far are written before any of its bytes go, and a gate that
+/// fails makes the write fail, which closes the connection. When there are records to write,
+/// the write first yields until the worker has run the other calls it has ready (again while
+/// the log grows, at most [`MAX_YIELDS`] times): their records go in the same write of the
+/// log, and their answers in the same send (otherwise each answer costs a write of the log
+/// and a send of its own).
+#[derive(Debug)]
+pub struct Outbound<S> {
+    inner: S,
+    gate: Option<SendGate>,
+    /// Times the write under way has yielded (a flush ends it), and the records appended to
+    /// the log when it last did.
+    yields: u32,
+    seen: u64,
+}
+
+/// A write yields at most this many times in a row.
+const MAX_YIELDS: u32 = 32;
+
+impl<S> Outbound<S> {
+    pub fn new(inner: S, gate: Option<SendGate>) -> Self {
+        Outbound {
+            inner,
+            gate,
+            yields: 0,
+            seen: 0,
+        }
+    }
+
+    fn poll_ready_to_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some(gate) = &self.gate else {
+            return Poll::Ready(Ok(()));
+        };
+        if !gate.has_unwritten() {
+            return Poll::Ready(Ok(()));
+        }
+        // Yield again while the log grows: calls are still running (each one that ends wakes
+        // this connection to send its answer), until the worker has run them all.
+        let appended = gate.appended();
+        if self.yields == 0 || (self.yields < MAX_YIELDS && appended > self.seen) {
+            self.yields += 1;
+            self.seen = appended;
+            // Tokio's yield: woken once the worker has nothing else ready (a plain self-wake
+            // would also wake an idle worker to steal it, which costs more than it saves).
+            let yield_now = std::pin::pin!(tokio::task::yield_now());
+            if yield_now.poll(cx).is_ready() {
+                cx.waker().wake_by_ref();
+            }
+            return Poll::Pending;
+        }
+        gate.ready()?;
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Outbound<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Outbound<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_ready_to_send(cx))?;
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_ready_to_send(cx))?;
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.yields = 0;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 }
 

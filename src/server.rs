@@ -256,6 +256,9 @@ async fn serve<S: Store>(
     .max_decoding_message_size(config.grpc.max_message_bytes);
     let operator_server = OperatorServer::new(OperatorService::new(store.clone(), gates.clone()))
         .max_decoding_message_size(config.grpc.max_message_bytes);
+    // From here every byte either port sends passes a gate that writes the journal's records
+    // first (with a data dir under `interval` or `os`; see `net::Outbound`).
+    let sends = store.send_gates();
     let admin = match admin_listener {
         Some(l) => {
             let addr = l
@@ -284,6 +287,7 @@ async fn serve<S: Store>(
                     metrics: metrics.clone(),
                     max_hosts: config.metrics_max_hosts,
                     console,
+                    sends: sends.clone(),
                     tls: match &config.tls {
                         None => None,
                         Some(files) => Some(
@@ -319,6 +323,7 @@ async fn serve<S: Store>(
     let incoming = Incoming::new(
         listener,
         connections,
+        sends,
         Duration::from_millis(config.grpc.keepalive_timeout_ms),
     );
     let g = &config.grpc;

@@ -348,6 +348,14 @@ pub trait TicketStore: Send + Sync + 'static {
 
     /// Make what the store buffers durable before the process exits.
     fn flush(&self) {}
+
+    /// Turn on the send gate of a store that has one (a data dir under `interval` or `os`):
+    /// from then on a change's answer is made before its record is written, and the caller
+    /// must pass every byte it sends through one of the gates returned (see
+    /// [`journal::SendGate`]). Call it once, before serving.
+    fn send_gates(&self) -> Option<journal::SendGates> {
+        None
+    }
 }
 
 /// The resource ledger: reservations of model steps against budgets and allowances.

@@ -14,7 +14,9 @@
 //! buffered (group write), outside the mutex, so that others append meanwhile and the next
 //! write carries all of theirs; a caller whose record is in a write under way waits for it.
 //! So an answer leaves only after its record reached the kernel: a process crash loses nothing
-//! acknowledged under any sync policy. The sync thread turns
+//! acknowledged under any sync policy. A server turns on the send gate ([`gate`]) so that
+//! under `interval` and `os` that write happens where the answers leave the process instead,
+//! one for the answers sent together. The sync thread turns
 //! written bytes into durable ones: under `always` each commit waits for an fsync that covers
 //! it (concurrent commits share one: group commit); under `interval` at least every
 //! `sync_interval`; under `os` when the kernel decides.
@@ -36,10 +38,12 @@ use tokio::sync::watch;
 use super::StoreError;
 
 mod dir;
+mod gate;
 mod sync;
 
 pub use dir::{DataDir, OpenError, frame};
 use dir::{new_segment, numbered, segment_name, snapshot_name, write_synced};
+pub use gate::{SendGate, SendGates};
 
 /// The data dir's format; a dir of a larger one was written by a newer authority.
 pub const FORMAT: u32 = 1;
@@ -129,6 +133,8 @@ struct Inner {
     written: u64,
     synced: u64,
     failure: Option<String>,
+    /// The records appended when the last failure began (see [`gate`]).
+    failure_mark: u64,
     /// Bytes of log written since the last snapshot began, and that snapshot's size.
     log_bytes: u64,
     snapshot_bytes: u64,
@@ -153,8 +159,11 @@ pub struct Journal {
     errors: AtomicU64,
     /// Times the journal recovered from a failure.
     recoveries: AtomicU64,
-    /// `Inner::written`, readable without the lock.
+    /// `Inner::written` and `Inner::appended`, readable without the lock.
     written: AtomicU64,
+    appended: AtomicU64,
+    /// The send gate is on: commits under `interval` and `os` leave the writing to it.
+    gated: AtomicBool,
     inner: Mutex<Inner>,
     /// Wakes the sync thread (a commit under `always`, a failure to retry, a stop).
     wake: Condvar,
@@ -212,15 +221,24 @@ impl Journal {
         let mut inner = self.inner.lock().expect("journal lock");
         frame(&mut inner.buf, write)?;
         inner.appended += 1;
+        self.appended.store(inner.appended, Ordering::Release);
         Ok(Pending(inner.appended))
     }
 
-    /// Return once the record is written (and, under `always`, on disk).
+    /// Return once the record is written (and, under `always`, on disk); with the send gate
+    /// on, under `interval` and `os`, at once: the gate writes it before the answer leaves.
     ///
     /// Fails with [`StoreError::WriteFailed`] when writing it, or the fsync that should cover
-    /// it, failed: the change stands in memory and is written once the disk takes it again.
+    /// it, failed (with the gate on: when the journal failed before it was written): the
+    /// change stands in memory and is written once the disk takes it again.
     pub async fn commit(&self, pending: Pending) -> Result<(), StoreError> {
         let seq = pending.0;
+        if self.gated.load(Ordering::Acquire) {
+            if self.failed.load(Ordering::Acquire) {
+                return Err(self.write_failed(&self.inner.lock().expect("journal lock")));
+            }
+            return Ok(());
+        }
         // Only `always` waits past the write (for the fsync), and fails if one fails meanwhile.
         let failures_before = if self.sync == SyncPolicy::Always {
             self.progress.borrow().failures
@@ -380,8 +398,9 @@ impl Journal {
             );
         }
         inner.failure = Some(why);
+        inner.failure_mark = inner.appended;
         self.errors.fetch_add(1, Ordering::Relaxed);
-        self.failed.store(true, Ordering::Relaxed);
+        self.failed.store(true, Ordering::Release);
         self.progress.send_modify(|p| p.failures += 1);
         self.wake.notify_one();
     }
@@ -590,6 +609,8 @@ impl DataDir {
             errors: AtomicU64::new(0),
             recoveries: AtomicU64::new(0),
             written: AtomicU64::new(0),
+            appended: AtomicU64::new(0),
+            gated: AtomicBool::new(false),
             inner: Mutex::new(Inner {
                 file: Arc::new(file),
                 segment: n,
@@ -605,6 +626,7 @@ impl DataDir {
                 written: 0,
                 synced: 0,
                 failure: None,
+                failure_mark: 0,
                 log_bytes: 0,
                 snapshot_bytes,
                 snapshotting: false,

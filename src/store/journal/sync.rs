@@ -1,7 +1,8 @@
 //! The journal's sync thread: it turns written records into durable ones per the sync policy
 //! (one fsync for every commit waiting under `always`, one at least every `sync_interval` under
 //! `interval`, none under `os`), and after a failed write or fsync retries until the disk takes
-//! the records again.
+//! the records again. With the send gate on it also writes, every `sync_interval`, the records
+//! no answer has carried out yet (of calls whose client left, and of housekeeping).
 
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
@@ -36,9 +37,19 @@ impl Journal {
                         .wait_timeout(inner, self.sync_interval)
                         .expect("journal lock")
                         .0;
+                    inner = self.write_left_over(inner);
                     if inner.written <= inner.synced || inner.failure.is_some() {
                         continue;
                     }
+                }
+                SyncPolicy::Os if self.gated.load(Ordering::Acquire) => {
+                    inner = self
+                        .wake
+                        .wait_timeout(inner, self.sync_interval)
+                        .expect("journal lock")
+                        .0;
+                    inner = self.write_left_over(inner);
+                    continue;
                 }
                 SyncPolicy::Os => {
                     inner = self.wake.wait(inner).expect("journal lock");
@@ -80,6 +91,21 @@ impl Journal {
                 }
             }
         }
+    }
+
+    /// With the send gate on: write what is buffered (after a write under way), so that no
+    /// record waits longer than `sync_interval` for an answer to carry it out.
+    fn write_left_over<'a>(&'a self, inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        if !self.gated.load(Ordering::Acquire)
+            || inner.stop
+            || inner.failure.is_some()
+            || inner.buf.is_empty()
+        {
+            return inner;
+        }
+        let mut inner = self.idle(inner);
+        self.write_buffered(&mut inner);
+        inner
     }
 
     pub(super) fn synced_to(&self, inner: &mut Inner, seq: u64) {

@@ -20,13 +20,8 @@ fn started(path: &std::path::Path, sync: SyncPolicy) -> Arc<Journal> {
         .unwrap()
 }
 
-/// A rotation refused while writes fail leaves no segment behind, so the next one, once
-/// the disk works again, can make that segment.
-#[test]
-fn a_refused_rotation_leaves_no_segment_behind() {
-    let path = dir("rotate");
-    let journal = started(&path, SyncPolicy::Interval);
-    // Without the sync thread nothing recovers behind the test's back.
+/// Stop the sync thread, so that nothing writes or recovers behind the test's back.
+fn stop_sync_thread(journal: &Journal) {
     journal.inner.lock().unwrap().stop = true;
     journal.wake.notify_all();
     journal
@@ -37,20 +32,50 @@ fn a_refused_rotation_leaves_no_segment_behind() {
         .unwrap()
         .join()
         .unwrap();
+}
+
+fn fail(journal: &Journal) {
     journal.fail(
         &mut journal.inner.lock().unwrap(),
         "the disk is full".into(),
     );
+}
+
+/// What a failure leaves, undone as a recovery would.
+fn unfail(journal: &Journal) {
+    let mut inner = journal.inner.lock().unwrap();
+    inner.failure = None;
+    journal.failed.store(false, Ordering::Relaxed);
+}
+
+fn record(journal: &Journal, n: u32) -> Pending {
+    journal
+        .append(|out| {
+            out.extend_from_slice(&n.to_le_bytes());
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+}
+
+/// Bytes of the first segment on disk (the magic, then the records written).
+fn segment_len(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path.join(segment_name(1))).unwrap().len()
+}
+
+/// A rotation refused while writes fail leaves no segment behind, so the next one, once
+/// the disk works again, can make that segment.
+#[test]
+fn a_refused_rotation_leaves_no_segment_behind() {
+    let path = dir("rotate");
+    let journal = started(&path, SyncPolicy::Interval);
+    stop_sync_thread(&journal);
+    fail(&journal);
     assert_eq!(journal.rotate(), Err("the disk is full".to_string()));
     assert!(
         !path.join(segment_name(2)).exists(),
         "segment 2 was left behind"
     );
-    {
-        let mut inner = journal.inner.lock().unwrap();
-        inner.failure = None;
-        journal.failed.store(false, Ordering::Relaxed);
-    }
+    unfail(&journal);
     assert_eq!(journal.rotate(), Ok(2));
     assert!(path.join(segment_name(2)).exists());
     journal.close();
@@ -101,12 +126,21 @@ fn the_snapshot_buffer_is_kept_unless_far_too_large() {
 }
 
 /// Records of concurrent commits, each written once and in the order they were appended,
-/// whichever commit's write carried them (under every policy).
+/// whichever commit's (or send gate's) write carried them (under every policy, and with the
+/// send gate on where there is one).
 #[test]
 fn concurrent_commits_write_every_record_once_in_order() {
-    for sync in [SyncPolicy::Always, SyncPolicy::Interval, SyncPolicy::Os] {
-        let path = dir(sync.name());
+    let runs = [
+        (SyncPolicy::Always, false),
+        (SyncPolicy::Interval, false),
+        (SyncPolicy::Os, false),
+        (SyncPolicy::Interval, true),
+        (SyncPolicy::Os, true),
+    ];
+    for (sync, gated) in runs {
+        let path = dir(&format!("{}-{gated}", sync.name()));
         let journal = started(&path, sync);
+        let gates = if gated { journal.gate_sends() } else { None };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(4)
             .build()
@@ -117,6 +151,7 @@ fn concurrent_commits_write_every_record_once_in_order() {
             let mut tasks = Vec::new();
             for t in 0..TASKS {
                 let j = journal.clone();
+                let gate = gates.as_ref().map(SendGates::connection);
                 tasks.push(tokio::spawn(async move {
                     for i in 0..EACH {
                         let p = j
@@ -127,6 +162,9 @@ fn concurrent_commits_write_every_record_once_in_order() {
                             })
                             .unwrap();
                         j.commit(p).await.unwrap();
+                        if let Some(gate) = &gate {
+                            gate.ready().unwrap();
+                        }
                         assert!(j.written.load(Ordering::Acquire) > 0);
                     }
                 }));
@@ -150,8 +188,105 @@ fn concurrent_commits_write_every_record_once_in_order() {
                 Ok(())
             })
             .unwrap();
-        assert_eq!(count, u64::from(TASKS * EACH), "{}", sync.name());
+        assert_eq!(count, u64::from(TASKS * EACH), "{} {gated}", sync.name());
         assert!(next.iter().all(|n| *n == EACH), "{next:?}");
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
+
+/// With the send gate on, a commit under `interval` and `os` writes nothing: a connection's
+/// gate writes every record appended before its bytes may go. Under `always` there is no gate.
+#[test]
+fn with_the_send_gate_on_records_are_written_before_bytes_are_sent() {
+    let path = dir("gate-always");
+    let journal = started(&path, SyncPolicy::Always);
+    assert!(journal.gate_sends().is_none());
+    journal.close();
+    let _ = std::fs::remove_dir_all(&path);
+    for sync in [SyncPolicy::Interval, SyncPolicy::Os] {
+        let path = dir(&format!("gate-{}", sync.name()));
+        let journal = started(&path, sync);
+        stop_sync_thread(&journal);
+        let gates = journal.gate_sends().unwrap();
+        let gate = gates.connection();
+        let empty = segment_len(&path);
+        gate.ready().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for n in 0..3 {
+            let p = record(&journal, n);
+            runtime.block_on(journal.commit(p)).unwrap();
+        }
+        assert_eq!(segment_len(&path), empty, "{}: a commit wrote", sync.name());
+        gate.ready().unwrap();
+        // Three records of 4 bytes, each framed with 8.
+        assert_eq!(segment_len(&path), empty + 3 * 12, "{}", sync.name());
+        journal.close();
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
+
+/// When the journal fails, a connection accepted before the failure may carry answers to the
+/// records caught in it: its gate fails (the connection is closed). One accepted after it
+/// carries on, and commits caught in the failure fail. Once the disk works, both pass again
+/// and the records caught are written.
+#[test]
+fn a_failure_closes_only_the_connections_that_may_carry_unwritten_answers() {
+    let path = dir("gate-failure");
+    let journal = started(&path, SyncPolicy::Interval);
+    stop_sync_thread(&journal);
+    let gates = journal.gate_sends().unwrap();
+    let before = gates.connection();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let p = record(&journal, 1);
+    runtime.block_on(journal.commit(p)).unwrap();
+    fail(&journal);
+    let after = gates.connection();
+    assert!(before.ready().is_err(), "an answer could leave unwritten");
+    after.ready().unwrap();
+    let late = record(&journal, 2);
+    assert!(matches!(
+        runtime.block_on(journal.commit(late)),
+        Err(StoreError::WriteFailed { .. })
+    ));
+    let empty = segment_len(&path);
+    unfail(&journal);
+    before.ready().unwrap();
+    after.ready().unwrap();
+    assert_eq!(segment_len(&path), empty + 2 * 12);
+    journal.close();
+    let _ = std::fs::remove_dir_all(&path);
+}
+
+/// With the send gate on, records no answer carries out (the client left) are written within
+/// `sync_interval` by the sync thread, under `interval` and `os`.
+#[test]
+fn the_sync_thread_writes_what_no_answer_carried_out() {
+    for sync in [SyncPolicy::Interval, SyncPolicy::Os] {
+        let path = dir(&format!("gate-left-{}", sync.name()));
+        let journal = started(&path, sync);
+        let _gates = journal.gate_sends().unwrap();
+        let empty = segment_len(&path);
+        let p = record(&journal, 7);
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(journal.commit(p))
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while segment_len(&path) == empty {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{}: never written",
+                sync.name()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(segment_len(&path), empty + 12);
+        journal.close();
         let _ = std::fs::remove_dir_all(&path);
     }
 }

@@ -10,6 +10,7 @@ use crate::scheduler::{
     ReclaimRefusal, Reclaimed, Report, SubmitArgs, SubmitError, TicketInfo, TicketState,
     TicketView,
 };
+use crate::store::journal::SendGates;
 use crate::store::{StoreError, TicketId, TicketStore};
 
 impl TicketStore for MemoryStore {
@@ -277,6 +278,10 @@ impl TicketStore for MemoryStore {
 
     fn flush(&self) {
         self.close();
+    }
+
+    fn send_gates(&self) -> Option<SendGates> {
+        self.journal.as_ref().and_then(|j| j.gate_sends())
     }
 }
 
