@@ -8,7 +8,7 @@
 //! after its change's record was appended, so it still leaves only after that record reached
 //! the kernel: a process crash loses nothing acknowledged, as before. What changes is how many
 //! writes it takes: the answers a connection sends together (see `net::Outbound`) need one
-//! write of the log between them, where each call used to make its own.
+//! write of the log before them, where each call used to make its own.
 //!
 //! When the disk fails, the records caught in the failure stay buffered and their answers
 //! must not leave: a connection that may carry one (one accepted before the failure) is closed

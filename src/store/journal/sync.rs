@@ -32,23 +32,13 @@ impl Journal {
                 }
                 SyncPolicy::Always => {}
                 SyncPolicy::Interval => {
-                    inner = self
-                        .wake
-                        .wait_timeout(inner, self.sync_interval)
-                        .expect("journal lock")
-                        .0;
-                    inner = self.write_left_over(inner);
+                    inner = self.tick(inner);
                     if inner.written <= inner.synced || inner.failure.is_some() {
                         continue;
                     }
                 }
                 SyncPolicy::Os if self.gated.load(Ordering::Acquire) => {
-                    inner = self
-                        .wake
-                        .wait_timeout(inner, self.sync_interval)
-                        .expect("journal lock")
-                        .0;
-                    inner = self.write_left_over(inner);
+                    inner = self.tick(inner);
                     continue;
                 }
                 SyncPolicy::Os => {
@@ -93,9 +83,14 @@ impl Journal {
         }
     }
 
-    /// With the send gate on: write what is buffered (after a write under way), so that no
-    /// record waits longer than `sync_interval` for an answer to carry it out.
-    fn write_left_over<'a>(&'a self, inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+    /// Wait for `sync_interval` (or a wake-up); then, with the send gate on, write what is
+    /// buffered (after a write under way), so that no record waits longer than that for an
+    /// answer to carry it out.
+    fn tick<'a>(&'a self, inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        let (inner, _) = self
+            .wake
+            .wait_timeout(inner, self.sync_interval)
+            .expect("journal lock");
         if !self.gated.load(Ordering::Acquire)
             || inner.stop
             || inner.failure.is_some()
