@@ -84,8 +84,9 @@ impl Journal {
     }
 
     /// Wait for `sync_interval` (or a wake-up); then, with the send gate on, write what is
-    /// buffered (after a write under way), so that no record waits longer than that for an
-    /// answer to carry it out.
+    /// buffered (after a write under way, and outside the lock, as a commit does, so that
+    /// appends go on meanwhile), so that no record waits longer than that for an answer to
+    /// carry it out.
     fn tick<'a>(&'a self, inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
         let (inner, _) = self
             .wake
@@ -98,9 +99,11 @@ impl Journal {
         {
             return inner;
         }
-        let mut inner = self.idle(inner);
-        self.write_buffered(&mut inner);
-        inner
+        let inner = self.idle(inner);
+        if inner.failure.is_some() {
+            return inner;
+        }
+        self.write_out(inner)
     }
 
     pub(super) fn synced_to(&self, inner: &mut Inner, seq: u64) {
