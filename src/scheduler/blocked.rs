@@ -1,14 +1,15 @@
 //! Why a queued ticket waits (`blocked_by`): [`Blocker`] and the rule that picks it. Reads the
 //! host's counts and queue; changes nothing.
 
-use super::{HostState, Limits, Millis, Ticket, TicketKey, account_has_room};
+use super::{HostState, Limits, Millis, Ticket, account_has_room};
 
 /// What holds a queued ticket: the first that applies of `StateLoss`, `Memory`, `Subject`,
-/// `Account`, then `Total` for the waiter next in line ([`HostState::head_waiter`]) or `Turn`
-/// for the others.
+/// `Account`, then `Total` while the host is at its total, else `Turn`. Whether a waiter is
+/// next in line does not matter: while the host is full, the full host is what every waiter
+/// not held by its own caps waits for, and `Turn` says that a slot is free but others go first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Blocker {
-    /// The host is at its total and this is the next waiter to be served.
+    /// The host is at its total (and its own caps have room).
     Total,
     /// Its subject is at its cap.
     Subject,
@@ -16,7 +17,7 @@ pub enum Blocker {
     Account,
     /// The replica that submitted it reported memory at the soft limit.
     Memory,
-    /// A slot could take it, but the host is at its total and others go first.
+    /// A slot is free and its own caps have room, but others go first.
     Turn,
     /// A learning window after the shared store lost its state (only Redis opens one).
     StateLoss,
@@ -50,37 +51,8 @@ impl Blocker {
 }
 
 impl HostState {
-    /// The next waiter to be served: the first of the highest priority's round-robin turn.
-    pub fn head_waiter(&self) -> Option<TicketKey> {
-        for (l, level) in self.levels.iter().enumerate() {
-            if level.queued == 0 {
-                continue;
-            }
-            for (name, generation) in &level.rotation {
-                let Some(s) = self
-                    .subjects
-                    .get(name)
-                    .filter(|s| s.lanes[l].entry == *generation)
-                else {
-                    continue; // stale
-                };
-                if let Some((_, k)) = s.lanes[l].queue.first_key_value() {
-                    return Some(*k);
-                }
-            }
-        }
-        None
-    }
-
-    /// What holds queued ticket `t` (see [`Blocker`]), given the next in line.
-    pub(super) fn blocker(
-        &self,
-        limits: &Limits,
-        key: TicketKey,
-        t: &Ticket,
-        head: Option<TicketKey>,
-        now: Millis,
-    ) -> Blocker {
+    /// What holds queued ticket `t` (see [`Blocker`]).
+    pub(super) fn blocker(&self, limits: &Limits, t: &Ticket, now: Millis) -> Blocker {
         if self.is_soft(limits, &t.instance, now) {
             return Blocker::Memory;
         }
@@ -91,7 +63,7 @@ impl HostState {
         if !account_has_room(limits, &self.accounts, &self.adaptive, t.account.as_deref()) {
             return Blocker::Account;
         }
-        if self.in_flight >= limits.total && head == Some(key) {
+        if self.in_flight >= limits.total {
             Blocker::Total
         } else {
             Blocker::Turn

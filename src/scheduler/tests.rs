@@ -966,11 +966,11 @@ fn an_ended_run_never_comes_back_but_an_expired_holder_does() {
 
 #[test]
 fn each_waiter_says_what_holds_it() {
-    // total 2, per_subject 1, per_account 1.
+    // total 3, per_subject 1, per_account 1: the shape the console showed wrong.
     let mut h = Host::new(Limits {
         per_account: Some(1),
         memory: MemoryLimits::from_ratio(1000, 0.9),
-        ..limits(2, 1, 10, 0)
+        ..limits(3, 1, 10, 0)
     });
     let by = |h: &Host, key| h.state.view(&h.limits, key, h.now).unwrap().blocked_by;
     let a = h.ok("alice", "a1");
@@ -985,19 +985,25 @@ fn each_waiter_says_what_holds_it() {
         .submit_with("carol", Some("acct-1"), "c1", SubmitMode::Queue, None)
         .unwrap();
     assert_eq!(account.blocked_by, Some(Blocker::Account));
-    // The host at its total: dave, whose caps have room, is next in line only once the
-    // waiters ahead of him are gone; erin behind him waits for her turn.
-    let dave = h.ok("dave", "d1");
-    let erin = h.ok("erin", "e1");
-    assert_eq!(
-        by(&h, dave.key),
-        Some(Blocker::Turn),
-        "alice's a2 is first in line"
-    );
+    // The host at its total: every waiter whose own caps have room waits for the full host,
+    // wherever it stands in line (alice's a2 and carol's c1 are ahead of dave in the rotation,
+    // erin and the others behind him).
+    h.ok("zed", "z1");
+    assert_eq!(h.stats().in_flight, 3);
+    let waiters: Vec<_> = ["dave", "erin", "fay", "gus"]
+        .into_iter()
+        .map(|s| h.ok(s, &format!("{s}-1")).key)
+        .collect();
+    for key in &waiters {
+        assert_eq!(by(&h, *key), Some(Blocker::Total));
+    }
+    assert_eq!(by(&h, subject.key), Some(Blocker::Subject));
+    assert_eq!(by(&h, account.key), Some(Blocker::Account));
     h.release(subject.key);
     h.release(account.key);
-    assert_eq!(by(&h, dave.key), Some(Blocker::Total));
-    assert_eq!(by(&h, erin.key), Some(Blocker::Turn));
+    for key in &waiters {
+        assert_eq!(by(&h, *key), Some(Blocker::Total));
+    }
     // A replica at the soft memory limit holds its own waiters back.
     let held = h
         .submit_with("frank", None, "f1", SubmitMode::Queue, Some(950))

@@ -49,8 +49,7 @@ impl HostState {
                 blocked_by: None,
             });
         };
-        let blocked_by = (t.state == TicketState::Queued)
-            .then(|| self.blocker(limits, key, t, self.head_waiter(), now));
+        let blocked_by = (t.state == TicketState::Queued).then(|| self.blocker(limits, t, now));
         let (position, eta) = if t.state == TicketState::Queued {
             let (position, depth) = self.position(t);
             (position, self.wait_estimate(limits, t, position, depth))
@@ -134,7 +133,6 @@ impl HostState {
     /// Live tickets, at most `limit`: admitted and parked ones by grant, then queued ones in
     /// queue order. The bool is true when truncated.
     pub fn list(&self, limits: &Limits, limit: usize, now: Millis) -> (Vec<TicketInfo>, bool) {
-        let head = self.head_waiter();
         let mut live: Vec<_> = self.tickets.iter().collect();
         live.sort_by_key(|(_, t)| (t.state == TicketState::Queued, t.grant, t.order));
         let truncated = live.len() > limit;
@@ -160,7 +158,7 @@ impl HostState {
                     grant: t.grant,
                     lease_remaining_ms: t.deadline.saturating_sub(now),
                     priority: t.level + 1,
-                    blocked_by: queued.then(|| self.blocker(limits, *k, t, head, now)),
+                    blocked_by: queued.then(|| self.blocker(limits, t, now)),
                     in_state_ms: now.saturating_sub(t.since),
                     place,
                     eta_ms: eta,

@@ -11,7 +11,7 @@ import { test } from "node:test";
 
 import { status as grpcStatus } from "@grpc/grpc-js";
 
-import { AdmissionClient, AdmissionError, AdmissionRefusedError, OperatorClient } from "../index.js";
+import { AdmissionClient, AdmissionError, AdmissionRefusedError, ClientClosedError, OperatorClient } from "../index.js";
 import { LimitsSource } from "../gen/admission/v1/admission.js";
 import { eventually, freePort, startServer } from "./server.js";
 
@@ -431,7 +431,9 @@ test("a priority slot goes first and hears its place and wait estimate while que
     await eventually("both to queue", async () => (await client.stats()).queued === 2);
     await eventually("batch to hear it moved back", async () => seen.some(([p]) => p === 1));
     assert.ok(seen[0][0] === 0 && seen[0][1] > 0 && seen[0][2] === "TOTAL", JSON.stringify(seen));
-    assert.ok(seen.some(([p, , by]) => p === 1 && by === "TURN"), "behind interactive: its turn");
+    // Moved back behind interactive while the host is full: still the full host that holds it
+    // (TURN is only for a free slot that others take first).
+    assert.ok(seen.some(([p, , by]) => p === 1 && by === "TOTAL"), "behind interactive, the host full");
     await holder.release();
     await (await high).release();
     await (await low).release();
@@ -504,6 +506,34 @@ test("provider errors map to outcomes, and a 429 lowers an adaptive account cap"
     assert.deepEqual([row?.cap, row?.adaptive], [2, true]);
   } finally {
     client.close();
+    await server.stop();
+  }
+});
+
+test("a closed client fails every call at once and never reopens its connection", async () => {
+  const server = await startServer("--total", "2", "--queue-total", "4", "--drain-grace", "100ms");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const observer = new AdmissionClient(server.addr, { hostId: "h" });
+  try {
+    const slot = await client.acquire("alice", { runId: "held" });
+    client.close();
+    const closed = (e: unknown) => e instanceof ClientClosedError && e.code === grpcStatus.CANCELLED && /is closed/.test(e.message);
+    await assert.rejects(client.stats(), closed);
+    await assert.rejects(client.acquire("bob"), closed);
+    await assert.rejects(client.releaseRun("held"), closed);
+    await assert.rejects(client.checkAuthAttempt("approval", "carol"), closed);
+    await assert.rejects(client.waitAdmitted(slot.ticketId, undefined), closed);
+    assert.equal(new ClientClosedError("AdmissionClient").retryable, false);
+    // The handle's release goes through the closed client: it settles and frees nothing (a
+    // reopened connection would have released the ticket), so the lease is what frees it.
+    await slot.release();
+    const s = await observer.stats();
+    assert.deepEqual([s.inFlight, s.released], [1, 0]);
+    // Closing twice is harmless. (The ticket left admitted is why the server's drain grace is
+    // short here.)
+    client.close();
+  } finally {
+    observer.close();
     await server.stop();
   }
 });

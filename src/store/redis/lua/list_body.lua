@@ -4,14 +4,13 @@
 -- LISTED_PLACE_DEPTH deep in its lane (scheduler::HostState::list), else 0.
 housekeeping(false)
 local out = {fmt(now)}
-local head = head_waiter() or ''
 local hold = cnt('hold')
 for _, k in ipairs(redis.call('ZRANGE', LEASES, 0, -1)) do
   local t = ticket(k)
   if t then
     local by, place, wait = '', 0, 0
     if t.state == QUEUED then
-      by = blocker(k, t, head)
+      by = blocker(t)
       local pos, depth = position(k, t, LISTED_PLACE_DEPTH)
       if pos then
         place = pos + 1

@@ -353,26 +353,15 @@ local function eta(hold, pos, depth, cap)
   return math.max(a, b, 1)
 end
 -- {state, position, grant, lease remaining, eta}, or false for an unknown ticket.
--- The first waiter of the highest priority's round-robin turn: the next to be served
--- (scheduler::HostState::head_waiter).
-local function head_waiter()
-  for p = 1, LEVELS do
-    local s = redis.call('LINDEX', (lvl_keys(p)), 0)
-    if s then
-      return redis.call('ZRANGEBYSCORE', qkey(s), lane_lo(p), lane_hi(p), 'LIMIT', 0, 1)[1]
-    end
-  end
-  return nil
-end
 -- What holds waiter k (scheduler::HostState::blocker): a learning window, its replica's
--- memory, its subject's cap, its account's, then the total for the next in line, else its turn.
--- `head`: the next in line if already known (a listing's), else nil.
-local function blocker(k, t, head)
+-- memory, its subject's cap, its account's, then the total while the host is full, else its
+-- turn (a slot is free, others go first).
+local function blocker(t)
   if cnt('lu') > now then return 'state_loss' end
   if instance_soft(t.instance) then return 'memory' end
   if num(redis.call('HGET', C, sf(t.subject))) >= subject_cap(t.subject) then return 'subject' end
   if not account_has_room(t.account) then return 'account' end
-  if cnt('in_flight') >= L.total and (head or head_waiter()) == k then return 'total' end
+  if cnt('in_flight') >= L.total then return 'total' end
   return 'turn'
 end
 -- {state, position, grant, lease, eta, blocker ('' unless queued)}, or false when unknown.
@@ -384,7 +373,7 @@ local function view(k)
     local depth
     pos, depth = position(k, t)
     wait = eta(cnt('hold'), pos, depth, subject_cap(t.subject))
-    by = blocker(k, t)
+    by = blocker(t)
   end
   if live(t.state) then lease = math.max(t.deadline - now, 0) end
   return {t.state, pos, t.grant, lease, wait, by}

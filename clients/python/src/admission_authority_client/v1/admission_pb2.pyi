@@ -109,8 +109,8 @@ class _BlockerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Blocker.Value
     BLOCKER_UNSPECIFIED: _Blocker.ValueType  # 0
     """Not queued."""
     BLOCKER_TOTAL: _Blocker.ValueType  # 1
-    """The host's total cap: it is at `total`, and this ticket is next in line (the first waiter
-    of the highest priority's round-robin turn).
+    """The host's total cap: the host is at `total` (and this ticket's own subject and account
+    have room). Every such waiter says so, wherever it stands in line.
     """
     BLOCKER_SUBJECT: _Blocker.ValueType  # 2
     """Its subject is at its cap (subjects.<name> or per_subject)."""
@@ -121,9 +121,8 @@ class _BlockerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Blocker.Value
     are not dispatched until it reports less.
     """
     BLOCKER_TURN: _Blocker.ValueType  # 5
-    """Its turn: a slot could take it (its subject and account have room), but the host is at
-    its total and other waiters go first (a higher priority, an earlier round-robin turn, its
-    subject's earlier runs).
+    """Its turn: a slot is free and its subject and account have room, but other waiters go
+    first (a higher priority, an earlier round-robin turn, its subject's earlier runs).
     """
     BLOCKER_STATE_LOSS: _Blocker.ValueType  # 6
     """A learning window after the shared store lost its state: no one is admitted until the
@@ -132,15 +131,15 @@ class _BlockerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Blocker.Value
 
 class Blocker(_Blocker, metaclass=_BlockerEnumTypeWrapper):
     """What holds a queued ticket (SubmitResponse, WaitEvent and TicketInfo.blocked_by): the first
-    that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL for the waiter next in
-    line or TURN for the others. The same on every store.
+    that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is at its
+    total, or TURN while a slot is free. The same on every store.
     """
 
 BLOCKER_UNSPECIFIED: Blocker.ValueType  # 0
 """Not queued."""
 BLOCKER_TOTAL: Blocker.ValueType  # 1
-"""The host's total cap: it is at `total`, and this ticket is next in line (the first waiter
-of the highest priority's round-robin turn).
+"""The host's total cap: the host is at `total` (and this ticket's own subject and account
+have room). Every such waiter says so, wherever it stands in line.
 """
 BLOCKER_SUBJECT: Blocker.ValueType  # 2
 """Its subject is at its cap (subjects.<name> or per_subject)."""
@@ -151,9 +150,8 @@ BLOCKER_MEMORY: Blocker.ValueType  # 4
 are not dispatched until it reports less.
 """
 BLOCKER_TURN: Blocker.ValueType  # 5
-"""Its turn: a slot could take it (its subject and account have room), but the host is at
-its total and other waiters go first (a higher priority, an earlier round-robin turn, its
-subject's earlier runs).
+"""Its turn: a slot is free and its subject and account have room, but other waiters go
+first (a higher priority, an earlier round-robin turn, its subject's earlier runs).
 """
 BLOCKER_STATE_LOSS: Blocker.ValueType  # 6
 """A learning window after the shared store lost its state: no one is admitted until the

@@ -164,15 +164,15 @@ export function ticketStateToJSON(object: TicketState): string {
 
 /**
  * What holds a queued ticket (SubmitResponse, WaitEvent and TicketInfo.blocked_by): the first
- * that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL for the waiter next in
- * line or TURN for the others. The same on every store.
+ * that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is at its
+ * total, or TURN while a slot is free. The same on every store.
  */
 export enum Blocker {
   /** BLOCKER_UNSPECIFIED - Not queued. */
   BLOCKER_UNSPECIFIED = 0,
   /**
-   * BLOCKER_TOTAL - The host's total cap: it is at `total`, and this ticket is next in line (the first waiter
-   * of the highest priority's round-robin turn).
+   * BLOCKER_TOTAL - The host's total cap: the host is at `total` (and this ticket's own subject and account
+   * have room). Every such waiter says so, wherever it stands in line.
    */
   BLOCKER_TOTAL = 1,
   /** BLOCKER_SUBJECT - Its subject is at its cap (subjects.<name> or per_subject). */
@@ -185,9 +185,8 @@ export enum Blocker {
    */
   BLOCKER_MEMORY = 4,
   /**
-   * BLOCKER_TURN - Its turn: a slot could take it (its subject and account have room), but the host is at
-   * its total and other waiters go first (a higher priority, an earlier round-robin turn, its
-   * subject's earlier runs).
+   * BLOCKER_TURN - Its turn: a slot is free and its subject and account have room, but other waiters go
+   * first (a higher priority, an earlier round-robin turn, its subject's earlier runs).
    */
   BLOCKER_TURN = 5,
   /**
