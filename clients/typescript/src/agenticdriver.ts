@@ -21,6 +21,7 @@ import {
   type AdmissionClient,
   AdmissionError,
   AdmissionRefusedError,
+  ClientClosedError,
   type ReleaseReport,
   SlotHandle,
   TicketEndedError,
@@ -401,7 +402,9 @@ export class AuthorityScheduler {
       if (e.state === "CANCELLED") return this.error("CANCELLED", e.message, false, { cause: e });
       return this.error("BUSY", e.message, true, { reason: e.state, cause: e });
     }
-    if (e instanceof AdmissionError && e.code === grpcStatus.INVALID_ARGUMENT) return e; // a bug, not "later"
+    // A bug, not "later": bad input, or a call after the client was closed.
+    if (e instanceof AdmissionError && e.code === grpcStatus.INVALID_ARGUMENT) return e;
+    if (e instanceof ClientClosedError) return e;
     if (e instanceof AdmissionError) {
       const message = `the admission authority could not be reached (${e.message}); retry later`;
       return this.error("BUSY", message, true, { reason: "UNAVAILABLE", cause: e });

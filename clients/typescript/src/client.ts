@@ -97,6 +97,15 @@ export class TicketEndedError extends AdmissionError {
   }
 }
 
+/** A call on a client after its `close()`: it fails at once, is never retried, and opens no
+ * connection. Background work of the client (renewals, releases by run) stops on it. */
+export class ClientClosedError extends AdmissionError {
+  constructor(what: string) {
+    super(`the ${what} is closed: make a new one to call the authority again`, grpcStatus.CANCELLED, "CLIENT_CLOSED");
+    this.name = "ClientClosedError";
+  }
+}
+
 /** The typed error for a failed call. */
 export function translate(err: ServiceError): AdmissionError {
   const message = err.details || err.message;
@@ -366,22 +375,26 @@ export class SlotHandle {
   }
 }
 
-/** A client for one gateway host. The channel opens on the first call. */
 /** What both clients share: the generated stub, whose channel opens on the first call, and
- * the metadata every call carries (the bearer token, if any). */
+ * the metadata every call carries (the bearer token, if any). Once closed it stays closed:
+ * asking for the stub throws {@link ClientClosedError} instead of opening a new channel. */
 class Connection<S extends { close(): void }> {
   private instance: S | undefined;
+  private closed = false;
 
   constructor(
     private readonly open: () => S,
     private readonly token: string | undefined,
+    private readonly what: string,
   ) {}
 
   get stub(): S {
+    if (this.closed) throw new ClientClosedError(this.what);
     return (this.instance ??= this.open());
   }
 
   close(): void {
+    this.closed = true;
     this.instance?.close();
     this.instance = undefined;
   }
@@ -407,7 +420,11 @@ export class AdmissionClient {
     this.hostId = options.hostId;
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}`;
     this.timeoutMs = options.timeoutMs ?? 10_000;
-    this.connection = new Connection(() => new gen.AdmissionClient(target, channelCredentials(options)), options.token);
+    this.connection = new Connection(
+      () => new gen.AdmissionClient(target, channelCredentials(options)),
+      options.token,
+      "AdmissionClient",
+    );
   }
 
   /** The generated stub, for calls the wrapper does not cover. */
@@ -415,6 +432,8 @@ export class AdmissionClient {
     return this.connection.stub;
   }
 
+  /** Close the channel. Every later call, and every retry or renewal under way, fails at once
+   * with {@link ClientClosedError}; nothing reopens the connection. */
   close(): void {
     this.connection.close();
   }
@@ -698,7 +717,7 @@ export class AdmissionClient {
 
   /** Count one attempt of `identity` against `endpoint`'s bucket; with `peek`, count nothing
    * and answer what an attempt would meet (e.g. whether the key is locked out). */
-  checkAuthAttempt(endpoint: string, identity: string, opts: { peek?: boolean } = {}): Promise<AuthAttempt> {
+  async checkAuthAttempt(endpoint: string, identity: string, opts: { peek?: boolean } = {}): Promise<AuthAttempt> {
     // Each attempt counts: repeated only when it certainly was not counted.
     return this.call(
       this.stub.checkAuthAttempt,
@@ -713,7 +732,7 @@ export class AdmissionClient {
   }
 
   /** Live counters of this client's host. */
-  stats(): Promise<gen.Stats> {
+  async stats(): Promise<gen.Stats> {
     return this.call(this.stub.getStats, { hostId: this.hostId });
   }
 }
@@ -757,7 +776,11 @@ export class OperatorClient {
 
   constructor(target: string, options: OperatorOptions = {}) {
     this.timeoutMs = options.timeoutMs ?? 10_000;
-    this.connection = new Connection(() => new gen.OperatorClient(target, channelCredentials(options)), options.token);
+    this.connection = new Connection(
+      () => new gen.OperatorClient(target, channelCredentials(options)),
+      options.token,
+      "OperatorClient",
+    );
   }
 
   /** The generated stub, for calls the wrapper does not cover. */
@@ -778,13 +801,13 @@ export class OperatorClient {
   }
 
   /** The limits `hostId` is decided with now, their `source` and `revision`. */
-  getLimits(hostId: string): Promise<gen.GetLimitsResponse> {
+  async getLimits(hostId: string): Promise<gen.GetLimitsResponse> {
     return this.call(this.stub.getLimits, { hostId });
   }
 
   /** Put `limits` (the whole message) in force; with `expectedRevision`, only if the limits are
    * still at it (else an {@link AdmissionError} with code FAILED_PRECONDITION). */
-  setLimits(hostId: string, limits: gen.HostLimits, expectedRevision = 0): Promise<gen.SetLimitsResponse> {
+  async setLimits(hostId: string, limits: gen.HostLimits, expectedRevision = 0): Promise<gen.SetLimitsResponse> {
     return this.call(this.stub.setLimits, { hostId, limits, expectedRevision });
   }
 
@@ -824,7 +847,7 @@ export class OperatorClient {
   }
 
   /** Return `hostId` to the configuration file's limits. */
-  resetLimits(hostId: string, expectedRevision = 0): Promise<gen.ResetLimitsResponse> {
+  async resetLimits(hostId: string, expectedRevision = 0): Promise<gen.ResetLimitsResponse> {
     return this.call(this.stub.resetLimits, { hostId, expectedRevision });
   }
 }

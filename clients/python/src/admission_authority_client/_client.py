@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 import grpc
 import grpc.aio
 
-from .errors import AdmissionError, TicketEnded, translate
+from .errors import AdmissionError, ClientClosed, TicketEnded, translate
 from .v1 import admission_pb2 as pb
 from .v1 import admission_pb2_grpc as pb_grpc
 
@@ -378,6 +378,13 @@ class _Connection:
         """The call metadata (the bearer token), for calls made on ``stub`` directly."""
         return self._md
 
+    #: Set by ``close()``: from then on every call raises :class:`ClientClosed`.
+    _closed: bool = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(type(self).__name__)
+
     def _release_run_request(self, run_id: str) -> pb.ReleaseRequest:
         return pb.ReleaseRequest(host_id=self._req.host_id, run_id=run_id)
 
@@ -417,6 +424,9 @@ class AdmissionClient(_Connection):
         self.close()
 
     def close(self) -> None:
+        """Close the channel. Every later call, and every retry or renewal under way, raises
+        :class:`~admission_authority_client.ClientClosed` at once; nothing reopens it."""
+        self._closed = True
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -425,6 +435,7 @@ class AdmissionClient(_Connection):
     @property
     def stub(self) -> pb_grpc.AdmissionStub:
         """The generated stub, for calls the wrapper does not cover."""
+        self._check_open()
         if self._stub is None:
             if self._channel is None:
                 self._channel = (
@@ -558,6 +569,7 @@ class AdmissionClient(_Connection):
         end = time.monotonic() + self._timeout
         backoff = _FIRST_BACKOFF
         while True:
+            self._check_open()
             try:
                 return rpc(request, timeout=max(end - time.monotonic(), 0.001), metadata=self._md)
             except grpc.RpcError as e:
@@ -606,6 +618,9 @@ class AdmissionClient(_Connection):
                 if state == pb.TICKET_STATE_EXPIRED:
                     back = self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
                     state, reclaimed = back.state, back.reclaimed
+            except ClientClosed as e:
+                _reclaim_refused(slot, e)
+                return
             except grpc.RpcError as e:
                 err = translate(e)
                 if err.retryable:
@@ -689,6 +704,9 @@ class OperatorClient:
     writes them back at the revision it read, reading again if another operator changed them in
     between; ``reset_limits`` returns the host to the configuration file."""
 
+    #: Set by ``close()``: from then on every call raises :class:`ClientClosed`.
+    _closed: bool = False
+
     def __init__(
         self,
         target: str,
@@ -712,6 +730,9 @@ class OperatorClient:
         self.close()
 
     def close(self) -> None:
+        """Close the channel; every later call raises
+        :class:`~admission_authority_client.ClientClosed` at once."""
+        self._closed = True
         if self._channel is not None:
             self._channel.close()
             self._channel = None
@@ -720,6 +741,8 @@ class OperatorClient:
     @property
     def stub(self) -> pb_grpc.OperatorStub:
         """The generated stub, for calls the wrapper does not cover."""
+        if self._closed:
+            raise ClientClosed(type(self).__name__)
         if self._stub is None:
             if self._channel is None:
                 self._channel = (
@@ -857,8 +880,12 @@ class AsyncAdmissionClient(_Connection):
         await self.close()
 
     async def close(self) -> None:
+        """Wait for the releases by run still retrying in the background, then close the
+        channel. Every later call, and every retry or renewal under way, raises
+        :class:`~admission_authority_client.ClientClosed` at once; nothing reopens it."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        self._closed = True
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
@@ -1006,6 +1033,7 @@ class AsyncAdmissionClient(_Connection):
         end = loop.time() + self._timeout
         backoff = _FIRST_BACKOFF
         while True:
+            self._check_open()
             try:
                 return await rpc(request, timeout=max(end - loop.time(), 0.001), metadata=self._md)
             except grpc.aio.AioRpcError as e:
@@ -1053,6 +1081,9 @@ class AsyncAdmissionClient(_Connection):
                 if state == pb.TICKET_STATE_EXPIRED:
                     back = await self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
                     state, reclaimed = back.state, back.reclaimed
+            except ClientClosed as e:
+                _reclaim_refused(slot, e)
+                return
             except grpc.aio.AioRpcError as e:
                 err = translate(e)
                 if err.retryable:

@@ -98,6 +98,15 @@ class AuthorityUnavailable(AdmissionError):
     (:attr:`may_have_applied`)."""
 
 
+class ClientClosed(AdmissionError):
+    """A call on a client after its ``close()``: it fails at once, is never retried, and opens
+    no new channel. The client's background work (renewals, releases by run) stops on it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the {what} is closed: make a new one to call the authority again",
+                         grpc.StatusCode.CANCELLED, "CLIENT_CLOSED")
+
+
 _REFUSALS: dict[str, type[AdmissionRefused]] = {
     "BUSY": Busy,
     "QUEUE_FULL": QueueFull,

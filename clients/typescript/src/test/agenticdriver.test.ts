@@ -11,6 +11,7 @@ import {
   AdmissionError,
   AuthorityResourceAdmission,
   AuthorityScheduler,
+  ClientClosedError,
   type Identity,
   SchedulerError,
   type Ticket,
@@ -592,5 +593,27 @@ test("authorize answers allow, deny and unknown from the server's budgets", asyn
     });
   } finally {
     gone.close();
+  }
+});
+
+test("the drop-in on a closed client: releases and submits fail at once, no retry reopens it", async () => {
+  const server = await startServer("--total", "2", "--drain-grace", "100ms");
+  const client = new AdmissionClient(server.addr, { hostId: "h" });
+  const observer = new AdmissionClient(server.addr, { hostId: "h" });
+  const scheduler = new AuthorityScheduler(client);
+  try {
+    const running = scheduler.submit(who("alice"));
+    await running.wait();
+    client.close();
+    // Its Release does not reopen the connection to retry: the ticket stays admitted.
+    await running.release();
+    assert.deepEqual(scheduler.stats, { active: 0, queued: 0 });
+    const s = await observer.stats();
+    assert.deepEqual([s.inFlight, s.released], [1, 0]);
+    // A new run is refused with the closed client's own error, not a retryable BUSY.
+    await assert.rejects(scheduler.submit(who("bob")).wait(), (e) => e instanceof ClientClosedError);
+  } finally {
+    observer.close();
+    await server.stop();
   }
 });
