@@ -270,3 +270,104 @@ fn the_systemd_unit_is_valid_and_runs_the_shipped_configuration() {
         );
     }
 }
+
+/// The build stage's `COPY` lines (without `--from`): every source path with where it lands
+/// relative to the stage's `WORKDIR`; and the stage's `RUN` commands.
+fn build_stage(dockerfile: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let mut copies = Vec::new();
+    let mut runs = Vec::new();
+    let mut stages = 0;
+    for line in dockerfile.lines().map(str::trim) {
+        if line.starts_with("FROM ") {
+            stages += 1;
+            continue;
+        }
+        if stages != 1 {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("COPY ") {
+            assert!(!rest.starts_with("--"), "a flag in the build stage: {line}");
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let (dest, sources) = words.split_last().expect("COPY with a destination");
+            for source in sources {
+                let to = if dest.ends_with('/') {
+                    format!("{dest}{source}")
+                } else {
+                    assert_eq!(sources.len(), 1, "several sources need a directory: {line}");
+                    dest.to_string()
+                };
+                copies.push((source.to_string(), to));
+            }
+        } else if let Some(cmd) = line.strip_prefix("RUN ") {
+            runs.push(cmd.to_string());
+        }
+    }
+    (copies, runs)
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        }
+    } else {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    }
+}
+
+/// No Docker daemon runs here, so the image's build is replayed: exactly the files the build
+/// stage copies go into an empty directory, and its `RUN` command builds there. A file the
+/// binary needs (a proto, the console it embeds) that the Dockerfile does not copy fails this.
+/// The release profile is made cheap by environment (no optimisation, no LTO), so the build
+/// takes what a debug build takes; the files it reads are what is tested, not the code.
+#[test]
+fn the_image_builds_from_exactly_the_files_the_dockerfile_copies() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = std::fs::read_to_string(deploy("Dockerfile")).unwrap();
+    let (copies, runs) = build_stage(&dockerfile);
+    assert!(!copies.is_empty(), "the build stage copies nothing");
+    let context = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docker-build-context");
+    let _ = std::fs::remove_dir_all(&context);
+    for (source, to) in &copies {
+        copy_tree(&repo.join(source), &context.join(to));
+    }
+    assert_eq!(runs.len(), 1, "one RUN in the build stage: {runs:?}");
+    // Kept apart from the tests' own target dir (whose lock the running `cargo test` holds),
+    // and kept between runs so a second run is incremental.
+    let target = repo.join("target").join("docker-build");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&runs[0])
+        .current_dir(&context)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("CARGO_NET_OFFLINE", "true")
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "0")
+        .env("CARGO_PROFILE_RELEASE_LTO", "false")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "256")
+        .env("CARGO_PROFILE_RELEASE_INCREMENTAL", "true")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the build from the Dockerfile's files failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The binary it made runs the configuration the image ships.
+    let bin = target.join("release").join("admission-authority");
+    let check = Command::new(&bin)
+        .arg("check-config")
+        .arg(deploy("admission-single.yaml"))
+        .env("ADMISSION_GATEWAY_TOKEN", "test-gateway-token")
+        .env("ADMISSION_OPERATOR_TOKEN", "test-operator-token")
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
