@@ -23,7 +23,7 @@ use crate::service::{AdmissionService, OperatorService};
 use crate::store::journal::JournalOptions;
 use crate::store::memory::{MemoryStore, OpenOptions};
 use crate::store::redis::RedisStore;
-use crate::store::{Policy, Store};
+use crate::store::{Policy, Store, TicketStore, Timed};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -186,12 +186,14 @@ async fn serve<S: Store>(
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Option<Reload>,
 ) -> Result<(), ServeError> {
+    let metrics = Arc::new(Metrics::default());
+    // Every store call from here on is timed (admission_store_call_duration_seconds).
+    let store = Arc::new(Timed::new(store, metrics.store.clone()));
     if let Some(reload) = reload {
         tokio::spawn(reload_on_sighup(store.clone(), config.clone(), reload));
     }
     let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let gates = Arc::new(Gates::default());
-    let metrics = Arc::new(Metrics::default());
     crate::telemetry::register(metrics.clone());
     let background = [
         tokio::spawn(sweep(store.clone(), sweep_every)),
@@ -339,6 +341,8 @@ async fn serve<S: Store>(
         // Bounds every call but Wait, whose handler returns once the stream is open (a
         // client's shorter grpc-timeout wins).
         .timeout(Duration::from_millis(g.unary_timeout_ms))
+        // Outermost, so it times what the caller gets (after framing's INVALID_ARGUMENT).
+        .layer(crate::service::timing::RpcTiming(metrics.clone()))
         .layer(crate::service::framing::FramingErrorsAsBadInput)
         // One span per RPC; handlers fill in host_id, subject and decision (never a token or
         // an auth identity).

@@ -8,6 +8,9 @@
 pub mod journal;
 pub mod memory;
 pub mod redis;
+mod timed;
+
+pub use timed::Timed;
 
 use std::fmt;
 use std::future::Future;
@@ -190,6 +193,39 @@ pub trait TicketWatch: Send + 'static {
     fn changed(&mut self) -> impl Future<Output = ()> + Send;
 }
 
+/// A Wait stream's subscription to one ticket, on either store: a receiver its store signals
+/// on every change of the ticket's host (in memory) or of the ticket (Redis, from the other
+/// replicas' notices). Once the sender is gone nothing wakes it again.
+pub struct ChangeWatch {
+    rx: Option<tokio::sync::watch::Receiver<()>>,
+}
+
+impl ChangeWatch {
+    pub fn new(rx: tokio::sync::watch::Receiver<()>) -> Self {
+        ChangeWatch { rx: Some(rx) }
+    }
+
+    /// A watch that never fires (a ticket no store holds).
+    pub fn never() -> Self {
+        ChangeWatch { rx: None }
+    }
+}
+
+impl TicketWatch for ChangeWatch {
+    async fn changed(&mut self) {
+        match &mut self.rx {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    // The sender is gone (the host or ticket was dropped).
+                    self.rx = None;
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
+
 /// The scheduler's tickets. Each method is one atomic operation: no caller ever reads, decides
 /// and writes in separate steps.
 pub trait TicketStore: Send + Sync + 'static {
@@ -318,6 +354,9 @@ pub trait TicketStore: Send + Sync + 'static {
     /// Admitted tickets whose state ends with this process: a draining authority waits for
     /// them. 0 for a shared store, whose tickets other replicas keep serving.
     fn in_flight_here(&self) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// What this store is, for `admission_store_info{kind}`: `memory`, `data_dir` or `redis`.
+    fn kind(&self) -> &'static str;
 
     /// True for a store other replicas share (its tickets outlive this process, so a drain
     /// does not wait for them).

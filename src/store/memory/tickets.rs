@@ -3,18 +3,19 @@
 
 use tokio::sync::watch;
 
+use super::MemoryStore;
 use super::ops::{HostOp, HostOut};
-use super::{MemoryStore, MemoryWatch};
 use crate::scheduler::{
     HeldArgs, HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable,
     ReclaimRefusal, Reclaimed, Report, SubmitArgs, SubmitError, TicketInfo, TicketState,
     TicketView,
 };
+use crate::store::ChangeWatch;
 use crate::store::journal::SendGates;
 use crate::store::{StoreError, TicketId, TicketStore};
 
 impl TicketStore for MemoryStore {
-    type Watch = MemoryWatch;
+    type Watch = ChangeWatch;
 
     fn file_limits(&self, host_id: &str) -> Limits {
         self.file_limits
@@ -202,9 +203,9 @@ impl TicketStore for MemoryStore {
         .await
     }
 
-    fn watch(&self, id: &TicketId) -> MemoryWatch {
+    fn watch(&self, id: &TicketId) -> ChangeWatch {
         let Some(host) = self.existing_host(&id.host_id) else {
-            return MemoryWatch { rx: None };
+            return ChangeWatch::never();
         };
         let mut inner = host.inner.lock().expect("host lock");
         let rx = inner
@@ -212,7 +213,7 @@ impl TicketStore for MemoryStore {
             .entry(id.key)
             .or_insert_with(|| watch::channel(()).0)
             .subscribe();
-        MemoryWatch { rx: Some(rx) }
+        ChangeWatch::new(rx)
     }
 
     async fn sweep_tickets(&self) -> Result<(), StoreError> {
@@ -251,6 +252,14 @@ impl TicketStore for MemoryStore {
         let mut hosts: Vec<String> = self.all_hosts().into_iter().map(|(h, _)| h).collect();
         hosts.sort();
         Ok(hosts)
+    }
+
+    fn kind(&self) -> &'static str {
+        if self.journal.is_some() {
+            "data_dir"
+        } else {
+            "memory"
+        }
     }
 
     async fn in_flight_here(&self) -> Result<u64, StoreError> {

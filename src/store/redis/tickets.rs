@@ -16,29 +16,10 @@ use crate::scheduler::{
     Report, ShadowDecision, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState,
     TicketView, level_of,
 };
-use crate::store::{StoreError, TicketId, TicketStore, TicketWatch};
+use crate::store::{ChangeWatch, StoreError, TicketId, TicketStore};
 
 /// Wait streams of this replica waiting for changes, by host and ticket.
 pub(super) type Watchers = std::sync::Mutex<HashMap<(String, TicketKey), watch::Sender<()>>>;
-
-/// A Wait stream's subscription to one ticket of the Redis store.
-pub struct RedisWatch {
-    rx: Option<watch::Receiver<()>>,
-}
-
-impl TicketWatch for RedisWatch {
-    async fn changed(&mut self) {
-        match &mut self.rx {
-            Some(rx) => {
-                if rx.changed().await.is_err() {
-                    self.rx = None;
-                    std::future::pending::<()>().await;
-                }
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
-}
 
 impl RedisStore {
     /// A ticket script on `host`: KEYS[1] the host's counters, ARGV the host prefix, limits,
@@ -77,7 +58,7 @@ impl RedisStore {
 }
 
 impl TicketStore for RedisStore {
-    type Watch = RedisWatch;
+    type Watch = ChangeWatch;
 
     fn file_limits(&self, host_id: &str) -> Limits {
         let file = self.file_limits.read().expect("limits lock").clone();
@@ -144,7 +125,7 @@ impl TicketStore for RedisStore {
         ];
         // A host of another epoch than this replica knows changes nothing and says so: learn
         // the store's epoch (a loss, or a new host) and call again, beginning the host under it.
-        let started = std::time::Instant::now();
+        let started = self.epoch.tick();
         let mut reply = self.sched(&self.submit, host_id, &argv).await?;
         for _ in 0..2 {
             let Some(seen) = epoch_reply(&reply) else {
@@ -335,14 +316,14 @@ impl TicketStore for RedisStore {
         view(id.key, &reply)
     }
 
-    fn watch(&self, id: &TicketId) -> RedisWatch {
+    fn watch(&self, id: &TicketId) -> ChangeWatch {
         self.ensure_listener();
         let mut w = self.watchers.lock().expect("watchers lock");
         let rx = w
             .entry((id.host_id.clone(), id.key))
             .or_insert_with(|| watch::channel(()).0)
             .subscribe();
-        RedisWatch { rx: Some(rx) }
+        ChangeWatch::new(rx)
     }
 
     async fn sweep_tickets(&self) -> Result<(), StoreError> {
@@ -418,6 +399,10 @@ impl TicketStore for RedisStore {
         let mut hosts = self.hosts().await?;
         hosts.sort();
         Ok(hosts)
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
     }
 
     fn shared(&self) -> bool {

@@ -1,0 +1,315 @@
+//! [`Timed`]: any store, with the latency of every call it answers recorded by operation in
+//! [`StoreLatency`] (`admission_store_call_duration_seconds`). The server wraps its store in it
+//! once; everything else forwards unchanged.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use super::{AuthStore, LedgerResult, LedgerStore, StoreError, TicketId, TicketStore, journal};
+use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, BucketRule};
+use crate::clock::Stopwatch;
+use crate::ledger::{
+    Authorization, AuthorizeArgs, LedgerStats, ReservationInfo, Resolution, Usage,
+};
+use crate::metrics::{StoreLatency, StoreOp};
+use crate::scheduler::{
+    HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed, Report,
+    SubmitArgs, SubmitError, TicketInfo, TicketState, TicketView,
+};
+
+/// A store whose calls are timed; see the module documentation.
+pub struct Timed<S> {
+    inner: Arc<S>,
+    latency: Arc<StoreLatency>,
+}
+
+impl<S> Timed<S> {
+    pub fn new(inner: Arc<S>, latency: Arc<StoreLatency>) -> Self {
+        Timed { inner, latency }
+    }
+
+    /// The store it wraps.
+    pub fn inner(&self) -> &Arc<S> {
+        &self.inner
+    }
+
+    /// `call`, timed as `op`; a `StoreError` counts as `error`.
+    async fn timed<T>(
+        &self,
+        op: StoreOp,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let watch = Stopwatch::start();
+        let out = call.await;
+        self.latency.observe(op, out.is_ok(), watch.elapsed());
+        out
+    }
+}
+
+impl<S: TicketStore> TicketStore for Timed<S> {
+    type Watch = S::Watch;
+
+    fn file_limits(&self, host_id: &str) -> Limits {
+        self.inner.file_limits(host_id)
+    }
+
+    fn reload_file_limits(&self, limits: LimitsTable) {
+        self.inner.reload_file_limits(limits)
+    }
+
+    fn get_limits(
+        &self,
+        host_id: &str,
+    ) -> impl Future<Output = Result<LimitsRecord, StoreError>> + Send {
+        self.timed(StoreOp::GetLimits, self.inner.get_limits(host_id))
+    }
+
+    fn set_limits(
+        &self,
+        host_id: &str,
+        limits: Limits,
+        expected_revision: u64,
+    ) -> impl Future<Output = Result<Result<LimitsRecord, u64>, StoreError>> + Send {
+        let call = self.inner.set_limits(host_id, limits, expected_revision);
+        self.timed(StoreOp::SetLimits, call)
+    }
+
+    fn reset_limits(
+        &self,
+        host_id: &str,
+        expected_revision: u64,
+    ) -> impl Future<Output = Result<Result<LimitsRecord, u64>, StoreError>> + Send {
+        let call = self.inner.reset_limits(host_id, expected_revision);
+        self.timed(StoreOp::ResetLimits, call)
+    }
+
+    fn submit(
+        &self,
+        host_id: &str,
+        args: SubmitArgs,
+    ) -> impl Future<Output = Result<Result<(TicketId, TicketView), SubmitError>, StoreError>> + Send
+    {
+        self.timed(StoreOp::Submit, self.inner.submit(host_id, args))
+    }
+
+    fn renew(
+        &self,
+        ids: &[TicketId],
+        rss_mb: Option<u32>,
+    ) -> impl Future<Output = Result<Vec<Option<TicketView>>, StoreError>> + Send {
+        self.timed(StoreOp::Renew, self.inner.renew(ids, rss_mb))
+    }
+
+    fn release(
+        &self,
+        id: &TicketId,
+        report: Report,
+    ) -> impl Future<Output = Result<Option<TicketState>, StoreError>> + Send {
+        self.timed(StoreOp::Release, self.inner.release(id, report))
+    }
+
+    fn release_run(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        report: Report,
+    ) -> impl Future<Output = Result<Option<(TicketId, TicketState)>, StoreError>> + Send {
+        let call = self.inner.release_run(host_id, run_id, report);
+        self.timed(StoreOp::ReleaseRun, call)
+    }
+
+    fn park(
+        &self,
+        id: &TicketId,
+    ) -> impl Future<Output = Result<Option<Result<TicketView, TicketState>>, StoreError>> + Send
+    {
+        self.timed(StoreOp::Park, self.inner.park(id))
+    }
+
+    fn unpark(
+        &self,
+        id: &TicketId,
+    ) -> impl Future<Output = Result<Option<Result<TicketView, TicketState>>, StoreError>> + Send
+    {
+        self.timed(StoreOp::Unpark, self.inner.unpark(id))
+    }
+
+    fn reclaim(
+        &self,
+        id: &TicketId,
+        held: HeldArgs,
+    ) -> impl Future<Output = Result<Result<Reclaimed, ReclaimRefusal>, StoreError>> + Send {
+        self.timed(StoreOp::Reclaim, self.inner.reclaim(id, held))
+    }
+
+    fn state_losses(&self) -> u64 {
+        self.inner.state_losses()
+    }
+
+    fn ticket(
+        &self,
+        id: &TicketId,
+    ) -> impl Future<Output = Result<Option<TicketView>, StoreError>> + Send {
+        self.timed(StoreOp::Ticket, self.inner.ticket(id))
+    }
+
+    fn watch(&self, id: &TicketId) -> Self::Watch {
+        self.inner.watch(id)
+    }
+
+    fn sweep_tickets(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.timed(StoreOp::SweepTickets, self.inner.sweep_tickets())
+    }
+
+    fn stats(&self, host_id: &str) -> impl Future<Output = Result<HostStats, StoreError>> + Send {
+        self.timed(StoreOp::Stats, self.inner.stats(host_id))
+    }
+
+    fn list(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<TicketInfo>, bool), StoreError>> + Send {
+        self.timed(StoreOp::List, self.inner.list(host_id, limit))
+    }
+
+    fn count_rejection(
+        &self,
+        host_id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.timed(StoreOp::CountRejection, self.inner.count_rejection(host_id))
+    }
+
+    fn in_flight_here(&self) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        self.timed(StoreOp::InFlightHere, self.inner.in_flight_here())
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn shared(&self) -> bool {
+        self.inner.shared()
+    }
+
+    fn host_ids(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send {
+        self.timed(StoreOp::HostIds, self.inner.host_ids())
+    }
+
+    fn store_errors(&self) -> u64 {
+        self.inner.store_errors()
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        self.inner.readiness()
+    }
+
+    fn readiness_note(&self) -> Option<String> {
+        self.inner.readiness_note()
+    }
+
+    fn flush(&self) {
+        self.inner.flush()
+    }
+
+    fn send_gates(&self) -> Option<journal::SendGates> {
+        self.inner.send_gates()
+    }
+}
+
+impl<S: LedgerStore> LedgerStore for Timed<S> {
+    fn authorize(
+        &self,
+        host_id: &str,
+        args: AuthorizeArgs,
+    ) -> impl Future<Output = LedgerResult<Authorization>> + Send {
+        self.timed(StoreOp::Authorize, self.inner.authorize(host_id, args))
+    }
+
+    fn settle(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        usage: Usage,
+    ) -> impl Future<Output = LedgerResult<bool>> + Send {
+        let call = self.inner.settle(host_id, run_id, step, usage);
+        self.timed(StoreOp::Settle, call)
+    }
+
+    fn resolve(
+        &self,
+        host_id: &str,
+        run_id: &str,
+        step: u32,
+        resolution: Resolution,
+    ) -> impl Future<Output = LedgerResult<()>> + Send {
+        let call = self.inner.resolve(host_id, run_id, step, resolution);
+        self.timed(StoreOp::Resolve, call)
+    }
+
+    fn reservations(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<ReservationInfo>, bool), StoreError>> + Send {
+        let call = self.inner.reservations(host_id, limit);
+        self.timed(StoreOp::Reservations, call)
+    }
+
+    fn ledger_stats(
+        &self,
+        host_id: &str,
+    ) -> impl Future<Output = Result<LedgerStats, StoreError>> + Send {
+        self.timed(StoreOp::LedgerStats, self.inner.ledger_stats(host_id))
+    }
+
+    fn sweep_ledger(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.timed(StoreOp::SweepLedger, self.inner.sweep_ledger())
+    }
+}
+
+impl<S: AuthStore> AuthStore for Timed<S> {
+    fn auth_policy(&self) -> &AuthPolicy {
+        self.inner.auth_policy()
+    }
+
+    fn auth_attempt(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> impl Future<Output = Result<AuthDecision, StoreError>> + Send {
+        let call = self.inner.auth_attempt(endpoint, identity, rule);
+        self.timed(StoreOp::AuthAttempt, call)
+    }
+
+    fn auth_peek(
+        &self,
+        endpoint: &str,
+        identity: &str,
+        rule: BucketRule,
+    ) -> impl Future<Output = Result<AuthDecision, StoreError>> + Send {
+        let call = self.inner.auth_peek(endpoint, identity, rule);
+        self.timed(StoreOp::AuthPeek, call)
+    }
+
+    fn auth_reset(
+        &self,
+        endpoint: &str,
+        identity: &str,
+    ) -> impl Future<Output = Result<AuthCleared, StoreError>> + Send {
+        self.timed(
+            StoreOp::AuthReset,
+            self.inner.auth_reset(endpoint, identity),
+        )
+    }
+
+    fn sweep_auth(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.timed(StoreOp::SweepAuth, self.inner.sweep_auth())
+    }
+
+    fn auth_degraded(&self) -> bool {
+        self.inner.auth_degraded()
+    }
+}
