@@ -8,7 +8,7 @@ use admission_authority::config::{self, Overrides};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use admission_authority::server;
+use admission_authority::{server, telemetry};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -85,10 +85,6 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    use tracing_subscriber::Layer as _;
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -96,44 +92,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let telemetry = if admission_authority::telemetry::requested() {
-        match admission_authority::telemetry::init(runtime.handle()) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::from(2);
-            }
+    let telemetry = match telemetry::start(runtime.handle(), args.log_format == "json") {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
         }
-    } else {
-        None
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // With RUST_LOG=debug, every RPC's span (rpc, host_id, subject, decision) is logged when it
-    // closes, with its duration.
-    // Colours only for a person at a terminal, never in a file or a log collector.
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    let fmt = if args.log_format == "json" {
-        fmt.json().boxed()
-    } else {
-        fmt.boxed()
-    };
-    // Traces get every RPC span whatever RUST_LOG says.
-    let otel = telemetry.as_ref().map(|(_, tracer)| {
-        tracing_opentelemetry::layer()
-            .with_tracer(tracer.clone())
-            .with_filter(
-                tracing_subscriber::filter::Targets::new()
-                    .with_target("admission_authority", tracing::Level::DEBUG),
-            )
-    });
-    tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
-        .with(otel)
-        .init();
     let (config_path, overrides) = (args.config, args.overrides);
     let config = match config::load(config_path.as_deref(), &overrides) {
         Ok(c) => c,
@@ -201,7 +166,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     });
-    if let Some((t, _)) = telemetry {
+    if let Some(t) = telemetry {
         t.shutdown();
     }
     code

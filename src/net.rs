@@ -37,7 +37,8 @@ pub struct ConnectionGate {
     refused: AtomicU64,
     /// When a refusal was last logged (ms on a monotonic clock), so a flood logs once a minute.
     last_warned_ms: AtomicU64,
-    started: std::time::Instant,
+    /// Since the gate was made: the warnings' time base (logs, not decisions).
+    started: crate::clock::Stopwatch,
 }
 
 impl ConnectionGate {
@@ -64,7 +65,7 @@ impl ConnectionGate {
             open: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
             last_warned_ms: AtomicU64::new(0),
-            started: std::time::Instant::now(),
+            started: crate::clock::Stopwatch::start(),
         }
     }
 

@@ -1,4 +1,6 @@
-//! OpenTelemetry: traces and metrics over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` (or a
+//! What the process tells about itself: its log lines (text or JSON on stderr, filtered by
+//! `RUST_LOG`), and OpenTelemetry traces and metrics over OTLP/gRPC when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` (or a
 //! signal's own `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `..._METRICS_ENDPOINT`) is set; the
 //! standard `OTEL_*` variables (service name, export interval, batch delay, headers) apply.
 //! Without them nothing is built, so telemetry costs nothing.
@@ -27,6 +29,51 @@ pub struct Telemetry {
     metrics: SdkMeterProvider,
 }
 
+/// Start the logging (text, or JSON with `json_logs`, on stderr; `RUST_LOG` filters it,
+/// `info` by default) and, when the environment asks for it ([`requested`]), OTLP export on
+/// `runtime`. The providers come back to be flushed when the process ends.
+///
+/// Fails when an exporter cannot be built (a malformed endpoint).
+pub fn start(runtime: &Handle, json_logs: bool) -> Result<Option<Telemetry>, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let telemetry = if requested() {
+        Some(init(runtime)?)
+    } else {
+        None
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // With RUST_LOG=debug, every RPC's span (rpc, host_id, subject, decision) is logged when it
+    // closes, with its duration. Colours only for a person at a terminal, never in a file or a
+    // log collector.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let fmt = if json_logs {
+        fmt.json().boxed()
+    } else {
+        fmt.boxed()
+    };
+    // Traces get every RPC span whatever RUST_LOG says.
+    let otel = telemetry.as_ref().map(|(_, tracer)| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer.clone())
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("admission_authority", tracing::Level::DEBUG),
+            )
+    });
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .init();
+    Ok(telemetry.map(|(t, _)| t))
+}
+
 /// Whether the environment asks for OTLP export.
 pub fn requested() -> bool {
     [
@@ -42,7 +89,7 @@ pub fn requested() -> bool {
 /// `tracing-opentelemetry`.
 ///
 /// Fails when an exporter cannot be built (a malformed endpoint).
-pub fn init(runtime: &Handle) -> Result<(Telemetry, opentelemetry_sdk::trace::SdkTracer), String> {
+fn init(runtime: &Handle) -> Result<(Telemetry, opentelemetry_sdk::trace::SdkTracer), String> {
     let _guard = runtime.enter();
     // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over our default name.
     let resource = if std::env::var_os("OTEL_SERVICE_NAME").is_some() {

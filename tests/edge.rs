@@ -1,5 +1,9 @@
 //! The network edge against the real binary: bad bytes are bad input, a frozen client loses its
 //! place, a flood of connections is bounded, and the admin port keeps its own limits.
+#![allow(
+    clippy::disallowed_types,
+    reason = "it times real processes and connections"
+)]
 
 mod common;
 

@@ -1,5 +1,9 @@
 //! The Redis store against a redis-server this test starts, stops and restarts itself (by PID):
 //! what only a real outage shows. The scenarios every store shares are in store_conformance.rs.
+#![allow(
+    clippy::disallowed_types,
+    reason = "it times real processes and a real redis-server"
+)]
 
 mod common;
 

@@ -7,6 +7,7 @@
 //! wait for admission, call the provider, Release with the outcome (429 → RATE_LIMITED, 200 →
 //! OK) and the latency. The account's adaptive cap is sampled from GetStats as it moves. N
 //! changes between phases. Every loop is bounded by the phases' durations.
+#![allow(clippy::disallowed_types, reason = "the scenario runs in real time")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -3,6 +3,7 @@
 //! tickets, refreshing once a second. The console's refresh is replayed as the page makes it:
 //! ListHosts, GetStats, ListTickets (10,000), ListReservations and GetLimits as gRPC-Web calls
 //! on the admin port (HTTP/1.1, a connection per call as the worst case of a browser's reuse).
+#![allow(clippy::disallowed_types, reason = "the scenario measures wall time")]
 
 use std::time::{Duration, Instant};
 

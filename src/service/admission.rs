@@ -9,8 +9,9 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::edge::{self, ApiError};
+use super::edge;
 use super::replies;
+use super::status::ApiError;
 use super::wait::{WaitStreams, follow};
 use super::{record, state_name};
 use crate::api;

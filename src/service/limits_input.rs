@@ -1,7 +1,7 @@
 //! SetLimits' `HostLimits` into the domain's limits, checked by the configuration file's rules
 //! (one checker for both), with each problem named by its request field.
 
-use super::edge::ApiError;
+use super::status::ApiError;
 use crate::api;
 use crate::scheduler::{Limits, MemoryLimits};
 

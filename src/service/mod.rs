@@ -1,6 +1,9 @@
 //! The gRPC services `admission.v1.Admission` ([`admission`]) and `admission.v1.Operator`
 //! ([`operator`]), and the loop that feeds a Wait stream ([`wait`]). Handlers validate at the
-//! [`edge`], call one store operation, and convert the answer back ([`replies`]).
+//! [`edge`], call one store operation, and convert the answer back ([`replies`]); every
+//! failure becomes a status in one place ([`status`]). Tower
+//! layers around every service of the port: [`framing`] (broken framing is bad input) and
+//! [`timing`] (the RPC latency histograms).
 
 pub mod admission;
 pub mod edge;
@@ -8,6 +11,8 @@ pub mod framing;
 pub mod limits_input;
 pub mod operator;
 pub mod replies;
+pub mod status;
+pub mod timing;
 pub mod wait;
 
 pub use admission::AdmissionService;
@@ -16,7 +21,7 @@ pub use wait::POSITION_REFRESH;
 
 use crate::api;
 use crate::scheduler::TicketState;
-use edge::ApiError;
+use status::ApiError;
 
 /// A ticket state's name in messages: the wire enum's, without its prefix.
 pub(crate) fn state_name(s: TicketState) -> &'static str {

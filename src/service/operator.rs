@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::edge::{self, ApiError};
+use super::edge;
+use super::status::ApiError;
 use super::{list_limit, replies};
 use crate::api;
 use crate::gates::Gates;

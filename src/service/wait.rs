@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::edge::ApiError;
+use super::status::ApiError;
 use crate::api;
 use crate::scheduler::{TicketState, TicketView};
 use crate::store::{Store, TicketId, TicketWatch};

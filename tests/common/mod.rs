@@ -1,5 +1,9 @@
 //! Helpers for tests that run the real `admission-authority` binary: start it on a free
 //! loopback port, connect clients, poll for a state with a deadline, stop it by its PID.
+#![allow(
+    clippy::disallowed_types,
+    reason = "these helpers time real processes (deadlines for polls), which is what the clock rule leaves to tests"
+)]
 #![allow(dead_code)]
 
 use std::future::Future;

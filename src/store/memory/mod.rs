@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use self::ops::{AuthOp, AuthOut, HostCore, HostOp, HostOut, LedgerOp, LedgerOut, Record};
 use super::journal::{Journal, Pending};
-use super::{Policy, StoreError, TicketStore, TicketWatch};
+use super::{Policy, StoreError, TicketStore};
 use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::Ledger;
@@ -86,26 +86,6 @@ impl HostInner {
                 }
             }
         });
-    }
-}
-
-/// A Wait stream's subscription to one ticket of the memory store.
-pub struct MemoryWatch {
-    rx: Option<watch::Receiver<()>>,
-}
-
-impl TicketWatch for MemoryWatch {
-    async fn changed(&mut self) {
-        match &mut self.rx {
-            Some(rx) => {
-                if rx.changed().await.is_err() {
-                    // The sender is gone (the host was dropped); nothing will wake us again.
-                    self.rx = None;
-                    std::future::pending::<()>().await;
-                }
-            }
-            None => std::future::pending::<()>().await,
-        }
     }
 }
 

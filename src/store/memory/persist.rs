@@ -5,7 +5,9 @@
 use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Stopwatch;
 
 use serde::{Deserialize, Serialize};
 
@@ -119,7 +121,7 @@ impl MemoryStore {
         policy: Policy,
         clock: Arc<dyn Clock>,
     ) -> Result<(MemoryStore, Restored), OpenError> {
-        let started = Instant::now();
+        let started = Stopwatch::start();
         let dir = DataDir::open(&options.dir, clock.origin_epoch_us())?;
         let epoch_us = dir.epoch_us;
         let mut store = MemoryStore::new(policy, clock.clone());
@@ -283,13 +285,13 @@ impl MemoryStore {
             }
         };
         let mut out = journal.snapshot_buffer();
-        let started = Instant::now();
+        let started = Stopwatch::start();
         // The longest a host waited on its snapshot, for the log line below.
         let mut longest = Duration::ZERO;
         for (id, host) in self.all_hosts() {
             {
                 let inner = host.inner.lock().expect("host lock");
-                let held = Instant::now();
+                let held = Stopwatch::start();
                 put(
                     &mut out,
                     &PieceOut::Host {

@@ -25,12 +25,14 @@
 //! store without a data dir, it opens no window.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::StoreError;
 use super::connection::Connections;
+use crate::clock::Clock;
+use crate::scheduler::Millis;
 
 /// The store's epoch as a replica knows it.
 #[derive(Clone, Debug, Default)]
@@ -59,27 +61,34 @@ return v
 
 /// How long the Submits that raced the one that found a host's keys gone still begin it with a
 /// window of their own (a script that finds the host begun already ignores it).
-const VANISHED_FOR: Duration = Duration::from_secs(10);
+const VANISHED_FOR_MS: Millis = 10_000;
 
 /// One replica's view of the store's epoch, and the losses it detected.
 pub(super) struct Epoch {
     known: Mutex<Known>,
-    /// Hosts this replica served under the epoch it knows, and since when.
-    served: Mutex<HashMap<String, Instant>>,
+    /// Hosts this replica served under the epoch it knows, and since when (a [`Self::tick`]).
+    served: Mutex<HashMap<String, u64>>,
+    /// The order of Submits and services here: "served before this Submit began" is a
+    /// comparison of ticks, exact whatever the clock's resolution (or a test's frozen clock).
+    ticks: AtomicU64,
     /// Hosts whose keys vanished alone, and when that was noticed: the concurrent Submits that
     /// found it too begin the host with the same window, and the loss is counted once.
-    vanished: Mutex<HashMap<String, Instant>>,
+    vanished: Mutex<HashMap<String, Millis>>,
     losses: AtomicU64,
     /// When the last loss was detected here, for `/readyz`.
-    last_loss: Mutex<Option<Instant>>,
+    last_loss: Mutex<Option<Millis>>,
     read: redis::Script,
+    /// The replica's clock (the store's): every "when" above is read from it.
+    clock: Arc<dyn Clock>,
 }
 
 impl Epoch {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(clock: Arc<dyn Clock>) -> Self {
         Epoch {
+            clock,
             known: Mutex::default(),
             served: Mutex::default(),
+            ticks: AtomicU64::new(1),
             vanished: Mutex::default(),
             losses: AtomicU64::new(0),
             last_loss: Mutex::new(None),
@@ -97,18 +106,23 @@ impl Epoch {
         self.losses.load(Ordering::Relaxed)
     }
 
+    /// The next tick: a Submit takes one when it begins, a host when it is first served.
+    pub(super) fn tick(&self) -> u64 {
+        self.ticks.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A successful Submit for `host` under the epoch this replica knows.
     pub(super) fn served(&self, host: &str) {
         let mut served = self.served.lock().expect("epoch lock");
         if !served.contains_key(host) {
-            served.insert(host.to_string(), Instant::now());
+            served.insert(host.to_string(), self.tick());
         }
     }
 
     /// While a loss detected here is less than `window` old: how long ago it was.
     pub(super) fn recent_loss(&self, window: Duration) -> Option<Duration> {
         let at = (*self.last_loss.lock().expect("epoch lock"))?;
-        let ago = at.elapsed();
+        let ago = Duration::from_millis(self.clock.now_ms().saturating_sub(at));
         (ago < window).then_some(ago)
     }
 
@@ -149,7 +163,7 @@ impl Epoch {
         Ok(true)
     }
 
-    /// A Submit that began at `started` found `host` of another epoch than this replica's, or
+    /// A Submit that began at tick `started` found `host` of another epoch than this replica's, or
     /// of none (`seen` empty): learn the store's epoch and say how the host begins under it
     /// (the script's ARGV[14]). A host without an epoch that this replica had served under it
     /// before the Submit began lost its keys alone (a Submit that raced the host's first one
@@ -161,7 +175,7 @@ impl Epoch {
         now_arg: u64,
         host: &str,
         seen: &str,
-        started: Instant,
+        started: u64,
     ) -> Result<String, StoreError> {
         let changed = self.check(conns, key, now_arg).await?;
         let known = self.known.lock().expect("epoch lock").clone();
@@ -176,10 +190,11 @@ impl Epoch {
             }
             lost
         };
+        let now = self.clock.now_ms();
         let mut vanished = self.vanished.lock().expect("epoch lock");
-        vanished.retain(|_, at| at.elapsed() < VANISHED_FOR);
+        vanished.retain(|_, at| now.saturating_sub(*at) < VANISHED_FOR_MS);
         if first {
-            vanished.insert(host.to_string(), Instant::now());
+            vanished.insert(host.to_string(), now);
             drop(vanished);
             self.count_loss(&format!(
                 "host {host:?} lost its scheduling state in the store (its keys vanished)"
@@ -194,7 +209,7 @@ impl Epoch {
 
     fn count_loss(&self, what: &str) {
         self.losses.fetch_add(1, Ordering::Relaxed);
-        *self.last_loss.lock().expect("epoch lock") = Some(Instant::now());
+        *self.last_loss.lock().expect("epoch lock") = Some(self.clock.now_ms());
         tracing::warn!(
             "state loss detected: {what}; for one lease plus a renew interval no new run is \
              admitted while the runs still holding slots re-register (Reclaim)"

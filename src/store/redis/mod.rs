@@ -23,7 +23,6 @@ mod tickets;
 
 pub use auth::AUTH_SKIP_MS;
 pub use connection::redis_address;
-pub use tickets::RedisWatch;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -109,7 +108,7 @@ impl RedisStore {
             keys: Keys::new(prefix),
             local_auth: Mutex::new(AuthTable::new(policy.auth.local_max_keys)),
             policy,
-            clock,
+            clock: clock.clone(),
             skip_redis_until: AtomicU64::new(0),
             auth_fallback: std::sync::atomic::AtomicBool::new(false),
             frozen_now_ms: AtomicU64::new(0),
@@ -121,7 +120,7 @@ impl RedisStore {
             resolve: redis::Script::new(&scripts::resolve()),
             open_reservations: redis::Script::new(&scripts::open_reservations()),
             registered_hosts: Mutex::default(),
-            epoch: epoch::Epoch::new(),
+            epoch: epoch::Epoch::new(clock.clone()),
             submit: redis::Script::new(&scripts::submit()),
             park: redis::Script::new(&scripts::park()),
             unpark: redis::Script::new(&scripts::unpark()),
@@ -198,7 +197,7 @@ impl RedisStore {
         &self,
         host: &str,
         seen: &str,
-        started: std::time::Instant,
+        started: u64,
     ) -> Result<String, StoreError> {
         let before = self.epoch.losses();
         let init = self
