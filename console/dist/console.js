@@ -6716,7 +6716,7 @@
         { "data-host": hostId },
         h("td", {}, h("a", { href: `#/host/${encodeURIComponent(hostId)}` }, hostId)),
         h("td", {}, usage(s.inFlight, s.total)),
-        h("td", {}, usage(s.queued, s.queueTotal)),
+        h("td", {}, queueUsage(s)),
         rate === void 0 ? "…" : rate.toFixed(1),
         flags.join(", ")
       );
@@ -6725,6 +6725,9 @@
       byId("hosts"),
       table(["host", "in flight / total", "queued / queue", "refusals per minute", "condition"], rows, "No host has state yet: the first Submit of a host creates it.")
     );
+  }
+  function queueUsage(s) {
+    return s.queueTotal > 0 ? usage(s.queued, s.queueTotal) : "no queue";
   }
   async function hostView(hostId) {
     const [stats, list, reservations, limits] = await Promise.all([
@@ -6763,7 +6766,7 @@
       h(
         "p",
         { class: "summary" },
-        `mode ${s.mode || "enforce"} · queue ${s.queued} / ${s.queueTotal} (hard ${s.queueHardTotal}) · mean hold ${duration(s.holdAvgMs)} · admitted ${s.admitted} · refused ${s.rejected} · shed ${s.shed} · expired ${s.expired}`
+        `mode ${s.mode || "enforce"} · ${s.queueTotal > 0 ? `queue ${s.queued} / ${s.queueTotal} (hard ${s.queueHardTotal})` : "no queue (a full host refuses BUSY)"} · mean hold ${duration(s.holdAvgMs)} · admitted ${s.admitted} · refused ${s.rejected} · shed ${s.shed} · expired ${s.expired}`
       ),
       table(["cap", "in flight / cap", "queued", "adaptive cap, last minutes"], rows, "")
     );
@@ -6906,7 +6909,7 @@
     );
   }
   function limitsEditor(hostId, r) {
-    const source = r.source === admission_exports.LimitsSource.LIMITS_SOURCE_OPERATOR ? "set by an operator" : "from the configuration file";
+    const source = r.source === admission_exports.LimitsSource.LIMITS_SOURCE_OPERATOR ? "set by an operator" : "from the configuration (file, flags, built-in defaults)";
     fill(byId("limits-info"), h("span", { id: "limits-revision" }, `revision ${r.revision}`), `, ${source}`);
     const editor = byId("limits-json");
     const e = state.editor;
@@ -6953,7 +6956,7 @@
       void refresh();
     };
     byId("limits-reset").onclick = () => confirmThen(
-      "Return this host to the limits of the configuration file? Limits set by operators are dropped.",
+      "Return this host to the configured limits (file, flags, built-in defaults)? Limits set by operators are dropped.",
       "Reset",
       () => act(out, async () => {
         const r = await api.resetLimits(token(), { hostId: route(), expectedRevision: 0 });

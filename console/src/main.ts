@@ -197,7 +197,7 @@ async function hostsView(hosts: string[]): Promise<void> {
       { "data-host": hostId },
       h("td", {}, h("a", { href: `#/host/${encodeURIComponent(hostId)}` }, hostId)),
       h("td", {}, usage(s.inFlight, s.total)),
-      h("td", {}, usage(s.queued, s.queueTotal)),
+      h("td", {}, queueUsage(s)),
       rate === undefined ? "…" : rate.toFixed(1),
       flags.join(", "),
     );
@@ -206,6 +206,11 @@ async function hostsView(hosts: string[]): Promise<void> {
     byId("hosts"),
     table(["host", "in flight / total", "queued / queue", "refusals per minute", "condition"], rows, "No host has state yet: the first Submit of a host creates it."),
   );
+}
+
+/** A host's queue against its bound; a bound of 0 is "no queue" (a full host answers BUSY). */
+function queueUsage(s: pb.Stats): HTMLElement | string {
+  return s.queueTotal > 0 ? usage(s.queued, s.queueTotal) : "no queue";
 }
 
 // ---- one host ----
@@ -249,7 +254,7 @@ function caps(hostId: string, s: pb.Stats): void {
     h(
       "p",
       { class: "summary" },
-      `mode ${s.mode || "enforce"} · queue ${s.queued} / ${s.queueTotal} (hard ${s.queueHardTotal}) · mean hold ${duration(s.holdAvgMs)} · admitted ${s.admitted} · refused ${s.rejected} · shed ${s.shed} · expired ${s.expired}`,
+      `mode ${s.mode || "enforce"} · ${s.queueTotal > 0 ? `queue ${s.queued} / ${s.queueTotal} (hard ${s.queueHardTotal})` : "no queue (a full host refuses BUSY)"} · mean hold ${duration(s.holdAvgMs)} · admitted ${s.admitted} · refused ${s.rejected} · shed ${s.shed} · expired ${s.expired}`,
     ),
     table(["cap", "in flight / cap", "queued", "adaptive cap, last minutes"], rows, ""),
   );
@@ -397,7 +402,7 @@ function reservationTable(hostId: string, list: pb.ReservationInfo[]): void {
 }
 
 function limitsEditor(hostId: string, r: pb.GetLimitsResponse): void {
-  const source = r.source === pb.LimitsSource.LIMITS_SOURCE_OPERATOR ? "set by an operator" : "from the configuration file";
+  const source = r.source === pb.LimitsSource.LIMITS_SOURCE_OPERATOR ? "set by an operator" : "from the configuration (file, flags, built-in defaults)";
   fill(byId("limits-info"), h("span", { id: "limits-revision" }, `revision ${r.revision}`), `, ${source}`);
   const editor = byId<HTMLTextAreaElement>("limits-json");
   const e = state.editor;
@@ -445,7 +450,7 @@ function wireLimits(): void {
     void refresh();
   };
   byId("limits-reset").onclick = () =>
-    confirmThen("Return this host to the limits of the configuration file? Limits set by operators are dropped.", "Reset", () =>
+    confirmThen("Return this host to the configured limits (file, flags, built-in defaults)? Limits set by operators are dropped.", "Reset", () =>
       act(out, async () => {
         const r = await api.resetLimits(token(), { hostId: route(), expectedRevision: 0 });
         reload();

@@ -286,10 +286,10 @@ resources:
     const before = Number(/\d+/.exec(await until(page, "#limits-revision", /revision \d+/))![0]);
     await until(page, "#limits-info", /set by an operator/);
     await page.click("#limits-reset");
-    await until(page, "#confirm-text", /Return this host to the limits of the configuration file/);
+    await until(page, "#confirm-text", /Return this host to the configured limits/);
     await page.click("#confirm-yes");
     await until(page, "#limits-result", new RegExp(`Reset to the file's limits: now revision ${before + 1}`));
-    await until(page, "#limits-info", /from the configuration file/);
+    await until(page, "#limits-info", /from the configuration \(file, flags, built-in defaults\)/);
     await untilValue(page, "#limits-json", /"total": 1,/);
   });
 
@@ -326,7 +326,8 @@ describe("the console with 10,000 tickets on a host", () => {
 
   before(async () => {
     authority = await startAuthority(
-      "scheduling: { total: 1000, per_subject: 1000, queue: { total: 9000 }, lease_ttl: 10m }\n",
+      "scheduling: { total: 1000, per_subject: 1000, queue: { total: 9000 }, lease_ttl: 10m }\n" +
+        "hosts: { solo: { scheduling: { queue: { total: 0 } } } }\n",
     );
     browser = await launch();
   });
@@ -342,21 +343,35 @@ describe("the console with 10,000 tickets on a host", () => {
     for (let at = 0; at < runs.length; at += 500) {
       await Promise.all(runs.slice(at, at + 500).map((i) => gw.submit("big", `subject-${i % 40}`, `run-${i}`)));
     }
+    await gw.submit("solo", "alice", "run-solo");
     gw.close();
 
     const page = await browser.newPage();
     await page.goto(authority.console);
-    // No credentials are configured: the empty token is the open server's.
+    // No credentials are configured: the empty token is the open server's, and the page says so.
+    await until(page, "#login .hint", /no credentials configured, an empty token signs in/);
     await signIn(page, "");
     await until(page, '#hosts tr[data-host="big"]', /1000 \/ 1000\s*9000 \/ 9000/);
+    // A host without a queue says so (a queue bound of 0 is no queue, not an unbounded one).
+    const solo = await until(page, '#hosts tr[data-host="solo"]', /solo\s*1 \/ 1000/);
+    assert.match(solo, /no queue/);
+    assert.doesNotMatch(solo, /∞/);
     const start = Date.now();
     await page.evaluate(() => (location.hash = "#/host/big"));
     await until(page, "#queue-pager", /page 1 of 180 \(9000\)/);
     await until(page, "#holder-pager", /page 1 of 20 \(1000\)/);
     const ms = Date.now() - start;
     console.log(`console: host view with 10,000 live tickets rendered in ${ms} ms`);
-    // The first page of the queue is in dispatch order, with places.
-    assert.match(await until(page, "#queue tbody tr", /^1/), /its turn|host total cap/);
+    // The first page of the queue is in dispatch order, with places; the host is full and no
+    // waiter's own subject cap binds, so every one of them waits for the host's total cap.
+    assert.match(await until(page, "#queue tbody tr", /^1/), /host total cap/);
+    const reasons = await page.locator("#queue tbody tr").allTextContents();
+    assert.equal(reasons.length, 50);
+    assert.deepEqual(
+      reasons.filter((r) => !/host total cap/.test(r)),
+      [],
+      "every waiter of a full host not held by its own cap says host total cap",
+    );
     await page.click("#queue-pager button:last-child");
     await until(page, "#queue-pager", /page 2 of 180/);
   });
