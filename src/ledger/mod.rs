@@ -18,10 +18,12 @@
 //! * An unsettled reservation turns *uncertain* after `reservation_ttl` and keeps counting as
 //!   spent until it is settled or an operator resolves it.
 
+mod image;
 mod policy;
 #[cfg(test)]
 mod tests;
 
+pub use image::{LedgerImage, RunImage, StepImage};
 pub use policy::*;
 
 use std::collections::{BTreeSet, HashMap};
@@ -29,7 +31,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::scheduler::Millis;
 
 /// The answer of Authorize.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
     Allow,
     Deny,
@@ -37,7 +39,7 @@ pub enum Decision {
 }
 
 /// Why Authorize did not simply allow. Part of the public contract.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     /// At or over a per-run cap, or the step cannot fit under it.
     ResourceLimit,
@@ -58,7 +60,7 @@ impl Reason {
 }
 
 /// How much of a step's usage the gateway could measure.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Coverage {
     Complete,
     Partial,
@@ -66,7 +68,7 @@ pub enum Coverage {
 }
 
 /// What a step used, as settled.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -81,7 +83,7 @@ impl Usage {
 }
 
 /// The arguments of Authorize, validated.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuthorizeArgs {
     pub run_id: String,
     /// 1-based.
@@ -97,7 +99,7 @@ pub struct AuthorizeArgs {
 }
 
 /// Authorize's answer.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Authorization {
     pub decision: Decision,
     pub reason: Option<Reason>,
@@ -113,7 +115,7 @@ pub struct Authorization {
 }
 
 /// How an operator resolves an uncertain reservation.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Resolution {
     /// The step ran: its reservation becomes its known usage.
     Consumed,
@@ -122,7 +124,7 @@ pub enum Resolution {
 }
 
 /// Where a step is.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepState {
     /// Allowed; holding its reservation until Settle.
     Reserved,
@@ -175,7 +177,7 @@ pub struct ReservationInfo {
 }
 
 /// Gauges and counters of a host's ledger.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LedgerStats {
     /// Reservations held (reserved or uncertain).
     pub open: u64,
@@ -187,7 +189,7 @@ pub struct LedgerStats {
     pub settled: u64,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+#[derive(Clone, Debug)]
 struct Step {
     answer: Authorization,
     state: StepState,
@@ -199,7 +201,7 @@ struct Step {
     decided_at: Millis,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+#[derive(Clone, Debug)]
 struct Run {
     subject: Box<str>,
     account: Option<Box<str>>,
@@ -219,7 +221,7 @@ impl Run {
     }
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct AccountWindow {
     start: Millis,
     end: Millis,
@@ -228,7 +230,7 @@ struct AccountWindow {
 }
 
 /// One host's ledger.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Ledger {
     runs: HashMap<Box<str>, Run>,
     windows: HashMap<Box<str>, AccountWindow>,

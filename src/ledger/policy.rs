@@ -23,9 +23,7 @@ pub fn micros_to_usd(m: Micros) -> f64 {
 }
 
 /// What to do when a run's usage is unknown.
-#[derive(
-    serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum UnknownUsage {
     /// Continue with the known part. (Ordered weakest first: intersecting budgets take the
     /// strictest policy.)
@@ -58,7 +56,7 @@ impl UnknownUsage {
 }
 
 /// A per-run budget block (`resources.default`, `.subjects.<s>`, `.accounts.<a>`).
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
     /// Most tokens (input + output) one run may use.
     pub max_tokens: Option<u64>,
@@ -78,7 +76,7 @@ impl Default for Budget {
 }
 
 /// An account's allowance per window (`allowances.<account_id>`).
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Allowance {
     pub tokens: Option<u64>,
     pub cost: Option<Micros>,
@@ -87,7 +85,7 @@ pub struct Allowance {
 }
 
 /// Budgets and allowances, resolved from configuration.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ResourcePolicy {
     /// Applies to every run when configured.
     pub default: Option<Budget>,

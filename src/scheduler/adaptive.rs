@@ -6,7 +6,7 @@ use super::Millis;
 
 /// How one account's cap adapts (`accounts.<id>.adaptive`, or `scheduling.adaptive` for every
 /// account that names no cap of its own).
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Adaptive {
     /// The cap never goes below this (>= 1).
     pub min: u32,
@@ -44,7 +44,7 @@ impl Adaptive {
 
 /// One account's learned cap, in thousandths, when it was last cut (0 = never), and the knee:
 /// the cap at which the provider last refused (0 = none known).
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AdaptiveState {
     pub cap_milli: u64,
     pub last_cut: Millis,
@@ -71,9 +71,7 @@ impl AdaptiveState {
 }
 
 /// What a run reports on Release about its call to the model provider.
-#[derive(
-    serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, Hash,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub enum Outcome {
     /// Nothing said: the cap does not move.
     #[default]

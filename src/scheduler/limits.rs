@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::adaptive::Adaptive;
 
 /// What to do when a Submit must queue and a queue bound is reached.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OverflowPolicy {
     /// Refuse the newcomer with QUEUE_FULL.
     Reject,
@@ -40,7 +40,7 @@ impl OverflowPolicy {
 }
 
 /// Whether a host's limits bind or are only reported.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Mode {
     /// Caps and queue bounds decide.
     #[default]
@@ -79,7 +79,7 @@ pub const DEFAULT_PRIORITY: u8 = 3;
 pub const MAX_WEIGHT: u32 = 1000;
 
 /// Where a host's limits come from.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LimitsSource {
     /// The configuration file (on a shared store, the most recently started replica's).
     File,
@@ -89,7 +89,7 @@ pub enum LimitsSource {
 
 /// A host's limits in force, with their source and revision (which increases with every
 /// change).
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitsRecord {
     pub limits: Limits,
     pub source: LimitsSource,
@@ -97,7 +97,7 @@ pub struct LimitsRecord {
 }
 
 /// The per-replica memory ladder.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemoryLimits {
     /// Reports at or above this refuse Submits with MEMORY_PRESSURE; 0 = off.
     pub max_rss_mb: u32,
@@ -133,7 +133,7 @@ impl MemoryLimits {
 pub const DEFAULT_MAX_RETAINED: u32 = 100_000;
 
 /// Caps, queue bounds and timings of one host.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub total: u32,
     pub per_subject: u32,

@@ -12,7 +12,8 @@
 //! Rooms: this file holds the host's state and its public operations (submit, renew, park,
 //! release, housekeeping, limits changes); `types` the public data; `queue` the lanes and
 //! rotation; `dispatch` fitting, admitting and shedding; `retention` ending and forgetting;
-//! `estimates` the hold average, places and waits; `shadow` shadow mode; `views` what callers
+//! `estimates` the hold average, places and waits; `image` the host as plain data (what a
+//! store writes down to bring it back); `shadow` shadow mode; `views` what callers
 //! see (view, list, stats); `blocked` why a waiter waits; `reclaim` re-registration; `adaptive`
 //! the adaptive account cap; `limits` a host's limits; `audit` the invariant audit. Each room
 //! adds methods to [`HostState`] and touches only what its opening comment says.
@@ -22,6 +23,7 @@ mod audit;
 mod blocked;
 mod dispatch;
 mod estimates;
+mod image;
 mod limits;
 mod queue;
 mod reclaim;
@@ -35,6 +37,7 @@ mod views;
 pub use adaptive::{Adaptive, AdaptiveState, Outcome, PROBE_SLOWDOWN, after_outcome};
 pub use blocked::Blocker;
 pub use estimates::{EXACT_POSITION_SUBJECTS, eta_ms, next_hold_avg};
+pub use image::{EndedImage, HostImage, TicketImage};
 pub use limits::{
     DEFAULT_PRIORITY, LEVELS, Limits, LimitsRecord, LimitsSource, LimitsTable, MAX_WEIGHT,
     MemoryLimits, Mode, OverflowPolicy,
@@ -52,7 +55,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// A live ticket (queued, admitted or parked).
-#[derive(serde::Serialize, serde::Deserialize, Debug)]
+#[derive(Debug)]
 struct Ticket {
     subject: Arc<str>,
     account: Option<Arc<str>>,
@@ -69,19 +72,18 @@ struct Ticket {
     /// Its priority level's index (0 = priority 1): the lane it waits in.
     level: u8,
     /// Admitted by [`HostState::reclaim`], whatever the caps said (the audit counts it apart).
-    #[serde(default)]
     reclaimed: bool,
 }
 
 /// An ended ticket: only what an idempotent retry needs (its run_id lives in `runs` and
 /// `retained`). About 150 bytes of the host's memory with its entries there.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct Ended {
     state: TicketState,
     grant: u64,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
+#[derive(Debug, Default)]
 struct SubjectState {
     in_flight: u32,
     /// Its waiters, one lane per priority level.
@@ -95,7 +97,7 @@ impl SubjectState {
 }
 
 /// A subject's waiters of one priority level.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
+#[derive(Debug, Default)]
 struct Lane {
     /// Queued tickets by order key: oldest first.
     queue: BTreeMap<i64, TicketKey>,
@@ -108,7 +110,7 @@ struct Lane {
 
 /// The waiters of one priority level across subjects: the round robin of section "Dispatch"
 /// runs within a level.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
+#[derive(Debug, Default)]
 struct Level {
     queued: u32,
     /// Subjects in round-robin order, head first. An entry whose lane has no queued ticket is
@@ -129,13 +131,13 @@ struct Level {
     depth_counts: Vec<u32>,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
+#[derive(Debug, Default)]
 struct AccountState {
     in_flight: u32,
     queued: u32,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct RssReport {
     rss_mb: u32,
     at: Millis,
@@ -143,7 +145,7 @@ struct RssReport {
 
 /// One host's scheduling state. Operations keep every derived count in step; [`HostState::audit`]
 /// recomputes them all from the tickets for tests.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct HostState {
     /// Live tickets.
     tickets: TicketMap<Ticket>,
@@ -185,7 +187,6 @@ pub struct HostState {
     instances: HashMap<Arc<str>, RssReport>,
     /// Tickets whose state changed since the last [`HostState::take_changes`] (not kept on
     /// disk: a restored host wakes no stream).
-    #[serde(skip)]
     changes: Vec<TicketKey>,
 }
 

@@ -11,7 +11,7 @@ use super::{
 
 /// A ticket its holder re-registers (Reclaim), already validated at the edge: what its
 /// Submit said, and the grant of its admission.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeldArgs {
     pub instance_id: String,
     pub subject: String,

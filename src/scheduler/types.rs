@@ -36,7 +36,7 @@ pub type Millis = u64;
 pub type TicketKey = u128;
 
 /// Where a ticket is in its life.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TicketState {
     Queued,
     Admitted,
@@ -59,7 +59,7 @@ impl TicketState {
 }
 
 /// Whether a Submit may queue.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SubmitMode {
     #[default]
     Queue,
@@ -68,7 +68,7 @@ pub enum SubmitMode {
 }
 
 /// A Submit, already validated at the edge.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmitArgs {
     pub instance_id: String,
     pub subject: String,
@@ -182,7 +182,7 @@ pub struct TicketView {
 }
 
 /// Cumulative counters of one host.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Tickets created (each Submit that was not a repeat and was not refused).
     pub submitted: u64,
@@ -209,7 +209,7 @@ pub struct Counters {
 }
 
 /// What a Release says about the run's call to the model provider.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Report {
     pub outcome: Outcome,
     pub latency_ms: Option<u32>,
@@ -227,7 +227,7 @@ pub const QUEUE_WAIT_BOUNDS_MS: [u64; 10] = [
 
 /// A histogram of waits: counts per bucket of [`QUEUE_WAIT_BOUNDS_MS`] (not cumulative; the
 /// last counts waits above every bound) and the sum in ms.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitHistogram {
     pub buckets: [u64; 11],
     pub sum_ms: u64,

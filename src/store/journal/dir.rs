@@ -8,7 +8,7 @@ use std::io::Write;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use super::{FORMAT, LOG_MAGIC, MAX_FRAME, SNAPSHOT_MAGIC};
+use super::{FORMAT, LOG_MAGIC, LOG_PREFIX, MAX_FRAME, OLDEST_FORMAT, SNAPSHOT_PREFIX};
 
 /// Why a data dir cannot be served from. Each names the file and the problem.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +101,12 @@ fn frames(buf: &[u8], mut each: impl FnMut(usize, &[u8])) -> Result<(), BadFrame
     Ok(())
 }
 
+/// The newest snapshot as read: its format, and its pieces' payloads.
+pub struct Snapshot {
+    pub format: u32,
+    pub pieces: Vec<Vec<u8>>,
+}
+
 /// An opened, locked data dir, before serving: read its snapshot, replay its log, then
 /// [`DataDir::start`] the journal.
 pub struct DataDir {
@@ -112,6 +118,8 @@ pub struct DataDir {
     pub fresh: bool,
     pub(super) snapshot: Option<u64>,
     pub(super) segments: Vec<u64>,
+    /// The format its `FORMAT` file names (this build's for a new dir).
+    pub format: u32,
 }
 
 impl DataDir {
@@ -160,22 +168,14 @@ impl DataDir {
         segments.sort_unstable();
         let format_path = path.join("FORMAT");
         let fresh = snapshot.is_none() && segments.is_empty();
-        let epoch_us = match std::fs::read_to_string(&format_path) {
+        let (format, epoch_us) = match std::fs::read_to_string(&format_path) {
             Ok(text) => parse_format(&text).map_err(|what| OpenError::Damaged {
                 path: format_path.clone(),
                 what,
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && fresh => {
-                write_synced(
-                    path,
-                    "FORMAT",
-                    &[format!(
-                        "admission-authority data dir\nformat {FORMAT}\nepoch_us {epoch_us}\n"
-                    )
-                    .as_bytes()],
-                )
-                .map_err(io("cannot write FORMAT"))?;
-                epoch_us
+                write_format(path, epoch_us).map_err(io("cannot write FORMAT"))?;
+                (FORMAT, epoch_us)
             }
             Err(e) => {
                 return Err(OpenError::Io {
@@ -192,14 +192,15 @@ impl DataDir {
             fresh,
             snapshot,
             segments,
+            format,
         })
     }
 
-    /// The newest snapshot's pieces, each checked; `None` when there is none.
+    /// The newest snapshot's format and pieces, each checked; `None` when there is none.
     ///
-    /// Fails when it cannot be read or a piece is damaged (a snapshot is written whole and
-    /// renamed into place, so any damage is damage).
-    pub fn snapshot(&self) -> Result<Option<Vec<Vec<u8>>>, OpenError> {
+    /// Fails when it cannot be read, is of a format this build does not read, or a piece is
+    /// damaged (a snapshot is written whole and renamed into place, so any damage is damage).
+    pub fn snapshot(&self) -> Result<Option<Snapshot>, OpenError> {
         let Some(n) = self.snapshot else {
             return Ok(None);
         };
@@ -213,28 +214,30 @@ impl DataDir {
             path: path.clone(),
             what,
         };
-        let body = bytes
-            .strip_prefix(SNAPSHOT_MAGIC.as_slice())
-            .ok_or_else(|| damaged("not a snapshot of this format".into()))?;
+        let (version, body) = versioned(&bytes, SNAPSHOT_PREFIX, "snapshot").map_err(damaged)?;
         let mut pieces = Vec::new();
         frames(body, |_, p| pieces.push(p.to_vec())).map_err(|bad| {
             damaged(format!(
                 "damaged at byte {}: {}",
-                bad.at + SNAPSHOT_MAGIC.len(),
+                bad.at + SNAPSHOT_PREFIX.len() + 1,
                 bad.why
             ))
         })?;
-        Ok(Some(pieces))
+        Ok(Some(Snapshot {
+            format: version,
+            pieces,
+        }))
     }
 
-    /// Hand every record of the log since the newest snapshot to `each`, oldest first. A torn
-    /// last record of the last segment is cut off (and logged); any other damage fails.
+    /// Hand every record of the log since the newest snapshot to `each` with its segment's
+    /// format, oldest first. A torn last record of the last segment is cut off (and logged);
+    /// any other damage fails.
     ///
-    /// Fails when a segment cannot be read, is not a log of this format, or is damaged before
-    /// its end; or when `each` fails (a record this authority cannot decode).
+    /// Fails when a segment cannot be read, is not a log of a format this build reads, or is
+    /// damaged before its end; or when `each` fails (a record this authority cannot decode).
     pub fn replay(
         &self,
-        mut each: impl FnMut(&[u8]) -> Result<(), String>,
+        mut each: impl FnMut(u32, &[u8]) -> Result<(), String>,
     ) -> Result<u64, OpenError> {
         let from = self.snapshot.unwrap_or(1);
         let mut count = 0;
@@ -280,13 +283,11 @@ impl DataDir {
                 // Made by a process that stopped before its header was written: no records.
                 continue;
             }
-            let body = bytes
-                .strip_prefix(LOG_MAGIC.as_slice())
-                .ok_or_else(|| damaged("not a log of this format".into()))?;
+            let (version, body) = versioned(&bytes, LOG_PREFIX, "log").map_err(damaged)?;
             let mut failed = None;
             let result = frames(body, |at, payload| {
                 if failed.is_none() {
-                    match each(payload) {
+                    match each(version, payload) {
                         Ok(()) => count += 1,
                         Err(e) => failed = Some((at, e)),
                     }
@@ -333,6 +334,44 @@ impl DataDir {
     }
 }
 
+/// A file's format and the bytes after its magic (`prefix` and a format byte), or why it
+/// cannot be read: not such a file at all, or of a format this build does not read.
+fn versioned<'a>(bytes: &'a [u8], prefix: &[u8], what: &str) -> Result<(u32, &'a [u8]), String> {
+    let rest = bytes
+        .strip_prefix(prefix)
+        .ok_or_else(|| format!("not an admission-authority {what} file"))?;
+    let (&version, body) = rest
+        .split_first()
+        .ok_or_else(|| format!("an admission-authority {what} file cut short in its header"))?;
+    let version = u32::from(version);
+    if version > FORMAT {
+        return Err(format!(
+            "a {what} of format {version}, written by a newer admission-authority (this one \
+             reads formats {OLDEST_FORMAT} to {FORMAT})"
+        ));
+    }
+    if version < OLDEST_FORMAT {
+        return Err(format!(
+            "a {what} of format {version}, which this build does not read"
+        ));
+    }
+    Ok((version, body))
+}
+
+/// Write the dir's `FORMAT` file: this build's format, and the dir's epoch.
+///
+/// Fails when the file cannot be written and synced.
+pub fn write_format(dir: &Path, epoch_us: u64) -> std::io::Result<()> {
+    write_synced(
+        dir,
+        "FORMAT",
+        &[
+            format!("admission-authority data dir\nformat {FORMAT}\nepoch_us {epoch_us}\n")
+                .as_bytes(),
+        ],
+    )
+}
+
 pub(super) fn numbered(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
     name.strip_prefix(prefix)?
         .strip_suffix(suffix)?
@@ -348,7 +387,7 @@ pub(super) fn snapshot_name(n: u64) -> String {
     format!("snapshot-{n:016}.aas")
 }
 
-fn parse_format(text: &str) -> Result<u64, String> {
+fn parse_format(text: &str) -> Result<(u32, u64), String> {
     let mut format = None;
     let mut epoch = None;
     for line in text.lines() {
@@ -360,10 +399,15 @@ fn parse_format(text: &str) -> Result<u64, String> {
     }
     match (format, epoch) {
         (Some(f), _) if f > FORMAT => Err(format!(
-            "format {f} was written by a newer admission-authority (this one reads format \
-             {FORMAT}); run the newer version, or move the dir away to start empty"
+            "format {f} was written by a newer admission-authority (this one reads formats \
+             {OLDEST_FORMAT} to {FORMAT}); run the newer version, or move the dir away to start \
+             empty"
         )),
-        (Some(_), Some(e)) => Ok(e),
+        (Some(f), _) if f < OLDEST_FORMAT => Err(format!(
+            "format {f} is older than this admission-authority reads (formats {OLDEST_FORMAT} \
+             to {FORMAT})"
+        )),
+        (Some(f), Some(e)) => Ok((f, e)),
         _ => Err("not a FORMAT file of an admission-authority data dir".into()),
     }
 }
@@ -451,11 +495,12 @@ mod tests {
 
     #[test]
     fn format_files_of_newer_authorities_are_refused() {
-        assert_eq!(parse_format("format 1\nepoch_us 42\n"), Ok(42));
+        assert_eq!(parse_format("format 1\nepoch_us 42\n"), Ok((1, 42)));
+        assert_eq!(parse_format("format 2\nepoch_us 42\n"), Ok((2, 42)));
+        let newer = parse_format("format 3\nepoch_us 42\n").unwrap_err();
         assert!(
-            parse_format("format 2\nepoch_us 42\n")
-                .unwrap_err()
-                .contains("newer")
+            newer.contains("format 3") && newer.contains("formats 1 to 2"),
+            "{newer}"
         );
         assert!(parse_format("hello").is_err());
     }

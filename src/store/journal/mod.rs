@@ -5,6 +5,8 @@
 //! Layout of a data dir:
 //! * `LOCK`: held (`flock`) by the one process that serves from the dir;
 //! * `FORMAT`: the format number and the dir's epoch (the wall clock, in µs, at store time 0);
+//!   each log segment and snapshot also names its own format in its first 8 bytes, so a dir
+//!   caught in the middle of its rewrite from an older format reads file by file;
 //! * `log-<n>.aal`: log segments, numbered upwards; every process start opens a new one;
 //! * `snapshot-<n>.aas`: the state as it was when segment `n` began (records of segments `>= n`
 //!   that the snapshot already holds are recognised by their sequence numbers and skipped).
@@ -41,14 +43,33 @@ mod dir;
 mod gate;
 mod sync;
 
-pub use dir::{DataDir, OpenError, frame};
+pub use dir::{DataDir, OpenError, Snapshot, frame, write_format};
 use dir::{new_segment, numbered, segment_name, snapshot_name, write_synced};
 pub use gate::{SendGate, SendGates};
 
-/// The data dir's format; a dir of a larger one was written by a newer authority.
-pub const FORMAT: u32 = 1;
-const LOG_MAGIC: &[u8; 8] = b"AAlog\0\0\x01";
-const SNAPSHOT_MAGIC: &[u8; 8] = b"AAsnap\0\x01";
+/// The data dir's format, the one this build writes; a dir of a larger one was written by a
+/// newer authority. What each format's records and pieces mean is the store's
+/// (`store::memory::format`).
+pub const FORMAT: u32 = 2;
+/// The oldest format this build reads (a dir of it is rewritten in [`FORMAT`] when opened).
+pub const OLDEST_FORMAT: u32 = 1;
+/// A log segment's first bytes: this prefix, then its format's number as one byte.
+const LOG_PREFIX: &[u8; 7] = b"AAlog\0\0";
+/// A snapshot's first bytes: this prefix, then its format's number as one byte.
+const SNAPSHOT_PREFIX: &[u8; 7] = b"AAsnap\0";
+const LOG_MAGIC: &[u8; 8] = &magic(LOG_PREFIX, FORMAT);
+const SNAPSHOT_MAGIC: &[u8; 8] = &magic(SNAPSHOT_PREFIX, FORMAT);
+
+const fn magic(prefix: &[u8; 7], format: u32) -> [u8; 8] {
+    let mut m = [0u8; 8];
+    let mut i = 0;
+    while i < 7 {
+        m[i] = prefix[i];
+        i += 1;
+    }
+    m[7] = format as u8;
+    m
+}
 /// No record or snapshot piece is this large; a length above it is damage, not data.
 const MAX_FRAME: usize = 1 << 30;
 /// A snapshot is taken once the log since the last one holds this many bytes, or as many as
@@ -478,7 +499,10 @@ impl Journal {
         let j = self.clone();
         let spawned = std::thread::Builder::new()
             .name("snapshot".into())
-            .spawn(move || j.write_snapshot(n, pieces));
+            .spawn(move || {
+                // A failure is logged (and the older files kept) by write_snapshot itself.
+                let _ = j.write_snapshot(n, pieces);
+            });
         match spawned {
             Ok(t) => {
                 if let Some(done) = self.snapshot_thread.lock().expect("thread lock").replace(t) {
@@ -497,7 +521,9 @@ impl Journal {
     /// than twice what this one needed: state that shrank lets its memory go). Runs on the
     /// caller's thread: call it off the async runtime. A failure is logged and leaves the
     /// older files, which still recover the same state.
-    pub fn write_snapshot(&self, n: u64, mut pieces: Vec<u8>) {
+    ///
+    /// Fails (after logging) when the snapshot cannot be written.
+    pub fn write_snapshot(&self, n: u64, mut pieces: Vec<u8>) -> Result<(), String> {
         let result = write_synced(&self.path, &snapshot_name(n), &[SNAPSHOT_MAGIC, &pieces]);
         let len = pieces.len();
         if pieces.capacity() <= 2 * (len + len / 4) {
@@ -511,10 +537,12 @@ impl Journal {
                 inner.snapshot_bytes = (SNAPSHOT_MAGIC.len() + len) as u64;
                 drop(inner);
                 self.remove_older_than(n);
+                Ok(())
             }
             Err(e) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(dir = %self.path.display(), "cannot write {}: {e}; keeping the log", snapshot_name(n));
+                Err(format!("{}: {e}", snapshot_name(n)))
             }
         }
     }

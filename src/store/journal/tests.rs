@@ -92,7 +92,7 @@ fn the_snapshot_buffer_is_kept_unless_far_too_large() {
     let journal = started(&path, SyncPolicy::Os);
     let snapshot = |pieces: Vec<u8>| {
         let n = journal.rotate().unwrap();
-        journal.write_snapshot(n, pieces);
+        journal.write_snapshot(n, pieces).unwrap();
         std::fs::read(path.join(snapshot_name(n))).unwrap()
     };
     let mut first = journal.snapshot_buffer();
@@ -178,7 +178,7 @@ fn concurrent_commits_write_every_record_once_in_order() {
         let mut next = vec![0u32; TASKS as usize];
         let count = DataDir::open(&path, 0)
             .unwrap()
-            .replay(|p| {
+            .replay(|_, p| {
                 let t = u32::from_le_bytes(p[0..4].try_into().unwrap()) as usize;
                 let i = u32::from_le_bytes(p[4..8].try_into().unwrap());
                 if i != next[t] {

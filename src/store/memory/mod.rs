@@ -12,6 +12,7 @@
 //! lock is released, so other calls go on meanwhile). Lock order: `hosts`, then a host's
 //! `inner` or `ledger` (never both), or `auth`; the journal's own lock is always the last.
 
+mod format;
 mod ledger_auth;
 mod ops;
 mod persist;
@@ -116,7 +117,7 @@ impl MemoryStore {
 
     fn log_borrowed(&self, record: &Record<'_>) -> Option<Pending> {
         self.journal.as_ref().map(|j| {
-            j.append(|out| record.encode(out))
+            j.append(|out| format::encode_record(record, out))
                 .expect("records encode into a Vec")
         })
     }

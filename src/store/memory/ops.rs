@@ -3,11 +3,9 @@
 //! twins), and with a data dir also writes it to the log, so that a restart replays exactly the
 //! same calls through the same core. The core is deterministic given its inputs (`now`, the
 //! ticket key drawn for a Submit, the limits and policy in force), and each of those is in the
-//! record or in an earlier one.
+//! record or in an earlier one. What these look like on disk is [`super::format`]'s.
 
 use std::borrow::Cow;
-
-use serde::{Deserialize, Serialize};
 
 use crate::auth::{AuthCleared, AuthDecision, AuthTable, BucketRule};
 use crate::ledger::{
@@ -20,7 +18,7 @@ use crate::scheduler::{
 
 /// A host's scheduling state as the store keeps it: the core's state, the limits in force,
 /// and the sequence number of the last logged operation applied to it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug)]
 pub(super) struct HostCore {
     pub(super) state: HostState,
     pub(super) limits: LimitsRecord,
@@ -28,8 +26,8 @@ pub(super) struct HostCore {
 }
 
 /// One change of a host's scheduling state.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(super) enum HostOp {
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum HostOp {
     /// The host appeared, under these limits (always its first record).
     Create(LimitsRecord),
     Submit {
@@ -119,8 +117,8 @@ impl HostOp {
 }
 
 /// One change of a host's ledger.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(super) enum LedgerOp {
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum LedgerOp {
     Authorize(AuthorizeArgs),
     Settle {
         run_id: String,
@@ -170,8 +168,8 @@ impl LedgerOp {
 }
 
 /// One change of the auth buckets.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(super) enum AuthOp {
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum AuthOp {
     Attempt {
         endpoint: String,
         identity: String,
@@ -217,8 +215,8 @@ impl AuthOp {
 
 /// A record of the log. `seq` is the part's own sequence number (a host's scheduling state, a
 /// host's ledger, or the auth buckets): a replay skips what a snapshot already holds.
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) enum Record<'a> {
+#[derive(Debug, PartialEq)]
+pub(crate) enum Record<'a> {
     /// The resource policy of the ledger records that follow (the process's configuration).
     Policy(Cow<'a, ResourcePolicy>),
     Host {
@@ -238,18 +236,4 @@ pub(super) enum Record<'a> {
         now: Millis,
         op: Cow<'a, AuthOp>,
     },
-}
-
-impl Record<'_> {
-    /// Append the record's encoding to `out`.
-    pub(super) fn encode(&self, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
-        postcard::to_io(self, out).map(|_| ())
-    }
-
-    /// Decode one record.
-    ///
-    /// Fails when the bytes are not a record of this format.
-    pub(super) fn decode(bytes: &[u8]) -> Result<Record<'_>, String> {
-        postcard::from_bytes(bytes).map_err(|e| format!("not a record this authority reads: {e}"))
-    }
 }

@@ -9,16 +9,15 @@ use std::time::Duration;
 
 use crate::clock::Stopwatch;
 
-use serde::{Deserialize, Serialize};
-
+use super::format::{self, Piece};
 use super::ops::{AuthOp, HostCore, HostOp, Record};
 use super::{AuthPart, Host, MemoryStore};
 use crate::auth::AuthTable;
 use crate::clock::Clock;
-use crate::ledger::{Ledger, ResourcePolicy};
-use crate::scheduler::Millis;
+use crate::ledger::Ledger;
+use crate::scheduler::{HostState, Millis};
 use crate::store::Policy;
-use crate::store::journal::{DataDir, JournalOptions, OpenError, frame};
+use crate::store::journal::{self, DataDir, JournalOptions, OpenError, frame};
 
 /// Where and how the embedded store keeps its state (`store.embedded`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +36,8 @@ pub struct Restored {
     pub live_tickets: u64,
     /// Log records replayed after the snapshot.
     pub records: u64,
+    /// The dir held files of an older format, and was rewritten in this build's.
+    pub rewritten: bool,
     pub took: Duration,
 }
 
@@ -59,52 +60,8 @@ impl Clock for DirClock {
     }
 }
 
-/// A snapshot piece as written (borrowing the state under its lock).
-#[derive(Serialize)]
-enum PieceOut<'a> {
-    Host {
-        id: &'a str,
-        core: &'a HostCore,
-    },
-    Ledger {
-        id: &'a str,
-        seq: u64,
-        ledger: &'a Ledger,
-    },
-    Auth {
-        seq: u64,
-        table: &'a AuthTable,
-    },
-    End {
-        now: Millis,
-        policy: &'a ResourcePolicy,
-    },
-}
-
-/// A snapshot piece as read: the same variants, in the same order, owned.
-#[derive(Deserialize)]
-enum Piece {
-    Host {
-        id: String,
-        core: Box<HostCore>,
-    },
-    Ledger {
-        id: String,
-        seq: u64,
-        ledger: Ledger,
-    },
-    Auth {
-        seq: u64,
-        table: AuthTable,
-    },
-    End {
-        now: Millis,
-        policy: ResourcePolicy,
-    },
-}
-
-fn put(out: &mut Vec<u8>, piece: &PieceOut<'_>) {
-    frame(out, |v| postcard::to_io(piece, v).map(|_| ())).expect("pieces encode into a Vec");
+fn put(out: &mut Vec<u8>, piece: &Piece) {
+    frame(out, |v| format::encode_piece(piece, v)).expect("pieces encode into a Vec");
 }
 
 impl MemoryStore {
@@ -129,38 +86,53 @@ impl MemoryStore {
         let mut ledger_policy = store.policy.resources.clone();
         let grant_floor = |now: Millis| epoch_us + now * 1000;
 
-        if let Some(pieces) = dir.snapshot()? {
+        // Files of an older format than this build writes: rewritten below, once read.
+        let mut older = dir.format < journal::FORMAT;
+        if let Some(journal::Snapshot {
+            format: version,
+            pieces,
+        }) = dir.snapshot()?
+        {
+            older |= version < journal::FORMAT;
+            let damaged = |what: String| OpenError::Damaged {
+                path: options.dir.clone(),
+                what: format!(
+                    "the newest snapshot holds a piece this authority cannot read: {what}"
+                ),
+            };
             for bytes in pieces {
-                let piece: Piece =
-                    postcard::from_bytes(&bytes).map_err(|e| OpenError::Damaged {
-                        path: options.dir.clone(),
-                        what: format!(
-                            "the newest snapshot holds a piece this authority cannot read: {e}"
-                        ),
-                    })?;
-                match piece {
-                    Piece::Host { id, core } => {
-                        let host = Host::new(core.limits.clone());
-                        host.inner.lock().expect("host lock").core = *core;
+                match format::decode_piece(version, &bytes).map_err(damaged)? {
+                    Piece::Host {
+                        id,
+                        seq,
+                        limits,
+                        image,
+                    } => {
+                        let state = HostState::from_image(*image)
+                            .map_err(|e| damaged(format!("host {id:?}: {e}")))?;
+                        let host = Host::new(limits.clone());
+                        host.inner.lock().expect("host lock").core =
+                            HostCore { state, limits, seq };
                         store
                             .hosts
                             .get_mut()
                             .expect("hosts lock")
                             .insert(id, Arc::new(host));
                     }
-                    Piece::Ledger { id, seq, ledger } => {
+                    Piece::Ledger { id, seq, image } => {
+                        let ledger = Ledger::from_image(image)
+                            .map_err(|e| damaged(format!("ledger of {id:?}: {e}")))?;
                         let hosts = store.hosts.get_mut().expect("hosts lock");
-                        let host = hosts.get(&id).ok_or_else(|| OpenError::Damaged {
-                            path: options.dir.clone(),
-                            what: format!(
-                                "the newest snapshot has a ledger of unknown host {id:?}"
-                            ),
-                        })?;
+                        let host = hosts
+                            .get(&id)
+                            .ok_or_else(|| damaged(format!("a ledger of unknown host {id:?}")))?;
                         let mut part = host.ledger.lock().expect("ledger lock");
                         part.ledger = ledger;
                         part.seq = seq;
                     }
-                    Piece::Auth { seq, table } => {
+                    Piece::Auth { seq, image } => {
+                        let table = AuthTable::from_image(image)
+                            .map_err(|e| damaged(format!("auth buckets: {e}")))?;
                         *store.auth.get_mut().expect("auth lock") = AuthPart { table, seq };
                     }
                     Piece::End { now, policy } => {
@@ -171,8 +143,9 @@ impl MemoryStore {
             }
         }
 
-        let records = dir.replay(|bytes| {
-            let record = Record::decode(bytes)?;
+        let records = dir.replay(|version, bytes| {
+            older |= version < journal::FORMAT;
+            let record = format::decode_record(version, bytes)?;
             match record {
                 Record::Policy(p) => ledger_policy = p.into_owned(),
                 Record::Host { host, seq, now, op } => {
@@ -253,6 +226,15 @@ impl MemoryStore {
             path: options.dir.clone(),
             what,
         })?;
+        if older {
+            store
+                .rewrite(&options.dir, epoch_us)
+                .map_err(|what| OpenError::Damaged {
+                    path: options.dir.clone(),
+                    what: format!("cannot rewrite it in format {}: {what}", journal::FORMAT),
+                })?;
+            restored.rewritten = true;
+        }
         restored.took = started.elapsed();
         Ok((store, restored))
     }
@@ -284,50 +266,7 @@ impl MemoryStore {
                 return;
             }
         };
-        let mut out = journal.snapshot_buffer();
-        let started = Stopwatch::start();
-        // The longest a host waited on its snapshot, for the log line below.
-        let mut longest = Duration::ZERO;
-        for (id, host) in self.all_hosts() {
-            {
-                let inner = host.inner.lock().expect("host lock");
-                let held = Stopwatch::start();
-                put(
-                    &mut out,
-                    &PieceOut::Host {
-                        id: &id,
-                        core: &inner.core,
-                    },
-                );
-                longest = longest.max(held.elapsed());
-            }
-            let part = host.ledger.lock().expect("ledger lock");
-            put(
-                &mut out,
-                &PieceOut::Ledger {
-                    id: &id,
-                    seq: part.seq,
-                    ledger: &part.ledger,
-                },
-            );
-        }
-        {
-            let part = self.auth.lock().expect("auth lock");
-            put(
-                &mut out,
-                &PieceOut::Auth {
-                    seq: part.seq,
-                    table: &part.table,
-                },
-            );
-        }
-        put(
-            &mut out,
-            &PieceOut::End {
-                now: self.clock.now_ms(),
-                policy: &self.policy.resources,
-            },
-        );
+        let (out, longest, started) = self.encode_snapshot(journal.snapshot_buffer());
         tracing::debug!(
             snapshot = n,
             bytes = out.len(),
@@ -336,6 +275,72 @@ impl MemoryStore {
             "snapshot encoded; a thread writes it"
         );
         journal.spawn_snapshot(n, out);
+    }
+
+    /// Every part's piece, framed, into `out`: a host is held only while its image is taken
+    /// (its encoding happens after). Returns the bytes, the longest a host was held, and when
+    /// the encoding started.
+    fn encode_snapshot(&self, mut out: Vec<u8>) -> (Vec<u8>, Duration, Stopwatch) {
+        let started = Stopwatch::start();
+        let mut longest = Duration::ZERO;
+        for (id, host) in self.all_hosts() {
+            let piece = {
+                let inner = host.inner.lock().expect("host lock");
+                let held = Stopwatch::start();
+                let image = inner.core.state.image();
+                longest = longest.max(held.elapsed());
+                Piece::Host {
+                    id: id.clone(),
+                    seq: inner.core.seq,
+                    limits: inner.core.limits.clone(),
+                    image: Box::new(image),
+                }
+            };
+            put(&mut out, &piece);
+            let piece = {
+                let part = host.ledger.lock().expect("ledger lock");
+                Piece::Ledger {
+                    id,
+                    seq: part.seq,
+                    image: part.ledger.image(),
+                }
+            };
+            put(&mut out, &piece);
+        }
+        let piece = {
+            let part = self.auth.lock().expect("auth lock");
+            Piece::Auth {
+                seq: part.seq,
+                image: part.table.image(),
+            }
+        };
+        put(&mut out, &piece);
+        put(
+            &mut out,
+            &Piece::End {
+                now: self.clock.now_ms(),
+                policy: self.policy.resources.clone(),
+            },
+        );
+        (out, longest, started)
+    }
+
+    /// Rewrite a dir read from an older format in this build's, before serving: a snapshot of
+    /// the state (in this format) at a new segment, written and synced on this thread, then
+    /// `FORMAT`; the older files go once the snapshot is in place. A crash at any point leaves
+    /// a dir that opens (each file names its own format) and is rewritten again.
+    fn rewrite(&self, dir: &std::path::Path, epoch_us: u64) -> Result<(), String> {
+        let journal = self.journal.as_ref().expect("a store on a data dir");
+        let n = journal.rotate()?;
+        let (out, _, _) = self.encode_snapshot(journal.snapshot_buffer());
+        journal.write_snapshot(n, out)?;
+        journal::write_format(dir, epoch_us).map_err(|e| format!("FORMAT: {e}"))?;
+        tracing::info!(
+            dir = %dir.display(),
+            format = journal::FORMAT,
+            "data dir rewritten in this build's format"
+        );
+        Ok(())
     }
 
     /// Write what the log holds and stop its thread (at shutdown; a store in memory has

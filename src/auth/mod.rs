@@ -19,6 +19,10 @@
 //!   other endpoints are not affected: a flood of made-up identities on one endpoint refuses
 //!   new identities of that endpoint only.
 
+mod image;
+
+pub use image::{AuthImage, EndpointImage};
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
@@ -26,7 +30,7 @@ use std::sync::Arc;
 use crate::scheduler::Millis;
 
 /// One endpoint's budget.
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BucketRule {
     /// Attempts that pass in one window; at least 1.
     pub max_attempts: u32,
@@ -217,7 +221,7 @@ pub struct AuthCleared {
     pub was_locked: bool,
 }
 
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug)]
 struct Entry {
     /// Attempts counted in the current window.
     count: u32,
@@ -239,7 +243,7 @@ impl Entry {
 type Expiry = Reverse<(Millis, Box<str>)>;
 
 /// One endpoint's keys and when they expire.
-#[derive(serde::Serialize, serde::Deserialize, Debug, Default)]
+#[derive(Debug, Default)]
 struct Endpoint {
     /// The hasher is std's keyed SipHash: identities come from callers, so a fixed hash would
     /// let one flood a single bucket chain.
@@ -268,7 +272,7 @@ impl Endpoint {
 /// Cost: an attempt is O(1) map work plus O(log n) when it opens a window or starts a lockout;
 /// pruning pops only expired heap items, so its cost is paid once per expiry (and a look at
 /// each endpoint's soonest expiry: endpoints are the configured buckets, a handful).
-#[derive(serde::Serialize, serde::Deserialize, Debug)]
+#[derive(Debug)]
 pub struct AuthTable {
     max_keys: usize,
     endpoints: HashMap<Arc<str>, Endpoint>,

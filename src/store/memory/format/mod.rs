@@ -1,0 +1,167 @@
+//! The data dir's format: what the bytes of its log records and snapshot pieces mean. These
+//! are the store's own types, converted to and from the core's ([`HostOp`] and its twins for
+//! records; [`HostImage`], [`LedgerImage`] and [`AuthImage`] for snapshots), so that changing
+//! the core cannot change what is on disk by accident: a change that needs a new field on disk
+//! is a new format version, with its conversion, and the versions before it stay readable.
+//!
+//! Every log segment and snapshot file starts with a magic naming its format version
+//! (`AAlog\0\0<v>`, `AAsnap\0<v>`), so a dir whose files are of two versions (one being
+//! rewritten, see `persist`) is read file by file; `FORMAT` says the newest version the dir
+//! holds. Payloads are postcard: integers as varints (signed ones zigzag), `u128` keys as 16
+//! little-endian bytes' varint, strings and lists with their length first, `Option` as 0 or 1
+//! then the value, enums as their variant's index then its fields, structs as their fields in
+//! order.
+//!
+//! # Format 2 (written now)
+//!
+//! A **record** ([`v2::records::RecordV2`]) is one of:
+//! * `0 Policy(policy)`: the resource policy the ledger records after it were decided under;
+//! * `1 Host { host, seq, now, op }`: a change of a host's tickets, applied at store time `now`
+//!   (ms), the `seq`-th of that host's; `op` is `0 Create(limits)`, `1 Submit { args, key }`
+//!   with `args` = (instance_id, subject, account_id?, run_id, mode 0 queue / 1 try, rss_mb?,
+//!   priority), `2 Renew { key, rss_mb? }`, `3 Release { key, report }` with `report` =
+//!   (outcome 0 unspecified / 1 ok / 2 rate limited / 3 overloaded / 4 failed, latency_ms?),
+//!   `4 ReleaseRun { run_id, report }`, `5 Park(key)`, `6 Unpark(key)`, `7 Housekeeping`,
+//!   `8 CountRejection`, `9 Limits(limits)`, `10 Restarted`, `11 Reclaim { held, key }` with
+//!   `held` = (instance_id, subject, account_id?, run_id, grant, priority);
+//! * `2 Ledger { host, seq, now, op }`: `op` is `0 Authorize(run_id, step, subject, account_id?,
+//!   model, requested_output_tokens, estimated_input_tokens, estimated_cost_micros)`,
+//!   `1 Settle { run_id, step, usage }` with `usage` = (input_tokens, output_tokens,
+//!   cost_micros, coverage 0 complete / 1 partial / 2 unknown), `2 Resolve { run_id, step,
+//!   resolution 0 consumed / 1 released }`, `3 Housekeeping`;
+//! * `3 Auth { seq, now, op }`: `op` is `0 Attempt { endpoint, identity, rule }` with `rule` =
+//!   (max_attempts, window_ms, lockout_ms), `1 Reset { endpoint, identity }`, `2 Prune`,
+//!   `3 MaxKeys(n)`.
+//!
+//! `limits` ([`v2::LimitsRecordV2`]) is: total, per_subject, per_account?, subjects (name, cap)
+//! list, accounts (id, cap) list, queue_total, queue_per_subject, queue_hard_total, overflow
+//! (0 reject / 1 shed_oldest / 2 queue), lease_ttl_ms, retention_ms, max_retained, max_rss_mb,
+//! soft_rss_mb, weights (name, weight) list, priority_aging_ms, mode (0 enforce / 1 shadow),
+//! adaptive (account, (min, max, decrease_pm, increase, cooldown_ms)) list, adaptive_default?,
+//! source (0 file / 1 operator), revision. `policy` ([`v2::PolicyV2`]) is: default budget?,
+//! subjects' and accounts' budgets as (name, budget) lists with budget = (max_tokens?,
+//! max_cost_micros?, unknown_usage 0 reject / 1 allow / 2 defer), allowances as (account,
+//! (tokens?, cost_micros?, window_ms)) list, reservation_ttl_ms, run_retention_ms.
+//!
+//! A **snapshot piece** ([`v2::pieces::PieceV2`]) is one of:
+//! * `0 Host { id, seq, limits, host }`: `host` = (tickets, ended, rotation, next_order,
+//!   next_front, grant, grant_floor, counters, adaptive, instances): tickets as (key, subject,
+//!   account?, instance, run_id, state, grant, deadline, order, since, level, reclaimed) with
+//!   state 0 queued / 1 admitted / 2 released / 3 cancelled / 4 shed / 5 expired / 6 parked;
+//!   ended tickets oldest first as (key, run_id, state, grant, forget_at, answers_run); the
+//!   rotation as five lists (priority 1 first) of (subject, credit); counters as (submitted,
+//!   admitted, rejected, released, cancelled, shed, expired, queue-wait buckets list,
+//!   queue-wait sum ms, shadow list, hold_avg_ms, outcomes list, latency_sum_ms,
+//!   latency_count, reclaimed); adaptive as (account, cap_milli, last_cut, knee_milli) list;
+//!   instances as (instance, rss_mb, at) list;
+//! * `1 Ledger { id, seq, ledger }`: `ledger` = (runs, windows, stats, next_forget); runs as
+//!   (run_id, subject, account?, used_tokens, used_cost_micros, partial_steps, last_touched,
+//!   steps) with steps as (step, answer, state, model, reserved_tokens, reserved_cost_micros,
+//!   window?, decided_at, deadline?); answer = (decision 0 allow / 1 deny / 2 unknown, reason?
+//!   0 resource limit / 1 quota exhausted / 2 usage unknown, granted_output_tokens,
+//!   remaining_tokens?, remaining_cost_micros?, replay); state `0 Reserved`, `1 Uncertain`,
+//!   `2 Settled(usage)`, `3 Resolved(resolution)`, `4 Closed`; windows as (account, start, end,
+//!   used_tokens, used_cost_micros); stats as six counts (open, uncertain, allowed, denied,
+//!   deferred, settled);
+//! * `2 Auth { seq, table }`: `table` = (max_keys, endpoints), each endpoint (name, keys as
+//!   (identity, count, window_end, locked_until), expiries as (at, identity));
+//! * `3 End { now, policy }`: the last piece.
+//!
+//! # Format 1 (read only)
+//!
+//! The core's in-memory types of the build before this one, as postcard wrote them
+//! ([`v1`] keeps a frozen copy of each); read into the same images, then rewritten.
+
+use crate::auth::AuthImage;
+use crate::ledger::{LedgerImage, ResourcePolicy};
+use crate::scheduler::{HostImage, LimitsRecord, Millis};
+
+#[cfg(doc)]
+use super::ops::HostOp;
+use super::ops::Record;
+
+pub mod v1;
+pub mod v2;
+
+#[cfg(test)]
+mod tests;
+
+// The journal names files with the format this module writes, and refuses what it cannot read.
+const _: () =
+    assert!(crate::store::journal::FORMAT == 2 && crate::store::journal::OLDEST_FORMAT == 1);
+
+/// A snapshot piece in the core's terms.
+#[derive(Debug, PartialEq)]
+pub enum Piece {
+    Host {
+        id: String,
+        /// The last of the host's records the piece holds.
+        seq: u64,
+        limits: LimitsRecord,
+        image: Box<HostImage>,
+    },
+    Ledger {
+        id: String,
+        seq: u64,
+        image: LedgerImage,
+    },
+    Auth {
+        seq: u64,
+        image: AuthImage,
+    },
+    End {
+        now: Millis,
+        policy: ResourcePolicy,
+    },
+}
+
+/// Append a record's encoding (this build's format) to `out`.
+///
+/// Fails only when postcard cannot write into the vector (it cannot).
+pub fn encode_record(record: &Record<'_>, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+    postcard::to_io(&v2::records::RecordV2::from(record), out).map(|_| ())
+}
+
+/// Decode one record of format `version`.
+///
+/// Fails when the bytes are not a record of that format.
+pub fn decode_record(version: u32, bytes: &[u8]) -> Result<Record<'static>, String> {
+    let bad = |e: postcard::Error| format!("not a record of format {version}: {e}");
+    match version {
+        1 => Ok(postcard::from_bytes::<v1::RecordV1>(bytes)
+            .map_err(bad)?
+            .into()),
+        2 => postcard::from_bytes::<v2::records::RecordV2>(bytes)
+            .map_err(bad)?
+            .try_into()
+            .map_err(|e| format!("a record of format 2 with {e}")),
+        v => Err(format!("records of format {v} are not read by this build")),
+    }
+}
+
+/// Append a snapshot piece's encoding (this build's format) to `out`.
+///
+/// Fails only when postcard cannot write into the vector (it cannot).
+pub fn encode_piece(piece: &Piece, out: &mut Vec<u8>) -> Result<(), postcard::Error> {
+    postcard::to_io(&v2::pieces::PieceV2::from(piece), out).map(|_| ())
+}
+
+/// Decode one snapshot piece of format `version`.
+///
+/// Fails when the bytes are not a piece of that format.
+pub fn decode_piece(version: u32, bytes: &[u8]) -> Result<Piece, String> {
+    let bad = |e: postcard::Error| format!("not a snapshot piece of format {version}: {e}");
+    match version {
+        1 => postcard::from_bytes::<v1::PieceV1>(bytes)
+            .map_err(bad)?
+            .try_into()
+            .map_err(|e| format!("a piece of format 1 with {e}")),
+        2 => postcard::from_bytes::<v2::pieces::PieceV2>(bytes)
+            .map_err(bad)?
+            .try_into()
+            .map_err(|e| format!("a piece of format 2 with {e}")),
+        v => Err(format!(
+            "snapshots of format {v} are not read by this build"
+        )),
+    }
+}
