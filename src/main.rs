@@ -34,6 +34,24 @@ enum Command {
     /// Read a bearer token from standard input and print its SHA-256, for `token_sha256` in
     /// `credentials` (leading and trailing whitespace, such as a final newline, is ignored).
     HashToken,
+    /// Work with a data dir (store.embedded.data_dir).
+    DataDir {
+        #[command(subcommand)]
+        command: DataDirCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DataDirCommand {
+    /// Print what DIR holds (format, files and sizes, hosts with their tickets, reservations
+    /// and limits, auth keys) without changing it; safe beside the server serving from it.
+    Inspect {
+        /// The data dir.
+        dir: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -62,6 +80,25 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve(args) => serve(*args),
+        Command::DataDir {
+            command: DataDirCommand::Inspect { dir, json },
+        } => match admission_authority::store::memory::MemoryStore::inspect(&dir) {
+            Ok(report) if json => {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("a report encodes as JSON")
+                );
+                ExitCode::SUCCESS
+            }
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
         Command::HashToken => {
             let mut token = String::new();
             if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut token) {

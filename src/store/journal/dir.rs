@@ -111,7 +111,8 @@ pub struct Snapshot {
 /// [`DataDir::start`] the journal.
 pub struct DataDir {
     pub(super) path: PathBuf,
-    pub(super) lock: File,
+    /// The held lock; `None` for a dir opened to be looked at ([`DataDir::open_read_only`]).
+    pub(super) lock: Option<File>,
     /// The wall clock (µs since the Unix epoch) at the store's time 0.
     pub epoch_us: u64,
     /// True when the dir held no state before (made now, or empty).
@@ -154,18 +155,7 @@ impl DataDir {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock it")(e)),
         }
-        let mut snapshot = None;
-        let mut segments = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(io("cannot list it"))? {
-            let name = entry.map_err(io("cannot list it"))?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(n) = numbered(&name, "snapshot-", ".aas") {
-                snapshot = snapshot.max(Some(n));
-            } else if let Some(n) = numbered(&name, "log-", ".aal") {
-                segments.push(n);
-            }
-        }
-        segments.sort_unstable();
+        let (snapshot, segments) = list(path).map_err(io("cannot list it"))?;
         let format_path = path.join("FORMAT");
         let fresh = snapshot.is_none() && segments.is_empty();
         let (format, epoch_us) = match std::fs::read_to_string(&format_path) {
@@ -187,13 +177,84 @@ impl DataDir {
         };
         Ok(DataDir {
             path: path.to_path_buf(),
-            lock,
+            lock: Some(lock),
             epoch_us,
             fresh,
             snapshot,
             segments,
             format,
         })
+    }
+
+    /// Open the data dir at `path` to look at it, changing nothing: no lock is taken (a
+    /// running server may hold it: see [`DataDir::held`]), nothing is made or written, and a
+    /// torn last record is left where it is (a running server may be writing it). Its log is
+    /// read as it stands when [`DataDir::replay`] reads it.
+    ///
+    /// Fails when it is not a data dir (no `FORMAT`), or its `FORMAT` is unreadable or newer
+    /// than this authority's.
+    pub fn open_read_only(path: &Path) -> Result<DataDir, OpenError> {
+        let io = |what: &'static str| {
+            let path = path.to_path_buf();
+            move |source| OpenError::Io { path, what, source }
+        };
+        let format_path = path.join("FORMAT");
+        let text = std::fs::read_to_string(&format_path).map_err(io(
+            "cannot read its FORMAT (is it an admission-authority data dir?)",
+        ))?;
+        let (format, epoch_us) = parse_format(&text).map_err(|what| OpenError::Damaged {
+            path: format_path,
+            what,
+        })?;
+        let (snapshot, segments) = list(path).map_err(io("cannot list it"))?;
+        Ok(DataDir {
+            path: path.to_path_buf(),
+            lock: None,
+            epoch_us,
+            fresh: snapshot.is_none() && segments.is_empty(),
+            snapshot,
+            segments,
+            format,
+        })
+    }
+
+    /// Whether another process holds the dir's lock now (a server serving from it).
+    pub fn held(&self) -> bool {
+        let Ok(file) = File::open(self.path.join("LOCK")) else {
+            return false;
+        };
+        match file.try_lock_shared() {
+            Ok(()) => {
+                let _ = file.unlock();
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// The dir's log segments and snapshot files with their sizes and formats, oldest first
+    /// (`None` for a file too short to name one).
+    pub fn files(&self) -> Vec<(String, u64, Option<u32>)> {
+        let mut names: Vec<String> = self
+            .segments
+            .iter()
+            .map(|n| segment_name(*n))
+            .chain(self.snapshot.map(snapshot_name))
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|name| {
+                let path = self.path.join(&name);
+                let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+                let mut head = [0u8; 8];
+                let format = File::open(&path)
+                    .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+                    .ok()
+                    .map(|()| u32::from(head[7]));
+                (name, len, format)
+            })
+            .collect()
     }
 
     /// The newest snapshot's format and pieces, each checked; `None` when there is none.
@@ -312,6 +373,10 @@ impl DataDir {
                         }
                     )));
                 }
+                if self.lock.is_none() {
+                    // Looked at, not served: a server may be writing that record now.
+                    continue;
+                }
                 tracing::warn!(
                     file = %path.display(),
                     at = offset,
@@ -332,6 +397,23 @@ impl DataDir {
         }
         Ok(count)
     }
+}
+
+/// The newest snapshot's number and the log segments' numbers (sorted) in `path`.
+fn list(path: &Path) -> std::io::Result<(Option<u64>, Vec<u64>)> {
+    let mut snapshot = None;
+    let mut segments = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(n) = numbered(&name, "snapshot-", ".aas") {
+            snapshot = snapshot.max(Some(n));
+        } else if let Some(n) = numbered(&name, "log-", ".aal") {
+            segments.push(n);
+        }
+    }
+    segments.sort_unstable();
+    Ok((snapshot, segments))
 }
 
 /// A file's format and the bytes after its magic (`prefix` and a format byte), or why it

@@ -626,7 +626,7 @@ impl DataDir {
             .map_or(0, |m| m.len());
         let journal = Arc::new(Journal {
             path: self.path,
-            lock: self.lock,
+            lock: self.lock.expect("a dir opened to serve holds its lock"),
             thread: Mutex::new(None),
             snapshot_thread: Mutex::new(None),
             snapshot_buf: Mutex::new(Vec::new()),

@@ -13,6 +13,7 @@
 //! `inner` or `ledger` (never both), or `auth`; the journal's own lock is always the last.
 
 mod format;
+mod inspect;
 mod ledger_auth;
 mod ops;
 mod persist;
@@ -35,6 +36,7 @@ use crate::scheduler::{
     HostState, Limits, LimitsRecord, LimitsSource, LimitsTable, TicketMap, TicketState,
 };
 
+pub use inspect::Inspection;
 pub use persist::OpenOptions;
 
 pub struct MemoryStore {

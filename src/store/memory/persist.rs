@@ -64,6 +64,18 @@ fn put(out: &mut Vec<u8>, piece: &Piece) {
     frame(out, |v| format::encode_piece(piece, v)).expect("pieces encode into a Vec");
 }
 
+/// What [`MemoryStore::load`] read.
+pub(super) struct Loaded {
+    /// The state, in memory, under the policy it was given.
+    pub(super) store: MemoryStore,
+    /// The latest store time any record or snapshot of the dir was written at.
+    pub(super) seen_now: Millis,
+    /// Some file was of a format older than this build's.
+    pub(super) older: bool,
+    /// Log records replayed after the snapshot.
+    pub(super) records: u64,
+}
+
 impl MemoryStore {
     /// A durable store on the data dir of `options`: state from its snapshot and log, every
     /// change logged from now on. Live tickets get at least one lease from now (see
@@ -81,7 +93,73 @@ impl MemoryStore {
         let started = Stopwatch::start();
         let dir = DataDir::open(&options.dir, clock.origin_epoch_us())?;
         let epoch_us = dir.epoch_us;
-        let mut store = MemoryStore::new(policy, clock.clone());
+        let Loaded {
+            mut store,
+            seen_now,
+            older,
+            records,
+            ..
+        } = MemoryStore::load(&dir, &options.dir, policy, clock.clone())?;
+
+        // Store time goes on from the dir's epoch, and never back behind what it has seen.
+        let wall = clock.origin_epoch_us().saturating_sub(epoch_us) / 1000;
+        let offset_ms = wall.max(seen_now.saturating_sub(clock.now_ms()));
+        store.clock = Arc::new(DirClock {
+            inner: clock,
+            offset_ms,
+            epoch_us,
+        });
+        let fresh = dir.fresh;
+        let journal = dir.start(options.journal)?;
+        store.journal = Some(journal.clone());
+
+        let _ = store.log_borrowed(&Record::Policy(Cow::Borrowed(&store.policy.resources)));
+        let max_keys = store.policy.auth.local_max_keys;
+        if store.auth.lock().expect("auth lock").table.max_keys() != max_keys.max(1) {
+            let _ = store.apply_auth(AuthOp::MaxKeys(max_keys));
+        }
+        let mut restored = Restored {
+            fresh,
+            records,
+            ..Restored::default()
+        };
+        store.follow_file_limits();
+        store.restarted();
+        for (_, host) in store.all_hosts() {
+            let inner = host.inner.lock().expect("host lock");
+            let s = inner.core.state.stats(&inner.core.limits.limits, 0);
+            restored.live_tickets += u64::from(s.in_flight + s.queued + s.parked);
+            restored.hosts += 1;
+        }
+        journal.flush().map_err(|what| OpenError::Damaged {
+            path: options.dir.clone(),
+            what,
+        })?;
+        if older {
+            store
+                .rewrite(&options.dir, epoch_us)
+                .map_err(|what| OpenError::Damaged {
+                    path: options.dir.clone(),
+                    what: format!("cannot rewrite it in format {}: {what}", journal::FORMAT),
+                })?;
+            restored.rewritten = true;
+        }
+        restored.took = started.elapsed();
+        Ok((store, restored))
+    }
+
+    /// Read a dir's newest snapshot and replay its log into a store in memory (no journal):
+    /// the state as the dir holds it, before a restart changes anything.
+    ///
+    /// Fails when a snapshot piece or a record cannot be read (each error names the file).
+    pub(super) fn load(
+        dir: &DataDir,
+        path: &std::path::Path,
+        policy: Policy,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Loaded, OpenError> {
+        let epoch_us = dir.epoch_us;
+        let mut store = MemoryStore::new(policy, clock);
         let mut seen_now: Millis = 0;
         let mut ledger_policy = store.policy.resources.clone();
         let grant_floor = |now: Millis| epoch_us + now * 1000;
@@ -95,7 +173,7 @@ impl MemoryStore {
         {
             older |= version < journal::FORMAT;
             let damaged = |what: String| OpenError::Damaged {
-                path: options.dir.clone(),
+                path: path.to_path_buf(),
                 what: format!(
                     "the newest snapshot holds a piece this authority cannot read: {what}"
                 ),
@@ -192,51 +270,12 @@ impl MemoryStore {
             Ok(())
         })?;
 
-        // Store time goes on from the dir's epoch, and never back behind what it has seen.
-        let wall = clock.origin_epoch_us().saturating_sub(epoch_us) / 1000;
-        let offset_ms = wall.max(seen_now.saturating_sub(clock.now_ms()));
-        store.clock = Arc::new(DirClock {
-            inner: clock,
-            offset_ms,
-            epoch_us,
-        });
-        let fresh = dir.fresh;
-        let journal = dir.start(options.journal)?;
-        store.journal = Some(journal.clone());
-
-        let _ = store.log_borrowed(&Record::Policy(Cow::Borrowed(&store.policy.resources)));
-        let max_keys = store.policy.auth.local_max_keys;
-        if store.auth.lock().expect("auth lock").table.max_keys() != max_keys.max(1) {
-            let _ = store.apply_auth(AuthOp::MaxKeys(max_keys));
-        }
-        let mut restored = Restored {
-            fresh,
+        Ok(Loaded {
+            store,
+            seen_now,
+            older,
             records,
-            ..Restored::default()
-        };
-        store.follow_file_limits();
-        store.restarted();
-        for (_, host) in store.all_hosts() {
-            let inner = host.inner.lock().expect("host lock");
-            let s = inner.core.state.stats(&inner.core.limits.limits, 0);
-            restored.live_tickets += u64::from(s.in_flight + s.queued + s.parked);
-            restored.hosts += 1;
-        }
-        journal.flush().map_err(|what| OpenError::Damaged {
-            path: options.dir.clone(),
-            what,
-        })?;
-        if older {
-            store
-                .rewrite(&options.dir, epoch_us)
-                .map_err(|what| OpenError::Damaged {
-                    path: options.dir.clone(),
-                    what: format!("cannot rewrite it in format {}: {what}", journal::FORMAT),
-                })?;
-            restored.rewritten = true;
-        }
-        restored.took = started.elapsed();
-        Ok((store, restored))
+        })
     }
 
     /// What a restart does to the state: every live ticket's lease runs at least one
