@@ -189,6 +189,10 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        if let Err(e) = prepared.check_store().await {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
         // One plain line on stdout, for scripts and tests that start the server on port 0.
         println!("listening on {addr}");
         tracing::info!(%addr, store, "admission-authority serving");

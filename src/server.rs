@@ -23,7 +23,7 @@ use crate::service::{AdmissionService, OperatorService};
 use crate::store::journal::JournalOptions;
 use crate::store::memory::{MemoryStore, OpenOptions};
 use crate::store::redis::RedisStore;
-use crate::store::{Policy, Store, TicketStore, Timed};
+use crate::store::{Policy, Store, StoreError, TicketStore, Timed};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,9 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     reload: Option<Reload>,
 ) -> Result<(), ServeError> {
-    serve_prepared(prepare(config)?, listener, shutdown, reload).await
+    let prepared = prepare(config)?;
+    prepared.check_store().await?;
+    serve_prepared(prepared, listener, shutdown, reload).await
 }
 
 /// A configuration with its store open: an embedded store's data dir is restored, a Redis
@@ -151,6 +153,33 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
     })
 }
 
+impl Prepared {
+    /// Before the process says it listens: a Redis store registers this replica on its prefix
+    /// and checks that it may share it (see [`crate::store::redis::layout`]). A Redis that
+    /// cannot be reached is no reason not to start (calls fail closed until it answers, and
+    /// the sweep registers the replica then).
+    ///
+    /// Fails when a live replica of a layout this version may not run beside shares the
+    /// prefix, or the prefix holds state of a layout this version no longer reads.
+    pub async fn check_store(&self) -> Result<(), ServeError> {
+        let OpenStore::Redis(store) = &self.store else {
+            return Ok(());
+        };
+        match store.join().await {
+            Ok(()) => Ok(()),
+            Err(StoreError::Incompatible { what }) => Err(ServeError::Config(format!(
+                "store.redis: this replica may not use the prefix: {what}"
+            ))),
+            Err(e) => {
+                tracing::warn!(
+                    "store.redis: cannot register this replica yet ({e}); the sweep will"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The second phase: serve a prepared configuration on `listener` (see [`run`]).
 ///
 /// Fails when the transport fails.
@@ -173,7 +202,11 @@ pub async fn serve_prepared(
     let listeners = (listener, admin);
     match store {
         OpenStore::Embedded(s) => serve(s, clock, config, listeners, shutdown, reload).await,
-        OpenStore::Redis(s) => serve(s, clock, config, listeners, shutdown, reload).await,
+        OpenStore::Redis(s) => {
+            let served = serve(s.clone(), clock, config, listeners, shutdown, reload).await;
+            s.leave().await;
+            served
+        }
     }
 }
 

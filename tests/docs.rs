@@ -399,3 +399,27 @@ fn the_check_config_examples_print_what_the_docs_show() {
     let first: Vec<&str> = printed.lines().take(4).collect();
     assert_eq!(shown, first, "operations.md's check-config example");
 }
+
+/// docs/data-dir.md's `data-dir inspect` example prints what the page shows, on the fixture it
+/// names.
+#[test]
+fn the_data_dir_inspect_example_prints_what_the_page_shows() {
+    let page = std::fs::read_to_string(repo().join("docs/data-dir.md")).unwrap();
+    let (_, block) = blocks(&page, "console")
+        .into_iter()
+        .find(|(_, b)| b.contains("data-dir inspect"))
+        .expect("data-dir.md shows data-dir inspect");
+    let (command, shown) = block.split_once('\n').unwrap();
+    let args: Vec<&str> = command
+        .strip_prefix("$ admission-authority ")
+        .expect("the binary's command")
+        .split_whitespace()
+        .collect();
+    let out = Command::new(BIN)
+        .args(&args)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), shown);
+}

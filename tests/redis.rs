@@ -713,87 +713,199 @@ async fn ended_tickets_leave_only_keys_that_expire() {
     }
 }
 
-/// A host whose limits of record an older version kept only in its `limits` hash (before the
-/// counters kept a copy): a replica of this version reads them from there, and the hash is gone
-/// once the limits are next written.
+/// Replicas of two layouts share a prefix only when each runs beside the other's: a replica of
+/// this version joins beside a live registration of layout 1 (the release before, which runs
+/// beside layout 2), refuses to join beside a live one of a layout that does not run beside
+/// it (or that it does not run beside), and joins once that registration has expired. A prefix
+/// that still holds layout 0's `limits` hashes is refused too, naming the key.
 #[tokio::test]
-async fn limits_of_record_in_the_older_layout_are_read_then_dropped() {
-    use admission_authority::scheduler::{Limits, LimitsTable};
-    use admission_authority::store::TicketStore;
+async fn replicas_of_two_layouts_share_a_prefix_only_when_each_runs_beside_the_other() {
+    use admission_authority::store::redis::layout::{LAYOUT, RUNS_BESIDE};
+    use admission_authority::store::{StoreError, TicketStore};
 
     let redis = RedisServer::start(common::free_port());
-    let file = Limits {
-        total: 2,
-        per_subject: 2,
-        ..Default::default()
-    };
-    let policy = Policy {
-        limits: LimitsTable::uniform(file.clone()),
-        ..Policy::default()
-    };
-    let store = RedisStore::new(
-        &redis.url(),
-        "old:",
-        2,
-        policy,
-        Arc::new(ManualClock::new(0)),
-    )
-    .unwrap();
-    let operator = Limits { total: 5, ..file };
-    store.set_limits("h", operator, 0).await.unwrap().unwrap();
     let mut conn = redis::Client::open(redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let (c, hash) = ("old:sched:{h}:c", "old:sched:{h}:limits");
-    let (scalars, caps): (String, String) = redis::cmd("HMGET")
-        .arg(c)
-        .arg(&["ls", "lm"])
+    let registry = "lay:replicas";
+    let now = 1_000_000u64;
+    let store = RedisStore::new(
+        &redis.url(),
+        "lay:",
+        1,
+        Policy::default(),
+        Arc::new(ManualClock::new(0)),
+    )
+    .unwrap();
+    store.freeze_time_for_tests(now);
+    let register = async |conn: &mut redis::aio::MultiplexedConnection, id: &str, v: String| {
+        let _: () = redis::cmd("HSET")
+            .arg(registry)
+            .arg(id)
+            .arg(v)
+            .query_async(conn)
+            .await
+            .unwrap();
+    };
+    let entries = async |conn: &mut redis::aio::MultiplexedConnection| -> Vec<String> {
+        redis::cmd("HKEYS")
+            .arg(registry)
+            .query_async(conn)
+            .await
+            .unwrap()
+    };
+    assert_eq!((LAYOUT, RUNS_BESIDE), (2, 1));
+
+    // A live replica of the release before: layout 1, running beside layout 2.
+    register(&mut conn, "older", format!("1|1|{}", now + 5_000)).await;
+    store.join().await.unwrap();
+    assert_eq!(entries(&mut conn).await.len(), 2, "registered beside it");
+
+    // A live replica of a later layout that does not run beside layout 2.
+    register(&mut conn, "newer", format!("3|3|{}", now + 5_000)).await;
+    let refused = store.join().await.unwrap_err();
+    let StoreError::Incompatible { what } = &refused else {
+        panic!("{refused:?}");
+    };
+    assert!(
+        what.contains("replica newer of Redis layout 3")
+            && what.contains("this version writes layout 2")
+            && what.contains("stop the other replicas first"),
+        "{what}"
+    );
+    assert!(store.readiness().unwrap_err().contains("layout 3"));
+    let denied = store
+        .submit("h", queue_args("alice", "r1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(denied, StoreError::Incompatible { .. }),
+        "{denied:?}"
+    );
+
+    // Its registration runs out (it was killed): this replica may use the prefix again.
+    store.freeze_time_for_tests(now + 5_001);
+    store.join().await.unwrap();
+    assert!(store.readiness().is_ok());
+    assert!(
+        !entries(&mut conn).await.contains(&"newer".to_string()),
+        "expired, dropped"
+    );
+    store
+        .submit("h", queue_args("alice", "r1"))
+        .await
+        .unwrap()
+        .unwrap();
+    store.leave().await;
+    assert!(
+        entries(&mut conn).await.is_empty(),
+        "left, and older expired"
+    );
+
+    // Layout 0's operator limits, left on a prefix no replica is registered on.
+    let _: () = redis::cmd("HSET")
+        .arg("old:sched:{h}:limits")
+        .arg(&["s", "1,2,2", "m", "{}"])
         .query_async(&mut conn)
         .await
         .unwrap();
-    let probe = conn.clone();
-    let has_hash = || {
-        let mut conn = probe.clone();
+    let old = RedisStore::new(
+        &redis.url(),
+        "old:",
+        1,
+        Policy::default(),
+        Arc::new(ManualClock::new(0)),
+    )
+    .unwrap();
+    let refused = old.join().await.unwrap_err();
+    assert!(
+        refused.to_string().contains("old:sched:{h}:limits")
+            && refused.to_string().contains("no longer reads"),
+        "{refused}"
+    );
+    let registered: Vec<String> = redis::cmd("HKEYS")
+        .arg("old:replicas")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        registered.is_empty(),
+        "a refused replica does not stay registered"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg("old:sched:{h}:limits")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    old.join().await.unwrap();
+}
+
+/// The real binary: it registers on its prefix before it says it listens, refuses to start
+/// (exit 2, saying why) beside a live replica it may not run beside, and leaves the registry
+/// when it stops.
+#[tokio::test]
+async fn a_replica_refuses_to_start_beside_one_it_may_not_run_beside() {
+    let redis = RedisServer::start(common::free_port());
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let server = common::Server::start(&["--redis-url", &redis.url()]);
+    let registered: Vec<String> = redis::cmd("HVALS")
+        .arg("admission:replicas")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(registered.len(), 1, "{registered:?}");
+    assert!(registered[0].starts_with("2|1|"), "{registered:?}");
+    // SIGTERM: it drains (nothing is admitted here) and leaves.
+    Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    common::eventually("the replica to leave", Duration::from_secs(10), || {
+        let mut conn = conn.clone();
         async move {
-            let n: i64 = redis::cmd("EXISTS")
-                .arg(hash)
+            let left: Vec<String> = redis::cmd("HKEYS")
+                .arg("admission:replicas")
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            n == 1
+            left.is_empty().then_some(())
         }
-    };
-    assert!(!has_hash().await, "this version writes no limits hash");
-    // The older layout: the limits only in the hash.
+    })
+    .await;
+    drop(server);
+
+    let until = 4_000_000_000_000u64; // far in the future of Redis TIME
     let _: () = redis::cmd("HSET")
-        .arg(hash)
-        .arg(&["s", &scalars, "m", &caps])
+        .arg("admission:replicas")
+        .arg("newer")
+        .arg(format!("3|3|{until}"))
         .query_async(&mut conn)
         .await
         .unwrap();
-    let _: () = redis::cmd("HDEL")
-        .arg(c)
-        .arg(&["ls", "lm"])
-        .query_async(&mut conn)
-        .await
+    let out = Command::new(common::BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--redis-url",
+            &redis.url(),
+        ])
+        .env("RUST_LOG", "error")
+        .output()
         .unwrap();
-    for i in 0..5 {
-        store
-            .submit("h", queue_args(&format!("s{i}"), &format!("r{i}")))
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    assert_eq!(
-        store.stats("h").await.unwrap().in_flight,
-        5,
-        "the operator's total of 5 from the older layout, not the file's 2"
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("listening on"));
+    assert!(
+        stderr.contains("may not use the prefix") && stderr.contains("layout 3"),
+        "{stderr}"
     );
-    store.reset_limits("h", 0).await.unwrap().unwrap();
-    assert!(!has_hash().await, "dropped when the limits were written");
-    assert_eq!(store.get_limits("h").await.unwrap().limits.total, 2);
 }
 
 /// Grants strictly increase for the life of an installation: Redis killed (SIGKILL) and started

@@ -54,6 +54,17 @@ impl Keys {
         format!("{}epoch", self.prefix)
     }
 
+    /// The prefix every key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `{prefix}replicas`: the registry of replicas using the prefix and their layouts (see
+    /// `layout.rs`; not per host).
+    pub fn replicas(&self) -> String {
+        format!("{}replicas", self.prefix)
+    }
+
     /// `{prefix}hosts`: the set of host_ids with ledger state, for the sweep (not per host:
     /// it is read by one command, never inside a script).
     pub fn hosts(&self) -> String {

@@ -69,6 +69,7 @@ fn opt_arg(v: Option<u64>) -> String {
 
 impl LedgerStore for RedisStore {
     async fn authorize(&self, host_id: &str, args: AuthorizeArgs) -> LedgerResult<Authorization> {
+        self.refuse_if_incompatible()?;
         self.register_host(host_id).await?;
         let policy = &self.policy.resources;
         let budget = policy.effective(&args.subject, args.account_id.as_deref());
@@ -145,6 +146,7 @@ impl LedgerStore for RedisStore {
         step: u32,
         usage: Usage,
     ) -> LedgerResult<bool> {
+        self.refuse_if_incompatible()?;
         let policy = &self.policy.resources;
         let coverage = codes::coverage_code(usage.coverage);
         let mut inv = self.settle.prepare_invoke();
@@ -185,6 +187,7 @@ impl LedgerStore for RedisStore {
         step: u32,
         resolution: Resolution,
     ) -> LedgerResult<()> {
+        self.refuse_if_incompatible()?;
         let policy = &self.policy.resources;
         let mut inv = self.resolve.prepare_invoke();
         inv.key(format!("{}{run_id}", self.keys.ledger_run_prefix(host_id)))

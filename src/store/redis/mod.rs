@@ -8,13 +8,15 @@
 //! - [`connection`]: multiplexed connections, checked before use, failures classified;
 //! - [`tickets`]: the scheduler's tickets, and Wait wake-ups across replicas (pub/sub);
 //! - [`ledger`]: reservations of model steps;
-//! - [`auth`]: auth buckets, with a local fallback that never fails open.
+//! - [`auth`]: auth buckets, with a local fallback that never fails open;
+//! - [`layout`]: the layout's version and the replicas that may share a prefix.
 
 mod auth;
 mod codes;
 mod connection;
 mod epoch;
 pub mod keys;
+pub mod layout;
 mod ledger;
 mod limits_args;
 mod replies;
@@ -49,6 +51,11 @@ pub struct RedisStore {
     auth_fallback: std::sync::atomic::AtomicBool,
     /// The time every script sees, in ms; 0 (outside tests) = Redis `TIME`.
     frozen_now_ms: AtomicU64,
+    /// This replica in the prefix's registry of replicas and their layouts.
+    registration: layout::Registration,
+    /// Why this replica may not use the prefix (a live replica it cannot run beside, or
+    /// layout 0's limits left), when it found so after it started: changes are refused.
+    incompatible: Mutex<Option<String>>,
     auth_attempt: redis::Script,
     auth_reset: redis::Script,
     auth_peek: redis::Script,
@@ -112,6 +119,8 @@ impl RedisStore {
             skip_redis_until: AtomicU64::new(0),
             auth_fallback: std::sync::atomic::AtomicBool::new(false),
             frozen_now_ms: AtomicU64::new(0),
+            registration: layout::Registration::new(),
+            incompatible: Mutex::new(None),
             auth_attempt: redis::Script::new(&scripts::auth_attempt()),
             auth_reset: redis::Script::new(scripts::AUTH_RESET),
             auth_peek: redis::Script::new(scripts::AUTH_PEEK),
@@ -161,6 +170,69 @@ impl RedisStore {
     #[doc(hidden)]
     pub fn freeze_time_for_tests(&self, now_ms: u64) {
         self.frozen_now_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Register this replica on the prefix, or renew its registration, and check that every
+    /// live replica there may run beside it (see [`layout`]). The server calls it before it
+    /// says it is listening, the sweep at every turn.
+    ///
+    /// Fails with [`StoreError::Incompatible`] (saying why and what to do) when a live replica
+    /// of a layout this version may not run beside shares the prefix, or layout 0's limits are
+    /// left on it; with the connection's error when Redis cannot be reached.
+    pub async fn join(&self) -> Result<(), StoreError> {
+        let registry = self.keys.replicas();
+        let refused = match self
+            .registration
+            .join(&self.conns, registry.clone(), self.now_arg())
+            .await?
+        {
+            layout::Joined::Refused(why) => Some(why),
+            layout::Joined::Ok { first: true } => {
+                match layout::layout_0_limits(&self.conns, self.keys.prefix()).await? {
+                    Some(key) => {
+                        self.registration.leave(&self.conns, registry).await;
+                        Some(format!(
+                            "this prefix still holds operator limits in the Redis layout of \
+                             versions before December 2026 ({key}), which this version no \
+                             longer reads: run the December 2026 release on the prefix once \
+                             and set each such host's limits again (SetLimits, or ResetLimits to \
+                             drop them), or delete those keys after noting their limits"
+                        ))
+                    }
+                    None => None,
+                }
+            }
+            layout::Joined::Ok { first: false } => None,
+        };
+        let mut incompatible = self.incompatible.lock().expect("layout lock");
+        match refused {
+            Some(why) => {
+                if incompatible.as_deref() != Some(why.as_str()) {
+                    tracing::error!("{why}");
+                }
+                *incompatible = Some(why.clone());
+                Err(StoreError::Incompatible { what: why })
+            }
+            None => {
+                *incompatible = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// Leave the prefix's registry (at shutdown).
+    pub async fn leave(&self) {
+        self.registration
+            .leave(&self.conns, self.keys.replicas())
+            .await;
+    }
+
+    /// Refuse a change while this replica may not use the prefix (see [`Self::join`]).
+    fn refuse_if_incompatible(&self) -> Result<(), StoreError> {
+        match &*self.incompatible.lock().expect("layout lock") {
+            Some(why) => Err(StoreError::Incompatible { what: why.clone() }),
+            None => Ok(()),
+        }
     }
 
     /// The scripts' `now` argument: 0 means Redis `TIME`.

@@ -30,6 +30,7 @@ impl RedisStore {
         host: &str,
         args: &[String],
     ) -> Result<Value, StoreError> {
+        self.refuse_if_incompatible()?;
         let prefix = self.keys.sched(host);
         let file = self.file_limits.read().expect("limits lock").clone();
         let (scalars, maps) = file.args(host);
@@ -327,6 +328,7 @@ impl TicketStore for RedisStore {
     }
 
     async fn sweep_tickets(&self) -> Result<(), StoreError> {
+        self.join().await?;
         self.check_epoch().await?;
         for host in self.hosts().await? {
             self.sched(&self.ticket, &host, &[hex(0), "sweep".into()])
@@ -411,6 +413,13 @@ impl TicketStore for RedisStore {
 
     fn state_losses(&self) -> u64 {
         self.epoch.losses()
+    }
+
+    fn readiness(&self) -> Result<(), String> {
+        match &*self.incompatible.lock().expect("layout lock") {
+            Some(why) => Err(format!("store incompatible: {why}")),
+            None => Ok(()),
+        }
     }
 
     fn readiness_note(&self) -> Option<String> {

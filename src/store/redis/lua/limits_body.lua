@@ -18,7 +18,6 @@ local function put(scalars, caps, version)
   LIMITS_S, LIMITS_M = scalars, caps
   L = limits_of(scalars, caps)
   redis.call('HSET', C, 'lv', fmt(version), 'ls', scalars, 'lm', caps)
-  redis.call('DEL', B .. 'limits')
   lv = version
   rev = redis.call('HINCRBY', C, 'rev', 1)
   -- New limits start every subject's turn afresh (weights may have changed).

@@ -100,20 +100,16 @@ local function resolve_limits(stored_v)
   if sv == mine then return end
   if sv and sv > mine then
     local st = redis.call('HMGET', C, 'ls', 'lm')
-    -- A host last written by a version before the counters kept them: its `limits` hash.
-    if not st[1] then st = redis.call('HMGET', B .. 'limits', 's', 'm') end
     LIMITS_S, LIMITS_M = st[1], st[2]
     L = limits_of(LIMITS_S, LIMITS_M)
   else
     redis.call('HSET', C, 'lv', MY_V, 'ls', LIMITS_S, 'lm', LIMITS_M)
-    redis.call('DEL', B .. 'limits')
     redis.call('HINCRBY', C, 'rev', 1)
     -- New limits start every subject's turn afresh (weights may have changed).
     redis.call('DEL', B .. 'wc')
   end
 end
--- The fast paths read the limits of record with the counters (`lv`, `ls`, `lm`; versions
--- before 2026-12 kept them in a `limits` hash too, deleted when the limits are next written).
+-- The fast paths read the limits of record with the counters (`lv`, `ls`, `lm`).
 -- Given what they read:
 -- true when they may decide with `L`, which is then the limits of record: the caller's own, or
 -- newer ones (another replica's newer file, an operator's). Older ones (or none) are the full
