@@ -296,6 +296,7 @@ fn submit(host: &str, subject: String, run: String, mode: api::SubmitMode) -> ap
         mode: mode as i32,
         rss_mb: None,
         priority: 0,
+        resubmit_expired: false,
     }
 }
 

@@ -71,7 +71,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig { file } => match config::load(Some(&file), &Overrides::default()) {
             Ok(c) => {
-                print!("{}", c.render());
+                out(&c.render());
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -84,14 +84,14 @@ fn main() -> ExitCode {
             command: DataDirCommand::Inspect { dir, json },
         } => match admission_authority::store::memory::MemoryStore::inspect(&dir) {
             Ok(report) if json => {
-                println!(
-                    "{}",
+                out(&format!(
+                    "{}\n",
                     serde_json::to_string_pretty(&report).expect("a report encodes as JSON")
-                );
+                ));
                 ExitCode::SUCCESS
             }
             Ok(report) => {
-                print!("{report}");
+                out(&report.to_string());
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -119,6 +119,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// Print a command's output; a reader that went away (`| head`) is not an error.
+fn out(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 fn serve(args: ServeArgs) -> ExitCode {

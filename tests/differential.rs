@@ -215,11 +215,13 @@ enum TicketOp {
         rss_mb: Option<u32>,
         priority: u8,
     },
-    /// Submit an earlier run again, as it was or with another subject or account.
+    /// Submit an earlier run again, as it was or with another subject or account; with
+    /// `resubmit`, as a client whose ticket lapsed before its run started does.
     Replay {
         pick: usize,
         subject: Option<usize>,
         account: Option<usize>,
+        resubmit: bool,
     },
     /// Release with a report of the run's provider call (outcome, latency).
     Release(usize, Report),
@@ -257,8 +259,10 @@ fn ticket_op() -> impl Strategy<Value = TicketOp> {
                 host, subject, account, try_mode, rss_mb, priority
             }),
         1 => (any::<usize>(), prop::option::weighted(0.3, 0..SUBJECTS.len()),
-              prop::option::weighted(0.3, 0..ACCOUNTS.len()))
-            .prop_map(|(pick, subject, account)| TicketOp::Replay { pick, subject, account }),
+              prop::option::weighted(0.3, 0..ACCOUNTS.len()), prop::bool::weighted(0.5))
+            .prop_map(|(pick, subject, account, resubmit)| TicketOp::Replay {
+                pick, subject, account, resubmit
+            }),
         2 => (any::<usize>(), report()).prop_map(|(p, r)| TicketOp::Release(p, r)),
         1 => (any::<usize>(), report()).prop_map(|(p, r)| TicketOp::ReleaseRun(p, r)),
         2 => (any::<usize>(), rss()).prop_map(|(p, r)| TicketOp::Renew(p, r)),
@@ -424,14 +428,17 @@ async fn tickets_alike<T: Twin>(
                     },
                     rss_mb,
                     priority,
+                    resubmit_expired: false,
                 },
             )),
             TicketOp::Replay {
                 pick,
                 subject,
                 account,
+                resubmit,
             } if !runs.is_empty() => {
                 let (host, mut args) = runs[pick % runs.len()].clone();
+                args.resubmit_expired = resubmit;
                 if let Some(s) = subject {
                     args.subject = SUBJECTS[s].into();
                 }
@@ -564,6 +571,7 @@ async fn tickets_alike<T: Twin>(
                             mode: SubmitMode::Queue,
                             rss_mb: None,
                             priority: 3,
+                            resubmit_expired: false,
                         };
                         let (memory, redis) =
                             (TicketId::random(HOSTS[host]), TicketId::random(HOSTS[host]));

@@ -101,6 +101,7 @@ proptest! {
                         mode: if try_mode { SubmitMode::Try } else { SubmitMode::Queue },
                         rss_mb,
                         priority: 3,
+                        resubmit_expired: false,
                     };
                     let key = next_key;
                     next_key += 1;
@@ -187,6 +188,7 @@ proptest! {
             mode: SubmitMode::Queue,
             rss_mb: None,
             priority: 3,
+            resubmit_expired: false,
         };
         let holder = host.submit(&limits, args("holder", 0), 0, now).unwrap();
         let mut subject_of = HashMap::new();
@@ -250,6 +252,7 @@ fn prio_args(subject: &str, account: Option<&str>, run: usize, priority: u8) -> 
         mode: SubmitMode::Queue,
         rss_mb: None,
         priority,
+        resubmit_expired: false,
     }
 }
 

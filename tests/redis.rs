@@ -71,6 +71,7 @@ fn queue_args(subject: &str, run: &str) -> admission_authority::scheduler::Submi
         mode: admission_authority::scheduler::SubmitMode::Queue,
         rss_mb: None,
         priority: 3,
+        resubmit_expired: false,
     }
 }
 

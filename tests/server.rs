@@ -1357,3 +1357,66 @@ async fn text_logs_to_a_file_carry_no_terminal_colours() {
         "ANSI escapes in a log file:\n{text}"
     );
 }
+
+/// A waiter that hears of its admission late (its Wait stream was cut while it was admitted,
+/// and it asked again after most of its lease) gets a full lease from then: the Wait stream
+/// renews a ticket before it reports it ADMITTED, and says how much lease is left. A resubmit
+/// of the run after its ticket lapsed makes a new ticket under the same run_id.
+#[tokio::test]
+async fn an_admission_reported_late_comes_with_a_renewed_lease() {
+    let server = Server::start(&["--total", "1", "--queue-total", "4", "--lease-ttl", "800ms"]);
+    let mut c = server.client().await;
+    let (holder, waiter) = holder_and_waiter(&mut c).await;
+    release(&mut c, &holder.ticket_id).await;
+    // No Wait stream is open: the admission is not heard for 600 of its 800 ms.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let mut events = follow(&mut c, &waiter.ticket_id).await;
+    let first = events.message().await.unwrap().unwrap();
+    assert_eq!(state_of(first.state), api::TicketState::Admitted);
+    assert!(
+        first.lease_remaining_ms > 700,
+        "renewed at delivery: {} ms left",
+        first.lease_remaining_ms
+    );
+    // And its lease runs from there: it is still admitted past the first 800 ms.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let renewed = c
+        .renew(api::RenewRequest {
+            ticket_ids: vec![waiter.ticket_id.clone()],
+            rss_mb: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        state_of(renewed.tickets[0].state),
+        api::TicketState::Admitted
+    );
+
+    // A ticket that lapses unheard ends EXPIRED; a resubmit of its run makes a new ticket.
+    let mut lapsing = submit_req("h", "carol", "lapsing");
+    lapsing.mode = api::SubmitMode::Queue as i32;
+    let queued = c.submit(lapsing.clone()).await.unwrap().into_inner();
+    release(&mut c, &waiter.ticket_id).await;
+    let expired = common::eventually(
+        "carol's lease to lapse",
+        std::time::Duration::from_secs(5),
+        || {
+            let mut c = c.clone();
+            let again = lapsing.clone();
+            async move {
+                let r = c.submit(again).await.unwrap().into_inner();
+                (state_of(r.state) == api::TicketState::Expired).then_some(r)
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        expired.ticket_id, queued.ticket_id,
+        "a plain repeat answers the lapsed ticket"
+    );
+    lapsing.resubmit_expired = true;
+    let again = c.submit(lapsing).await.unwrap().into_inner();
+    assert_ne!(again.ticket_id, queued.ticket_id);
+    assert_eq!(state_of(again.state), api::TicketState::Admitted);
+}

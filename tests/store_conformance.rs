@@ -154,6 +154,7 @@ fn args(subject: &str, account: Option<&str>, run: &str, mode: SubmitMode) -> Su
         mode,
         rss_mb: None,
         priority: 3,
+        resubmit_expired: false,
     }
 }
 

@@ -97,6 +97,7 @@ fn submit(subject: &str, account: Option<&str>, run: &str, priority: u8) -> Subm
         mode: SubmitMode::Queue,
         rss_mb: Some(1000),
         priority,
+        resubmit_expired: false,
     }
 }
 

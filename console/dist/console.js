@@ -1049,7 +1049,17 @@
     return LimitsSource2;
   })(LimitsSource || {});
   function createBaseSubmitRequest() {
-    return { hostId: "", instanceId: "", subject: "", accountId: "", runId: "", mode: 0, rssMb: void 0, priority: 0 };
+    return {
+      hostId: "",
+      instanceId: "",
+      subject: "",
+      accountId: "",
+      runId: "",
+      mode: 0,
+      rssMb: void 0,
+      priority: 0,
+      resubmitExpired: false
+    };
   }
   var SubmitRequest = {
     encode(message, writer = new BinaryWriter()) {
@@ -1076,6 +1086,9 @@
       }
       if (message.priority !== 0) {
         writer.uint32(64).uint32(message.priority);
+      }
+      if (message.resubmitExpired !== false) {
+        writer.uint32(72).bool(message.resubmitExpired);
       }
       return writer;
     },
@@ -1148,6 +1161,13 @@
               message.priority = reader.uint32();
               continue;
             }
+            case 9: {
+              if (tag !== 72) {
+                break;
+              }
+              message.resubmitExpired = reader.bool();
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -1172,6 +1192,7 @@
       message.mode = object.mode ?? 0;
       message.rssMb = object.rssMb ?? void 0;
       message.priority = object.priority ?? 0;
+      message.resubmitExpired = object.resubmitExpired ?? false;
       return message;
     }
   };
@@ -1353,7 +1374,7 @@
     }
   };
   function createBaseWaitEvent() {
-    return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0 };
+    return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0, leaseRemainingMs: 0 };
   }
   var WaitEvent = {
     encode(message, writer = new BinaryWriter()) {
@@ -1374,6 +1395,9 @@
       }
       if (message.blockedBy !== 0) {
         writer.uint32(48).int32(message.blockedBy);
+      }
+      if (message.leaseRemainingMs !== 0) {
+        writer.uint32(56).uint32(message.leaseRemainingMs);
       }
       return writer;
     },
@@ -1432,6 +1456,13 @@
               message.blockedBy = reader.int32();
               continue;
             }
+            case 7: {
+              if (tag !== 56) {
+                break;
+              }
+              message.leaseRemainingMs = reader.uint32();
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -1454,6 +1485,7 @@
       message.grant = object.grant ?? 0;
       message.etaMs = object.etaMs ?? 0;
       message.blockedBy = object.blockedBy ?? 0;
+      message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
       return message;
     }
   };

@@ -174,6 +174,7 @@ pub async fn run(
                         mode: api::SubmitMode::Queue as i32,
                         rss_mb: None,
                         priority: 0,
+                        resubmit_expired: false,
                     })
                     .await
                 else {

@@ -196,7 +196,9 @@ impl HostState {
     }
 
     /// Submit a new ticket under `key` (unused unless the run_id is new), or answer a repeat of
-    /// the run_id with the existing ticket.
+    /// the run_id with the existing ticket. With `resubmit_expired`, a run whose ticket ended
+    /// EXPIRED gets a new ticket under the same run_id instead (its run never started on the
+    /// lapsed one); if that Submit is refused, the run still names the expired ticket.
     ///
     /// Fails with a refusal (counted in `rejected`) when the ticket can neither be admitted nor
     /// queued, and with `RunIdConflict` when the run_id is taken by another subject or account.
@@ -208,7 +210,20 @@ impl HostState {
         now: Millis,
     ) -> Result<TicketView, SubmitError> {
         self.housekeeping(limits, now);
-        if let Some(&existing) = self.runs.get(args.run_id.as_str()) {
+        // A run whose ticket lapsed before the run started asks again under its run_id: its
+        // expired ticket does not answer for it (a live one, or one ended otherwise, does).
+        let lapsed = |h: &Self, key: TicketKey| {
+            args.resubmit_expired
+                && !h.tickets.contains_key(&key)
+                && h.ended
+                    .get(&key)
+                    .is_some_and(|e| e.state == TicketState::Expired)
+        };
+        if let Some(&existing) = self
+            .runs
+            .get(args.run_id.as_str())
+            .filter(|k| !lapsed(self, **k))
+        {
             // An ended ticket no longer knows its subject and account: a repeat gets its final
             // state whoever asks (the caller may act for the host, which is all that matters).
             if let Some(t) = self.tickets.get(&existing) {

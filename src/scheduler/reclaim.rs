@@ -110,6 +110,7 @@ impl HostState {
             mode: SubmitMode::Queue,
             rss_mb: None,
             priority: held.priority,
+            resubmit_expired: false,
         };
         self.insert_ticket(args, instance, key);
         self.counters.submitted -= 1;

@@ -47,6 +47,7 @@ impl Host {
             mode,
             rss_mb,
             priority: DEFAULT_PRIORITY,
+            resubmit_expired: false,
         };
         self.submit_args(args)
     }
@@ -637,6 +638,7 @@ impl Host {
             mode: SubmitMode::Queue,
             rss_mb: None,
             priority,
+            resubmit_expired: false,
         })
         .expect("submit")
     }
@@ -769,6 +771,7 @@ fn shed_oldest_sheds_the_lowest_level_and_never_above_the_newcomer() {
         mode: SubmitMode::Queue,
         rss_mb: None,
         priority: 5,
+        resubmit_expired: false,
     });
     assert_eq!(refused, Err(SubmitError::Refused(Refusal::QueueFull)));
     assert_eq!(h.stats().counters.shed, 1);
@@ -1021,4 +1024,59 @@ fn each_waiter_says_what_holds_it() {
     for (key, b) in listed {
         assert_eq!(b, by(&h, key));
     }
+}
+
+#[test]
+fn a_run_whose_ticket_lapsed_before_it_started_asks_again_under_its_run_id() {
+    let mut h = Host::new(Limits {
+        lease_ttl_ms: 1_000,
+        ..limits(1, 1, 5, 0)
+    });
+    let args = |run: &str, resubmit: bool| SubmitArgs {
+        instance_id: "replica-1".into(),
+        subject: "alice".into(),
+        account_id: None,
+        run_id: run.into(),
+        mode: SubmitMode::Queue,
+        rss_mb: None,
+        priority: DEFAULT_PRIORITY,
+        resubmit_expired: resubmit,
+    };
+    let lapsed = h.submit_args(args("r1", false)).unwrap();
+    assert_eq!(lapsed.state, TicketState::Admitted);
+    // Its admission never reached the run: the lease runs out unrenewed.
+    h.now += 1_001;
+    h.state.housekeeping(&h.limits, h.now);
+    assert_eq!(h.state(lapsed.key), TicketState::Expired);
+    // A plain repeat answers the expired ticket; a resubmit makes a new one for the run.
+    assert_eq!(h.submit_args(args("r1", false)).unwrap().key, lapsed.key);
+    let again = h.submit_args(args("r1", true)).unwrap();
+    assert_ne!(again.key, lapsed.key);
+    assert_eq!(again.state, TicketState::Admitted);
+    // From then on the run is the new ticket, whatever a repeat says.
+    assert_eq!(h.submit_args(args("r1", false)).unwrap().key, again.key);
+    assert_eq!(h.submit_args(args("r1", true)).unwrap().key, again.key);
+    // A run whose ticket ended otherwise is answered as it ended.
+    h.release(again.key);
+    let released = h.submit_args(args("r1", true)).unwrap();
+    assert_eq!(
+        (released.key, released.state),
+        (again.key, TicketState::Released)
+    );
+    // A resubmit that is refused leaves the run with its expired ticket.
+    let other = h.ok("bob", "b1");
+    let r2 = h.submit_args(args("r2", false)).unwrap();
+    assert_eq!(r2.state, TicketState::Queued);
+    h.now += 600;
+    h.state.renew(&h.limits, other.key, None, h.now).unwrap();
+    h.now += 401;
+    h.state.housekeeping(&h.limits, h.now);
+    assert_eq!(h.state(r2.key), TicketState::Expired);
+    let mut try_again = args("r2", true);
+    try_again.mode = SubmitMode::Try;
+    assert!(
+        h.submit_args(try_again).is_err(),
+        "busy: bob holds the slot"
+    );
+    assert_eq!(h.submit_args(args("r2", false)).unwrap().key, r2.key);
 }

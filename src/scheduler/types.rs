@@ -79,6 +79,9 @@ pub struct SubmitArgs {
     pub rss_mb: Option<u32>,
     /// 1 (highest) ..= 5 (lowest); the edge turns "unset" into [`DEFAULT_PRIORITY`].
     pub priority: u8,
+    /// The run's earlier ticket lapsed before the run started: if that ticket ended EXPIRED,
+    /// a new one is made under the same run_id (see [`HostState::submit`]).
+    pub resubmit_expired: bool,
 }
 
 /// A refusal that the caller should retry later. A normal outcome, not an error.

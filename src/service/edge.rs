@@ -154,6 +154,7 @@ pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiE
             mode,
             rss_mb,
             priority,
+            resubmit_expired: req.resubmit_expired,
         },
     ))
 }

@@ -75,6 +75,11 @@ pub fn wait_event(id: &TicketId, v: &TicketView) -> api::WaitEvent {
         grant: v.grant,
         eta_ms: ms32(v.eta_ms),
         blocked_by: blocker(v.blocked_by),
+        lease_remaining_ms: if matches!(v.state, TicketState::Admitted | TicketState::Parked) {
+            ms32(v.lease_remaining_ms)
+        } else {
+            0
+        },
     }
 }
 

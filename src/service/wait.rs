@@ -92,6 +92,21 @@ impl Drop for StreamSlot {
     }
 }
 
+/// An admission about to be reported renews the ticket's lease first, so the waiter holds a
+/// full lease from when it hears of it, however late that is (its stream was cut while it was
+/// admitted, and it asked again): a run never starts on a lease about to lapse. A failed
+/// renewal leaves the view as it was (the event says how much lease is left, and the client
+/// renews itself when that is little).
+async fn delivered<S: Store>(store: &S, id: &TicketId, view: TicketView) -> TicketView {
+    if view.state != TicketState::Admitted {
+        return view;
+    }
+    match store.renew(std::slice::from_ref(id), None).await {
+        Ok(mut renewed) => renewed.pop().flatten().unwrap_or(view),
+        Err(_) => view,
+    }
+}
+
 /// Feed one Wait stream: the current state at once, then every state change, position changes
 /// at most every [`POSITION_REFRESH`]; renew the queued ticket's lease while the stream is open;
 /// end after the first event that is not QUEUED, or when the client goes away.
@@ -104,7 +119,7 @@ pub(super) async fn follow<S: Store>(
     lease_ttl_ms: u64,
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut last = first;
+    let mut last = delivered(&*store, &id, first).await;
     if tx
         .send(Ok(super::replies::wait_event(&id, &last)))
         .await
@@ -166,6 +181,7 @@ pub(super) async fn follow<S: Store>(
             || next.position != last.position
             || next.blocked_by != last.blocked_by
         {
+            let next = delivered(&*store, &id, next).await;
             if tx
                 .send(Ok(super::replies::wait_event(&id, &next)))
                 .await

@@ -186,6 +186,7 @@ pub fn submit_req(host: &str, subject: &str, run: &str) -> api::SubmitRequest {
         mode: api::SubmitMode::Queue as i32,
         rss_mb: None,
         priority: 0,
+        resubmit_expired: false,
     }
 }
 

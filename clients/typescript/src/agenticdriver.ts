@@ -129,29 +129,23 @@ class AuthorityTicket implements Ticket {
     s.queued += queued;
     const stopWaiting = AbortSignal.any([this.withdraw.signal, ...(this.signal ? [this.signal] : [])]);
     let grant = r.grant;
+    // The ticket followed: a run whose ticket was lost, or lapsed before its admission reached
+    // this replica, asks again and follows the new one (see AdmissionClient.admitQueued).
+    const current = { ticketId: r.ticketId, leaseTtlMs: r.leaseTtlMs };
     try {
       if (stopWaiting.aborted) throw s.cancelled(this.signal);
-      while (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
-        try {
-          grant = await s.client.waitAdmitted(r.ticketId, stopWaiting);
-          break;
-        } catch (e) {
-          // The authority lost the queued ticket (its store lost its state): ask again under
-          // the same run id and follow the new ticket.
-          if (!(e instanceof AdmissionError) || e.code !== grpcStatus.NOT_FOUND) throw e;
-          r = await s.client.call(s.client.stub.submit, req);
-          grant = r.grant;
-        }
-      }
-      if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED && r.state !== gen.TicketState.TICKET_STATE_QUEUED) {
+      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
+        grant = await s.client.admitQueued(current, req, stopWaiting);
+      } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
         throw new TicketEndedError(r.ticketId, gen.ticketStateToJSON(r.state).replace(/^TICKET_STATE_/, ""));
       }
     } catch (e) {
-      await s.inOrder(() => s.client.releaseTicket(r.ticketId)).catch(() => {}); // its lease frees it otherwise
+      await s.inOrder(() => s.client.releaseTicket(current.ticketId)).catch(() => {}); // its lease frees it otherwise
       throw stopWaiting.aborted ? s.cancelled(this.signal) : s.refusal(e);
     } finally {
       s.queued -= queued;
     }
+    r = { ...r, ticketId: current.ticketId, leaseTtlMs: current.leaseTtlMs };
     // Its renewals re-register the ticket if the authority loses it while the run runs.
     const slot = new SlotHandle(s.client, r.ticketId, grant, r.leaseTtlMs, "", {
       ticketId: r.ticketId,
@@ -445,6 +439,7 @@ export class AuthorityScheduler {
       mode: mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
       rssMb: this.rssMb(),
       priority: 0,
+      resubmitExpired: false,
     };
     try {
       const opts = this.unreachable ? { timeoutMs: UNREACHABLE_TRY_MS } : {};

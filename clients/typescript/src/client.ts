@@ -519,6 +519,7 @@ export class AdmissionClient {
       mode: opts.mode === "try" ? gen.SubmitMode.SUBMIT_MODE_TRY : gen.SubmitMode.SUBMIT_MODE_QUEUE,
       rssMb: opts.rssMb,
       priority: opts.priority ?? 0,
+      resubmitExpired: false,
     };
     let r: gen.SubmitResponse;
     try {
@@ -528,29 +529,19 @@ export class AdmissionClient {
       throw e;
     }
     let grant = r.grant;
+    const current = { ticketId: r.ticketId, leaseTtlMs: r.leaseTtlMs };
     try {
-      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) opts.onQueued?.(r.position, r.etaMs, blockerName(r.blockedBy));
-      let admitted = r.state === gen.TicketState.TICKET_STATE_ADMITTED;
-      while (!admitted && r.state === gen.TicketState.TICKET_STATE_QUEUED) {
-        try {
-          grant = await this.waitAdmitted(r.ticketId, opts.signal, opts.onQueued);
-          admitted = true;
-        } catch (e) {
-          // The authority no longer knows the queued ticket (its store lost it): the run asks
-          // again under its run_id, and follows the new ticket.
-          if (!(e instanceof AdmissionError) || e.code !== grpcStatus.NOT_FOUND) throw e;
-          r = await this.call(this.stub.submit, request);
-          grant = r.grant;
-          admitted = r.state === gen.TicketState.TICKET_STATE_ADMITTED;
-        }
-      }
-      if (!admitted) {
+      if (r.state === gen.TicketState.TICKET_STATE_QUEUED) {
+        opts.onQueued?.(r.position, r.etaMs, blockerName(r.blockedBy));
+        grant = await this.admitQueued(current, request, opts.signal, opts.onQueued);
+      } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
         throw new TicketEndedError(r.ticketId, stateName(r.state), runId);
       }
     } catch (e) {
-      await this.releaseTicket(r.ticketId);
+      await this.releaseTicket(current.ticketId);
       throw e;
     }
+    r = { ...r, ticketId: current.ticketId, leaseTtlMs: current.leaseTtlMs };
     const held: gen.ReclaimRequest = {
       ticketId: r.ticketId,
       hostId: this.hostId,
@@ -578,6 +569,53 @@ export class AdmissionClient {
     }
     await slot.release({ outcome: slot.outcome ?? "ok" });
     return result;
+  }
+
+  /** @internal Follow the queued ticket `current` of a run (Submitted with `request`) until it
+   * is admitted on a lease this replica can be sure of; resolves with its grant. `current` is
+   * updated to the ticket followed, which the caller releases if this rejects.
+   *
+   * - A ticket the authority lost while queued (NOT_FOUND: its store lost its state) is
+   *   submitted again under the run id.
+   * - Every admission heard on a Wait stream is renewed before the run starts: the event may
+   *   have reached this process long after it was sent (a stream held up, a process frozen
+   *   with it in its buffers), so nothing in it says how much lease is left; the renewal
+   *   makes the lease run from now. If it finds the ticket EXPIRED, or the Wait stream says
+   *   EXPIRED, the run never started on that lease: it is submitted again with
+   *   `resubmitExpired` (never re-registered with Reclaim, which is for runs that ran). */
+  async admitQueued(
+    current: { ticketId: string; leaseTtlMs: number },
+    request: gen.SubmitRequest,
+    signal: AbortSignal | undefined,
+    onQueued?: (position: number, etaMs: number, blockedBy: Blocker) => void,
+  ): Promise<number> {
+    for (;;) {
+      let again: gen.SubmitRequest;
+      try {
+        const grant = await this.waitAdmitted(current.ticketId, signal, onQueued);
+        if (await this.stillHeld(current.ticketId)) return grant;
+        again = { ...request, resubmitExpired: true };
+      } catch (e) {
+        if (e instanceof TicketEndedError && e.state === "EXPIRED") again = { ...request, resubmitExpired: true };
+        else if (e instanceof AdmissionError && e.code === grpcStatus.NOT_FOUND) again = request;
+        else throw e;
+      }
+      const r = await this.call(this.stub.submit, again);
+      current.ticketId = r.ticketId;
+      current.leaseTtlMs = r.leaseTtlMs;
+      if (r.state === gen.TicketState.TICKET_STATE_ADMITTED) return r.grant;
+      if (r.state !== gen.TicketState.TICKET_STATE_QUEUED) {
+        throw new TicketEndedError(r.ticketId, stateName(r.state), request.runId);
+      }
+      onQueued?.(r.position, r.etaMs, blockerName(r.blockedBy));
+    }
+  }
+
+  /** Renew an admission heard on a Wait stream: true when it is still admitted (its lease
+   * running from now), false when it lapsed. */
+  private async stillHeld(ticketId: string): Promise<boolean> {
+    const r = await this.call(this.stub.renew, { ticketIds: [ticketId] });
+    return (r.tickets[0]?.state ?? gen.TicketState.TICKET_STATE_EXPIRED) === gen.TicketState.TICKET_STATE_ADMITTED;
   }
 
   /** Follow a queued ticket until it is admitted (resolves with its grant); rejects when it

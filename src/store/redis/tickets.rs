@@ -123,6 +123,7 @@ impl TicketStore for RedisStore {
             level_of(args.priority).saturating_add(1).to_string(),
             self.epoch.id(),
             String::new(),
+            if args.resubmit_expired { "1" } else { "" }.into(),
         ];
         // A host of another epoch than this replica knows changes nothing and says so: learn
         // the store's epoch (a loss, or a new host) and call again, beginning the host under it.

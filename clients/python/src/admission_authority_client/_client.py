@@ -135,12 +135,13 @@ def _after_renew(slot: Slot, state: int, reclaimed: bool) -> bool:
     return False
 
 
-def _queued_again(slot: Slot, r: pb.SubmitResponse, req: pb.SubmitRequest) -> bool:
-    """A queued ticket the authority no longer knew (its store lost it) was submitted again
-    under its run_id, and ``r`` answered: follow the new ticket. True when it was admitted at
+def _queued_again(slot: Slot, r: pb.SubmitResponse, req: pb.SubmitRequest,
+                  why: str = "was lost by the authority") -> bool:
+    """A ticket of the run that never started was submitted again under its run_id (the
+    authority lost it while it was queued, or its lease lapsed before its admission reached
+    this replica), and ``r`` answered: follow the new ticket. True when it was admitted at
     once; raises when it ended."""
-    log.warning("a queued ticket of run %s was lost by the authority: submitted again as %s",
-                req.run_id, r.ticket_id)
+    log.warning("the ticket of run %s %s: submitted again as %s", req.run_id, why, r.ticket_id)
     slot.ticket_id = r.ticket_id
     if r.state == pb.TICKET_STATE_ADMITTED:
         slot.grant = r.grant
@@ -148,6 +149,19 @@ def _queued_again(slot: Slot, r: pb.SubmitResponse, req: pb.SubmitRequest) -> bo
     if r.state != pb.TICKET_STATE_QUEUED:
         raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
     return False
+
+
+def _resubmission(req: pb.SubmitRequest) -> pb.SubmitRequest:
+    """``req`` again, for a run whose ticket lapsed before the run started: an EXPIRED ticket
+    of the run does not answer it, a new one is made (never Reclaim: the run never ran)."""
+    again = pb.SubmitRequest()
+    again.CopyFrom(req)
+    again.resubmit_expired = True
+    return again
+
+
+#: Why a ticket this slot followed is submitted again.
+_LAPSED = "lapsed before its admission reached this replica (the run had not started)"
 
 
 def _reclaim_refused(slot: Slot, err: AdmissionError) -> None:
@@ -492,12 +506,21 @@ class AdmissionClient(_Connection):
                 while True:
                     try:
                         slot.grant = self._wait(r.ticket_id, wait_timeout, on_queued)
-                        break
+                        if self._still_held(r.ticket_id):
+                            break
+                        r = self._unary(self.stub.Submit, _resubmission(req))
+                        why = _LAPSED
+                    except TicketEnded as e:
+                        if e.state != "EXPIRED":
+                            raise
+                        r = self._unary(self.stub.Submit, _resubmission(req))
+                        why = _LAPSED
                     except AdmissionError as e:
                         if e.code != grpc.StatusCode.NOT_FOUND:
                             raise
-                    r = self._unary(self.stub.Submit, req)
-                    if _queued_again(slot, r, req):
+                        r = self._unary(self.stub.Submit, req)
+                        why = "was lost by the authority while it was queued"
+                    if _queued_again(slot, r, req, why):
                         break
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
@@ -529,7 +552,9 @@ class AdmissionClient(_Connection):
     ) -> int:
         """Follow a queued ticket until it is admitted; a stream cut while it waits (the
         authority restarted or could not be reached) is reopened, with backoff, for up to
-        :data:`_RESUME_WAIT_FOR` of trying, within ``timeout`` overall."""
+        :data:`_RESUME_WAIT_FOR` of trying, within ``timeout`` overall. Raises
+        :class:`TicketEnded` when the ticket ended (EXPIRED: its lease lapsed while the stream
+        was cut)."""
         end = None if timeout is None else time.monotonic() + timeout
         backoff = _FIRST_BACKOFF
         cut_since: float | None = None
@@ -630,6 +655,16 @@ class AdmissionClient(_Connection):
                 return
             if not _after_renew(slot, state, reclaimed):
                 return
+
+    def _still_held(self, ticket_id: str) -> bool:
+        """Renew an admission heard on a Wait stream before the run starts on it: True when it
+        is still admitted (its lease now runs from this renewal), False when it lapsed. The
+        event may have reached this process long after it was sent (a stream held up by the
+        network, a process frozen with it in its buffers), so no figure in it can say how much
+        lease is left: one Renew per queued admission does."""
+        r = self._unary(self.stub.Renew, pb.RenewRequest(ticket_ids=[ticket_id]))
+        state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_EXPIRED
+        return state == pb.TICKET_STATE_ADMITTED
 
     def _release(self, ticket_id: str, req: pb.ReleaseRequest | None = None) -> None:
         try:
@@ -959,12 +994,21 @@ class AsyncAdmissionClient(_Connection):
                 while True:
                     try:
                         slot.grant = await self._wait(r.ticket_id, wait_timeout, on_queued)
-                        break
+                        if await self._still_held(r.ticket_id):
+                            break
+                        r = await self._unary(self.stub.Submit, _resubmission(req))
+                        why = _LAPSED
+                    except TicketEnded as e:
+                        if e.state != "EXPIRED":
+                            raise
+                        r = await self._unary(self.stub.Submit, _resubmission(req))
+                        why = _LAPSED
                     except AdmissionError as e:
                         if e.code != grpc.StatusCode.NOT_FOUND:
                             raise
-                    r = await self._unary(self.stub.Submit, req)
-                    if _queued_again(slot, r, req):
+                        r = await self._unary(self.stub.Submit, req)
+                        why = "was lost by the authority while it was queued"
+                    if _queued_again(slot, r, req, why):
                         break
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
@@ -1093,6 +1137,12 @@ class AsyncAdmissionClient(_Connection):
                 return
             if not _after_renew(slot, state, reclaimed):
                 return
+
+    async def _still_held(self, ticket_id: str) -> bool:
+        """As :meth:`AdmissionClient._still_held`, awaited."""
+        r = await self._unary(self.stub.Renew, pb.RenewRequest(ticket_ids=[ticket_id]))
+        state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_EXPIRED
+        return state == pb.TICKET_STATE_ADMITTED
 
     async def _release(self, ticket_id: str, req: pb.ReleaseRequest | None = None) -> None:
         try:

@@ -51,7 +51,13 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
         "pip install 'admission-authority-client[praisonai]'"
     ) from e
 
-from ._client import _RESUME_WAIT_FOR, AdmissionClient, AsyncAdmissionClient, reported_outcome
+from ._client import (
+    _LAPSED,
+    _RESUME_WAIT_FOR,
+    AdmissionClient,
+    AsyncAdmissionClient,
+    reported_outcome,
+)
 from .errors import _details
 from .v1 import admission_pb2 as pb
 
@@ -99,6 +105,11 @@ class _Unreachable(Exception):
 class _TicketLost(Exception):
     """The authority no longer knows a queued ticket (its store lost it): the run submits
     again under its run_id."""
+
+
+class _TicketLapsed(Exception):
+    """A followed ticket's lease lapsed before its admission reached this gateway: the run
+    submits again under its run_id, with ``resubmit_expired``."""
 
 
 #: Cancellations a turn's ending rides through before it gives up (each retried call is
@@ -617,20 +628,32 @@ class AuthorityGate:
         return turn
 
     async def _queued_until_admitted(self, turn: _Turn, request: pb.SubmitRequest) -> None:
-        """Wait for a queued turn's admission; a ticket the authority lost while it waited
-        (its store lost its state) is submitted again under the same run_id and followed."""
+        """Wait for a queued turn's admission. A ticket the authority lost while it waited
+        (its store lost its state) is submitted again under the same run_id and followed; so is
+        one whose lease lapsed before its admission reached this gateway (the Wait stream says
+        EXPIRED, or the Renew every heard admission gets before the turn runs finds it expired),
+        with ``resubmit_expired``: the turn never ran on it, so it is never re-registered
+        (Reclaim is for turns that ran)."""
+        again = pb.SubmitRequest()
+        again.CopyFrom(request)
+        again.resubmit_expired = True
         while True:
+            resubmit, why = request, "was lost by the authority while it was queued"
             try:
                 turn.grant = await self._wait_admitted(turn.ticket_id)
-                return
+                if await self._still_held(turn.ticket_id):
+                    return
+                resubmit, why = again, _LAPSED
             except _TicketLost:
                 pass
+            except _TicketLapsed:
+                resubmit, why = again, _LAPSED
             try:
-                r = await self._call(self._client.stub.Submit, request)
+                r = await self._call(self._client.stub.Submit, resubmit)
             except grpc.aio.AioRpcError as e:
                 raise self._refusal(e) from None
-            log.warning("the queued ticket of run %s was lost by the authority: submitted "
-                        "again as %s", request.run_id, r.ticket_id)
+            log.warning("the ticket of run %s %s: submitted again as %s", request.run_id, why,
+                        r.ticket_id)
             turn.ticket_id, turn.grant = r.ticket_id, int(r.grant)
             if r.state == pb.TICKET_STATE_ADMITTED:
                 return
@@ -671,8 +694,22 @@ class AuthorityGate:
         log.error("the authority refused the gate's call (%s: %s)", e.code().name, e.details())
         return _Unreachable(f"{e.code().name}: {e.details()}")
 
+    async def _still_held(self, ticket_id: str) -> bool:
+        """Renew an admission heard on a Wait stream before the turn runs on it (the event may
+        have come late: a held stream, a frozen process): True when it is still admitted, with
+        its lease running from now; False when it lapsed."""
+        try:
+            r = await self._call(
+                self._client.stub.Renew, pb.RenewRequest(ticket_ids=[ticket_id])
+            )
+        except grpc.aio.AioRpcError as e:
+            raise _Unreachable(f"Renew: {e.code().name}: {e.details()}") from None
+        state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_EXPIRED
+        return bool(state == pb.TICKET_STATE_ADMITTED)
+
     async def _wait_admitted(self, ticket_id: str) -> int:
-        """Follow a queued ticket until it is admitted; refusals raise AuthorityRejected. A
+        """Follow a queued ticket until it is admitted (its grant). Refusals raise
+        AuthorityRejected; a lease that lapsed while the stream was cut, _TicketLapsed. A
         stream cut while it waits (the authority restarted or could not be reached) is reopened
         with backoff for up to ``_RESUME_WAIT_FOR`` of trying, as the client's slots do: an
         authority on a data dir keeps the ticket and its place through a restart."""
@@ -686,6 +723,8 @@ class AuthorityGate:
                     cut_since, backoff = None, 0.05
                     if event.state == pb.TICKET_STATE_ADMITTED:
                         return int(event.grant)
+                    if event.state == pb.TICKET_STATE_EXPIRED:
+                        raise _TicketLapsed(ticket_id)
                     if event.state == pb.TICKET_STATE_SHED:
                         self._count("shed")
                         raise AuthorityRejected(self.busy_message, "SHED")

@@ -537,3 +537,85 @@ test("a closed client fails every call at once and never reopens its connection"
     await server.stop();
   }
 });
+
+/** A TCP proxy to `upstream` that can hold what the server sends (the connections stay up)
+ * until restored. */
+async function holdingProxy(upstream: string): Promise<{ addr: string; hold(): void; restore(): void; close(): void }> {
+  const [host, port] = [upstream.slice(0, upstream.lastIndexOf(":")), Number(upstream.slice(upstream.lastIndexOf(":") + 1))];
+  let held = false;
+  const waiting: Array<() => void> = [];
+  const sockets = new Set<import("node:net").Socket>();
+  const proxy = createServer((client) => {
+    const server = connect(port, host);
+    sockets.add(client).add(server);
+    client.pipe(server);
+    server.on("data", (chunk: Buffer) => {
+      if (held) waiting.push(() => client.write(chunk));
+      else client.write(chunk);
+    });
+    const end = () => {
+      client.destroy();
+      server.destroy();
+    };
+    client.on("close", end).on("error", end);
+    server.on("close", end).on("error", end);
+  });
+  proxy.listen(0, "127.0.0.1");
+  await once(proxy, "listening");
+  return {
+    addr: `127.0.0.1:${(proxy.address() as { port: number }).port}`,
+    hold: () => {
+      held = true;
+    },
+    restore: () => {
+      held = false;
+      for (const f of waiting.splice(0)) f();
+    },
+    close: () => {
+      for (const s of sockets) s.destroy();
+      proxy.close();
+    },
+  };
+}
+
+test("an admission heard after its lease lapsed waits again under its run id, and no run overlaps", async () => {
+  const lease = 1500;
+  const server = await startServer(
+    "--total", "1", "--per-subject", "1", "--queue-total", "4", "--lease-ttl", `${lease}ms`, "--drain-grace", "100ms",
+  );
+  const proxy = await holdingProxy(server.addr);
+  const direct = new AdmissionClient(server.addr, { hostId: "h" });
+  const late = new AdmissionClient(proxy.addr, { hostId: "h" });
+  let running = 0;
+  let most = 0;
+  const done: string[] = [];
+  const run = async (name: string, ms: number) => {
+    most = Math.max(most, ++running);
+    await new Promise((r) => setTimeout(r, ms));
+    running -= 1;
+    done.push(name);
+  };
+  try {
+    const holder = await direct.acquire("holder");
+    const waiting = late.withSlot("late", () => run("late", 300), { runId: "late-run" });
+    await eventually("the late run to queue", async () => (await direct.stats()).queued === 1);
+    // What the authority sends it is held; the holder leaves and it is admitted unheard.
+    proxy.hold();
+    await holder.release();
+    await eventually("its admission", async () => (await direct.stats()).admitted === 2);
+    // Still running when the late admission is heard: starting on it would overlap.
+    const third = direct.withSlot("third", () => run("third", 2000));
+    // The hold outlasts the lease (the scenario, not a wait for a result).
+    await new Promise((r) => setTimeout(r, lease * 1.8));
+    proxy.restore();
+    await Promise.all([waiting, third]);
+    assert.deepEqual(done, ["third", "late"], "the third took the lapsed slot; the late run asked again");
+    assert.equal(most, 1, "no two runs at once");
+    assert.equal((await direct.stats()).reclaimed, 0, "a run that never started is not re-registered");
+  } finally {
+    direct.close();
+    late.close();
+    proxy.close();
+    await server.stop();
+  }
+});

@@ -19,7 +19,7 @@
 //! * `1 Host { host, seq, now, op }`: a change of a host's tickets, applied at store time `now`
 //!   (ms), the `seq`-th of that host's; `op` is `0 Create(limits)`, `1 Submit { args, key }`
 //!   with `args` = (instance_id, subject, account_id?, run_id, mode 0 queue / 1 try, rss_mb?,
-//!   priority), `2 Renew { key, rss_mb? }`, `3 Release { key, report }` with `report` =
+//!   priority, resubmit_expired), `2 Renew { key, rss_mb? }`, `3 Release { key, report }` with `report` =
 //!   (outcome 0 unspecified / 1 ok / 2 rate limited / 3 overloaded / 4 failed, latency_ms?),
 //!   `4 ReleaseRun { run_id, report }`, `5 Park(key)`, `6 Unpark(key)`, `7 Housekeeping`,
 //!   `8 CountRejection`, `9 Limits(limits)`, `10 Restarted`, `11 Reclaim { held, key }` with

@@ -116,6 +116,7 @@ impl World {
                     mode: SubmitMode::Queue,
                     rss_mb: Some(100),
                     priority,
+                    resubmit_expired: false,
                 };
                 format!("{:?}", self.host.submit(limits, args, key, self.now))
             }

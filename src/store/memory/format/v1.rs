@@ -717,6 +717,7 @@ impl From<HostOpV1> for HostOp {
                     },
                     rss_mb: a.rss_mb,
                     priority: a.priority,
+                    resubmit_expired: false,
                 },
                 key,
             },

@@ -2,7 +2,8 @@
 -- subject, ARGV[8] account ('' none), ARGV[9] run_id, ARGV[10] mode (Q queue, T try),
 -- ARGV[11] rss_mb ('' none), ARGV[12] priority (1..5), ARGV[13] the state epoch the caller
 -- knows, ARGV[14] '' or how to begin the host under that epoch: when its loss was detected
--- (ms; '0' none, 'now' this call).
+-- (ms; '0' none, 'now' this call), ARGV[15] '1' when the run's ticket lapsed before the run
+-- started (resubmit_expired: an EXPIRED ticket of the run does not answer for it).
 -- Returns {'ok', key, state, position, grant, lease, eta, blocker ('' none), shadow decision
 -- ('' none)},
 -- {'refused', reason, ms left of a learning window ('' none)}, {'conflict', field}, or
@@ -31,9 +32,14 @@ housekeeping(false)
 local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 -- Claim the run_id for the new ticket in one command; a refusal below gives it back.
 local existing = redis.call('SET', runkey(run), key, 'NX', 'GET')
+-- The run's expired ticket a resubmit_expired Submit replaces, and how long its run key had
+-- left: a refusal gives the run back to it.
+local lapsed, lapsed_ttl = nil, nil
 if existing then
   local t = ticket(existing)
-  if t then
+  if t and ARGV[15] == '1' and t.state == EXPIRED then
+    lapsed, lapsed_ttl = existing, redis.call('PTTL', runkey(run))
+  elseif t then
     -- An ended ticket keeps no subject or account: a repeat gets its final state.
     if live(t.state) and t.subject ~= subject then return {'conflict', 'subject'} end
     if live(t.state) and t.account ~= account then return {'conflict', 'account_id'} end
@@ -43,7 +49,12 @@ if existing then
   redis.call('SET', runkey(run), key)
 end
 local function refuse(reason)
-  redis.call('DEL', runkey(run))
+  if lapsed then
+    redis.call('SET', runkey(run), lapsed)
+    if lapsed_ttl > 0 then redis.call('PEXPIRE', runkey(run), lapsed_ttl) end
+  else
+    redis.call('DEL', runkey(run))
+  end
   incr('rejected')
   return {'refused', reason, learning_left > 0 and fmt(learning_left) or ''}
 end

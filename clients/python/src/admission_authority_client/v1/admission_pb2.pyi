@@ -339,6 +339,7 @@ class SubmitRequest(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     RSS_MB_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    RESUBMIT_EXPIRED_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     """The installation (all replicas of one gateway deployment). Limits are per host_id.
     1..128 bytes of printable ASCII.
@@ -369,6 +370,15 @@ class SubmitRequest(_message.Message):
     scheduling.priority_aging set, a waiter queued longer than it is served as priority 1.
     A repeated run_id keeps the priority of its first Submit. Above 5: INVALID_ARGUMENT.
     """
+    resubmit_expired: _builtins.bool
+    """Set by a client whose ticket for this run_id lapsed before its run started: its admission
+    reached it after the lease had run out (the Wait stream was cut, the gateway frozen), so
+    the run never ran on it. When the run's ticket has ended EXPIRED, a new ticket is made for
+    the run under the same run_id, as for a new Submit (it queues at the back, or is admitted
+    at once); a run whose ticket is live, or ended any other way (released, cancelled, shed),
+    is answered as any repeat is. A client never sets it for a run that started: that run's
+    ticket is re-registered with Reclaim instead, which counts it even above the caps.
+    """
     def __init__(
         self,
         *,
@@ -380,10 +390,11 @@ class SubmitRequest(_message.Message):
         mode: Global___SubmitMode.ValueType = ...,
         rss_mb: _builtins.int | None = ...,
         priority: _builtins.int = ...,
+        resubmit_expired: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "rss_mb", b"rss_mb"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "account_id", b"account_id", "host_id", b"host_id", "instance_id", b"instance_id", "mode", b"mode", "priority", b"priority", "rss_mb", b"rss_mb", "run_id", b"run_id", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "account_id", b"account_id", "host_id", b"host_id", "instance_id", b"instance_id", "mode", b"mode", "priority", b"priority", "resubmit_expired", b"resubmit_expired", "rss_mb", b"rss_mb", "run_id", b"run_id", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rss_mb: _TypeAlias = _typing.Literal["rss_mb"]  # noqa: Y015
     _WhichOneofArgType__rss_mb: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb"]  # noqa: Y015
@@ -484,6 +495,7 @@ class WaitEvent(_message.Message):
     GRANT_FIELD_NUMBER: _builtins.int
     ETA_MS_FIELD_NUMBER: _builtins.int
     BLOCKED_BY_FIELD_NUMBER: _builtins.int
+    LEASE_REMAINING_MS_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket followed."""
     state: Global___TicketState.ValueType
@@ -498,6 +510,14 @@ class WaitEvent(_message.Message):
     """
     blocked_by: Global___Blocker.ValueType
     """While QUEUED, what holds it, as in SubmitResponse; an event is sent when it changes."""
+    lease_remaining_ms: _builtins.int
+    """For an ADMITTED or PARKED ticket, how much of its lease was left when the event was sent
+    (ms); 0 otherwise. A Wait stream renews the lease of a ticket before it reports it
+    ADMITTED, so a waiter that hears of its admission late (its stream was cut, and it asked
+    again) still holds a full lease from then; a client that finds less left than one renew
+    interval renews before it starts the run, and one whose renewal answers EXPIRED submits
+    again with resubmit_expired (the run never started on that lease).
+    """
     def __init__(
         self,
         *,
@@ -507,10 +527,11 @@ class WaitEvent(_message.Message):
         grant: _builtins.int = ...,
         eta_ms: _builtins.int = ...,
         blocked_by: Global___Blocker.ValueType = ...,
+        lease_remaining_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "lease_remaining_ms", b"lease_remaining_ms", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

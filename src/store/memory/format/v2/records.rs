@@ -102,6 +102,8 @@ pub struct SubmitV2<'a> {
     pub mode: u8,
     pub rss_mb: Option<u32>,
     pub priority: u8,
+    /// The run's earlier ticket lapsed before the run started (see `SubmitArgs`).
+    pub resubmit_expired: bool,
 }
 
 /// What a holder's Reclaim says it runs.
@@ -259,6 +261,7 @@ impl<'a> From<&'a HostOp> for HostOpV2<'a> {
                     mode: submit_mode(args.mode),
                     rss_mb: args.rss_mb,
                     priority: args.priority,
+                    resubmit_expired: args.resubmit_expired,
                 },
                 key: *key,
             },
@@ -309,6 +312,7 @@ impl TryFrom<HostOpV2<'_>> for HostOp {
                     mode: submit_mode_of(args.mode)?,
                     rss_mb: args.rss_mb,
                     priority: args.priority,
+                    resubmit_expired: args.resubmit_expired,
                 },
                 key,
             },

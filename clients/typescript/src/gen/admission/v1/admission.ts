@@ -580,6 +580,16 @@ export interface SubmitRequest {
    * A repeated run_id keeps the priority of its first Submit. Above 5: INVALID_ARGUMENT.
    */
   priority: number;
+  /**
+   * Set by a client whose ticket for this run_id lapsed before its run started: its admission
+   * reached it after the lease had run out (the Wait stream was cut, the gateway frozen), so
+   * the run never ran on it. When the run's ticket has ended EXPIRED, a new ticket is made for
+   * the run under the same run_id, as for a new Submit (it queues at the back, or is admitted
+   * at once); a run whose ticket is live, or ended any other way (released, cancelled, shed),
+   * is answered as any repeat is. A client never sets it for a run that started: that run's
+   * ticket is re-registered with Reclaim instead, which counts it even above the caps.
+   */
+  resubmitExpired: boolean;
 }
 
 export interface SubmitResponse {
@@ -641,6 +651,15 @@ export interface WaitEvent {
   etaMs: number;
   /** While QUEUED, what holds it, as in SubmitResponse; an event is sent when it changes. */
   blockedBy: Blocker;
+  /**
+   * For an ADMITTED or PARKED ticket, how much of its lease was left when the event was sent
+   * (ms); 0 otherwise. A Wait stream renews the lease of a ticket before it reports it
+   * ADMITTED, so a waiter that hears of its admission late (its stream was cut, and it asked
+   * again) still holds a full lease from then; a client that finds less left than one renew
+   * interval renews before it starts the run, and one whose renewal answers EXPIRED submits
+   * again with resubmit_expired (the run never started on that lease).
+   */
+  leaseRemainingMs: number;
 }
 
 export interface RenewRequest {
@@ -1368,7 +1387,17 @@ export interface ResetLimitsResponse {
 }
 
 function createBaseSubmitRequest(): SubmitRequest {
-  return { hostId: "", instanceId: "", subject: "", accountId: "", runId: "", mode: 0, rssMb: undefined, priority: 0 };
+  return {
+    hostId: "",
+    instanceId: "",
+    subject: "",
+    accountId: "",
+    runId: "",
+    mode: 0,
+    rssMb: undefined,
+    priority: 0,
+    resubmitExpired: false,
+  };
 }
 
 export const SubmitRequest: MessageFns<SubmitRequest> = {
@@ -1396,6 +1425,9 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     }
     if (message.priority !== 0) {
       writer.uint32(64).uint32(message.priority);
+    }
+    if (message.resubmitExpired !== false) {
+      writer.uint32(72).bool(message.resubmitExpired);
     }
     return writer;
   },
@@ -1477,6 +1509,14 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
             message.priority = reader.uint32();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.resubmitExpired = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1519,6 +1559,11 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
         ? globalThis.Number(object.rss_mb)
         : undefined,
       priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
+      resubmitExpired: isSet(object.resubmitExpired)
+        ? globalThis.Boolean(object.resubmitExpired)
+        : isSet(object.resubmit_expired)
+        ? globalThis.Boolean(object.resubmit_expired)
+        : false,
     };
   },
 
@@ -1548,6 +1593,9 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     if (message.priority !== 0) {
       obj.priority = Math.round(message.priority);
     }
+    if (message.resubmitExpired !== false) {
+      obj.resubmitExpired = message.resubmitExpired;
+    }
     return obj;
   },
 
@@ -1564,6 +1612,7 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     message.mode = object.mode ?? 0;
     message.rssMb = object.rssMb ?? undefined;
     message.priority = object.priority ?? 0;
+    message.resubmitExpired = object.resubmitExpired ?? false;
     return message;
   },
 };
@@ -1843,7 +1892,7 @@ export const WaitRequest: MessageFns<WaitRequest> = {
 };
 
 function createBaseWaitEvent(): WaitEvent {
-  return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0 };
+  return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0, leaseRemainingMs: 0 };
 }
 
 export const WaitEvent: MessageFns<WaitEvent> = {
@@ -1865,6 +1914,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     }
     if (message.blockedBy !== 0) {
       writer.uint32(48).int32(message.blockedBy);
+    }
+    if (message.leaseRemainingMs !== 0) {
+      writer.uint32(56).uint32(message.leaseRemainingMs);
     }
     return writer;
   },
@@ -1930,6 +1982,14 @@ export const WaitEvent: MessageFns<WaitEvent> = {
             message.blockedBy = reader.int32() as any;
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.leaseRemainingMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1962,6 +2022,11 @@ export const WaitEvent: MessageFns<WaitEvent> = {
         : isSet(object.blocked_by)
         ? blockerFromJSON(object.blocked_by)
         : 0,
+      leaseRemainingMs: isSet(object.leaseRemainingMs)
+        ? globalThis.Number(object.leaseRemainingMs)
+        : isSet(object.lease_remaining_ms)
+        ? globalThis.Number(object.lease_remaining_ms)
+        : 0,
     };
   },
 
@@ -1985,6 +2050,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     if (message.blockedBy !== 0) {
       obj.blockedBy = blockerToJSON(message.blockedBy);
     }
+    if (message.leaseRemainingMs !== 0) {
+      obj.leaseRemainingMs = Math.round(message.leaseRemainingMs);
+    }
     return obj;
   },
 
@@ -1999,6 +2067,7 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     message.grant = object.grant ?? 0;
     message.etaMs = object.etaMs ?? 0;
     message.blockedBy = object.blockedBy ?? 0;
+    message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
     return message;
   },
 };
