@@ -12,7 +12,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .codec_path("crate::api::codec::SmallBufferCodec")
         .file_descriptor_set_path(out.join("admission_descriptor.bin"))
-        .compile_protos(&["proto/admission/v1/admission.proto"], &["proto"])?;
+        .compile_protos(
+            &[
+                "proto/admission/v1/admission.proto",
+                "proto/envoy/service/ratelimit/v3/rls.proto",
+            ],
+            &["proto"],
+        )?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -1,8 +1,40 @@
-//! Generated protobuf types and gRPC services of `proto/admission/v1/admission.proto`, and the
-//! codec they use.
+//! Generated protobuf types and gRPC services of `proto/admission/v1/admission.proto` and of
+//! Envoy's rate limit service (`proto/envoy`, in [`envoy`]), and the codec they use.
 #![allow(clippy::all, missing_docs)]
 
 tonic::include_proto!("admission.v1");
+
+/// Envoy's rate limit service and the messages it uses, under Envoy's package names.
+pub mod envoy {
+    pub mod service {
+        pub mod ratelimit {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+    pub mod extensions {
+        pub mod common {
+            pub mod ratelimit {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                }
+            }
+        }
+    }
+    pub mod config {
+        pub mod core {
+            pub mod v3 {
+                tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+    pub mod r#type {
+        pub mod v3 {
+            tonic::include_proto!("envoy.r#type.v3");
+        }
+    }
+}
 
 /// The encoded descriptor set (with source comments) that server reflection serves.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("admission_descriptor");

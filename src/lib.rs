@@ -10,6 +10,8 @@
 //! * [`auth`]: auth buckets: the pure rules and the bounded local table, with `now` passed in.
 //! * [`ledger`]: resource reservations: per-run budgets, account allowances, Authorize and
 //!   Settle, with `now` passed in. No I/O.
+//! * [`ratelimit`]: Envoy's rate limit service: envoyproxy/ratelimit's rules and windows, the
+//!   bounded counter table, with `now` passed in. No I/O.
 //! * [`store`]: the [`store::Store`] trait, whose unit is one atomic operation, and its
 //!   implementations ([`store::memory`]).
 //! * [`clock`]: the injected clock.
@@ -39,6 +41,7 @@ pub mod gates;
 pub mod ledger;
 pub mod metrics;
 pub mod net;
+pub mod ratelimit;
 pub mod scheduler;
 pub mod security;
 pub mod server;

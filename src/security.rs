@@ -19,7 +19,8 @@ use tonic::{Request, Status};
 /// What a credential may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// Admission RPCs for its host_ids (and auth buckets, which are installation-wide).
+    /// Admission RPCs for its host_ids (and auth buckets, which are installation-wide), and
+    /// Envoy's rate limit service for its domains.
     Gateway,
     /// Operator RPCs, and GetStats of any host.
     Operator,
@@ -70,6 +71,9 @@ pub struct Credential {
     pub role: Role,
     /// The hosts a gateway credential may act for (empty for operators).
     pub host_ids: BTreeSet<String>,
+    /// The rate limit domains a gateway credential may ask `ShouldRateLimit` about (an
+    /// Envoy's credential); `*` for every domain; empty for operators.
+    pub domains: BTreeSet<String>,
     pub proof: Proof,
 }
 
@@ -81,6 +85,7 @@ pub enum Caller {
     Gateway {
         name: String,
         host_ids: BTreeSet<String>,
+        domains: BTreeSet<String>,
     },
     Operator {
         name: String,
@@ -142,6 +147,25 @@ impl Caller {
             Caller::Operator { name } => Err(Denied(format!(
                 "credential {name:?} is an operator credential; auth buckets take a gateway \
                  credential (operators unlock with Operator/UnlockAuth)"
+            ))),
+        }
+    }
+
+    /// May this caller ask Envoy's rate limit service about `domain`? Gateways whose
+    /// credential names the domain (or `*`).
+    pub fn rate_limit(&self, domain: &str) -> Result<(), Denied> {
+        match self {
+            Caller::Open => Ok(()),
+            Caller::Gateway { domains, .. }
+                if domains.contains(domain) || domains.contains("*") =>
+            {
+                Ok(())
+            }
+            Caller::Gateway { name, .. } => Err(Denied(format!(
+                "credential {name:?} may not ask about rate limit domain {domain:?}: name it                  in the credential's domains"
+            ))),
+            Caller::Operator { name } => Err(Denied(format!(
+                "credential {name:?} is an operator credential; ShouldRateLimit takes a                  gateway credential with domains"
             ))),
         }
     }
@@ -230,6 +254,7 @@ impl Authenticator {
             Role::Gateway => Caller::Gateway {
                 name: c.name.clone(),
                 host_ids: c.host_ids.clone(),
+                domains: c.domains.clone(),
             },
             Role::Operator => Caller::Operator {
                 name: c.name.clone(),
@@ -299,6 +324,7 @@ mod tests {
             name: name.into(),
             role: Role::Gateway,
             host_ids: hosts.iter().map(|h| h.to_string()).collect(),
+            domains: ["envoy-domain".to_string()].into(),
             proof: Proof::TokenSha256(sha256(token.as_bytes())),
         }
     }
@@ -320,6 +346,7 @@ mod tests {
                 name: "ops".into(),
                 role: Role::Operator,
                 host_ids: BTreeSet::new(),
+                domains: BTreeSet::new(),
                 proof: Proof::TokenSha256(sha256(b"s3cret-ops")),
             },
         ]);
@@ -329,11 +356,13 @@ mod tests {
         assert!(gw.act_for("one").is_ok());
         assert!(gw.act_for("two").is_err());
         assert!(gw.operate().is_err() && gw.use_auth_buckets().is_ok());
+        assert!(gw.rate_limit("envoy-domain").is_ok() && gw.rate_limit("other").is_err());
         let ops = auth
             .authenticate(&with_token(Some("Bearer s3cret-ops")))
             .unwrap();
         assert!(ops.operate().is_ok() && ops.read_host("any").is_ok());
         assert!(ops.act_for("one").is_err() && ops.use_auth_buckets().is_err());
+        assert!(ops.rate_limit("envoy-domain").is_err());
         for bad in [
             None,
             Some("Bearer wrong"),

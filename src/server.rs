@@ -12,14 +12,16 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
+use crate::api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::api::{admission_server::AdmissionServer, operator_server::OperatorServer};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, TlsFiles};
 use crate::gates::Gates;
 use crate::metrics::Metrics;
 use crate::net::{ConnectionGate, Incoming};
+use crate::ratelimit::LiveRateLimits;
 use crate::security::Authenticator;
-use crate::service::{AdmissionService, OperatorService};
+use crate::service::{AdmissionService, OperatorService, RateLimitService};
 use crate::store::journal::JournalOptions;
 use crate::store::memory::{MemoryStore, OpenOptions};
 use crate::store::redis::RedisStore;
@@ -222,14 +224,20 @@ async fn serve<S: Store>(
     let metrics = Arc::new(Metrics::default());
     // Every store call from here on is timed (admission_store_call_duration_seconds).
     let store = Arc::new(Timed::new(store, metrics.store.clone()));
+    let rate_limits = Arc::new(LiveRateLimits::new(config.rate_limits.policy.clone()));
     if let Some(reload) = reload {
-        tokio::spawn(reload_on_sighup(store.clone(), config.clone(), reload));
+        tokio::spawn(reload_on_sighup(
+            store.clone(),
+            config.clone(),
+            reload,
+            rate_limits.clone(),
+        ));
     }
     let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let gates = Arc::new(Gates::default());
     crate::telemetry::register(metrics.clone());
     let background = [
-        tokio::spawn(sweep(store.clone(), sweep_every)),
+        tokio::spawn(sweep(store.clone(), sweep_every, rate_limits.clone())),
         tokio::spawn(watch_own_memory(gates.clone(), config.authority_max_rss_mb)),
     ];
 
@@ -239,6 +247,10 @@ async fn serve<S: Store>(
         .await;
     health
         .set_serving::<OperatorServer<OperatorService<S>>>()
+        .await;
+    // Envoy's rate limit service keeps answering while this process drains.
+    health
+        .set_serving::<RateLimitServiceServer<RateLimitService<S>>>()
         .await;
     // Draining (SIGTERM or the Drain RPC) turns health NOT_SERVING, so load balancers move
     // new work to other replicas while admitted tickets finish here.
@@ -286,11 +298,18 @@ async fn serve<S: Store>(
         config.grpc.max_wait_streams_per_connection,
         config.grpc.max_wait_streams,
         metrics.clone(),
-        clock,
+        clock.clone(),
     ))
     .max_decoding_message_size(config.grpc.max_message_bytes);
     let operator_server = OperatorServer::new(OperatorService::new(store.clone(), gates.clone()))
         .max_decoding_message_size(config.grpc.max_message_bytes);
+    let rate_limit_server = RateLimitServiceServer::new(RateLimitService::new(
+        store.clone(),
+        rate_limits.clone(),
+        metrics.clone(),
+        clock.clone(),
+    ))
+    .max_decoding_message_size(config.grpc.max_message_bytes);
     // From here every byte either port sends passes a gate that writes the journal's records
     // first (with a data dir under `interval` or `os`; see `net::Outbound`).
     let sends = store.send_gates();
@@ -342,6 +361,10 @@ async fn serve<S: Store>(
         let auth = auth.clone();
         InterceptedService::new(admission_server, move |req| auth.intercept(req))
     };
+    let rate_limit = {
+        let auth = auth.clone();
+        InterceptedService::new(rate_limit_server, move |req| auth.intercept(req))
+    };
     let operator =
         InterceptedService::new(operator_server, move |req| auth.intercept_operator(req));
 
@@ -385,6 +408,7 @@ async fn serve<S: Store>(
                 rpc = %req.uri().path(),
                 host_id = tracing::field::Empty,
                 subject = tracing::field::Empty,
+                domain = tracing::field::Empty,
                 decision = tracing::field::Empty,
             )
         })
@@ -393,6 +417,7 @@ async fn serve<S: Store>(
         .add_service(reflection_v1alpha)
         .add_service(admission)
         .add_service(operator)
+        .add_service(rate_limit)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     for task in background {
@@ -500,13 +525,23 @@ fn sweep_interval(shortest_lease_ms: u64) -> Duration {
 /// The periodic sweep. A store outage is logged when it starts (with its cause and address),
 /// when its cause changes, at most once a minute while it lasts, and when it ends: not once
 /// per sweep.
-async fn sweep<S: Store>(store: Arc<S>, every: Duration) {
+async fn sweep<S: Store>(store: Arc<S>, every: Duration, rate_limits: Arc<LiveRateLimits>) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut outage: Option<(String, tokio::time::Instant)> = None;
     loop {
         tick.tick().await;
-        match store.sweep().await {
+        let domains: Vec<String> = rate_limits
+            .get()
+            .rules
+            .domains()
+            .map(|d| d.domain.clone())
+            .collect();
+        let swept = match store.sweep().await {
+            Ok(()) => store.sweep_rate_limits(&domains).await,
+            Err(e) => Err(e),
+        };
+        match swept {
             Ok(()) => {
                 if outage.take().is_some() {
                     tracing::info!("store reachable again");
@@ -577,9 +612,15 @@ async fn watch_own_memory(gates: Arc<Gates>, max_rss_mb: u64) {
 }
 
 /// On every SIGHUP, read the configuration again and apply what can change while serving: the
-/// scheduling limits. Every other key keeps its running value until a restart (logged by name
-/// when it changed); an invalid file is logged with every problem and changes nothing.
-async fn reload_on_sighup<S: Store>(store: Arc<S>, mut running: Config, reload: Reload) {
+/// scheduling limits and the rate limits (with `rate_limits.config_dir`'s files read again).
+/// Every other key keeps its running value until a restart (logged by name when it changed);
+/// an invalid file (or rate limit file) is logged with every problem and changes nothing.
+async fn reload_on_sighup<S: Store>(
+    store: Arc<S>,
+    mut running: Config,
+    reload: Reload,
+    rate_limits: Arc<LiveRateLimits>,
+) {
     #[cfg(unix)]
     {
         let Reload { mut hangup, load } = reload;
@@ -595,12 +636,21 @@ async fn reload_on_sighup<S: Store>(store: Arc<S>, mut running: Config, reload: 
                     continue;
                 }
             };
-            let (applied, restart) = crate::config::changed_keys(&running, &new);
+            let (mut applied, restart) = crate::config::changed_keys(&running, &new);
             store.reload_file_limits(new.limits.clone());
             running.limits = new.limits.clone();
+            if new.rate_limits != running.rate_limits {
+                rate_limits.set(new.rate_limits.policy.clone());
+                running.rate_limits = new.rate_limits.clone();
+                if !applied.iter().any(|k| k.starts_with("rate_limits")) {
+                    // A change inside config_dir's files shows in no key of the file.
+                    applied.push("rate_limits.config_dir".into());
+                }
+            }
             tracing::info!(
                 changed = %applied.join(", "),
-                "configuration reloaded: scheduling limits applied"
+                domains = rate_limits.get().rules.domains().count(),
+                "configuration reloaded: scheduling limits and rate limits applied"
             );
             if !restart.is_empty() {
                 tracing::warn!(
@@ -612,6 +662,6 @@ async fn reload_on_sighup<S: Store>(store: Arc<S>, mut running: Config, reload: 
     }
     #[cfg(not(unix))]
     {
-        let _ = (store, running, reload);
+        let _ = (store, running, reload, rate_limits);
     }
 }

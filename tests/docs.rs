@@ -89,12 +89,18 @@ impl Drop for Scratch {
 }
 
 /// A directory holding what the docs' examples refer to: TLS files and a token file next to
-/// the config, and a token file under secrets/.
+/// the config, a token file under secrets/, and a rate limit file under ratelimit/.
 fn workspace() -> Scratch {
     let dir = Scratch::new();
     for f in ["server.pem", "server.key", "ca.pem", "ops.token"] {
         std::fs::copy(repo().join("tests/config/tls").join(f), dir.path().join(f)).unwrap();
     }
+    std::fs::create_dir(dir.path().join("ratelimit")).unwrap();
+    std::fs::copy(
+        repo().join("tests/config/ratelimit/api.yaml"),
+        dir.path().join("ratelimit/api.yaml"),
+    )
+    .unwrap();
     std::fs::create_dir(dir.path().join("secrets")).unwrap();
     std::fs::write(dir.path().join("secrets/gw-two"), "gw-two-token\n").unwrap();
     dir

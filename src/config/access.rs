@@ -81,7 +81,7 @@ impl Cx {
         let mut digests = HashSet::new();
         for (i, item) in items.iter().enumerate() {
             let path = format!("credentials[{i}]");
-            let mut known = vec!["name", "role", "host_ids"];
+            let mut known = vec!["name", "role", "host_ids", "domains"];
             known.extend(PROOFS);
             let Some(m) = self.mapping(item, &path, &known) else {
                 continue;
@@ -127,7 +127,13 @@ impl Cx {
                     None
                 }
             };
-            let host_ids = self.host_ids(m.get("host_ids"), &path, role);
+            let domains = self.domains(m.get("domains"), &path, role);
+            let host_ids = self.host_ids(
+                m.get("host_ids"),
+                &path,
+                role,
+                domains.as_ref().is_some_and(|d| !d.is_empty()),
+            );
             let proof = self.proof(m, &path);
             if matches!(proof, Some(Proof::ClientCertDns(_))) && !mtls {
                 self.err(
@@ -141,13 +147,14 @@ impl Cx {
                 self.err(&path, "has the same token as an earlier credential");
                 continue;
             }
-            if let (Some(name), Some(role), Some(host_ids), Some(proof)) =
-                (name, role, host_ids, proof)
+            if let (Some(name), Some(role), Some(host_ids), Some(domains), Some(proof)) =
+                (name, role, host_ids, domains, proof)
             {
                 out.push(Credential {
                     name,
                     role,
                     host_ids,
+                    domains,
                     proof,
                 });
             }
@@ -155,16 +162,64 @@ impl Cx {
         out
     }
 
-    fn host_ids(
+    /// A gateway credential's `domains`: the rate limit domains it may ask about.
+    fn domains(
         &mut self,
         v: Option<&Value>,
         path: &str,
         role: Option<Role>,
     ) -> Option<BTreeSet<String>> {
+        let dpath = join(path, "domains");
+        match (v, role) {
+            (None, _) => Some(BTreeSet::new()),
+            (Some(_), Some(Role::Operator)) => {
+                self.err(
+                    &dpath,
+                    "operator credentials ask no rate limits; leave domains out",
+                );
+                None
+            }
+            (Some(Value::Sequence(items)), _) if !items.is_empty() => {
+                let mut out = BTreeSet::new();
+                for (i, d) in items.iter().enumerate() {
+                    match d.as_str() {
+                        Some(s) if !s.is_empty() => {
+                            out.insert(s.to_string());
+                        }
+                        _ => self.err(
+                            &format!("{dpath}[{i}]"),
+                            format_args!("must be a rate limit domain (a non-empty string, or \"*\" for every domain), got {}", kind(d)),
+                        ),
+                    }
+                }
+                (out.len() == items.len()).then_some(out)
+            }
+            (Some(_), _) => {
+                self.err(
+                    &dpath,
+                    "must be a non-empty list of rate limit domains (\"*\": every domain)",
+                );
+                None
+            }
+        }
+    }
+
+    fn host_ids(
+        &mut self,
+        v: Option<&Value>,
+        path: &str,
+        role: Option<Role>,
+        has_domains: bool,
+    ) -> Option<BTreeSet<String>> {
         let hpath = join(path, "host_ids");
         match (v, role) {
+            (None, Some(Role::Gateway)) if has_domains => Some(BTreeSet::new()),
             (None, Some(Role::Gateway)) => {
-                self.err(path, "host_ids is required for a gateway credential");
+                self.err(
+                    path,
+                    "host_ids is required for a gateway credential (or domains, for an \
+                     Envoy that only asks ShouldRateLimit)",
+                );
                 None
             }
             (None, _) => Some(BTreeSet::new()),
@@ -423,6 +478,10 @@ pub(super) fn render(out: &mut String, c: &Config) {
             );
             if !hosts.is_empty() {
                 let _ = write!(out, ", host_ids: [{}]", hosts.join(", "));
+            }
+            if !cr.domains.is_empty() {
+                let domains: Vec<String> = cr.domains.iter().map(|d| yaml_key(d)).collect();
+                let _ = write!(out, ", domains: [{}]", domains.join(", "));
             }
             let _ = writeln!(out, ", {proof}}}");
         }

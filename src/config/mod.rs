@@ -14,6 +14,7 @@
 
 mod access;
 mod policies;
+mod rate_limits;
 mod render;
 mod resolve;
 mod sections;
@@ -21,6 +22,7 @@ mod stores;
 mod walker;
 
 pub use access::{GrpcLimits, TlsFiles};
+pub use rate_limits::RateLimitsConfig;
 pub use render::changed_keys;
 pub use walker::{check_id, format_ms, parse_duration_ms};
 
@@ -111,6 +113,8 @@ pub struct Config {
     /// Hosts with series of their own in `/metrics` (`metrics.max_hosts`); the rest are summed
     /// under `host_id="_other"`.
     pub metrics_max_hosts: usize,
+    /// The rate limit service's domains and settings (`rate_limits`).
+    pub rate_limits: RateLimitsConfig,
 }
 
 /// `metrics.max_hosts` by default.

@@ -96,6 +96,7 @@ impl Config {
                 }
             );
         }
+        rate_limits::render(&mut out, &self.rate_limits);
         out
     }
 }
@@ -263,7 +264,7 @@ pub fn changed_keys(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
     let mut changed = Vec::new();
     walk("", parse(old).as_ref(), parse(new).as_ref(), &mut changed);
     changed.into_iter().partition(|k| {
-        ["scheduling", "hosts", "memory"]
+        ["scheduling", "hosts", "memory", "rate_limits"]
             .iter()
             .any(|s| k == s || k.starts_with(&format!("{s}.")))
     })

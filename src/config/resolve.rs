@@ -79,6 +79,7 @@ impl Cx {
             tls: file.tls,
             grpc: file.grpc,
             metrics_max_hosts: file.metrics_max_hosts.unwrap_or(DEFAULT_METRICS_MAX_HOSTS),
+            rate_limits: file.rate_limits,
             admin_listen: {
                 let (text, path) = match (&o.admin_listen, &file.admin_listen) {
                     (Some(a), _) => (Some(a.clone()), "--admin-listen"),

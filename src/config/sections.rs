@@ -23,6 +23,7 @@ pub(super) struct FileConfig {
     pub(super) drain_grace_ms: Option<u64>,
     pub(super) admin_listen: Option<String>,
     pub(super) metrics_max_hosts: Option<usize>,
+    pub(super) rate_limits: RateLimitsConfig,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -133,6 +134,7 @@ impl Cx {
                 "overflow_policy",
                 "max_concurrent_runs_per_scope",
                 "max_rss_mb",
+                "rate_limits",
             ],
         ) else {
             return f;
@@ -247,6 +249,9 @@ impl Cx {
             f.metrics_max_hosts = self
                 .count(v, "metrics.max_hosts", 1, 1_000_000)
                 .map(|n| n as usize);
+        }
+        if let Some(v) = m.get("rate_limits") {
+            f.rate_limits = self.rate_limits(v);
         }
         if let Some(v) = m.get("allowances") {
             for (account, av) in self.named_entries(v, "allowances") {

@@ -8,8 +8,8 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Upper bounds of the buckets, in seconds: 100 µs to 10 s, about three per decade.
@@ -95,38 +95,98 @@ const OTHER: &str = "/_other/_other";
 type ByCode = [Histogram; 17];
 
 /// The unary RPCs' latency, from the request's arrival to its answer's headers.
-#[derive(Debug, Default)]
+///
+/// A method's histograms are made once and never freed (at most [`MAX_METHODS`] + 2 per
+/// process), so a call holds a plain reference to them; each thread keeps the ones it used in
+/// a small cache of its own, so the common call takes no lock and touches no shared count
+/// but its histogram's.
+#[derive(Debug)]
 pub struct RpcLatency {
+    /// Unique in the process, for the threads' caches (an address could be reused).
+    id: u64,
     /// `/package.Service/Method` → its histograms.
-    methods: RwLock<HashMap<Box<str>, Arc<ByCode>>>,
+    methods: RwLock<HashMap<Box<str>, &'static ByCode>>,
+}
+
+impl Default for RpcLatency {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        RpcLatency {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            methods: RwLock::default(),
+        }
+    }
+}
+
+thread_local! {
+    /// (the `RpcLatency`'s id, path) → its histograms, for the ones this thread used.
+    static CACHE: std::cell::RefCell<Vec<(u64, Box<str>, &'static ByCode)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One method's histograms, ready to record a call's answer.
+#[derive(Clone, Copy, Debug)]
+pub struct MethodLatency(&'static ByCode);
+
+impl MethodLatency {
+    /// Record one call that answered `code` (a gRPC status number) after `d`. A call that
+    /// answered UNIMPLEMENTED was not routed: it is counted under `_unknown`.
+    pub fn observe(self, rpc: &RpcLatency, code: usize, d: Duration) {
+        let code = code.min(GRPC_CODES.len() - 1);
+        let hist = if code == UNIMPLEMENTED {
+            rpc.method(UNKNOWN).0
+        } else {
+            self.0
+        };
+        hist[code].observe(d);
+    }
 }
 
 impl RpcLatency {
+    /// The histograms of `path`: its own, or `_other` once [`MAX_METHODS`] methods have theirs.
+    pub fn method(&self, path: &str) -> MethodLatency {
+        let me = self.id;
+        let cached = CACHE.with_borrow(|c| {
+            c.iter()
+                .find(|(owner, p, _)| *owner == me && &**p == path)
+                .map(|(_, _, h)| *h)
+        });
+        if let Some(h) = cached {
+            return MethodLatency(h);
+        }
+        let h = self.shared(path);
+        CACHE.with_borrow_mut(|c| {
+            // Bounded: a thread remembers at most as many as a process has.
+            if c.len() < 4 * (MAX_METHODS + 2) {
+                c.push((me, path.into(), h));
+            }
+        });
+        MethodLatency(h)
+    }
+
+    fn shared(&self, path: &str) -> &'static ByCode {
+        if let Some(h) = self.methods.read().expect("latency lock").get(path) {
+            return h;
+        }
+        let mut methods = self.methods.write().expect("latency lock");
+        let special = [UNKNOWN, OTHER]
+            .iter()
+            .filter(|k| methods.contains_key(**k))
+            .count();
+        let full = methods.len() - special >= MAX_METHODS;
+        let key = if full && !methods.contains_key(path) && path != UNKNOWN {
+            OTHER
+        } else {
+            path
+        };
+        methods
+            .entry(key.into())
+            .or_insert_with(|| Box::leak(Box::default()))
+    }
+
     /// Record one call of `path` that answered `code` (a gRPC status number) after `d`.
     pub fn observe(&self, path: &str, code: usize, d: Duration) {
-        let code = code.min(GRPC_CODES.len() - 1);
-        let path = if code == UNIMPLEMENTED { UNKNOWN } else { path };
-        let hist = self
-            .methods
-            .read()
-            .expect("latency lock")
-            .get(path)
-            .cloned();
-        let hist = hist.unwrap_or_else(|| {
-            let mut methods = self.methods.write().expect("latency lock");
-            let special = [UNKNOWN, OTHER]
-                .iter()
-                .filter(|k| methods.contains_key(**k))
-                .count();
-            let full = methods.len() - special >= MAX_METHODS;
-            let key = if full && !methods.contains_key(path) && path != UNKNOWN {
-                OTHER
-            } else {
-                path
-            };
-            methods.entry(key.into()).or_default().clone()
-        });
-        hist[code].observe(d);
+        self.method(path).observe(self, code, d);
     }
 
     /// `admission_grpc_server_handling_seconds` for every method and code seen.
@@ -185,10 +245,13 @@ pub enum StoreOp {
     AuthPeek,
     AuthReset,
     SweepAuth,
+    RateLimitHits,
+    RateLimitCounters,
+    SweepRateLimits,
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 27] = [
+    pub const ALL: [StoreOp; 30] = [
         StoreOp::GetLimits,
         StoreOp::SetLimits,
         StoreOp::ResetLimits,
@@ -216,6 +279,9 @@ impl StoreOp {
         StoreOp::AuthPeek,
         StoreOp::AuthReset,
         StoreOp::SweepAuth,
+        StoreOp::RateLimitHits,
+        StoreOp::RateLimitCounters,
+        StoreOp::SweepRateLimits,
     ];
 
     /// The `operation` label.
@@ -248,6 +314,9 @@ impl StoreOp {
             StoreOp::AuthPeek => "auth_peek",
             StoreOp::AuthReset => "auth_reset",
             StoreOp::SweepAuth => "sweep_auth",
+            StoreOp::RateLimitHits => "rate_limit_hits",
+            StoreOp::RateLimitCounters => "rate_limit_counters",
+            StoreOp::SweepRateLimits => "sweep_rate_limits",
         }
     }
 }
@@ -255,8 +324,8 @@ impl StoreOp {
 /// Store calls' latency by operation and result (`ok`, or `error` when the store failed).
 #[derive(Debug, Default)]
 pub struct StoreLatency {
-    ok: [Histogram; 27],
-    error: [Histogram; 27],
+    ok: [Histogram; StoreOp::ALL.len()],
+    error: [Histogram; StoreOp::ALL.len()],
 }
 
 impl StoreLatency {

@@ -7,7 +7,8 @@
 //! identities are never labels.
 //!
 //! Rooms: this file holds the counters the service updates as it decides; `latency` the
-//! histograms of RPCs and store calls; `render` the exposition. docs/operations.md lists every
+//! histograms of RPCs and store calls; `ratelimit` the rate limit service's counts; `render`
+//! the exposition. docs/operations.md lists every
 //! metric; `deploy/grafana-dashboard.json` and `deploy/prometheus-rules.yaml` use them (the
 //! test command checks their queries against what a scrape shows).
 //!
@@ -20,9 +21,11 @@
 //! `promtool check metrics` in the test command. One dependency fewer on a lean tree.
 
 mod latency;
+mod ratelimit;
 mod render;
 
 pub use latency::{Histogram, LATENCY_BOUNDS_S, RpcLatency, StoreLatency, StoreOp};
+pub use ratelimit::{MAX_RATE_LIMIT_SERIES, RateLimitMetrics};
 pub use render::{MAX_ADAPTIVE_SERIES, OTHER_HOSTS, render};
 
 use std::collections::BTreeMap;
@@ -46,6 +49,8 @@ pub struct Metrics {
     pub rpc: RpcLatency,
     /// Store calls' latency by operation ([`crate::store::Timed`] observes them).
     pub store: Arc<StoreLatency>,
+    /// The rate limit service's counts per domain and configured descriptor.
+    pub rate_limits: RateLimitMetrics,
 }
 
 impl Metrics {

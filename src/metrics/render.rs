@@ -132,6 +132,7 @@ pub async fn render<S: Store>(
         &mut out,
     );
     metrics.store.write(&mut out);
+    metrics.rate_limits.write(&mut out);
     family(
         "admission_reclaim_refused_total",
         "counter",

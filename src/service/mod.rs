@@ -1,5 +1,6 @@
-//! The gRPC services `admission.v1.Admission` ([`admission`]) and `admission.v1.Operator`
-//! ([`operator`]), and the loop that feeds a Wait stream ([`wait`]). Handlers validate at the
+//! The gRPC services `admission.v1.Admission` ([`admission`]), `admission.v1.Operator`
+//! ([`operator`]) and Envoy's `envoy.service.ratelimit.v3.RateLimitService` ([`ratelimit`]),
+//! and the loop that feeds a Wait stream ([`wait`]). Handlers validate at the
 //! [`edge`], call one store operation, and convert the answer back ([`replies`]); every
 //! failure becomes a status in one place ([`status`]). Tower
 //! layers around every service of the port: [`framing`] (broken framing is bad input) and
@@ -10,6 +11,7 @@ pub mod edge;
 pub mod framing;
 pub mod limits_input;
 pub mod operator;
+pub mod ratelimit;
 pub mod replies;
 pub mod status;
 pub mod timing;
@@ -17,6 +19,7 @@ pub mod wait;
 
 pub use admission::AdmissionService;
 pub use operator::OperatorService;
+pub use ratelimit::RateLimitService;
 pub use wait::POSITION_REFRESH;
 
 use crate::api;

@@ -54,18 +54,19 @@ where
 
     fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
         let path = req.uri().path();
-        let timed = (!STREAMS.contains(&path)).then(|| (path.to_string(), Stopwatch::start()));
+        let timed =
+            (!STREAMS.contains(&path)).then(|| (self.1.rpc.method(path), Stopwatch::start()));
         let fut = self.0.call(req);
         let metrics = self.1.clone();
         Box::pin(async move {
             let res = fut.await?;
-            if let Some((path, watch)) = timed {
+            if let Some((method, watch)) = timed {
                 let code = res
                     .headers()
                     .get(&GRPC_STATUS)
                     .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
                     .unwrap_or(0);
-                metrics.rpc.observe(&path, code, watch.elapsed());
+                method.observe(&metrics.rpc, code, watch.elapsed());
             }
             Ok(res)
         })

@@ -20,6 +20,7 @@ use crate::ledger::{
     Authorization, AuthorizeArgs, LedgerError, LedgerStats, ReservationInfo, Resolution,
     ResourcePolicy, Usage,
 };
+use crate::ratelimit::{CounterInfo, Hit};
 use crate::scheduler::{
     HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed, Report,
     SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
@@ -483,6 +484,45 @@ pub trait AuthStore: Send + Sync + 'static {
     }
 }
 
+/// What a store answers for one `ShouldRateLimit`'s hits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateLimitCounts {
+    /// The store's time of the count, in ms since the Unix epoch (the windows' clock).
+    pub now_ms: u64,
+    /// Each hit's count after it, in order; `None` when it needed a new counter and its
+    /// domain already holds `max_counters` live ones (nothing counted).
+    pub counts: Vec<Option<u64>>,
+}
+
+/// The counters of Envoy's rate limit service, installation-wide: fixed windows aligned to the
+/// Unix epoch on the store's clock (Redis' `TIME` on Redis), so every replica counts in the
+/// same windows.
+pub trait RateLimitStore: Send + Sync + 'static {
+    /// Count `hits` in `domain`, in order, as one atomic operation (see
+    /// [`crate::ratelimit::CounterTable::hit`]).
+    fn rate_limit_hits(
+        &self,
+        domain: &str,
+        max_counters: u64,
+        hits: &[Hit],
+    ) -> impl Future<Output = Result<RateLimitCounts, StoreError>> + Send;
+
+    /// The live counters of `domains` with the highest counts, highest first, at most `limit`
+    /// (on Redis, of the first 10,000 live counters of each domain).
+    fn rate_limit_counters(
+        &self,
+        domains: &[String],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<CounterInfo>, StoreError>> + Send;
+
+    /// Drop the counters of `domains` whose window ended (Redis expires them by itself; its
+    /// sweep drops them from each domain's tally of live counters).
+    fn sweep_rate_limits(
+        &self,
+        domains: &[String],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
 /// The hosts `store` has state for, or why it cannot be used now (as `/readyz` says it): its
 /// own readiness first, then whether it answers.
 pub async fn hosts_or_problem<S: Store>(store: &S) -> Result<Vec<String>, String> {
@@ -490,10 +530,11 @@ pub async fn hosts_or_problem<S: Store>(store: &S) -> Result<Vec<String>, String
     store.host_ids().await.map_err(|e| e.to_string())
 }
 
-/// The authority's whole shared state: tickets, reservations and auth buckets. Every store the
-/// server runs on implements all three parts.
-pub trait Store: TicketStore + LedgerStore + AuthStore {
-    /// The periodic sweep of all three parts.
+/// The authority's whole shared state: tickets, reservations, auth buckets and rate limit
+/// counters. Every store the server runs on implements all four parts.
+pub trait Store: TicketStore + LedgerStore + AuthStore + RateLimitStore {
+    /// The periodic sweep of the first three parts (the rate limit counters are swept with
+    /// the configured domains, by the server).
     fn sweep(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         async {
             self.sweep_tickets().await?;
@@ -503,7 +544,7 @@ pub trait Store: TicketStore + LedgerStore + AuthStore {
     }
 }
 
-impl<T: TicketStore + LedgerStore + AuthStore> Store for T {}
+impl<T: TicketStore + LedgerStore + AuthStore + RateLimitStore> Store for T {}
 
 #[cfg(test)]
 mod tests {

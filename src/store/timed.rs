@@ -5,13 +5,17 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{AuthStore, LedgerResult, LedgerStore, StoreError, TicketId, TicketStore, journal};
+use super::{
+    AuthStore, LedgerResult, LedgerStore, RateLimitCounts, RateLimitStore, StoreError, TicketId,
+    TicketStore, journal,
+};
 use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, BucketRule};
 use crate::clock::Stopwatch;
 use crate::ledger::{
     Authorization, AuthorizeArgs, LedgerStats, ReservationInfo, Resolution, Usage,
 };
 use crate::metrics::{StoreLatency, StoreOp};
+use crate::ratelimit::{CounterInfo, Hit};
 use crate::scheduler::{
     HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed, Report,
     SubmitArgs, SubmitError, TicketInfo, TicketState, TicketView,
@@ -311,5 +315,34 @@ impl<S: AuthStore> AuthStore for Timed<S> {
 
     fn auth_degraded(&self) -> bool {
         self.inner.auth_degraded()
+    }
+}
+
+impl<S: RateLimitStore> RateLimitStore for Timed<S> {
+    fn rate_limit_hits(
+        &self,
+        domain: &str,
+        max_counters: u64,
+        hits: &[Hit],
+    ) -> impl Future<Output = Result<RateLimitCounts, StoreError>> + Send {
+        let call = self.inner.rate_limit_hits(domain, max_counters, hits);
+        self.timed(StoreOp::RateLimitHits, call)
+    }
+
+    fn rate_limit_counters(
+        &self,
+        domains: &[String],
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<CounterInfo>, StoreError>> + Send {
+        let call = self.inner.rate_limit_counters(domains, limit);
+        self.timed(StoreOp::RateLimitCounters, call)
+    }
+
+    fn sweep_rate_limits(
+        &self,
+        domains: &[String],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let call = self.inner.sweep_rate_limits(domains);
+        self.timed(StoreOp::SweepRateLimits, call)
     }
 }

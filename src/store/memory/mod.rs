@@ -5,18 +5,21 @@
 //! happens while one is held: an operation is a few map updates. Wait streams are woken through
 //! a `watch` channel per watched ticket, fed from the core's list of changed tickets.
 //!
-//! Auth buckets live in one [`AuthTable`] behind its own lock, apart from every host.
+//! Auth buckets live in one [`AuthTable`] behind its own lock, apart from every host; the rate
+//! limit counters in one [`CounterTable`] behind another.
 //!
 //! Every change goes through one of [`ops`]' operations. With a data dir each is appended to
 //! the journal under the lock that ordered it, and the answer waits for its commit (after the
 //! lock is released, so other calls go on meanwhile). Lock order: `hosts`, then a host's
-//! `inner` or `ledger` (never both), or `auth`; the journal's own lock is always the last.
+//! `inner` or `ledger` (never both), or `auth`, or `rate_limits`; the journal's own lock is
+//! always the last.
 
 mod format;
 mod inspect;
 mod ledger_auth;
 mod ops;
 mod persist;
+mod rate_limits;
 mod tickets;
 
 use std::borrow::Cow;
@@ -26,12 +29,16 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
 
-use self::ops::{AuthOp, AuthOut, HostCore, HostOp, HostOut, LedgerOp, LedgerOut, Record};
+use self::ops::{
+    AuthOp, AuthOut, HostCore, HostOp, HostOut, LedgerOp, LedgerOut, RateLimitOp, RateLimitOut,
+    Record,
+};
 use super::journal::{Journal, Pending};
 use super::{Policy, StoreError, TicketStore};
 use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::Ledger;
+use crate::ratelimit::CounterTable;
 use crate::scheduler::{
     HostState, Limits, LimitsRecord, LimitsSource, LimitsTable, TicketMap, TicketState,
 };
@@ -46,6 +53,7 @@ pub struct MemoryStore {
     file_limits: RwLock<LimitsTable>,
     hosts: RwLock<HashMap<String, Arc<Host>>>,
     auth: Mutex<AuthPart>,
+    rate_limits: Mutex<RateLimitPart>,
     /// The data dir's log; `None` for a store in memory only.
     journal: Option<Arc<Journal>>,
     /// The journal's recoveries this store has answered (see [`Self::writable`]).
@@ -72,6 +80,11 @@ struct LedgerPart {
 
 struct AuthPart {
     table: AuthTable,
+    seq: u64,
+}
+
+struct RateLimitPart {
+    table: CounterTable,
     seq: u64,
 }
 
@@ -102,6 +115,10 @@ impl MemoryStore {
             clock,
             auth: Mutex::new(AuthPart {
                 table: AuthTable::new(policy.auth.local_max_keys),
+                seq: 0,
+            }),
+            rate_limits: Mutex::new(RateLimitPart {
+                table: CounterTable::new(),
                 seq: 0,
             }),
             file_limits: RwLock::new(policy.limits.clone()),
@@ -318,6 +335,32 @@ impl MemoryStore {
     async fn change_auth(&self, op: AuthOp) -> Result<AuthOut, StoreError> {
         self.writable()?;
         let applied = self.apply_auth(op);
+        self.commit(applied).await
+    }
+
+    /// The windows' clock: ms since the Unix epoch, on the store's clock.
+    fn epoch_ms(&self) -> u64 {
+        self.clock.origin_epoch_us() / 1000 + self.clock.now_ms()
+    }
+
+    fn apply_rate_limit(&self, op: RateLimitOp) -> Applied<RateLimitOut> {
+        let mut part = self.rate_limits.lock().expect("rate limit lock");
+        let now = self.clock.now_ms();
+        let pending = self.journal.is_some().then(|| {
+            part.seq += 1;
+            self.log_borrowed(&Record::RateLimit {
+                seq: part.seq,
+                now,
+                op: Cow::Borrowed(&op),
+            })
+        });
+        let out = op.apply(&mut part.table);
+        (out, pending.flatten())
+    }
+
+    async fn change_rate_limit(&self, op: RateLimitOp) -> Result<RateLimitOut, StoreError> {
+        self.writable()?;
+        let applied = self.apply_rate_limit(op);
         self.commit(applied).await
     }
 

@@ -11,6 +11,7 @@ use crate::auth::{AuthCleared, AuthDecision, AuthTable, BucketRule};
 use crate::ledger::{
     Authorization, AuthorizeArgs, Ledger, LedgerError, Resolution, ResourcePolicy, Usage,
 };
+use crate::ratelimit::{CounterTable, Hit};
 use crate::scheduler::{
     HeldArgs, HostState, LimitsRecord, Millis, ReclaimRefusal, Reclaimed, Report, SubmitArgs,
     SubmitError, TicketKey, TicketState, TicketView,
@@ -213,8 +214,45 @@ impl AuthOp {
     }
 }
 
+/// One change of the rate limit counters. Each carries its time on the windows' clock (ms
+/// since the Unix epoch), so a replay counts in the windows the call counted in.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum RateLimitOp {
+    Hit {
+        domain: String,
+        max_counters: u64,
+        hits: Vec<Hit>,
+        epoch_ms: u64,
+    },
+    /// Counters whose window ended are dropped.
+    Prune { epoch_ms: u64 },
+}
+
+pub(super) enum RateLimitOut {
+    Counted(Vec<Option<u64>>),
+    Done,
+}
+
+impl RateLimitOp {
+    pub(super) fn apply(self, table: &mut CounterTable) -> RateLimitOut {
+        match self {
+            RateLimitOp::Hit {
+                domain,
+                max_counters,
+                hits,
+                epoch_ms,
+            } => RateLimitOut::Counted(table.hit(&domain, max_counters, &hits, epoch_ms)),
+            RateLimitOp::Prune { epoch_ms } => {
+                table.prune(epoch_ms);
+                RateLimitOut::Done
+            }
+        }
+    }
+}
+
 /// A record of the log. `seq` is the part's own sequence number (a host's scheduling state, a
-/// host's ledger, or the auth buckets): a replay skips what a snapshot already holds.
+/// host's ledger, the auth buckets, or the rate limit counters): a replay skips what a
+/// snapshot already holds.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Record<'a> {
     /// The resource policy of the ledger records that follow (the process's configuration).
@@ -235,5 +273,10 @@ pub(crate) enum Record<'a> {
         seq: u64,
         now: Millis,
         op: Cow<'a, AuthOp>,
+    },
+    RateLimit {
+        seq: u64,
+        now: Millis,
+        op: Cow<'a, RateLimitOp>,
     },
 }

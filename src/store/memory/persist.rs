@@ -11,10 +11,11 @@ use crate::clock::Stopwatch;
 
 use super::format::{self, Piece};
 use super::ops::{AuthOp, HostCore, HostOp, Record};
-use super::{AuthPart, Host, MemoryStore};
+use super::{AuthPart, Host, MemoryStore, RateLimitPart};
 use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::Ledger;
+use crate::ratelimit::CounterTable;
 use crate::scheduler::{HostState, Millis};
 use crate::store::Policy;
 use crate::store::journal::{self, DataDir, JournalOptions, OpenError, frame};
@@ -217,6 +218,12 @@ impl MemoryStore {
                         seen_now = seen_now.max(now);
                         ledger_policy = policy;
                     }
+                    Piece::RateLimits { seq, image } => {
+                        *store.rate_limits.get_mut().expect("rate limit lock") = RateLimitPart {
+                            table: CounterTable::from_image(image),
+                            seq,
+                        };
+                    }
                 }
             }
         }
@@ -263,6 +270,14 @@ impl MemoryStore {
                     let part = store.auth.get_mut().expect("auth lock");
                     if seq > part.seq {
                         let _ = op.into_owned().apply(&mut part.table, now);
+                        part.seq = seq;
+                    }
+                }
+                Record::RateLimit { seq, now, op } => {
+                    seen_now = seen_now.max(now);
+                    let part = store.rate_limits.get_mut().expect("rate limit lock");
+                    if seq > part.seq {
+                        let _ = op.into_owned().apply(&mut part.table);
                         part.seq = seq;
                     }
                 }
@@ -349,6 +364,14 @@ impl MemoryStore {
         let piece = {
             let part = self.auth.lock().expect("auth lock");
             Piece::Auth {
+                seq: part.seq,
+                image: part.table.image(),
+            }
+        };
+        put(&mut out, &piece);
+        let piece = {
+            let part = self.rate_limits.lock().expect("rate limit lock");
+            Piece::RateLimits {
                 seq: part.seq,
                 image: part.table.image(),
             }

@@ -48,6 +48,21 @@ impl Keys {
 }
 
 impl Keys {
+    /// `{prefix}rl:{<domain>}:live`: a rate limit domain's tally of live counters (sorted set:
+    /// counter key -> its window's end in ms).
+    pub fn rate_limit_live(&self, domain: &str) -> String {
+        format!("{}rl:{{{}}}:live", self.prefix, escape(domain))
+    }
+
+    /// `{prefix}rl:{<domain>}:c:`: the prefix of a domain's counters (`...:c:<counter key>`,
+    /// a string `<window start s>:<count>` expiring when its window ends). Every key of a
+    /// domain shares its hash tag, so one request's hits are one script on one slot.
+    pub fn rate_limit_counter_prefix(&self, domain: &str) -> String {
+        format!("{}rl:{{{}}}:c:", self.prefix, escape(domain))
+    }
+}
+
+impl Keys {
     /// `{prefix}epoch`: the store's state epoch (see `epoch.rs`; not per host: it is read by
     /// its own script, never inside a host's).
     pub fn epoch(&self) -> String {

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod layout;
 mod ledger;
 mod limits_args;
+mod rate_limits;
 mod replies;
 pub mod scripts;
 mod tickets;
@@ -63,6 +64,9 @@ pub struct RedisStore {
     settle: redis::Script,
     resolve: redis::Script,
     open_reservations: redis::Script,
+    rate_limit_hits: redis::Script,
+    rate_limit_counters: redis::Script,
+    rate_limit_sweep: redis::Script,
     /// Hosts this replica has registered in the `hosts` set (for the sweep), so the set is
     /// written once per host and replica, not once per call.
     registered_hosts: Mutex<std::collections::HashSet<String>>,
@@ -128,6 +132,9 @@ impl RedisStore {
             settle: redis::Script::new(&scripts::settle()),
             resolve: redis::Script::new(&scripts::resolve()),
             open_reservations: redis::Script::new(&scripts::open_reservations()),
+            rate_limit_hits: redis::Script::new(scripts::RATE_LIMIT_HITS),
+            rate_limit_counters: redis::Script::new(scripts::RATE_LIMIT_COUNTERS),
+            rate_limit_sweep: redis::Script::new(scripts::RATE_LIMIT_SWEEP),
             registered_hosts: Mutex::default(),
             epoch: epoch::Epoch::new(clock.clone()),
             submit: redis::Script::new(&scripts::submit()),

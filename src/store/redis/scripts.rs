@@ -33,6 +33,21 @@ pub const AUTH_PEEK: &str = include_str!("lua/auth_peek.lua");
 /// Its header in `lua/auth_reset.lua` says what it takes and answers.
 pub const AUTH_RESET: &str = include_str!("lua/auth_reset.lua");
 
+/// One ShouldRateLimit's hits on a domain's counters.
+///
+/// Its header in `lua/rate_limit_hits.lua` says what it takes and answers.
+pub const RATE_LIMIT_HITS: &str = include_str!("lua/rate_limit_hits.lua");
+
+/// A domain's live counters, for the hottest list.
+///
+/// Its header in `lua/rate_limit_counters.lua` says what it takes and answers.
+pub const RATE_LIMIT_COUNTERS: &str = include_str!("lua/rate_limit_counters.lua");
+
+/// Drop ended counters from a domain's tally.
+///
+/// Its header in `lua/rate_limit_sweep.lua` says what it takes and answers.
+pub const RATE_LIMIT_SWEEP: &str = include_str!("lua/rate_limit_sweep.lua");
+
 /// The prelude of every ledger script: `now`, number formatting, the step record codec, and the
 /// housekeeping that turns reserved steps past their TTL uncertain.
 ///

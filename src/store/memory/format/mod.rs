@@ -31,7 +31,11 @@
 //!   resolution 0 consumed / 1 released }`, `3 Housekeeping`;
 //! * `3 Auth { seq, now, op }`: `op` is `0 Attempt { endpoint, identity, rule }` with `rule` =
 //!   (max_attempts, window_ms, lockout_ms), `1 Reset { endpoint, identity }`, `2 Prune`,
-//!   `3 MaxKeys(n)`.
+//!   `3 MaxKeys(n)`;
+//! * `4 RateLimit { seq, now, op }`: `op` is `0 Hit { domain, max_counters, hits, epoch_ms }`
+//!   with `hits` as (counter key, unit, hits) list and unit 0 second / 1 minute / 2 hour / 3
+//!   day / 4 week / 5 month / 6 year, or `1 Prune { epoch_ms }` (times in ms since the Unix
+//!   epoch, the windows' clock).
 //!
 //! `limits` ([`v2::LimitsRecordV2`]) is: total, per_subject, per_account?, subjects (name, cap)
 //! list, accounts (id, cap) list, queue_total, queue_per_subject, queue_hard_total, overflow
@@ -65,7 +69,9 @@
 //!   deferred, settled);
 //! * `2 Auth { seq, table }`: `table` = (max_keys, endpoints), each endpoint (name, keys as
 //!   (identity, count, window_end, locked_until), expiries as (at, identity));
-//! * `3 End { now, policy }`: the last piece.
+//! * `3 End { now, policy }`: the last piece;
+//! * `4 RateLimits { seq, domains }`: per domain (name, counters as (key, window start s, unit,
+//!   count)), before the end piece.
 //!
 //! # Format 1 (read only)
 //!
@@ -74,6 +80,7 @@
 
 use crate::auth::AuthImage;
 use crate::ledger::{LedgerImage, ResourcePolicy};
+use crate::ratelimit::CounterImage;
 use crate::scheduler::{HostImage, LimitsRecord, Millis};
 
 #[cfg(doc)]
@@ -112,6 +119,10 @@ pub enum Piece {
     End {
         now: Millis,
         policy: ResourcePolicy,
+    },
+    RateLimits {
+        seq: u64,
+        image: CounterImage,
     },
 }
 

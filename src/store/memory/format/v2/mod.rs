@@ -15,6 +15,7 @@ use crate::ledger::{
     Allowance, Authorization, Budget, Coverage, Decision, Reason, Resolution, ResourcePolicy,
     StepState, UnknownUsage, Usage,
 };
+use crate::ratelimit::Unit;
 use crate::scheduler::{
     Adaptive, Limits, LimitsRecord, LimitsSource, MemoryLimits, Mode, Outcome, OverflowPolicy,
     Report, SubmitMode, TicketState,
@@ -43,6 +44,27 @@ fn map<V, W>(
         }
     }
     Ok(out)
+}
+
+/// A rate limit unit: 0 second, 1 minute, 2 hour, 3 day, 4 week, 5 month, 6 year.
+pub fn unit_code(u: Unit) -> u8 {
+    match u {
+        Unit::Second => 0,
+        Unit::Minute => 1,
+        Unit::Hour => 2,
+        Unit::Day => 3,
+        Unit::Week => 4,
+        Unit::Month => 5,
+        Unit::Year => 6,
+    }
+}
+
+/// The unit of [`unit_code`]'s number; a number it never writes is damage.
+pub fn unit_of(code: u8) -> Result<Unit, String> {
+    Unit::ALL
+        .into_iter()
+        .find(|u| unit_code(*u) == code)
+        .ok_or_else(|| format!("rate limit unit {code} is not one format 2 writes"))
 }
 
 /// A ticket's state.

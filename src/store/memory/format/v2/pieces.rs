@@ -1,15 +1,16 @@
 //! Format 2's snapshot pieces: each host's tickets (its image: live tickets, remembered ended
 //! ones, the rotation, counters, adaptive caps, memory reports) with its limits; each host's
-//! ledger; the auth buckets; and an end piece with the time and resource policy. Strings
+//! ledger; the auth buckets; the rate limit counters; and an end piece with the time and resource policy. Strings
 //! borrow from the image when written and from the snapshot's bytes when read.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text};
+use super::{AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text, unit_code, unit_of};
 use crate::auth::{AuthImage, EndpointImage};
 use crate::ledger::{LedgerImage, LedgerStats, RunImage, StepImage};
+use crate::ratelimit::CounterImage;
 use crate::scheduler::{
     AdaptiveState, Counters, EndedImage, HostImage, LEVELS, TicketImage, WaitHistogram,
 };
@@ -44,7 +45,16 @@ pub enum PieceV2<'a> {
     },
     /// 3: the last piece: the store's time and resource policy when it was taken.
     End { now: u64, policy: PolicyV2 },
+    /// 4: the rate limit counters: per domain, (counter key, window start s, unit, count).
+    RateLimits {
+        seq: u64,
+        #[serde(borrow)]
+        domains: Vec<(Text<'a>, Vec<CounterV2<'a>>)>,
+    },
 }
+
+/// A rate limit counter: (key, window start s, unit, count).
+pub type CounterV2<'a> = (Text<'a>, u64, u8, u64);
 
 /// A host's tickets.
 #[derive(Debug, Serialize, Deserialize)]
@@ -225,6 +235,22 @@ impl<'a> From<&'a Piece> for PieceV2<'a> {
                 now: *now,
                 policy: policy.into(),
             },
+            Piece::RateLimits { seq, image } => PieceV2::RateLimits {
+                seq: *seq,
+                domains: image
+                    .domains
+                    .iter()
+                    .map(|(d, counters)| {
+                        let counters = counters
+                            .iter()
+                            .map(|(k, start, unit, count)| {
+                                (text(k), *start, unit_code(*unit), *count)
+                            })
+                            .collect();
+                        (text(d), counters)
+                    })
+                    .collect(),
+            },
         }
     }
 }
@@ -256,6 +282,23 @@ impl TryFrom<PieceV2<'_>> for Piece {
             PieceV2::End { now, policy } => Piece::End {
                 now,
                 policy: policy.try_into()?,
+            },
+            PieceV2::RateLimits { seq, domains } => Piece::RateLimits {
+                seq,
+                image: CounterImage {
+                    domains: domains
+                        .into_iter()
+                        .map(|(d, counters)| {
+                            let counters = counters
+                                .into_iter()
+                                .map(|(k, start, unit, count)| {
+                                    Ok((k.into_owned(), start, unit_of(unit)?, count))
+                                })
+                                .collect::<Result<_, String>>()?;
+                            Ok((d.into_owned(), counters))
+                        })
+                        .collect::<Result<_, String>>()?,
+                },
             },
         })
     }

@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     LimitsRecordV2, PolicyV2, ReportV2, RuleV2, Text, UsageV2, resolution, resolution_of,
-    submit_mode, submit_mode_of,
+    submit_mode, submit_mode_of, unit_code, unit_of,
 };
 use crate::ledger::AuthorizeArgs;
+use crate::ratelimit::Hit;
 use crate::scheduler::{HeldArgs, SubmitArgs};
-use crate::store::memory::ops::{AuthOp, HostOp, LedgerOp, Record};
+use crate::store::memory::ops::{AuthOp, HostOp, LedgerOp, RateLimitOp, Record};
 
 /// One record of the log.
 #[derive(Debug, Serialize, Deserialize)]
@@ -45,6 +46,29 @@ pub enum RecordV2<'a> {
         #[serde(borrow)]
         op: AuthOpV2<'a>,
     },
+    /// 4: a change of the rate limit counters.
+    RateLimit {
+        seq: u64,
+        now: u64,
+        #[serde(borrow)]
+        op: RateLimitOpV2<'a>,
+    },
+}
+
+/// A change of the rate limit counters (`RateLimitOp`); times in ms since the Unix epoch.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum RateLimitOpV2<'a> {
+    /// 0: one request's hits, each (counter key, unit, hits).
+    Hit {
+        #[serde(borrow)]
+        domain: Text<'a>,
+        max_counters: u64,
+        #[serde(borrow)]
+        hits: Vec<(Text<'a>, u8, u64)>,
+        epoch_ms: u64,
+    },
+    /// 1: counters whose window ended are dropped.
+    Prune { epoch_ms: u64 },
 }
 
 /// A change of a host's tickets (`HostOp`), variant by variant.
@@ -218,6 +242,11 @@ impl<'a> From<&'a Record<'_>> for RecordV2<'a> {
                 now: *now,
                 op: AuthOpV2::from(&**op),
             },
+            Record::RateLimit { seq, now, op } => RecordV2::RateLimit {
+                seq: *seq,
+                now: *now,
+                op: RateLimitOpV2::from(&**op),
+            },
         }
     }
 }
@@ -243,6 +272,11 @@ impl TryFrom<RecordV2<'_>> for Record<'static> {
                 seq,
                 now,
                 op: Cow::Owned(op.into()),
+            },
+            RecordV2::RateLimit { seq, now, op } => Record::RateLimit {
+                seq,
+                now,
+                op: Cow::Owned(op.try_into()?),
             },
         })
     }
@@ -460,5 +494,58 @@ impl From<AuthOpV2<'_>> for AuthOp {
             AuthOpV2::Prune => AuthOp::Prune,
             AuthOpV2::MaxKeys(n) => AuthOp::MaxKeys(usize::try_from(n).unwrap_or(usize::MAX)),
         }
+    }
+}
+
+impl<'a> From<&'a RateLimitOp> for RateLimitOpV2<'a> {
+    fn from(op: &'a RateLimitOp) -> Self {
+        match op {
+            RateLimitOp::Hit {
+                domain,
+                max_counters,
+                hits,
+                epoch_ms,
+            } => RateLimitOpV2::Hit {
+                domain: text(domain),
+                max_counters: *max_counters,
+                hits: hits
+                    .iter()
+                    .map(|h| (text(&h.key), unit_code(h.unit), h.addend))
+                    .collect(),
+                epoch_ms: *epoch_ms,
+            },
+            RateLimitOp::Prune { epoch_ms } => RateLimitOpV2::Prune {
+                epoch_ms: *epoch_ms,
+            },
+        }
+    }
+}
+
+impl TryFrom<RateLimitOpV2<'_>> for RateLimitOp {
+    type Error = String;
+    fn try_from(op: RateLimitOpV2<'_>) -> Result<Self, String> {
+        Ok(match op {
+            RateLimitOpV2::Hit {
+                domain,
+                max_counters,
+                hits,
+                epoch_ms,
+            } => RateLimitOp::Hit {
+                domain: domain.into_owned(),
+                max_counters,
+                hits: hits
+                    .into_iter()
+                    .map(|(key, unit, addend)| {
+                        Ok(Hit {
+                            key: key.into_owned(),
+                            unit: unit_of(unit)?,
+                            addend,
+                        })
+                    })
+                    .collect::<Result<_, String>>()?,
+                epoch_ms,
+            },
+            RateLimitOpV2::Prune { epoch_ms } => RateLimitOp::Prune { epoch_ms },
+        })
     }
 }

@@ -1,0 +1,98 @@
+//! Rate limit counters on Redis: the [`RateLimitStore`] part of [`RedisStore`]. One script per
+//! ShouldRateLimit counts every hit of the request on its domain's keys (one hash tag per
+//! domain, so the script runs on one slot), on Redis' clock, so every replica counts in the
+//! same windows. A failed call is an error, never a count skipped: the service answers
+//! UNAVAILABLE.
+
+use super::RedisStore;
+use crate::ratelimit::{CounterInfo, Hit, Unit};
+use crate::store::{RateLimitCounts, RateLimitStore, StoreError};
+
+/// Live counters read per domain for the hottest list.
+const HOTTEST_SAMPLE: usize = 10_000;
+
+impl RateLimitStore for RedisStore {
+    async fn rate_limit_hits(
+        &self,
+        domain: &str,
+        max_counters: u64,
+        hits: &[Hit],
+    ) -> Result<RateLimitCounts, StoreError> {
+        self.refuse_if_incompatible()?;
+        let prefix = self.keys.rate_limit_counter_prefix(domain);
+        let mut inv = self.rate_limit_hits.prepare_invoke();
+        inv.key(self.keys.rate_limit_live(domain)).arg(max_counters);
+        for h in hits {
+            inv.key(format!("{prefix}{}", h.key))
+                .arg(h.unit.seconds())
+                .arg(h.addend);
+        }
+        inv.arg(self.now_arg());
+        let answer: Vec<i64> = self.conns.run(inv).await?;
+        if answer.len() != hits.len() + 1 {
+            return Err(StoreError::protocol(format!(
+                "redis: the rate limit script answered {} values for {} hits",
+                answer.len(),
+                hits.len()
+            )));
+        }
+        Ok(RateLimitCounts {
+            now_ms: answer[0].max(0) as u64,
+            counts: answer[1..].iter().map(|&c| u64::try_from(c).ok()).collect(),
+        })
+    }
+
+    async fn rate_limit_counters(
+        &self,
+        domains: &[String],
+        limit: usize,
+    ) -> Result<Vec<CounterInfo>, StoreError> {
+        let mut out = Vec::new();
+        for domain in domains {
+            let prefix = self.keys.rate_limit_counter_prefix(domain);
+            let mut inv = self.rate_limit_counters.prepare_invoke();
+            inv.key(self.keys.rate_limit_live(domain))
+                .arg(HOTTEST_SAMPLE)
+                .arg(self.now_arg());
+            let flat: Vec<redis::Value> = self.conns.run(inv).await?;
+            for triple in flat.chunks(3) {
+                let [k, start, count] = triple else {
+                    return Err(StoreError::protocol(
+                        "redis: the rate limit counters script answered a partial row",
+                    ));
+                };
+                let key: String = redis::from_redis_value_ref(k)
+                    .map_err(|e| StoreError::protocol(format!("redis: counter key: {e}")))?;
+                let key = key.strip_prefix(&prefix).unwrap_or(&key).to_string();
+                let unit = key
+                    .rsplit_once('|')
+                    .and_then(|(_, u)| Unit::parse(u))
+                    .unwrap_or(Unit::Second);
+                let number = |v: &redis::Value| -> Result<u64, StoreError> {
+                    redis::from_redis_value_ref(v)
+                        .map_err(|e| StoreError::protocol(format!("redis: counter value: {e}")))
+                };
+                out.push(CounterInfo {
+                    domain: domain.clone(),
+                    key,
+                    unit,
+                    window_start: number(start)?,
+                    count: number(count)?,
+                });
+            }
+        }
+        out.sort_by_key(|c| std::cmp::Reverse(c.count));
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn sweep_rate_limits(&self, domains: &[String]) -> Result<(), StoreError> {
+        for domain in domains {
+            let mut inv = self.rate_limit_sweep.prepare_invoke();
+            inv.key(self.keys.rate_limit_live(domain))
+                .arg(self.now_arg());
+            let _: u64 = self.conns.run(inv).await?;
+        }
+        Ok(())
+    }
+}
