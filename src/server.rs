@@ -301,8 +301,12 @@ async fn serve<S: Store>(
         clock.clone(),
     ))
     .max_decoding_message_size(config.grpc.max_message_bytes);
-    let operator_server = OperatorServer::new(OperatorService::new(store.clone(), gates.clone()))
-        .max_decoding_message_size(config.grpc.max_message_bytes);
+    let operator_server = OperatorServer::new(OperatorService::new(
+        store.clone(),
+        gates.clone(),
+        rate_limits.clone(),
+    ))
+    .max_decoding_message_size(config.grpc.max_message_bytes);
     let rate_limit_server = RateLimitServiceServer::new(RateLimitService::new(
         store.clone(),
         rate_limits.clone(),

@@ -1007,3 +1007,99 @@ proptest! {
         run_async(auth_alike::<Durable>(rules, ops))?;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rate limit counters (Envoy's rate limit service)
+
+#[derive(Clone, Debug)]
+enum RateOp {
+    /// One request's hits on a domain: (counter, unit, hits) each, under a bound of `max`
+    /// live counters.
+    Hits(usize, u64, Vec<(usize, usize, u64)>),
+    Counters,
+    /// Whole seconds, so no counter's Redis TTL is ever shorter than a second (see above).
+    Advance(u64),
+    Restart,
+}
+
+const RATE_DOMAINS: [&str; 2] = ["api", "ai-gateway"];
+const COUNTERS: [&str; 4] = ["tenant=a", "tenant=b", "tenant=a,model=m", "path=%2F"];
+const UNITS: [admission_authority::ratelimit::Unit; 3] = [
+    admission_authority::ratelimit::Unit::Second,
+    admission_authority::ratelimit::Unit::Minute,
+    admission_authority::ratelimit::Unit::Hour,
+];
+
+fn rate_op() -> impl Strategy<Value = RateOp> {
+    let hit = (
+        0..COUNTERS.len(),
+        0..UNITS.len(),
+        prop_oneof![1 => Just(0u64), 4 => 1u64..4],
+    );
+    prop_oneof![
+        8 => (0..RATE_DOMAINS.len(), 1u64..5, proptest::collection::vec(hit, 1..4))
+            .prop_map(|(d, max, hits)| RateOp::Hits(d, max, hits)),
+        1 => Just(RateOp::Counters),
+        2 => (1u64..90).prop_map(RateOp::Advance),
+        1 => Just(RateOp::Restart),
+    ]
+}
+
+async fn rate_limits_alike<T: Twin>(ops: Vec<RateOp>) -> Result<(), TestCaseError> {
+    use admission_authority::ratelimit::Hit;
+    use admission_authority::store::RateLimitStore;
+    let mut pair = Pair::<T>::new(Policy::default());
+    let domains: Vec<String> = RATE_DOMAINS.iter().map(|d| d.to_string()).collect();
+    for (i, op) in ops.into_iter().enumerate() {
+        let (m, r) = (&pair.memory, pair.other.store());
+        match &op {
+            RateOp::Hits(d, max, hits) => {
+                let hits: Vec<Hit> = hits
+                    .iter()
+                    .map(|&(c, u, addend)| Hit {
+                        key: format!("{}|{}", COUNTERS[c], UNITS[u].name()),
+                        unit: UNITS[u],
+                        addend,
+                    })
+                    .collect();
+                let a = m
+                    .rate_limit_hits(RATE_DOMAINS[*d], *max, &hits)
+                    .await
+                    .unwrap();
+                let b = r
+                    .rate_limit_hits(RATE_DOMAINS[*d], *max, &hits)
+                    .await
+                    .unwrap();
+                prop_assert_eq!(a, b, "op {}: {:?}", i, op);
+            }
+            RateOp::Counters => {
+                let a = m.rate_limit_counters(&domains, 100).await.unwrap();
+                let b = r.rate_limit_counters(&domains, 100).await.unwrap();
+                prop_assert_eq!(a, b, "op {}: counters", i);
+            }
+            RateOp::Advance(s) => {
+                pair.advance(s * 1000).await.unwrap();
+                pair.memory.sweep_rate_limits(&domains).await.unwrap();
+                pair.other
+                    .store()
+                    .sweep_rate_limits(&domains)
+                    .await
+                    .unwrap();
+            }
+            RateOp::Restart => pair.restart(),
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(60))]
+
+    #[test]
+    fn rate_limit_counters_answer_alike_on_every_store(
+        ops in proptest::collection::vec(rate_op(), 1..60),
+    ) {
+        run_async(rate_limits_alike::<RedisStore>(ops.clone()))?;
+        run_async(rate_limits_alike::<Durable>(ops))?;
+    }
+}

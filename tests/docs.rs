@@ -55,6 +55,7 @@ fn check_config(file: &Path, dir: &Path) -> (i32, String, String) {
             "ADMISSION_OPERATOR_TOKEN",
             "an-operator-token-for-the-docs-test",
         )
+        .env("ENVOY_RLS_TOKEN", "an-envoy-token-for-the-docs-test")
         .output()
         .expect("run check-config");
     (

@@ -7,7 +7,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use common::RedisServer;
+
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,49 +18,6 @@ use admission_authority::clock::ManualClock;
 use admission_authority::scheduler::Report;
 use admission_authority::store::redis::{AUTH_SKIP_MS, RedisStore};
 use admission_authority::store::{AuthStore, Policy};
-
-/// A redis-server on a loopback port, stopped when dropped.
-struct RedisServer {
-    child: Option<Child>,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start(port: u16) -> RedisServer {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--port", &port.to_string()])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH (scripts/test installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        RedisServer {
-            child: Some(child),
-            port,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// Log lines written while the guard lives, for checking what the store said.
 /// A queued-mode Submit of `subject` for `run` from one replica.

@@ -12,6 +12,7 @@ use admission_authority::ledger::{
     Allowance, Authorization, AuthorizeArgs, Budget, Coverage, Decision, LedgerError, Reason,
     Resolution, ResourcePolicy, StepState, UnknownUsage, Usage, usd_to_micros,
 };
+use admission_authority::ratelimit::{Hit, Unit};
 use admission_authority::scheduler::{
     Limits, LimitsTable, Refusal, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
     TicketView,
@@ -20,7 +21,7 @@ use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
 use admission_authority::store::redis::RedisStore;
 use admission_authority::store::{
-    AuthStore, LedgerStore, Policy, TicketId, TicketStore, TicketWatch,
+    AuthStore, LedgerStore, Policy, RateLimitStore, TicketId, TicketStore, TicketWatch,
 };
 
 /// A store under test and its clock.
@@ -1384,6 +1385,123 @@ where
 }
 
 /// Expands to one `#[tokio::test]` per scenario for the harness type given.
+fn rl_hit(key: &str, unit: Unit, addend: u64) -> Hit {
+    Hit {
+        key: key.into(),
+        unit,
+        addend,
+    }
+}
+
+async fn rl<S: RateLimitStore>(s: &S, max: u64, hits: &[Hit]) -> Vec<Option<u64>> {
+    s.rate_limit_hits("d", max, hits)
+        .await
+        .expect("store reachable")
+        .counts
+}
+
+/// Counts in fixed windows aligned to the epoch (the harness clock starts at 1 s): a minute's
+/// hits add up until 60 s, then count from zero; a look counts nothing; the answer carries
+/// the windows' clock.
+pub async fn rate_limits_count_in_epoch_aligned_windows<H: Harness>()
+where
+    H::S: RateLimitStore,
+{
+    let h = H::build(Policy::default()).await;
+    let s = h.store();
+    let minute = |n| [rl_hit("tenant=a|minute", Unit::Minute, n)];
+    assert_eq!(rl(s, 10, &minute(1)).await, vec![Some(1)]);
+    assert_eq!(rl(s, 10, &minute(3)).await, vec![Some(4)]);
+    let look = s.rate_limit_hits("d", 10, &minute(0)).await.unwrap();
+    assert_eq!((look.counts, look.now_ms), (vec![Some(4)], 1_000));
+    h.advance(58_999).await; // 59.999 s: the same minute
+    assert_eq!(rl(s, 10, &minute(1)).await, vec![Some(5)]);
+    h.advance(1).await; // 60 s: the next minute
+    assert_eq!(rl(s, 10, &minute(1)).await, vec![Some(1)]);
+    // Another domain, another unit: other counters.
+    let hour = [rl_hit("tenant=a|hour", Unit::Hour, 1)];
+    assert_eq!(rl(s, 10, &hour).await, vec![Some(1)]);
+    let other = s.rate_limit_hits("e", 10, &minute(1)).await.unwrap();
+    assert_eq!(other.counts, vec![Some(1)]);
+}
+
+/// One request's hits are counted in order in one operation: the same counter twice adds up.
+pub async fn rate_limits_count_one_requests_hits_in_order<H: Harness>()
+where
+    H::S: RateLimitStore,
+{
+    let h = H::build(Policy::default()).await;
+    let s = h.store();
+    let hits = [
+        rl_hit("k=v|second", Unit::Second, 2),
+        rl_hit("k=v|second", Unit::Second, 2),
+        rl_hit("k=w|second", Unit::Second, 0),
+    ];
+    assert_eq!(rl(s, 10, &hits).await, vec![Some(2), Some(4), Some(0)]);
+}
+
+/// A domain holds at most `max` live counters: a hit needing one more is refused uncounted
+/// (a look is not), the live ones count on, and a window's end makes room.
+pub async fn rate_limits_refuse_new_counters_past_max<H: Harness>()
+where
+    H::S: RateLimitStore,
+{
+    let h = H::build(Policy::default()).await;
+    let s = h.store();
+    assert_eq!(
+        rl(s, 2, &[rl_hit("a|second", Unit::Second, 1)]).await,
+        vec![Some(1)]
+    );
+    assert_eq!(
+        rl(s, 2, &[rl_hit("b|hour", Unit::Hour, 1)]).await,
+        vec![Some(1)]
+    );
+    assert_eq!(
+        rl(s, 2, &[rl_hit("c|hour", Unit::Hour, 1)]).await,
+        vec![None]
+    );
+    assert_eq!(
+        rl(s, 2, &[rl_hit("c|hour", Unit::Hour, 0)]).await,
+        vec![Some(0)]
+    );
+    assert_eq!(
+        rl(s, 2, &[rl_hit("b|hour", Unit::Hour, 1)]).await,
+        vec![Some(2)]
+    );
+    h.advance(1_000).await; // a's second ended
+    assert_eq!(
+        rl(s, 2, &[rl_hit("c|hour", Unit::Hour, 1)]).await,
+        vec![Some(1)]
+    );
+    assert_eq!(
+        rl(s, 2, &[rl_hit("a|second", Unit::Second, 1)]).await,
+        vec![None]
+    );
+    let hot = s
+        .rate_limit_counters(&["d".to_string()], 10)
+        .await
+        .expect("store reachable");
+    let hot: Vec<(String, u64)> = hot.into_iter().map(|c| (c.key, c.count)).collect();
+    assert_eq!(hot, vec![("b|hour".into(), 2), ("c|hour".into(), 1)]);
+    // The sweep drops ended windows from the domain's tally: after the hour, room again.
+    h.advance(3_600_000).await;
+    s.sweep_rate_limits(&["d".to_string()]).await.unwrap();
+    assert!(
+        s.rate_limit_counters(&["d".to_string()], 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        rl(s, 2, &[rl_hit("x|second", Unit::Second, 1)]).await,
+        vec![Some(1)]
+    );
+    assert_eq!(
+        rl(s, 2, &[rl_hit("y|second", Unit::Second, 1)]).await,
+        vec![Some(1)]
+    );
+}
+
 macro_rules! conformance {
     ($harness:ty: $($scenario:ident),* $(,)?) => {
         $(
@@ -1431,6 +1549,9 @@ macro_rules! every_scenario {
             reservations_unknown_usage_follows_the_budget_policy,
             reservations_turn_uncertain_and_are_resolved_by_an_operator,
             reservations_count_fractional_dollars_exactly,
+            rate_limits_count_in_epoch_aligned_windows,
+            rate_limits_count_one_requests_hits_in_order,
+            rate_limits_refuse_new_counters_past_max,
             $($own,)*
         );
     };

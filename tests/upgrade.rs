@@ -19,13 +19,16 @@ use admission_authority::ledger::{
     Allowance, AuthorizeArgs, Budget, Coverage, Decision, ResourcePolicy, StepState, UnknownUsage,
     Usage,
 };
+use admission_authority::ratelimit::{Hit, Unit};
 use admission_authority::scheduler::{
     Adaptive, HeldArgs, Limits, LimitsSource, LimitsTable, MemoryLimits, Outcome, Report,
     SubmitArgs, SubmitMode, TicketState,
 };
 use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
-use admission_authority::store::{AuthStore, LedgerStore, Policy, Store, TicketId, TicketStore};
+use admission_authority::store::{
+    AuthStore, LedgerStore, Policy, RateLimitStore, Store, TicketId, TicketStore,
+};
 
 /// The store time the fixture's state was written at (ms): the manual clock's start.
 const T0: u64 = 1_000_000;
@@ -247,12 +250,33 @@ async fn write_every_kind_of_state(dir: &Path) {
         .await
         .unwrap()
         .unwrap();
+    // Envoy's rate limit counters (from format 2's fixture on): a count, and a charge past
+    // its limit, in day windows of the dir's clock.
+    for _ in 0..3 {
+        store
+            .rate_limit_hits("ai-gateway", 10, &[rate_hit("tenant=acme|day", 1)])
+            .await
+            .unwrap();
+    }
+    store
+        .rate_limit_hits("ai-gateway", 10, &[rate_hit("tokens=acme|day", 130)])
+        .await
+        .unwrap();
     store.close();
 }
 
+fn rate_hit(key: &str, addend: u64) -> Hit {
+    Hit {
+        key: key.into(),
+        unit: Unit::Day,
+        addend,
+    }
+}
+
 /// Open `dir` (a copy: opening rewrites an old dir) and check every item
-/// [`write_every_kind_of_state`] wrote.
-async fn check_every_item(dir: &Path) {
+/// [`write_every_kind_of_state`] wrote (the rate limit counters only where the fixture's
+/// build wrote them: `rate_limits`).
+async fn check_every_item(dir: &Path, rate_limits: bool) {
     // The fixture's store time goes on from where it stopped.
     let clock = ManualClock::new(0);
     let store = open(dir, &clock, 64 << 20);
@@ -386,6 +410,39 @@ async fn check_every_item(dir: &Path) {
         .await
         .unwrap();
     assert_eq!(locked.verdict, AuthVerdict::LockedOut);
+    // Rate limit counters: looks see the counts, and the hottest list holds both.
+    let looks = store
+        .rate_limit_hits(
+            "ai-gateway",
+            10,
+            &[
+                rate_hit("tenant=acme|day", 0),
+                rate_hit("tokens=acme|day", 0),
+            ],
+        )
+        .await
+        .unwrap()
+        .counts;
+    let hottest: Vec<(String, u64)> = store
+        .rate_limit_counters(&["ai-gateway".to_string()], 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.key, c.count))
+        .collect();
+    if rate_limits {
+        assert_eq!(looks, vec![Some(3), Some(130)]);
+        assert_eq!(
+            hottest,
+            vec![
+                ("tokens=acme|day".into(), 130),
+                ("tenant=acme|day".into(), 3)
+            ]
+        );
+    } else {
+        assert_eq!(looks, vec![Some(0), Some(0)], "format 1 had no rate limits");
+        assert!(hottest.is_empty());
+    }
     store.close();
 }
 
@@ -416,7 +473,7 @@ async fn a_dir_written_now_holds_every_item() {
     write_every_kind_of_state(&dir).await;
     let copy = scratch("upgrade-fresh-opened");
     copy_dir(&dir, &copy);
-    check_every_item(&copy).await;
+    check_every_item(&copy, true).await;
 }
 
 /// What `dir` holds now: its FORMAT line, and each log segment's and snapshot's format (the
@@ -453,7 +510,7 @@ async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
     let dir = scratch("upgrade-v1");
     copy_dir(&fixture(1), &dir);
     assert_eq!(formats(&dir).0, "format 1");
-    check_every_item(&dir).await;
+    check_every_item(&dir, false).await;
     let (format, files) = formats(&dir);
     assert_eq!(format, "format 2");
     assert!(files.iter().all(|(_, v)| *v == 2), "{files:?}");
@@ -473,7 +530,7 @@ async fn the_format_2_fixture_opens_with_every_item() {
     let dir = scratch("upgrade-v2");
     copy_dir(&fixture(2), &dir);
     assert_eq!(formats(&dir).0, "format 2");
-    check_every_item(&dir).await;
+    check_every_item(&dir, true).await;
 }
 
 /// A crash at any point of the rewrite of a format 1 dir leaves one that opens with every
@@ -523,7 +580,7 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         copy_dir(&fixture(1), &dir);
         cut(&dir, step);
         eprintln!("cut short: {what}");
-        check_every_item(&dir).await;
+        check_every_item(&dir, false).await;
         assert_eq!(formats(&dir).0, "format 2", "{what}");
     }
 }
@@ -667,7 +724,18 @@ fn data_dir_inspect_prints_each_count_and_changes_nothing() {
              (uncertain 0), steps settled 0; limits revision 3 (operator), total 9"
                 .to_string(),
             "auth: 2 keys (login 2), 1 locked out as of the last change".to_string(),
-            "12 log records after the snapshot".to_string(),
+            if version == 2 {
+                "16 log records after the snapshot"
+            } else {
+                "12 log records after the snapshot"
+            }
+            .to_string(),
+            if version == 2 {
+                "rate limit counters: 2 (ai-gateway 2)"
+            } else {
+                "rate limit counters: 0\n"
+            }
+            .to_string(),
         ] {
             assert!(text.contains(&line), "v{version}: no {line:?} in\n{text}");
         }

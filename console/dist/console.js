@@ -26,6 +26,8 @@
     GetLimitsRequest: () => GetLimitsRequest,
     GetLimitsResponse: () => GetLimitsResponse,
     GetLimitsResponse_AdaptiveCapsEntry: () => GetLimitsResponse_AdaptiveCapsEntry,
+    GetRateLimitsRequest: () => GetRateLimitsRequest,
+    GetRateLimitsResponse: () => GetRateLimitsResponse,
     GetStatsRequest: () => GetStatsRequest,
     HostLimits: () => HostLimits,
     HostLimits_AccountsEntry: () => HostLimits_AccountsEntry,
@@ -43,6 +45,9 @@
     ParkRequest: () => ParkRequest,
     ParkResponse: () => ParkResponse,
     QueueLimits: () => QueueLimits,
+    RateLimitCounter: () => RateLimitCounter,
+    RateLimitDomain: () => RateLimitDomain,
+    RateLimitRule: () => RateLimitRule,
     ReclaimRequest: () => ReclaimRequest,
     ReclaimResponse: () => ReclaimResponse,
     ReleaseRequest: () => ReleaseRequest,
@@ -6124,6 +6129,452 @@
       return message;
     }
   };
+  function createBaseGetRateLimitsRequest() {
+    return { domain: "", limit: 0 };
+  }
+  var GetRateLimitsRequest = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.domain !== "") {
+        writer.uint32(10).string(message.domain);
+      }
+      if (message.limit !== 0) {
+        writer.uint32(16).uint32(message.limit);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseGetRateLimitsRequest();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.domain = reader.string();
+              continue;
+            }
+            case 2: {
+              if (tag !== 16) {
+                break;
+              }
+              message.limit = reader.uint32();
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return GetRateLimitsRequest.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseGetRateLimitsRequest();
+      message.domain = object.domain ?? "";
+      message.limit = object.limit ?? 0;
+      return message;
+    }
+  };
+  function createBaseRateLimitRule() {
+    return {
+      descriptor: "",
+      requestsPerUnit: 0,
+      unit: "",
+      unlimited: false,
+      name: "",
+      replaces: [],
+      shadowMode: false,
+      quotaMode: false
+    };
+  }
+  var RateLimitRule = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.descriptor !== "") {
+        writer.uint32(10).string(message.descriptor);
+      }
+      if (message.requestsPerUnit !== 0) {
+        writer.uint32(16).uint32(message.requestsPerUnit);
+      }
+      if (message.unit !== "") {
+        writer.uint32(26).string(message.unit);
+      }
+      if (message.unlimited !== false) {
+        writer.uint32(32).bool(message.unlimited);
+      }
+      if (message.name !== "") {
+        writer.uint32(42).string(message.name);
+      }
+      for (const v of message.replaces) {
+        writer.uint32(50).string(v);
+      }
+      if (message.shadowMode !== false) {
+        writer.uint32(56).bool(message.shadowMode);
+      }
+      if (message.quotaMode !== false) {
+        writer.uint32(64).bool(message.quotaMode);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseRateLimitRule();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.descriptor = reader.string();
+              continue;
+            }
+            case 2: {
+              if (tag !== 16) {
+                break;
+              }
+              message.requestsPerUnit = reader.uint32();
+              continue;
+            }
+            case 3: {
+              if (tag !== 26) {
+                break;
+              }
+              message.unit = reader.string();
+              continue;
+            }
+            case 4: {
+              if (tag !== 32) {
+                break;
+              }
+              message.unlimited = reader.bool();
+              continue;
+            }
+            case 5: {
+              if (tag !== 42) {
+                break;
+              }
+              message.name = reader.string();
+              continue;
+            }
+            case 6: {
+              if (tag !== 50) {
+                break;
+              }
+              message.replaces.push(reader.string());
+              continue;
+            }
+            case 7: {
+              if (tag !== 56) {
+                break;
+              }
+              message.shadowMode = reader.bool();
+              continue;
+            }
+            case 8: {
+              if (tag !== 64) {
+                break;
+              }
+              message.quotaMode = reader.bool();
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return RateLimitRule.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseRateLimitRule();
+      message.descriptor = object.descriptor ?? "";
+      message.requestsPerUnit = object.requestsPerUnit ?? 0;
+      message.unit = object.unit ?? "";
+      message.unlimited = object.unlimited ?? false;
+      message.name = object.name ?? "";
+      message.replaces = object.replaces?.map((e) => e) || [];
+      message.shadowMode = object.shadowMode ?? false;
+      message.quotaMode = object.quotaMode ?? false;
+      return message;
+    }
+  };
+  function createBaseRateLimitDomain() {
+    return { domain: "", source: "", rules: [] };
+  }
+  var RateLimitDomain = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.domain !== "") {
+        writer.uint32(10).string(message.domain);
+      }
+      if (message.source !== "") {
+        writer.uint32(18).string(message.source);
+      }
+      for (const v of message.rules) {
+        RateLimitRule.encode(v, writer.uint32(26).fork()).join();
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseRateLimitDomain();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.domain = reader.string();
+              continue;
+            }
+            case 2: {
+              if (tag !== 18) {
+                break;
+              }
+              message.source = reader.string();
+              continue;
+            }
+            case 3: {
+              if (tag !== 26) {
+                break;
+              }
+              message.rules.push(RateLimitRule.decode(reader, reader.uint32()));
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return RateLimitDomain.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseRateLimitDomain();
+      message.domain = object.domain ?? "";
+      message.source = object.source ?? "";
+      message.rules = object.rules?.map((e) => RateLimitRule.fromPartial(e)) || [];
+      return message;
+    }
+  };
+  function createBaseRateLimitCounter() {
+    return { domain: "", key: "", count: 0, windowStart: 0, unit: "" };
+  }
+  var RateLimitCounter = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.domain !== "") {
+        writer.uint32(10).string(message.domain);
+      }
+      if (message.key !== "") {
+        writer.uint32(18).string(message.key);
+      }
+      if (message.count !== 0) {
+        writer.uint32(24).uint64(message.count);
+      }
+      if (message.windowStart !== 0) {
+        writer.uint32(32).uint64(message.windowStart);
+      }
+      if (message.unit !== "") {
+        writer.uint32(42).string(message.unit);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseRateLimitCounter();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.domain = reader.string();
+              continue;
+            }
+            case 2: {
+              if (tag !== 18) {
+                break;
+              }
+              message.key = reader.string();
+              continue;
+            }
+            case 3: {
+              if (tag !== 24) {
+                break;
+              }
+              message.count = longToNumber(reader.uint64());
+              continue;
+            }
+            case 4: {
+              if (tag !== 32) {
+                break;
+              }
+              message.windowStart = longToNumber(reader.uint64());
+              continue;
+            }
+            case 5: {
+              if (tag !== 42) {
+                break;
+              }
+              message.unit = reader.string();
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return RateLimitCounter.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseRateLimitCounter();
+      message.domain = object.domain ?? "";
+      message.key = object.key ?? "";
+      message.count = object.count ?? 0;
+      message.windowStart = object.windowStart ?? 0;
+      message.unit = object.unit ?? "";
+      return message;
+    }
+  };
+  function createBaseGetRateLimitsResponse() {
+    return { domains: [], hottest: [], maxCounters: 0, responseHeaders: false };
+  }
+  var GetRateLimitsResponse = {
+    encode(message, writer = new BinaryWriter()) {
+      for (const v of message.domains) {
+        RateLimitDomain.encode(v, writer.uint32(10).fork()).join();
+      }
+      for (const v of message.hottest) {
+        RateLimitCounter.encode(v, writer.uint32(18).fork()).join();
+      }
+      if (message.maxCounters !== 0) {
+        writer.uint32(24).uint64(message.maxCounters);
+      }
+      if (message.responseHeaders !== false) {
+        writer.uint32(32).bool(message.responseHeaders);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseGetRateLimitsResponse();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.domains.push(RateLimitDomain.decode(reader, reader.uint32()));
+              continue;
+            }
+            case 2: {
+              if (tag !== 18) {
+                break;
+              }
+              message.hottest.push(RateLimitCounter.decode(reader, reader.uint32()));
+              continue;
+            }
+            case 3: {
+              if (tag !== 24) {
+                break;
+              }
+              message.maxCounters = longToNumber(reader.uint64());
+              continue;
+            }
+            case 4: {
+              if (tag !== 32) {
+                break;
+              }
+              message.responseHeaders = reader.bool();
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return GetRateLimitsResponse.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseGetRateLimitsResponse();
+      message.domains = object.domains?.map((e) => RateLimitDomain.fromPartial(e)) || [];
+      message.hottest = object.hottest?.map((e) => RateLimitCounter.fromPartial(e)) || [];
+      message.maxCounters = object.maxCounters ?? 0;
+      message.responseHeaders = object.responseHeaders ?? false;
+      return message;
+    }
+  };
   function longToNumber(int64) {
     const num = globalThis.Number(int64.toString());
     if (num > globalThis.Number.MAX_SAFE_INTEGER) {
@@ -6512,7 +6963,8 @@
     getLimits: rpc("Operator", "GetLimits", GetLimitsRequest, GetLimitsResponse),
     setLimits: rpc("Operator", "SetLimits", SetLimitsRequest, SetLimitsResponse),
     resetLimits: rpc("Operator", "ResetLimits", ResetLimitsRequest, ResetLimitsResponse),
-    drain: rpc("Operator", "Drain", DrainRequest, DrainResponse)
+    drain: rpc("Operator", "Drain", DrainRequest, DrainResponse),
+    getRateLimits: rpc("Operator", "GetRateLimits", GetRateLimitsRequest, GetRateLimitsResponse)
   };
 
   // src/dom.ts
@@ -6682,7 +7134,7 @@
         byId("host-view").hidden = true;
         byId("hosts-view").hidden = false;
         fill(byId("crumb"));
-        await hostsView(overview.hostIds);
+        await Promise.all([hostsView(overview.hostIds), rateLimitsView()]);
       } else {
         byId("hosts-view").hidden = true;
         byId("host-view").hidden = false;
@@ -6756,6 +7208,45 @@
     fill(
       byId("hosts"),
       table(["host", "in flight / total", "queued / queue", "refusals per minute", "condition"], rows, "No host has state yet: the first Submit of a host creates it.")
+    );
+  }
+  async function rateLimitsView() {
+    const r = await api.getRateLimits(token(), { domain: "", limit: 20 });
+    if (r.domains.length === 0) {
+      fill(byId("rate-limits"));
+      return;
+    }
+    const rules = r.domains.flatMap(
+      (d) => d.rules.map(
+        (x) => row(
+          { "data-rule": `${d.domain}/${x.descriptor}` },
+          d.domain,
+          x.descriptor,
+          x.unlimited ? "unlimited" : `${x.requestsPerUnit} per ${x.unit}`,
+          [x.name !== "" && `name ${x.name}`, x.replaces.length > 0 && `replaces ${x.replaces.join(", ")}`, x.shadowMode && "shadow mode", x.quotaMode && "quota mode"].filter(Boolean).join(", ")
+        )
+      )
+    );
+    const hottest = r.hottest.map(
+      (c) => row(
+        { "data-counter": `${c.domain}/${c.key}` },
+        c.domain,
+        c.key,
+        String(c.count),
+        `${c.unit} from ${new Date(c.windowStart * 1e3).toISOString().replace(".000Z", "Z")}`
+      )
+    );
+    fill(
+      byId("rate-limits"),
+      h("h2", {}, "Rate limits (Envoy)"),
+      h(
+        "p",
+        { class: "summary" },
+        `${r.domains.length} domain${r.domains.length === 1 ? "" : "s"} from ${r.domains.map((d) => d.source).join(", ")} · at most ${r.maxCounters} live counters per domain`
+      ),
+      table(["domain", "descriptor", "limit", "rule"], rules, "No descriptor has a rate_limit."),
+      h("h3", {}, "Hottest counters"),
+      table(["domain", "counter", "count", "window"], hottest, "No live counter: nothing was counted in the current windows.")
     );
   }
   function queueUsage(s) {

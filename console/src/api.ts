@@ -22,6 +22,7 @@ export const api = {
   setLimits: rpc("Operator", "SetLimits", pb.SetLimitsRequest, pb.SetLimitsResponse),
   resetLimits: rpc("Operator", "ResetLimits", pb.ResetLimitsRequest, pb.ResetLimitsResponse),
   drain: rpc("Operator", "Drain", pb.DrainRequest, pb.DrainResponse),
+  getRateLimits: rpc("Operator", "GetRateLimits", pb.GetRateLimitsRequest, pb.GetRateLimitsResponse),
 };
 
 export { pb };

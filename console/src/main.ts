@@ -127,7 +127,7 @@ async function refresh(): Promise<void> {
       byId("host-view").hidden = true;
       byId("hosts-view").hidden = false;
       fill(byId("crumb"));
-      await hostsView(overview.hostIds);
+      await Promise.all([hostsView(overview.hostIds), rateLimitsView()]);
     } else {
       byId("hosts-view").hidden = true;
       byId("host-view").hidden = false;
@@ -205,6 +205,52 @@ async function hostsView(hosts: string[]): Promise<void> {
   fill(
     byId("hosts"),
     table(["host", "in flight / total", "queued / queue", "refusals per minute", "condition"], rows, "No host has state yet: the first Submit of a host creates it."),
+  );
+}
+
+/**
+ * Envoy's rate limit service: the configured limits of every domain and the live counters with
+ * the highest counts. Nothing when no domain is configured.
+ */
+async function rateLimitsView(): Promise<void> {
+  const r = await api.getRateLimits(token(), { domain: "", limit: 20 });
+  if (r.domains.length === 0) {
+    fill(byId("rate-limits"));
+    return;
+  }
+  const rules = r.domains.flatMap((d) =>
+    d.rules.map((x) =>
+      row(
+        { "data-rule": `${d.domain}/${x.descriptor}` },
+        d.domain,
+        x.descriptor,
+        x.unlimited ? "unlimited" : `${x.requestsPerUnit} per ${x.unit}`,
+        [x.name !== "" && `name ${x.name}`, x.replaces.length > 0 && `replaces ${x.replaces.join(", ")}`, x.shadowMode && "shadow mode", x.quotaMode && "quota mode"]
+          .filter(Boolean)
+          .join(", "),
+      ),
+    ),
+  );
+  const hottest = r.hottest.map((c) =>
+    row(
+      { "data-counter": `${c.domain}/${c.key}` },
+      c.domain,
+      c.key,
+      String(c.count),
+      `${c.unit} from ${new Date(c.windowStart * 1000).toISOString().replace(".000Z", "Z")}`,
+    ),
+  );
+  fill(
+    byId("rate-limits"),
+    h("h2", {}, "Rate limits (Envoy)"),
+    h(
+      "p",
+      { class: "summary" },
+      `${r.domains.length} domain${r.domains.length === 1 ? "" : "s"} from ${r.domains.map((d) => d.source).join(", ")} · at most ${r.maxCounters} live counters per domain`,
+    ),
+    table(["domain", "descriptor", "limit", "rule"], rules, "No descriptor has a rate_limit."),
+    h("h3", {}, "Hottest counters"),
+    table(["domain", "counter", "count", "window"], hottest, "No live counter: nothing was counted in the current windows."),
   );
 }
 

@@ -376,3 +376,62 @@ describe("the console with 10,000 tickets on a host", () => {
     await until(page, "#queue-pager", /page 2 of 180/);
   });
 });
+
+describe("the console with Envoy's rate limits configured", () => {
+  let authority: Authority;
+  let browser: Browser;
+
+  before(async () => {
+    authority = await startAuthority(`rate_limits:
+  domains:
+    - domain: ai-gateway
+      descriptors:
+        - key: tenant
+          rate_limit: { unit: day, requests_per_unit: 100 }
+        - key: tenant
+          value: vip
+          rate_limit: { unlimited: true, name: vip }
+`);
+    browser = await launch();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await authority?.stop();
+  });
+
+  test("the first page shows the configured limits and the hottest counters", async () => {
+    // An Envoy's calls, through Envoy's own proto (proto/envoy) and grpc-js.
+    const loader: Any = createRequire(join(repo, "clients/typescript/package.json"))("@grpc/proto-loader");
+    const def = loader.loadSync("envoy/service/ratelimit/v3/rls.proto", {
+      includeDirs: [join(repo, "proto")],
+      keepCase: true,
+      enums: String,
+    });
+    const rls: Any = grpc.loadPackageDefinition(def).envoy.service.ratelimit.v3;
+    const client = new rls.RateLimitService(authority.grpc, grpc.credentials.createInsecure());
+    const ask = (tenant: string): Promise<Any> =>
+      new Promise((ok, fail) =>
+        client.ShouldRateLimit(
+          { domain: "ai-gateway", descriptors: [{ entries: [{ key: "tenant", value: tenant }] }] },
+          (err: Error | null, res: Any) => (err ? fail(err) : ok(res)),
+        ),
+      );
+    for (let i = 0; i < 7; i++) await ask("acme");
+    for (let i = 0; i < 3; i++) await ask("beta");
+    const answer = await ask("acme");
+    assert.equal(answer.overall_code, "OK");
+    client.close();
+
+    const page = await browser.newPage();
+    await page.goto(authority.console);
+    await signIn(page, "");
+    await until(page, '#rate-limits tr[data-rule="ai-gateway/tenant"]', /ai-gateway\s*tenant\s*100 per day/);
+    await until(page, '#rate-limits tr[data-rule="ai-gateway/tenant_vip"]', /unlimited\s*name vip/);
+    const hottest = await until(page, "#rate-limits tr[data-counter]", /tenant=acme\|day\s*8/);
+    assert.match(hottest, /day from \d{4}-\d\d-\d\dT00:00:00Z/);
+    const rows = await page.locator("#rate-limits tr[data-counter]").allTextContents();
+    assert.equal(rows.length, 2);
+    assert.match(rows[1], /tenant=beta\|day\s*3/);
+  });
+});

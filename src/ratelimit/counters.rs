@@ -111,16 +111,20 @@ impl CounterTable {
             .map(|h| {
                 let start = h.unit.window_start(now_s);
                 if let Some(c) = d.counters.get_mut(h.key.as_str()) {
-                    if c.start != start {
-                        // A later window (the next prune would have dropped it): from zero.
+                    if c.start == start {
+                        c.count = c.count.saturating_add(h.addend);
+                        return Some(c.count);
+                    }
+                    // Its window ended (the next prune would drop it): a look sees zero, a hit
+                    // starts it again in this window.
+                    if h.addend > 0 {
                         *c = Counter {
                             start,
                             unit: h.unit,
-                            count: 0,
+                            count: h.addend,
                         };
                     }
-                    c.count = c.count.saturating_add(h.addend);
-                    return Some(c.count);
+                    return Some(h.addend);
                 }
                 if h.addend == 0 {
                     return Some(0);

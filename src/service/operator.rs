@@ -1,4 +1,5 @@
-//! The `admission.v1.Operator` service: listings, resolutions, unlocks and drain, for operators.
+//! The `admission.v1.Operator` service: listings, resolutions, unlocks, drain and the rate
+//! limits in force, for operators.
 
 use std::sync::Arc;
 
@@ -9,17 +10,23 @@ use super::status::ApiError;
 use super::{list_limit, replies};
 use crate::api;
 use crate::gates::Gates;
+use crate::ratelimit::LiveRateLimits;
 use crate::store::Store;
 
 /// The `Operator` service over a store.
 pub struct OperatorService<S> {
     store: Arc<S>,
     gates: Arc<Gates>,
+    rate_limits: Arc<LiveRateLimits>,
 }
 
 impl<S> OperatorService<S> {
-    pub fn new(store: Arc<S>, gates: Arc<Gates>) -> Self {
-        OperatorService { store, gates }
+    pub fn new(store: Arc<S>, gates: Arc<Gates>, rate_limits: Arc<LiveRateLimits>) -> Self {
+        OperatorService {
+            store,
+            gates,
+            rate_limits,
+        }
     }
 }
 
@@ -60,6 +67,35 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
             store_problem,
             note: self.store.readiness_note().unwrap_or_default(),
         }))
+    }
+
+    async fn get_rate_limits(
+        &self,
+        request: Request<api::GetRateLimitsRequest>,
+    ) -> Result<Response<api::GetRateLimitsResponse>, Status> {
+        let req = request.into_inner();
+        let limit = match req.limit {
+            0 => 20,
+            n if n > 1000 => return Err(ApiError::invalid("limit", "must be <= 1000").into()),
+            n => n as usize,
+        };
+        let policy = self.rate_limits.get();
+        let domains: Vec<&crate::ratelimit::DomainRules> = if req.domain.is_empty() {
+            policy.rules.domains().collect()
+        } else {
+            match policy.rules.domain(&req.domain) {
+                Some(d) => vec![d],
+                None => return Err(ApiError::UnknownDomain(req.domain).into()),
+            }
+        };
+        let names: Vec<String> = domains.iter().map(|d| d.domain.clone()).collect();
+        let hottest = self.store.rate_limit_counters(&names, limit).await?;
+        Ok(Response::new(replies::rate_limits(
+            &domains,
+            hottest,
+            policy.max_counters,
+            policy.response_headers,
+        )))
     }
 
     async fn drain(

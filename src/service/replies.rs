@@ -384,3 +384,56 @@ impl From<LimitsRecord> for api::GetLimitsResponse {
         }
     }
 }
+
+/// GetRateLimits' answer: each domain's rules (depth first, as configured) and the hottest
+/// counters.
+pub fn rate_limits(
+    domains: &[&crate::ratelimit::DomainRules],
+    hottest: Vec<crate::ratelimit::CounterInfo>,
+    max_counters: u64,
+    response_headers: bool,
+) -> api::GetRateLimitsResponse {
+    fn rules(level: &crate::ratelimit::rules::Level, out: &mut Vec<api::RateLimitRule>) {
+        for node in level.nodes() {
+            if let Some(r) = &node.rule {
+                out.push(api::RateLimitRule {
+                    descriptor: r.path.clone(),
+                    requests_per_unit: r.limit.map_or(0, |l| l.requests_per_unit),
+                    unit: r.limit.map_or("", |l| l.unit.name()).to_string(),
+                    unlimited: r.limit.is_none(),
+                    name: r.name.clone(),
+                    replaces: r.replaces.clone(),
+                    shadow_mode: r.shadow_mode,
+                    quota_mode: r.quota_mode,
+                });
+            }
+            rules(&node.children, out);
+        }
+    }
+    api::GetRateLimitsResponse {
+        domains: domains
+            .iter()
+            .map(|d| {
+                let mut out = Vec::new();
+                rules(&d.root, &mut out);
+                api::RateLimitDomain {
+                    domain: d.domain.clone(),
+                    source: d.source.clone(),
+                    rules: out,
+                }
+            })
+            .collect(),
+        hottest: hottest
+            .into_iter()
+            .map(|c| api::RateLimitCounter {
+                domain: c.domain,
+                key: c.key,
+                count: c.count,
+                window_start: c.window_start,
+                unit: c.unit.name().to_string(),
+            })
+            .collect(),
+        max_counters,
+        response_headers,
+    }
+}

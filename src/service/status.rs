@@ -29,6 +29,8 @@ pub enum ApiError {
     RunIdConflict { field: &'static str },
     #[error("ticket_id: no such ticket: {0}")]
     NotFound(String),
+    #[error("domain: {0:?} is not a configured rate limit domain (rate_limits)")]
+    UnknownDomain(String),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     #[error(transparent)]
@@ -196,9 +198,9 @@ impl From<ApiError> for Status {
                     HashMap::<String, String>::new(),
                 ),
             ),
-            ApiError::NotFound(_) | ApiError::Ledger(LedgerError::NoSuchReservation) => {
-                Status::not_found(message)
-            }
+            ApiError::NotFound(_)
+            | ApiError::UnknownDomain(_)
+            | ApiError::Ledger(LedgerError::NoSuchReservation) => Status::not_found(message),
             ApiError::Ledger(_) => Status::failed_precondition(message),
             ApiError::Denied(_) => Status::permission_denied(message),
             ApiError::WrongState { .. }

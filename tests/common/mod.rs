@@ -122,6 +122,49 @@ impl Drop for Server {
     }
 }
 
+/// A redis-server on a loopback port, stopped when dropped.
+pub struct RedisServer {
+    pub child: Option<Child>,
+    pub port: u16,
+}
+
+impl RedisServer {
+    pub fn start(port: u16) -> RedisServer {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--port", &port.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/test installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        RedisServer {
+            child: Some(child),
+            port,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// GET `path` over plain HTTP/1.1; (status, body).
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
     use std::io::{Read, Write};

@@ -1,6 +1,6 @@
 //! What a data dir holds, looked at without changing it (`admission-authority data-dir
 //! inspect`): its format, files and sizes, and per host the tickets, reservations and limits;
-//! the auth buckets. The dir is read as [`MemoryStore::open`] reads it, into memory only:
+//! the auth buckets and the rate limit counters. The dir is read as [`MemoryStore::open`] reads it, into memory only:
 //! no lock taken, nothing written, a torn last record left alone, nothing replayed past what
 //! the files hold (no restart, no expiry), so it is safe beside the server that serves from it.
 
@@ -33,6 +33,9 @@ pub struct Inspection {
     pub records: u64,
     pub hosts: Vec<HostInfo>,
     pub auth: AuthInfo,
+    /// Envoy's rate limit counters held, by domain (those of ended windows included until the
+    /// next prune).
+    pub rate_limit_counters: Vec<(String, usize)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,7 +139,18 @@ impl MemoryStore {
                 .filter(|(_, _, _, locked_until)| *locked_until > now)
                 .count(),
         };
+        let rate_limit_counters = store
+            .rate_limits
+            .lock()
+            .expect("rate limit lock")
+            .table
+            .image()
+            .domains
+            .into_iter()
+            .map(|(domain, counters)| (domain, counters.len()))
+            .collect();
         Ok(Inspection {
+            rate_limit_counters,
             dir: path.display().to_string(),
             format: dir.format,
             this_build_writes: FORMAT,
@@ -220,6 +234,21 @@ impl fmt::Display for Inspection {
                 by_endpoint.join(", ")
             },
             self.auth.locked_out
+        )?;
+        let counters: usize = self.rate_limit_counters.iter().map(|(_, n)| n).sum();
+        let by_domain: Vec<String> = self
+            .rate_limit_counters
+            .iter()
+            .map(|(d, n)| format!("{d} {n}"))
+            .collect();
+        writeln!(
+            f,
+            "rate limit counters: {counters}{}",
+            if by_domain.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", by_domain.join(", "))
+            }
         )
     }
 }

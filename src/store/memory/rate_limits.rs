@@ -40,7 +40,8 @@ impl RateLimitStore for MemoryStore {
             .iter()
             .flat_map(|d| part.table.hottest(Some(d), limit, now))
             .collect();
-        out.sort_by_key(|c| std::cmp::Reverse(c.count));
+        // Highest first; ties in (domain, key) order, the same on every store.
+        out.sort_by(|a, b| (b.count, &a.domain, &a.key).cmp(&(a.count, &b.domain, &b.key)));
         out.truncate(limit);
         Ok(out)
     }

@@ -81,7 +81,8 @@ impl RateLimitStore for RedisStore {
                 });
             }
         }
-        out.sort_by_key(|c| std::cmp::Reverse(c.count));
+        // Highest first; ties in (domain, key) order, the same on every store.
+        out.sort_by(|a, b| (b.count, &a.domain, &a.key).cmp(&(a.count, &b.domain, &b.key)));
         out.truncate(limit);
         Ok(out)
     }

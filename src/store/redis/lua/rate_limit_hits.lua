@@ -8,8 +8,10 @@
 -- and the domain holds its max live ones (nothing counted).
 --
 -- Windows are aligned to the Unix epoch: a unit of d seconds starts at now_s - now_s % d. A
--- counter of an earlier window counts from zero. A counter's TTL and its tally entry only
--- collect garbage (the window start in the value decides); a look never makes a counter.
+-- counter of an earlier window counts from zero: in its place when the tally still holds it,
+-- else as a new counter (as the embedded store's table, which drops what the tally drops).
+-- A counter's TTL and its tally entry only collect garbage (the window start in the value
+-- decides); a look never makes a counter.
 local now = tonumber(ARGV[#ARGV])
 if now == 0 then
   local t = redis.call('TIME')
@@ -19,6 +21,14 @@ local now_s = math.floor(now / 1000)
 local max = tonumber(ARGV[1])
 local out = {now}
 local live = nil
+-- Put a counter in the tally until `finish`, which lives at least as long as its counters.
+local function track(key, finish)
+  redis.call('ZADD', KEYS[1], finish, key)
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl >= 0 and ttl < finish - now then
+    redis.call('PEXPIRE', KEYS[1], finish - now)
+  end
+end
 for i = 2, #KEYS do
   local div, add = tonumber(ARGV[2 * i - 2]), tonumber(ARGV[2 * i - 1])
   local start = now_s - now_s % div
@@ -29,9 +39,13 @@ for i = 2, #KEYS do
     local sep = string.find(v, ':', 1, true)
     if tonumber(string.sub(v, 1, sep - 1)) == start then
       count = tonumber(string.sub(v, sep + 1))
-    else
+    elseif redis.call('ZSCORE', KEYS[1], KEYS[i]) then
+      -- Its window ended and it is still in the tally: a look sees zero, a hit starts it
+      -- again in this window in the place it holds.
       count = 0
-      redis.call('ZADD', KEYS[1], finish, KEYS[i])
+      if add > 0 then
+        track(KEYS[i], finish)
+      end
     end
   end
   if count == nil and add > 0 then
@@ -43,11 +57,7 @@ for i = 2, #KEYS do
     if live < max then
       live = live + 1
       count = 0
-      redis.call('ZADD', KEYS[1], finish, KEYS[i])
-      local ttl = redis.call('PTTL', KEYS[1])
-      if ttl >= 0 and ttl < finish - now then
-        redis.call('PEXPIRE', KEYS[1], finish - now)
-      end
+      track(KEYS[i], finish)
     end
   end
   if count == nil then

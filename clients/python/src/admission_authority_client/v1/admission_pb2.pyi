@@ -2388,3 +2388,183 @@ class ResetLimitsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResetLimitsResponse: _TypeAlias = ResetLimitsResponse  # noqa: Y015
+
+@_typing.final
+class GetRateLimitsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    domain: _builtins.str
+    """Only this domain; empty: every configured domain. A domain that is not configured is
+    NOT_FOUND.
+    """
+    limit: _builtins.int
+    """The most counters listed in `hottest`; 0: 20. At most 1000."""
+    def __init__(
+        self,
+        *,
+        domain: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRateLimitsRequest: _TypeAlias = GetRateLimitsRequest  # noqa: Y015
+
+@_typing.final
+class RateLimitRule(_message.Message):
+    """One configured descriptor with a rate_limit, as envoyproxy/ratelimit's files write it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DESCRIPTOR_FIELD_NUMBER: _builtins.int
+    REQUESTS_PER_UNIT_FIELD_NUMBER: _builtins.int
+    UNIT_FIELD_NUMBER: _builtins.int
+    UNLIMITED_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    REPLACES_FIELD_NUMBER: _builtins.int
+    SHADOW_MODE_FIELD_NUMBER: _builtins.int
+    QUOTA_MODE_FIELD_NUMBER: _builtins.int
+    descriptor: _builtins.str
+    """Where it is configured below its domain, as upstream names its stats and as the metrics'
+    `descriptor` label says it: `tenant`, `tenant_acme`, `tenant.model_gpt-*`.
+    """
+    requests_per_unit: _builtins.int
+    """Hits each window allows; 0 with `unlimited`."""
+    unit: _builtins.str
+    """second, minute, hour, day, week, month or year; empty with `unlimited`."""
+    unlimited: _builtins.bool
+    name: _builtins.str
+    """The name other rules' `replaces` refer to; empty for none."""
+    shadow_mode: _builtins.bool
+    quota_mode: _builtins.bool
+    @_builtins.property
+    def replaces(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        descriptor: _builtins.str = ...,
+        requests_per_unit: _builtins.int = ...,
+        unit: _builtins.str = ...,
+        unlimited: _builtins.bool = ...,
+        name: _builtins.str = ...,
+        replaces: _abc.Iterable[_builtins.str] | None = ...,
+        shadow_mode: _builtins.bool = ...,
+        quota_mode: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["descriptor", b"descriptor", "name", b"name", "quota_mode", b"quota_mode", "replaces", b"replaces", "requests_per_unit", b"requests_per_unit", "shadow_mode", b"shadow_mode", "unit", b"unit", "unlimited", b"unlimited"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateLimitRule: _TypeAlias = RateLimitRule  # noqa: Y015
+
+@_typing.final
+class RateLimitDomain(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
+    domain: _builtins.str
+    source: _builtins.str
+    """The file it was read from (in rate_limits.config_dir), or its place under
+    rate_limits.domains.
+    """
+    @_builtins.property
+    def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimitRule]:
+        """Every configured descriptor with a rate_limit, in the order configured (depth first)."""
+
+    def __init__(
+        self,
+        *,
+        domain: _builtins.str = ...,
+        source: _builtins.str = ...,
+        rules: _abc.Iterable[Global___RateLimitRule] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "rules", b"rules", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateLimitDomain: _TypeAlias = RateLimitDomain  # noqa: Y015
+
+@_typing.final
+class RateLimitCounter(_message.Message):
+    """A live counter: one descriptor's count in its current window."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    WINDOW_START_FIELD_NUMBER: _builtins.int
+    UNIT_FIELD_NUMBER: _builtins.int
+    domain: _builtins.str
+    key: _builtins.str
+    """The descriptor's entries and the unit, as counted: `tenant=acme,model=gpt-4o|minute`
+    (`%`, `=`, `,` and `|` in keys and values percent-escaped).
+    """
+    count: _builtins.int
+    """Hits in the window so far (hits past the limit included)."""
+    window_start: _builtins.int
+    """When the window started, in seconds since the Unix epoch."""
+    unit: _builtins.str
+    def __init__(
+        self,
+        *,
+        domain: _builtins.str = ...,
+        key: _builtins.str = ...,
+        count: _builtins.int = ...,
+        window_start: _builtins.int = ...,
+        unit: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "domain", b"domain", "key", b"key", "unit", b"unit", "window_start", b"window_start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateLimitCounter: _TypeAlias = RateLimitCounter  # noqa: Y015
+
+@_typing.final
+class GetRateLimitsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAINS_FIELD_NUMBER: _builtins.int
+    HOTTEST_FIELD_NUMBER: _builtins.int
+    MAX_COUNTERS_FIELD_NUMBER: _builtins.int
+    RESPONSE_HEADERS_FIELD_NUMBER: _builtins.int
+    max_counters: _builtins.int
+    """rate_limits.max_counters: live counters each domain may hold."""
+    response_headers: _builtins.bool
+    """rate_limits.response_headers: the x-ratelimit-* headers are answered."""
+    @_builtins.property
+    def domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimitDomain]: ...
+    @_builtins.property
+    def hottest(self) -> _containers.RepeatedCompositeFieldContainer[Global___RateLimitCounter]:
+        """The live counters of those domains with the highest counts, highest first (on Redis, of
+        the first 10,000 live counters of each domain).
+        """
+
+    def __init__(
+        self,
+        *,
+        domains: _abc.Iterable[Global___RateLimitDomain] | None = ...,
+        hottest: _abc.Iterable[Global___RateLimitCounter] | None = ...,
+        max_counters: _builtins.int = ...,
+        response_headers: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domains", b"domains", "hottest", b"hottest", "max_counters", b"max_counters", "response_headers", b"response_headers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRateLimitsResponse: _TypeAlias = GetRateLimitsResponse  # noqa: Y015

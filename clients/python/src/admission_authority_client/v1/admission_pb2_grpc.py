@@ -692,6 +692,11 @@ class OperatorStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.ListHostsRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.ListHostsResponse.FromString,
                 _registered_method=True)
+        self.GetRateLimits = channel.unary_unary(
+                '/admission.v1.Operator/GetRateLimits',
+                request_serializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServicer:
@@ -778,6 +783,16 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRateLimits(self, request, context):
+        """The limits Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService,
+        served on this port) decides with, as this process loaded them from `rate_limits` (a
+        SIGHUP reloads them), and the live counters with the highest counts. GetLimits is a
+        host's scheduling limits; rate limits are installation-wide, per domain.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -825,6 +840,11 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.ListHosts,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.ListHostsRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.ListHostsResponse.SerializeToString,
+            ),
+            'GetRateLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRateLimits,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1071,6 +1091,33 @@ class Operator:
             '/admission.v1.Operator/ListHosts',
             admission_dot_v1_dot_admission__pb2.ListHostsRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.ListHostsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRateLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/GetRateLimits',
+            admission_dot_v1_dot_admission__pb2.GetRateLimitsRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.GetRateLimitsResponse.FromString,
             options,
             channel_credentials,
             insecure,

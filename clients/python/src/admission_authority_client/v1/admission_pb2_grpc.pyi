@@ -426,6 +426,12 @@ class OperatorStub:
     """The hosts the store knows, and this authority process's condition: the console's first
     view, and the answer to "which hosts are there" without reading the metrics.
     """
+    GetRateLimits: _grpc.UnaryUnaryMultiCallable[_admission_pb2.GetRateLimitsRequest, _admission_pb2.GetRateLimitsResponse]
+    """The limits Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService,
+    served on this port) decides with, as this process loaded them from `rate_limits` (a
+    SIGHUP reloads them), and the live counters with the highest counts. GetLimits is a
+    host's scheduling limits; rate limits are installation-wide, per domain.
+    """
 
 @_typing.type_check_only
 class OperatorAsyncStub(OperatorStub):
@@ -474,6 +480,12 @@ class OperatorAsyncStub(OperatorStub):
     ListHosts: _aio.UnaryUnaryMultiCallable[_admission_pb2.ListHostsRequest, _admission_pb2.ListHostsResponse]  # type: ignore[assignment]
     """The hosts the store knows, and this authority process's condition: the console's first
     view, and the answer to "which hosts are there" without reading the metrics.
+    """
+    GetRateLimits: _aio.UnaryUnaryMultiCallable[_admission_pb2.GetRateLimitsRequest, _admission_pb2.GetRateLimitsResponse]  # type: ignore[assignment]
+    """The limits Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService,
+    served on this port) decides with, as this process loaded them from `rate_limits` (a
+    SIGHUP reloads them), and the live counters with the highest counts. GetLimits is a
+    host's scheduling limits; rate limits are installation-wide, per domain.
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
@@ -574,6 +586,18 @@ class OperatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admission_pb2.ListHostsResponse, _abc.Awaitable[_admission_pb2.ListHostsResponse]]:
         """The hosts the store knows, and this authority process's condition: the console's first
         view, and the answer to "which hosts are there" without reading the metrics.
+        """
+
+    @_abc_1.abstractmethod
+    def GetRateLimits(
+        self,
+        request: _admission_pb2.GetRateLimitsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.GetRateLimitsResponse, _abc.Awaitable[_admission_pb2.GetRateLimitsResponse]]:
+        """The limits Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService,
+        served on this port) decides with, as this process loaded them from `rate_limits` (a
+        SIGHUP reloads them), and the live counters with the highest counts. GetLimits is a
+        host's scheduling limits; rate limits are installation-wide, per domain.
         """
 
 def add_OperatorServicer_to_server(servicer: OperatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1019,6 +1019,74 @@ export interface ResetLimitsResponse {
   revision: number;
 }
 
+export interface GetRateLimitsRequest {
+  /**
+   * Only this domain; empty: every configured domain. A domain that is not configured is
+   * NOT_FOUND.
+   */
+  domain: string;
+  /** The most counters listed in `hottest`; 0: 20. At most 1000. */
+  limit: number;
+}
+
+/** One configured descriptor with a rate_limit, as envoyproxy/ratelimit's files write it. */
+export interface RateLimitRule {
+  /**
+   * Where it is configured below its domain, as upstream names its stats and as the metrics'
+   * `descriptor` label says it: `tenant`, `tenant_acme`, `tenant.model_gpt-*`.
+   */
+  descriptor: string;
+  /** Hits each window allows; 0 with `unlimited`. */
+  requestsPerUnit: number;
+  /** second, minute, hour, day, week, month or year; empty with `unlimited`. */
+  unit: string;
+  unlimited: boolean;
+  /** The name other rules' `replaces` refer to; empty for none. */
+  name: string;
+  replaces: string[];
+  shadowMode: boolean;
+  quotaMode: boolean;
+}
+
+export interface RateLimitDomain {
+  domain: string;
+  /**
+   * The file it was read from (in rate_limits.config_dir), or its place under
+   * rate_limits.domains.
+   */
+  source: string;
+  /** Every configured descriptor with a rate_limit, in the order configured (depth first). */
+  rules: RateLimitRule[];
+}
+
+/** A live counter: one descriptor's count in its current window. */
+export interface RateLimitCounter {
+  domain: string;
+  /**
+   * The descriptor's entries and the unit, as counted: `tenant=acme,model=gpt-4o|minute`
+   * (`%`, `=`, `,` and `|` in keys and values percent-escaped).
+   */
+  key: string;
+  /** Hits in the window so far (hits past the limit included). */
+  count: number;
+  /** When the window started, in seconds since the Unix epoch. */
+  windowStart: number;
+  unit: string;
+}
+
+export interface GetRateLimitsResponse {
+  domains: RateLimitDomain[];
+  /**
+   * The live counters of those domains with the highest counts, highest first (on Redis, of
+   * the first 10,000 live counters of each domain).
+   */
+  hottest: RateLimitCounter[];
+  /** rate_limits.max_counters: live counters each domain may hold. */
+  maxCounters: number;
+  /** rate_limits.response_headers: the x-ratelimit-* headers are answered. */
+  responseHeaders: boolean;
+}
+
 function createBaseSubmitRequest(): SubmitRequest {
   return {
     hostId: "",
@@ -6592,6 +6660,494 @@ export const ResetLimitsResponse: MessageFns<ResetLimitsResponse> = {
       : undefined;
     message.source = object.source ?? 0;
     message.revision = object.revision ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetRateLimitsRequest(): GetRateLimitsRequest {
+  return { domain: "", limit: 0 };
+}
+
+export const GetRateLimitsRequest: MessageFns<GetRateLimitsRequest> = {
+  encode(message: GetRateLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.domain !== "") {
+      writer.uint32(10).string(message.domain);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(16).uint32(message.limit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetRateLimitsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetRateLimitsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.domain = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.limit = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GetRateLimitsRequest>, I>>(base?: I): GetRateLimitsRequest {
+    return GetRateLimitsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetRateLimitsRequest>, I>>(object: I): GetRateLimitsRequest {
+    const message = createBaseGetRateLimitsRequest();
+    message.domain = object.domain ?? "";
+    message.limit = object.limit ?? 0;
+    return message;
+  },
+};
+
+function createBaseRateLimitRule(): RateLimitRule {
+  return {
+    descriptor: "",
+    requestsPerUnit: 0,
+    unit: "",
+    unlimited: false,
+    name: "",
+    replaces: [],
+    shadowMode: false,
+    quotaMode: false,
+  };
+}
+
+export const RateLimitRule: MessageFns<RateLimitRule> = {
+  encode(message: RateLimitRule, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.descriptor !== "") {
+      writer.uint32(10).string(message.descriptor);
+    }
+    if (message.requestsPerUnit !== 0) {
+      writer.uint32(16).uint32(message.requestsPerUnit);
+    }
+    if (message.unit !== "") {
+      writer.uint32(26).string(message.unit);
+    }
+    if (message.unlimited !== false) {
+      writer.uint32(32).bool(message.unlimited);
+    }
+    if (message.name !== "") {
+      writer.uint32(42).string(message.name);
+    }
+    for (const v of message.replaces) {
+      writer.uint32(50).string(v!);
+    }
+    if (message.shadowMode !== false) {
+      writer.uint32(56).bool(message.shadowMode);
+    }
+    if (message.quotaMode !== false) {
+      writer.uint32(64).bool(message.quotaMode);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RateLimitRule {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRateLimitRule();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.descriptor = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.requestsPerUnit = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.unit = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.unlimited = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.replaces.push(reader.string());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.shadowMode = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.quotaMode = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RateLimitRule>, I>>(base?: I): RateLimitRule {
+    return RateLimitRule.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RateLimitRule>, I>>(object: I): RateLimitRule {
+    const message = createBaseRateLimitRule();
+    message.descriptor = object.descriptor ?? "";
+    message.requestsPerUnit = object.requestsPerUnit ?? 0;
+    message.unit = object.unit ?? "";
+    message.unlimited = object.unlimited ?? false;
+    message.name = object.name ?? "";
+    message.replaces = object.replaces?.map((e) => e) || [];
+    message.shadowMode = object.shadowMode ?? false;
+    message.quotaMode = object.quotaMode ?? false;
+    return message;
+  },
+};
+
+function createBaseRateLimitDomain(): RateLimitDomain {
+  return { domain: "", source: "", rules: [] };
+}
+
+export const RateLimitDomain: MessageFns<RateLimitDomain> = {
+  encode(message: RateLimitDomain, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.domain !== "") {
+      writer.uint32(10).string(message.domain);
+    }
+    if (message.source !== "") {
+      writer.uint32(18).string(message.source);
+    }
+    for (const v of message.rules) {
+      RateLimitRule.encode(v!, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RateLimitDomain {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRateLimitDomain();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.domain = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.rules.push(RateLimitRule.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RateLimitDomain>, I>>(base?: I): RateLimitDomain {
+    return RateLimitDomain.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RateLimitDomain>, I>>(object: I): RateLimitDomain {
+    const message = createBaseRateLimitDomain();
+    message.domain = object.domain ?? "";
+    message.source = object.source ?? "";
+    message.rules = object.rules?.map((e) => RateLimitRule.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRateLimitCounter(): RateLimitCounter {
+  return { domain: "", key: "", count: 0, windowStart: 0, unit: "" };
+}
+
+export const RateLimitCounter: MessageFns<RateLimitCounter> = {
+  encode(message: RateLimitCounter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.domain !== "") {
+      writer.uint32(10).string(message.domain);
+    }
+    if (message.key !== "") {
+      writer.uint32(18).string(message.key);
+    }
+    if (message.count !== 0) {
+      writer.uint32(24).uint64(message.count);
+    }
+    if (message.windowStart !== 0) {
+      writer.uint32(32).uint64(message.windowStart);
+    }
+    if (message.unit !== "") {
+      writer.uint32(42).string(message.unit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RateLimitCounter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRateLimitCounter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.domain = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.count = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.windowStart = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.unit = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<RateLimitCounter>, I>>(base?: I): RateLimitCounter {
+    return RateLimitCounter.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RateLimitCounter>, I>>(object: I): RateLimitCounter {
+    const message = createBaseRateLimitCounter();
+    message.domain = object.domain ?? "";
+    message.key = object.key ?? "";
+    message.count = object.count ?? 0;
+    message.windowStart = object.windowStart ?? 0;
+    message.unit = object.unit ?? "";
+    return message;
+  },
+};
+
+function createBaseGetRateLimitsResponse(): GetRateLimitsResponse {
+  return { domains: [], hottest: [], maxCounters: 0, responseHeaders: false };
+}
+
+export const GetRateLimitsResponse: MessageFns<GetRateLimitsResponse> = {
+  encode(message: GetRateLimitsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.domains) {
+      RateLimitDomain.encode(v!, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.hottest) {
+      RateLimitCounter.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.maxCounters !== 0) {
+      writer.uint32(24).uint64(message.maxCounters);
+    }
+    if (message.responseHeaders !== false) {
+      writer.uint32(32).bool(message.responseHeaders);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetRateLimitsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetRateLimitsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.domains.push(RateLimitDomain.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hottest.push(RateLimitCounter.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.maxCounters = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.responseHeaders = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GetRateLimitsResponse>, I>>(base?: I): GetRateLimitsResponse {
+    return GetRateLimitsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetRateLimitsResponse>, I>>(object: I): GetRateLimitsResponse {
+    const message = createBaseGetRateLimitsResponse();
+    message.domains = object.domains?.map((e) => RateLimitDomain.fromPartial(e)) || [];
+    message.hottest = object.hottest?.map((e) => RateLimitCounter.fromPartial(e)) || [];
+    message.maxCounters = object.maxCounters ?? 0;
+    message.responseHeaders = object.responseHeaders ?? false;
     return message;
   },
 };
