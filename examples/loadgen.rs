@@ -25,6 +25,8 @@ use admission_authority::api::{self, admission_client::AdmissionClient};
 mod adaptive_scenario;
 #[path = "shared/console_scenario.rs"]
 mod console_scenario;
+#[path = "shared/ratelimit_scenario.rs"]
+mod ratelimit_scenario;
 use tokio::sync::Mutex;
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
@@ -107,9 +109,11 @@ struct Args {
     only_durable_cpu: bool,
     /// `--only console`: only the cost of an open console refreshing every second.
     only_console: bool,
+    /// `--only ratelimit`: only Envoy's rate limit service (and on Redis with `--redis-url`).
+    only_ratelimit: bool,
 }
 
-const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
+const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console|ratelimit] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
 
 fn args() -> Args {
     let mut a = Args {
@@ -130,6 +134,7 @@ fn args() -> Args {
         only_durable: false,
         only_durable_cpu: false,
         only_console: false,
+        only_ratelimit: false,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -159,6 +164,7 @@ fn args() -> Args {
             "--only" if value == "durable" => a.only_durable = true,
             "--only" if value == "durable-cpu" => a.only_durable_cpu = true,
             "--only" if value == "console" => a.only_console = true,
+            "--only" if value == "ratelimit" => a.only_ratelimit = true,
             "--csv" => a.csv = Some(PathBuf::from(value)),
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
@@ -1532,6 +1538,10 @@ async fn run(a: &Args, dir: &std::path::Path) {
         console(a, dir).await;
         return;
     }
+    if a.only_ratelimit {
+        rate_limits(a, dir).await;
+        return;
+    }
     if a.only_durable {
         durable(a, dir).await;
         return;
@@ -2047,6 +2057,138 @@ async fn run(a: &Args, dir: &std::path::Path) {
         at_most(wake.p99_ms, 5.0, " ms")
     );
     drop(server);
+}
+
+/// ShouldRateLimit at 64 in flight with `descriptors` descriptors per request.
+async fn should_rate_limit(chans: &[Channel], descriptors: usize, seconds: f64) -> Figures {
+    use admission_authority::api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let chans = chans.to_vec();
+    drive(64, seconds, move |w, i| {
+        let mut client = RateLimitServiceClient::new(chans[w % chans.len()].clone());
+        let req = ratelimit_scenario::request(descriptors, w, i);
+        async move {
+            let t = Instant::now();
+            let code = ratelimit_scenario::ask(&mut client, req).await;
+            assert_eq!(code as i32, 1, "every answer is OK");
+            let d = t.elapsed();
+            (d, d)
+        }
+    })
+    .await
+    .1
+}
+
+/// Check and ShouldRateLimit (one descriptor, five) alternating on `server`, `rounds` times;
+/// the rounds with the median ratios: (one ÷ Check, five ÷ Check, Check, one, five).
+async fn rate_limit_rounds(
+    server: &Server,
+    chans: &[Channel],
+    rounds: usize,
+    secs: f64,
+) -> (f64, f64, Figures, Figures, Figures) {
+    let mut ones = Vec::new();
+    let mut fives = Vec::new();
+    for _ in 0..rounds {
+        let check = metered(
+            server,
+            health_check(chans, 64, secs),
+            |f| f.rate * secs,
+            |f, u| f.cpu_us = Some(u),
+        )
+        .await;
+        let one = metered(
+            server,
+            should_rate_limit(chans, 1, secs),
+            |f| f.rate * secs,
+            |f, u| f.cpu_us = Some(u),
+        )
+        .await;
+        let five = metered(
+            server,
+            should_rate_limit(chans, 5, secs),
+            |f| f.rate * secs,
+            |f, u| f.cpu_us = Some(u),
+        )
+        .await;
+        fives.push((five.rate / check.rate, five));
+        ones.push((one.rate / check.rate, (check, one)));
+    }
+    let (one_ratio, (check, one)) = median(ones);
+    let (five_ratio, five) = median(fives);
+    (one_ratio, five_ratio, check, one, five)
+}
+
+/// Envoy's rate limit service: ShouldRateLimit against Check on the embedded store (and on
+/// Redis with `--redis-url`), then a flood of distinct tenant values; see
+/// `shared/ratelimit_scenario.rs`.
+async fn rate_limits(a: &Args, dir: &std::path::Path) {
+    let config = dir.join("ratelimit.yaml");
+    std::fs::write(&config, ratelimit_scenario::CONFIG).unwrap();
+    let server = Server::start(&config);
+    let chans = channels(&server.addr, 2).await;
+    println!(
+        "| {:<58} | {:>4} | {:>9} | {:>7} | {:>7} | {:>9} |",
+        "scenario", "conc", "ops/s", "p50 ms", "p99 ms", "srv µs/op"
+    );
+    println!(
+        "|{:-<60}|{:->6}|{:->11}|{:->9}|{:->9}|{:->11}|",
+        "", "", "", "", "", ""
+    );
+    let (one_ratio, five_ratio, check, one, five) =
+        rate_limit_rounds(&server, &chans, a.rounds, a.seconds).await;
+    row("health.Check (baseline)", 64, &check);
+    row("ShouldRateLimit, 1 descriptor, embedded store", 64, &one);
+    row("ShouldRateLimit, 5 descriptors, embedded store", 64, &five);
+    let mut redis_line = None;
+    if let Some(url) = &a.redis_url {
+        let redis_config = dir.join("ratelimit-redis.yaml");
+        std::fs::write(
+            &redis_config,
+            format!(
+                "{}store:\n  redis: {{ url: \"{url}\", prefix: \"loadgen-rl-{}:\" }}\n",
+                ratelimit_scenario::CONFIG,
+                std::process::id()
+            ),
+        )
+        .unwrap();
+        let on_redis = Server::start(&redis_config);
+        let redis_chans = channels(&on_redis.addr, 2).await;
+        let (r_one, r_five, r_check, r1, r5) =
+            rate_limit_rounds(&on_redis, &redis_chans, a.rounds, a.seconds).await;
+        row("health.Check on the Redis-backed server", 64, &r_check);
+        row("ShouldRateLimit, 1 descriptor, Redis store", 64, &r1);
+        row("ShouldRateLimit, 5 descriptors, Redis store", 64, &r5);
+        redis_line = Some((r_one, r_five));
+    }
+    drop(chans);
+    drop(server);
+
+    // A flood of distinct tenant values on a fresh server: the domain's counters fill to
+    // max_counters, then every new value is refused a counter and memory stays put.
+    let server = Server::start(&config);
+    let chans = channels(&server.addr, 2).await;
+    let n = ratelimit_scenario::FLOOD_MAX_COUNTERS;
+    let rss_start = server.rss_mib();
+    let refused_first = ratelimit_scenario::flood(&chans, 0, n).await;
+    let rss_full = server.rss_mib();
+    let refused_more = ratelimit_scenario::flood(&chans, n, n).await;
+    let rss_after = server.rss_mib();
+    println!();
+    println!(
+        "embedded store: ShouldRateLimit/s ÷ Check/s at 64 = {one_ratio:.2} with 1 descriptor ({}), {five_ratio:.2} with 5 ({})",
+        at_least(one_ratio, 0.8),
+        at_least(five_ratio, 0.6)
+    );
+    if let Some((r_one, r_five)) = redis_line {
+        println!(
+            "Redis store: ShouldRateLimit/s ÷ Check/s at 64 = {r_one:.2} with 1 descriptor ({}), {r_five:.2} with 5",
+            at_least(r_one, 0.5)
+        );
+    }
+    println!(
+        "flood of distinct tenant values (max_counters {n}): RSS {rss_start:.0} MiB before, {rss_full:.0} MiB after {n} values ({refused_first} refused), {rss_after:.0} MiB after {n} more ({refused_more} refused; {})",
+        at_most(rss_after - rss_full, 5.0, " MiB of growth past the bound")
+    );
 }
 
 /// A summary's target: "target ≥ 0.5", or "target ≥ 0.5: MISSED" when `value` falls short, so

@@ -532,3 +532,120 @@ async fn get_rate_limits_shows_the_rules_and_the_hottest_counters() {
         .unwrap_err();
     assert_eq!(too_many.code(), tonic::Code::InvalidArgument);
 }
+
+/// Many concurrent requests on two Redis store instances (two replicas): the hits answered OK
+/// never add up to more than the limit, and every hit is counted once.
+mod concurrent_on_redis {
+    use std::sync::Arc;
+
+    use admission_authority::clock::SystemClock;
+    use admission_authority::ratelimit::{self, Code, Descriptor, Request};
+    use admission_authority::store::redis::RedisStore;
+    use admission_authority::store::{Policy, RateLimitStore};
+    use proptest::prelude::*;
+
+    fn rules(limit: u32) -> ratelimit::Rules {
+        let mut root = ratelimit::rules::Level::default();
+        root.insert(ratelimit::rules::Node {
+            key: "tenant".into(),
+            rule: Some(ratelimit::Rule {
+                limit: Some(ratelimit::Limit {
+                    requests_per_unit: limit,
+                    unit: ratelimit::Unit::Day,
+                }),
+                path: "tenant".into(),
+                ..ratelimit::Rule::default()
+            }),
+            ..ratelimit::rules::Node::default()
+        })
+        .unwrap();
+        let mut r = ratelimit::Rules::default();
+        r.insert(ratelimit::DomainRules {
+            domain: "d".into(),
+            root,
+            source: "test".into(),
+        })
+        .unwrap();
+        r
+    }
+
+    async fn run(limit: u32, addends: Vec<u32>) -> Result<(), TestCaseError> {
+        static CASE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+            .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+        let n = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let prefix = format!("rl-prop-{}-{n}:", std::process::id());
+        let replica = || {
+            Arc::new(
+                RedisStore::new(
+                    &url,
+                    &prefix,
+                    2,
+                    Policy::default(),
+                    Arc::new(SystemClock::new()),
+                )
+                .unwrap(),
+            )
+        };
+        let stores = [replica(), replica()];
+        let rules = Arc::new(rules(limit));
+        let mut tasks = Vec::new();
+        for (i, addend) in addends.iter().copied().enumerate() {
+            let (store, rules) = (stores[i % 2].clone(), rules.clone());
+            tasks.push(tokio::spawn(async move {
+                let req = Request {
+                    domain: "d".into(),
+                    descriptors: vec![Descriptor {
+                        entries: vec![("tenant".into(), "t".into())],
+                        ..Descriptor::default()
+                    }],
+                    hits_addend: addend,
+                };
+                let plan = ratelimit::plan(&rules, &req);
+                let counted = store.rate_limit_hits("d", 10, &plan.hits).await.unwrap();
+                let answer = plan.answer(&counted.counts, counted.now_ms / 1000, 0.8, false);
+                (answer.overall == Code::Ok).then_some(u64::from(addend.max(1)))
+            }));
+        }
+        let mut passed = 0;
+        for t in tasks {
+            passed += t.await.unwrap().unwrap_or(0);
+        }
+        prop_assert!(
+            passed <= u64::from(limit),
+            "{passed} hits passed a limit of {limit}"
+        );
+        let total: u64 = addends.iter().map(|a| u64::from((*a).max(1))).sum();
+        let look = stores[0]
+            .rate_limit_hits(
+                "d",
+                10,
+                &[ratelimit::Hit {
+                    key: "tenant=t|day".into(),
+                    unit: ratelimit::Unit::Day,
+                    addend: 0,
+                }],
+            )
+            .await
+            .unwrap();
+        prop_assert_eq!(look.counts, vec![Some(total)], "every hit counted once");
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_limit_is_never_exceeded_by_concurrent_calls(
+            limit in 1u32..40,
+            addends in proptest::collection::vec(0u32..4, 1..120),
+        ) {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(run(limit, addends))?;
+        }
+    }
+}

@@ -42,8 +42,8 @@ pub use counters::{CounterImage, CounterInfo, CounterTable, Hit};
 pub use decide::{Answer, Code, Descriptor, Plan, Request, Status, Tally, plan};
 pub use rules::{DomainRules, Limit, Rule, Rules, Unit};
 
-/// Live counters per domain unless `rate_limits.max_counters` says otherwise: about 15 MiB of
-/// memory for a domain flooded to its bound.
+/// Live counters per domain unless `rate_limits.max_counters` says otherwise: about 22 MiB of
+/// memory for a domain flooded to its bound (measured by `loadgen --only ratelimit`).
 pub const DEFAULT_MAX_COUNTERS: u64 = 100_000;
 
 /// The share of a limit past which hits are counted as near it, unless
