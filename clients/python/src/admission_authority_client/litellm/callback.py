@@ -1,0 +1,492 @@
+"""The LiteLLM callback: a slot and a token reservation around every model call, released
+exactly once whichever way the call ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator, Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import HTTPException
+from litellm.integrations.custom_logger import CustomLogger
+
+from .._client import AsyncAdmissionClient
+from ..errors import AdmissionError, AdmissionRefused, TicketEnded
+from .limits import Caps, RateLimits, Window, group_cap, windows
+from .settings import Settings
+
+log = logging.getLogger("admission_authority_client.litellm")
+
+#: The call types that reach a model and are counted.
+COUNTED_CALLS = frozenset(
+    {"completion", "acompletion", "text_completion", "atext_completion", "responses", "aresponses"}
+)
+
+
+class _ClientGone(Exception):
+    """The HTTP client disconnected while its call waited for a slot."""
+
+
+class _Local:
+    """The per-proxy bound used while the authority cannot be reached (``local`` mode)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._sem: asyncio.Semaphore | None = None
+
+    def semaphore(self) -> asyncio.Semaphore:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.limit)
+        return self._sem
+
+
+@dataclass
+class _Call:
+    """One admitted call: what releases it, and what it reserved."""
+
+    stack: contextlib.AsyncExitStack
+    run_id: str
+    subject: str
+    account: str | None
+    started: float
+    input_estimate: int
+    reserved: bool
+    stream: bool
+    #: Output characters streamed so far (a stream cut short settles them as partial usage).
+    streamed_chars: int = 0
+    usage: tuple[int, int] | None = None
+    #: LiteLLM's tpm windows of the call, counted with its tokens when it ends.
+    tpm: tuple[Window, ...] = ()
+
+
+class AdmissionHandler(CustomLogger):  # type: ignore[misc]
+    """The LiteLLM callback; see the module documentation. LiteLLM calls only hooks defined on
+    the registered class itself, so every hook is defined here."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or Settings.from_env()
+        s = self.settings
+        self.client = AsyncAdmissionClient(
+            s.target,
+            host_id=s.host_id,
+            instance_id=s.replica,
+            token=s.token,
+            timeout=s.timeout,
+        )
+        self._calls: dict[str, _Call] = {}
+        #: Calls being ended (settled and released) in the background.
+        self._ending: set[asyncio.Task[None]] = set()
+        self._local = _Local(s.local_max_parallel)
+        self._caps = Caps(s.target, s.host_id, s.limits_token, s.timeout, s.limits_recheck) if s.limits_token else None
+        self._rate_limits = (
+            RateLimits(s.target, s.rate_limit_domain, s.token, s.timeout) if s.rate_limit_domain else None
+        )
+        self._warned_caps = False
+        #: (subject, account) -> until when no budget is known to apply to it (no Authorize)
+        self._unbudgeted: dict[tuple[str, str | None], float] = {}
+        #: model group -> (its deployments' summed max_parallel_requests, when it was read)
+        self._group_caps: dict[str, tuple[int | None, float]] = {}
+        log.info(
+            "admission-authority drop-in: host %s, replica %s, authority %s, subject %s, "
+            "account %s, mode %s, failure mode %s",
+            s.host_id, s.replica, s.target, s.subject, s.account, s.mode, s.failure_mode,
+        )
+
+    # ---- who a call counts against ----
+
+    def _subject(self, key: Any) -> str:
+        s = self.settings.subject
+        value = {
+            "team": getattr(key, "team_id", None),
+            "user": getattr(key, "user_id", None),
+            "end_user": getattr(key, "end_user_id", None),
+        }.get(s)
+        if value:
+            return _id(f"{s}:{value}")
+        token = getattr(key, "token", None) or getattr(key, "api_key", None) or "anonymous"
+        # The key's hash (LiteLLM keeps keys hashed), never the key itself.
+        return _id(f"key:{str(token)[:32]}")
+
+    def _account(self, data: dict[str, Any]) -> str | None:
+        if self.settings.account == "none":
+            return None
+        model = data.get("model")
+        return _id(f"model:{model}") if model else None
+
+    # ---- before the call ----
+
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: str
+    ) -> dict[str, Any]:
+        if call_type not in COUNTED_CALLS:
+            return data
+        call_id = str(data.get("litellm_call_id") or uuid.uuid4())
+        data["litellm_call_id"] = call_id
+        if call_id in self._calls:
+            return data
+        s = self.settings
+        subject, account = self._subject(user_api_key_dict), self._account(data)
+        run_id = _id(f"{s.replica}/{call_id}")
+        tpm = await self._litellm_limits(user_api_key_dict, subject, account, str(data.get("model") or ""))
+        stack = contextlib.AsyncExitStack()
+        watch = _DisconnectWatch(sys._getframe())
+        try:
+            await watch.run(
+                stack.enter_async_context(
+                    self.client.slot(
+                        subject,
+                        run_id=run_id,
+                        account_id=account,
+                        mode="try" if s.mode == "reject" else "queue",
+                        wait_timeout=s.wait_timeout,
+                        on_queued=watch.queued,
+                    )
+                )
+            )
+        except _ClientGone:
+            log.info("call %s: the client left while it was queued; its ticket is withdrawn", call_id)
+            raise HTTPException(status_code=499, detail="the client closed the request while it was queued")
+        except AdmissionRefused as e:
+            retry = max(1, math.ceil(e.retry_after or 1))
+            raise HTTPException(
+                status_code=429,
+                detail=f"admission refused: {e.reason or e.message}",
+                headers={"retry-after": str(retry)},
+            ) from None
+        except TicketEnded as e:
+            raise HTTPException(status_code=429, detail=f"admission refused: {e}", headers={"retry-after": "1"}) from None
+        except TimeoutError:
+            raise HTTPException(
+                status_code=429,
+                detail=f"queued for more than ADMISSION_WAIT_TIMEOUT ({s.wait_timeout:g} s)",
+                headers={"retry-after": "1"},
+            ) from None
+        except AdmissionError as e:
+            if not e.retryable:
+                raise HTTPException(status_code=500, detail=f"admission authority: {e.message}") from None
+            if s.failure_mode == "closed":
+                log.warning("authority unreachable, refusing the call (failure mode closed): %s", e)
+                raise HTTPException(
+                    status_code=503,
+                    detail="admission authority unavailable",
+                    headers={"retry-after": "1"},
+                ) from None
+            log.warning("authority unreachable, admitting under the local bound: %s", e)
+            await stack.enter_async_context(_semaphore(self._local.semaphore()))
+            self._calls[call_id] = _Call(
+                stack, run_id, subject, account, time.monotonic(), 0, False, bool(data.get("stream")), tpm=tpm
+            )
+            return data
+        input_estimate = _input_estimate(data)
+        reserved = False
+        if s.reserve_tokens and not self._unbudgeted.get((subject, account), 0) > time.monotonic():
+            requested = _int(data.get("max_tokens") or data.get("max_completion_tokens")) or s.default_max_tokens
+            try:
+                auth = await self.client.authorize(
+                    run_id,
+                    1,
+                    subject,
+                    requested_output_tokens=requested,
+                    estimated_input_tokens=input_estimate,
+                    account_id=account,
+                    model=str(data.get("model") or ""),
+                )
+            except BaseException:
+                await stack.aclose()
+                raise
+            if auth.decision == "deny":
+                await stack.aclose()
+                raise HTTPException(
+                    status_code=429,
+                    detail=f"token budget: {auth.reason}",
+                    headers={"retry-after": "60"},
+                )
+            reserved = auth.decision == "allow"
+            if reserved and auth.remaining_tokens is None and auth.remaining_cost_usd is None:
+                # No budget applies to this subject and account: reserving would only cost
+                # time. Look again after ADMISSION_LIMITS_RECHECK (a reload may add one).
+                if len(self._unbudgeted) > 100_000:
+                    self._unbudgeted.clear()
+                self._unbudgeted[(subject, account)] = time.monotonic() + max(s.limits_recheck, 1.0)
+            if reserved and auth.granted_output_tokens < requested:
+                data["max_tokens"] = auth.granted_output_tokens
+        self._calls[call_id] = _Call(
+            stack, run_id, subject, account, time.monotonic(), input_estimate, reserved, bool(data.get("stream")), tpm=tpm
+        )
+        return data
+
+    async def _litellm_limits(self, key: Any, subject: str, account: str | None, group: str) -> tuple[Window, ...]:
+        """Hold the limits set in LiteLLM installation-wide: a key's ``max_parallel_requests``
+        as its subject's cap, a model group's deployments' as its account's, rpm (counted now)
+        and tpm (looked at now, counted when the call ends) as windows. Returns the tpm
+        windows."""
+        s = self.settings
+        cap = getattr(key, "max_parallel_requests", None)
+        caps: list[tuple[str, str, int]] = []
+        if isinstance(cap, int) and cap > 0 and s.subject == "key":
+            caps.append(("subjects", subject, cap))
+        if account is not None and group:
+            deployments = self._group_caps.get(group)
+            if deployments is None or time.monotonic() - deployments[1] > s.limits_recheck:
+                deployments = (group_cap(group), time.monotonic())
+                self._group_caps[group] = deployments
+            if deployments[0] is not None:
+                caps.append(("accounts", account, deployments[0]))
+        if caps and self._caps is not None:
+            try:
+                for field, name, value in caps:
+                    await self._caps.ensure(field, name, value)
+            except AdmissionError as e:
+                if s.failure_mode != "local":
+                    raise self._unavailable(f"writing LiteLLM's caps: {e}") from None
+                log.warning("LiteLLM's caps not written; the call goes on: %s", e)
+        elif caps and not self._warned_caps:
+            self._warned_caps = True
+            log.warning(
+                "LiteLLM sets max_parallel_requests here, which holds per proxy only: set "
+                "ADMISSION_LIMITS_TOKEN to hold it installation-wide"
+            )
+        if self._rate_limits is None:
+            return ()
+        found = windows(key, subject)
+        if not found:
+            return ()
+        try:
+            over = await self._rate_limits.over([(w, 1 if w.kind == "rpm" else 0) for w in found])
+        except AdmissionError as e:
+            if s.failure_mode == "local":
+                log.warning("rate limits unreachable; the call goes on under the local bound: %s", e)
+                return ()
+            raise self._unavailable(f"rate limits: {e}") from None
+        if over:
+            raise HTTPException(
+                status_code=429,
+                detail="rate limit exceeded (a LiteLLM rpm or tpm limit, installation-wide)",
+                headers={"retry-after": str(max(1, 60 - int(time.time()) % 60))},
+            )
+        return tuple(w for w in found if w.kind == "tpm")
+
+    def _unavailable(self, why: str) -> HTTPException:
+        log.warning("authority unreachable, refusing the call: %s", why)
+        return HTTPException(status_code=503, detail="admission authority unavailable", headers={"retry-after": "1"})
+
+    # ---- after the call: every path releases exactly once ----
+
+    def _finish_soon(
+        self, call_id: str, failure: BaseException | None, usage: tuple[int, int] | None, coverage: str
+    ) -> None:
+        """End the call (settle, then release) in a task of its own: the response goes out
+        without waiting for either. The call leaves ``_calls`` now, so whichever hook comes
+        first ends it, and only once."""
+        call = self._calls.pop(call_id, None)
+        if call is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._finish(call_id, call, failure, usage, coverage))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    async def _finish(
+        self, call_id: str, call: _Call, failure: BaseException | None, usage: tuple[int, int] | None, coverage: str
+    ) -> None:
+        try:
+            if call.tpm and self._rate_limits is not None and usage is not None and sum(usage) > 0:
+                try:
+                    await self._rate_limits.over([(w, sum(usage)) for w in call.tpm])
+                except AdmissionError as e:
+                    log.warning("call %s: its tokens were not counted in LiteLLM's tpm windows: %s", call_id, e)
+            if call.reserved:
+                inp, out = usage if usage is not None else (0, 0)
+                try:
+                    await self.client.settle(
+                        call.run_id, 1, input_tokens=inp, output_tokens=out, coverage=coverage  # type: ignore[arg-type]
+                    )
+                except AdmissionError as e:
+                    log.warning("call %s: settle failed (the reservation turns uncertain): %s", call_id, e)
+        finally:
+            if failure is None:
+                await call.stack.aclose()
+            else:
+                await call.stack.__aexit__(type(failure), failure, failure.__traceback__)
+
+    async def async_post_call_success_hook(self, data: dict[str, Any], user_api_key_dict: Any, response: Any) -> Any:
+        call = self._calls.get(str(data.get("litellm_call_id")))
+        if call is None or call.stream:
+            return response
+        self._finish_soon(str(data.get("litellm_call_id")), None, _usage(response), "complete")
+        return response
+
+    async def async_post_call_streaming_iterator_hook(
+        self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
+    ) -> AsyncGenerator[Any, None]:
+        call_id = str(request_data.get("litellm_call_id"))
+        call = self._calls.get(call_id)
+        ended = False
+        failure: BaseException | None = None
+        try:
+            async for item in response:
+                if call is not None:
+                    usage = _usage(item)
+                    if usage is not None:
+                        call.usage = usage
+                    call.streamed_chars += _chunk_chars(item)
+                yield item
+            ended = True
+        except BaseException as e:
+            failure = e
+            raise
+        finally:
+            if call is not None:
+                if call.usage is not None:
+                    usage, coverage = call.usage, "complete" if ended else "partial"
+                else:
+                    usage = (call.input_estimate, math.ceil(call.streamed_chars / 4))
+                    coverage = "partial" if call.streamed_chars else "unknown"
+                cut = failure if failure is not None and not isinstance(failure, GeneratorExit) else None
+                self._finish_soon(call_id, cut, usage, coverage)
+
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        # An LLM error, or a rejection after admission (another hook, a proxy check): the
+        # provider billed nothing.
+        self._finish_soon(str(request_data.get("litellm_call_id")), original_exception, (0, 0), "complete")
+
+    async def async_log_success_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
+        # A path none of the hooks above saw (they release first; this finds nothing then).
+        self._finish_soon(str(kwargs.get("litellm_call_id")), None, _usage(response_obj), "complete")
+
+    async def async_log_failure_event(self, kwargs: dict[str, Any], response_obj: Any, start_time: Any, end_time: Any) -> None:
+        exc = kwargs.get("exception")
+        failure = exc if isinstance(exc, BaseException) else RuntimeError("the call failed")
+        self._finish_soon(str(kwargs.get("litellm_call_id")), failure, (0, 0), "complete")
+
+    def held(self) -> int:
+        """Calls admitted and not yet released in this proxy (ending ones included)."""
+        return len(self._calls) + len(self._ending)
+
+
+def _id(s: str) -> str:
+    """An id the authority takes: printable ASCII, at most 128 characters."""
+    clean = "".join(c if 33 <= ord(c) <= 126 else "_" for c in s)
+    return clean[:128] or "_"
+
+
+def _int(v: Any) -> int:
+    try:
+        return max(0, int(v))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _input_estimate(data: dict[str, Any]) -> int:
+    """Input tokens, estimated at 4 characters a token over the messages (or prompt/input)."""
+    chars = 0
+    for m in data.get("messages") or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(str(p.get("text", ""))) for p in content if isinstance(p, dict))
+    for field in ("prompt", "input"):
+        v = data.get(field)
+        if isinstance(v, str):
+            chars += len(v)
+    return math.ceil(chars / 4)
+
+
+def _usage(obj: Any) -> tuple[int, int] | None:
+    usage = getattr(obj, "usage", None)
+    if usage is None and isinstance(obj, dict):
+        usage = obj.get("usage")
+    if usage is None:
+        return None
+    if isinstance(usage, dict):
+        inp, out = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    else:
+        inp, out = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+    if inp is None and out is None:
+        return None
+    return _int(inp), _int(out)
+
+
+def _chunk_chars(item: Any) -> int:
+    try:
+        return sum(len(c.delta.content or "") for c in item.choices)
+    except (AttributeError, TypeError):
+        return 0
+
+
+@contextlib.asynccontextmanager
+async def _semaphore(sem: asyncio.Semaphore) -> AsyncGenerator[None, None]:
+    async with sem:
+        yield
+
+
+class _DisconnectWatch:
+    """Withdraws a call's ticket when its HTTP client disconnects while the call is queued.
+
+    LiteLLM passes the hook the request's body, not the request, and does not notice a client
+    that leaves during the hook: the Starlette request is found on the frames awaiting the hook
+    (``frame``), once the call is queued (an admission that does not wait costs nothing), and
+    polled until the admission comes."""
+
+    def __init__(self, frame: Any) -> None:
+        # The chain of awaiting frames, kept now: a suspended coroutine's frame has no f_back.
+        # Their locals are only read once the call queues.
+        self._frames: list[Any] = []
+        while frame is not None and len(self._frames) < 64:
+            self._frames.append(frame)
+            frame = frame.f_back
+        self._admission: asyncio.Future[Any] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._gone = False
+
+    async def run(self, admission: Awaitable[Any]) -> Any:
+        self._admission = asyncio.ensure_future(admission)
+        try:
+            return await self._admission
+        except asyncio.CancelledError:
+            if self._gone:
+                raise _ClientGone() from None
+            self._admission.cancel()
+            raise
+        finally:
+            if self._watcher is not None:
+                self._watcher.cancel()
+            self._frames = []
+
+    def queued(self, *_: Any) -> None:
+        """The ``on_queued`` callback: start watching the connection."""
+        if self._watcher is not None:
+            return
+        request = _http_request(self._frames)
+        if request is not None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(request))
+
+    async def _watch(self, request: Any) -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(0.25)
+        self._gone = True
+        if self._admission is not None:
+            self._admission.cancel()
+
+
+def _http_request(frames: list[Any]) -> Any:
+    """The Starlette request among the locals of ``frames``; ``None`` when there is none."""
+    for frame in frames:
+        candidate = frame.f_locals.get("request")
+        if candidate is not None and hasattr(candidate, "is_disconnected") and hasattr(candidate, "receive"):
+            return candidate
+    return None
