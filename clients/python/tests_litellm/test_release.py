@@ -65,6 +65,17 @@ def test_the_end_of_a_stream_releases_and_settles_its_usage_chunk(fleet: Fleet, 
     assert left - fleet.authority.budget_left() == 18
 
 
+def test_a_call_and_a_stream_longer_than_the_lease_keep_their_slots(fleet: Fleet, a: Proxy, b: Proxy, before: Counts) -> None:
+    # The lease is 2 s: both run 4 s, renewed meanwhile, and end released, not expired.
+    replies: list[int] = []
+    t = threading.Thread(target=lambda: replies.append(b.chat("sk-release", "tag=rel-long-stream delay=4", stream=True).status_code))
+    t.start()
+    assert a.chat("sk-release", "tag=rel-long delay=4").status_code == 200
+    t.join(30)
+    assert replies == [200]
+    ended(fleet, before, released=2)
+
+
 def test_an_llm_error_releases_and_refunds(fleet: Fleet, a: Proxy, before: Counts) -> None:
     left = fleet.authority.budget_left()
     r = a.chat("sk-release", "tag=rel-fail fail", model="budgeted")
