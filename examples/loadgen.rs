@@ -875,6 +875,37 @@ async fn wait_streams(
     (rss_before, rss_open, f)
 }
 
+/// What the Redis comparison found, for its summary lines.
+struct RedisSummary {
+    /// Submit+Release cycles/s on Redis ÷ in memory.
+    ratio: f64,
+    /// (Redis commands, EVALSHA calls) per RPC.
+    per_rpc: (f64, f64),
+    /// CPU µs per cycle: (the in-memory authority, the Redis-backed authority, redis-server).
+    cycle_cpu: (f64, f64, f64),
+    /// Authorize+Settle: (pairs/s on Redis ÷ in memory, then CPU µs per pair as above).
+    pairs: (f64, f64, f64, f64),
+    auth_ratio: f64,
+    auth_p99: f64,
+    w_ratio: f64,
+    ad_ratio: f64,
+}
+
+/// redis-server's CPU time so far (user + system), from INFO cpu: works for a server on
+/// another machine too.
+async fn redis_cpu_secs(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| *k == "used_cpu_sys" || *k == "used_cpu_user")
+        .filter_map(|(_, v)| v.trim().parse::<f64>().ok())
+        .sum()
+}
+
 /// Total commands and EVALSHA calls the Redis server has run, from INFO commandstats.
 async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
     let info: String = redis::cmd("INFO")
@@ -1705,9 +1736,15 @@ async fn run(a: &Args, dir: &std::path::Path) {
             .unwrap();
         let mut rounds = Vec::new();
         for _ in 0..a.rounds {
-            let (_, mem) =
-                submit_release(&chans, "free", api::SubmitMode::Queue, 64, a.seconds, "m").await;
+            let (_, mem) = metered(
+                &server,
+                submit_release(&chans, "free", api::SubmitMode::Queue, 64, a.seconds, "m"),
+                |(_, f)| f.rate * a.seconds,
+                |(_, f), u| f.cpu_us = Some(u),
+            )
+            .await;
             let before = command_calls(&mut conn).await;
+            let redis_before = redis_cpu_secs(&mut conn).await;
             let (_, red) = metered(
                 &on_redis,
                 submit_release(
@@ -1722,17 +1759,66 @@ async fn run(a: &Args, dir: &std::path::Path) {
                 |(_, f), u| f.cpu_us = Some(u),
             )
             .await;
+            let redis_used = redis_cpu_secs(&mut conn).await - redis_before;
             let after = command_calls(&mut conn).await;
             let rpcs = 2.0 * red.rate * a.seconds;
             let per_rpc = (
                 (after.0 - before.0) as f64 / rpcs,
                 (after.1 - before.1) as f64 / rpcs,
             );
-            rounds.push((red.rate / mem.rate, (mem, red, per_rpc)));
+            let redis_us = redis_used * 1e6 / (red.rate * a.seconds).max(1.0);
+            rounds.push((red.rate / mem.rate, (mem, red, per_rpc, redis_us)));
         }
-        let (ratio, (mem, red, per_rpc)) = median(rounds);
+        let (ratio, (mem, red, per_rpc, redis_us)) = median(rounds);
         row("Submit+Release cycle, in-memory store", 64, &mem);
         row("Submit+Release cycle, Redis store", 64, &red);
+        let cycle_cpu = (
+            mem.cpu_us.unwrap_or(0.0),
+            red.cpu_us.unwrap_or(0.0),
+            redis_us,
+        );
+
+        // Authorize+Settle pairs, each Redis round right after an in-memory one.
+        let mut pair_rounds = Vec::new();
+        for round in 0..a.rounds {
+            let (_, mem) = metered(
+                &server,
+                authorize_settle(
+                    &chans,
+                    64,
+                    a.seconds,
+                    ["ma0", "ma1", "ma2", "ma3", "ma4"][round % 5],
+                ),
+                |(_, f)| f.rate * a.seconds,
+                |(_, f), u| f.cpu_us = Some(u),
+            )
+            .await;
+            let redis_before = redis_cpu_secs(&mut conn).await;
+            let (_, red) = metered(
+                &on_redis,
+                authorize_settle(
+                    &redis_chans,
+                    64,
+                    a.seconds,
+                    ["ra0", "ra1", "ra2", "ra3", "ra4"][round % 5],
+                ),
+                |(_, f)| f.rate * a.seconds,
+                |(_, f), u| f.cpu_us = Some(u),
+            )
+            .await;
+            let redis_us = (redis_cpu_secs(&mut conn).await - redis_before) * 1e6
+                / (red.rate * a.seconds).max(1.0);
+            pair_rounds.push((red.rate / mem.rate, (mem, red, redis_us)));
+        }
+        let (pair_ratio, (mem_pair, red_pair, pair_redis_us)) = median(pair_rounds);
+        row("Authorize+Settle pair, in-memory store", 64, &mem_pair);
+        row("Authorize+Settle pair, Redis store", 64, &red_pair);
+        let pairs = (
+            pair_ratio,
+            mem_pair.cpu_us.unwrap_or(0.0),
+            red_pair.cpu_us.unwrap_or(0.0),
+            pair_redis_us,
+        );
 
         // The same cycles with the same limits put in force by an operator (SetLimits), which
         // the scripts read as the limits of record instead of the caller's own.
@@ -1823,16 +1909,27 @@ async fn run(a: &Args, dir: &std::path::Path) {
         .await;
         row("Submit+Release(OK) cycle, Redis, 50 accounts", 64, &plain);
         row("Submit+Release(OK) cycle, Redis, adaptive", 64, &adaptive);
-        redis_summary = Some((ratio, per_rpc, auth_ratio, auth_p99, w_ratio, ad_ratio));
+        redis_summary = Some(RedisSummary {
+            ratio,
+            per_rpc,
+            cycle_cpu,
+            pairs,
+            auth_ratio,
+            auth_p99,
+            w_ratio,
+            ad_ratio,
+        });
     }
-    let redis_line = |(ratio, (all, scripts), auth_ratio, auth_p99, w_ratio, ad_ratio): (
-        f64,
-        (f64, f64),
-        f64,
-        f64,
-        f64,
-        f64,
-    )| {
+    let redis_line = |RedisSummary {
+                          ratio,
+                          per_rpc: (all, scripts),
+                          cycle_cpu: (mem_us, red_us, redis_us),
+                          pairs: (pair_ratio, mem_pair_us, red_pair_us, pair_redis_us),
+                          auth_ratio,
+                          auth_p99,
+                          w_ratio,
+                          ad_ratio,
+                      }: RedisSummary| {
         println!(
             "Redis store: cycles reporting outcomes with adaptive account caps = {ad_ratio:.2} × without ({})",
             at_least(ad_ratio, 0.95)
@@ -1842,8 +1939,11 @@ async fn run(a: &Args, dir: &std::path::Path) {
             at_least(w_ratio, 0.95)
         );
         println!(
-            "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's ({}); {scripts:.2} EVALSHA per RPC (one round trip each; {all:.1} Redis commands per RPC in all, the EVALSHA included)",
+            "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's ({}); {scripts:.2} EVALSHA per RPC (one round trip each; {all:.1} Redis commands per RPC in all, the EVALSHA included); CPU per cycle: the authority {red_us:.0} µs (in memory {mem_us:.0}), redis-server {redis_us:.0} µs",
             at_least(ratio, 0.5)
+        );
+        println!(
+            "Redis store: Authorize+Settle pairs/s at 64 = {pair_ratio:.2} × the in-memory store's; CPU per pair: the authority {red_pair_us:.0} µs (in memory {mem_pair_us:.0}), redis-server {pair_redis_us:.0} µs"
         );
         println!(
             "Redis store: CheckAuthAttempt/s ÷ Check/s at 64 = {auth_ratio:.2} ({}), p99 {auth_p99:.2} × Check's ({})",

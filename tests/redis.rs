@@ -800,6 +800,26 @@ async fn replicas_of_two_layouts_share_a_prefix_only_when_each_runs_beside_the_o
         .await
         .unwrap();
     old.join().await.unwrap();
+
+    // The look for layout 0's limits is a SCAN of the whole keyspace: made once, not again at
+    // every sweep turn of a replica that runs alone on its prefix (Redis' CPU would grow with
+    // its keyspace, every second).
+    let scans = async |conn: &mut redis::aio::MultiplexedConnection| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(conn)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_scan:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    let before = scans(&mut conn).await;
+    for _ in 0..5 {
+        old.join().await.unwrap();
+    }
+    assert_eq!(scans(&mut conn).await, before, "joins after the first scanned again");
 }
 
 /// The real binary: it registers on its prefix before it says it listens, refuses to start

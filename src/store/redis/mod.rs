@@ -54,6 +54,9 @@ pub struct RedisStore {
     frozen_now_ms: AtomicU64,
     /// This replica in the prefix's registry of replicas and their layouts.
     registration: layout::Registration,
+    /// Whether this process already found no layout 0 limits on the prefix: the look is a SCAN
+    /// of the whole keyspace, made once, not at every sweep turn of a replica that runs alone.
+    layout_0_checked: std::sync::atomic::AtomicBool,
     /// Why this replica may not use the prefix (a live replica it cannot run beside, or
     /// layout 0's limits left), when it found so after it started: changes are refused.
     incompatible: Mutex<Option<String>>,
@@ -124,6 +127,7 @@ impl RedisStore {
             auth_fallback: std::sync::atomic::AtomicBool::new(false),
             frozen_now_ms: AtomicU64::new(0),
             registration: layout::Registration::new(),
+            layout_0_checked: std::sync::atomic::AtomicBool::new(false),
             incompatible: Mutex::new(None),
             auth_attempt: redis::Script::new(&scripts::auth_attempt()),
             auth_reset: redis::Script::new(scripts::AUTH_RESET),
@@ -194,7 +198,11 @@ impl RedisStore {
             .await?
         {
             layout::Joined::Refused(why) => Some(why),
-            layout::Joined::Ok { first: true } => {
+            layout::Joined::Ok { first: true }
+                if !self
+                    .layout_0_checked
+                    .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
                 match layout::layout_0_limits(&self.conns, self.keys.prefix()).await? {
                     Some(key) => {
                         self.registration.leave(&self.conns, registry).await;
@@ -206,10 +214,14 @@ impl RedisStore {
                              drop them), or delete those keys after noting their limits"
                         ))
                     }
-                    None => None,
+                    None => {
+                        self.layout_0_checked
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        None
+                    }
                 }
             }
-            layout::Joined::Ok { first: false } => None,
+            layout::Joined::Ok { .. } => None,
         };
         let mut incompatible = self.incompatible.lock().expect("layout lock");
         match refused {

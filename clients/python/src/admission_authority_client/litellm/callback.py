@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import sys
@@ -111,9 +112,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         }.get(s)
         if value:
             return _id(f"{s}:{value}")
-        token = getattr(key, "token", None) or getattr(key, "api_key", None) or "anonymous"
-        # The key's hash (LiteLLM keeps keys hashed), never the key itself.
-        return _id(f"key:{str(token)[:32]}")
+        return _id(f"key:{_key_hash(key)[:32]}")
 
     def _account(self, data: dict[str, Any]) -> str | None:
         if self.settings.account == "none":
@@ -256,7 +255,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
             )
         if self._rate_limits is None:
             return ()
-        found = windows(key, subject)
+        found = windows(key, _id(f"key:{_key_hash(key)[:32]}"))
         if not found:
             return ()
         try:
@@ -375,6 +374,15 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
     def held(self) -> int:
         """Calls admitted and not yet released in this proxy (ending ones included)."""
         return len(self._calls) + len(self._ending)
+
+
+def _key_hash(key: Any) -> str:
+    """The key's SHA-256 in hex, as LiteLLM keeps keys (``token``), never the key itself: a
+    value that is not such a hash is hashed here."""
+    token = str(getattr(key, "token", None) or getattr(key, "api_key", None) or "anonymous")
+    if len(token) == 64 and all(c in "0123456789abcdef" for c in token):
+        return token
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _id(s: str) -> str:
