@@ -129,7 +129,14 @@ def main() -> None:
         (workdir / "without.yaml").write_text(WITHOUT.format(port=upstream.port))
         authority = Authority(workdir)
         fleet = Fleet(upstream, authority, [], workdir)
-        env = {**fleet.env(), "ADMISSION_LIMITS_TOKEN": "", "ADMISSION_RATE_LIMIT_DOMAIN": ""}
+        # The drop-in's defaults: no LiteLLM limits to hold, the default recheck and timeout.
+        env = {
+            **fleet.env(),
+            "ADMISSION_LIMITS_TOKEN": "",
+            "ADMISSION_RATE_LIMIT_DOMAIN": "",
+            "ADMISSION_LIMITS_RECHECK": "",
+            "ADMISSION_TIMEOUT": "",
+        }
         try:
             with_ = [fleet.proxy("with-1", env), fleet.proxy("with-2", env)]
             without = [fleet.proxy("without-1", env, config="without.yaml"), fleet.proxy("without-2", env, config="without.yaml")]
