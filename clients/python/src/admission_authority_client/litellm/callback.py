@@ -11,7 +11,7 @@ import math
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +29,6 @@ log = logging.getLogger("admission_authority_client.litellm")
 COUNTED_CALLS = frozenset(
     {"completion", "acompletion", "text_completion", "atext_completion", "responses", "aresponses"}
 )
-
-
-class _ClientGone(Exception):
-    """The HTTP client disconnected while its call waited for a slot."""
 
 
 class _Local:
@@ -136,10 +132,10 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         run_id = _id(f"{s.replica}/{call_id}")
         tpm = await self._litellm_limits(user_api_key_dict, subject, account, str(data.get("model") or ""))
         stack = contextlib.AsyncExitStack()
-        watch = _DisconnectWatch(sys._getframe())
+        watch = _DisconnectWatch(sys._getframe(), self.client, run_id)
         try:
-            await watch.run(
-                stack.enter_async_context(
+            try:
+                await stack.enter_async_context(
                     self.client.slot(
                         subject,
                         run_id=run_id,
@@ -149,10 +145,13 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
                         on_queued=watch.queued,
                     )
                 )
-            )
-        except _ClientGone:
-            log.info("call %s: the client left while it was queued; its ticket is withdrawn", call_id)
-            raise HTTPException(status_code=499, detail="the client closed the request while it was queued")
+            finally:
+                watch.stop()
+        except TicketEnded:
+            if not watch.gone:
+                raise self._refused_late() from None
+            log.info("call %s: the client left while it was queued; its ticket was withdrawn", call_id)
+            raise HTTPException(status_code=499, detail="the client closed the request while it was queued") from None
         except AdmissionRefused as e:
             retry = max(1, math.ceil(e.retry_after or 1))
             raise HTTPException(
@@ -160,8 +159,6 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
                 detail=f"admission refused: {e.reason or e.message}",
                 headers={"retry-after": str(retry)},
             ) from None
-        except TicketEnded as e:
-            raise HTTPException(status_code=429, detail=f"admission refused: {e}", headers={"retry-after": "1"}) from None
         except TimeoutError:
             raise HTTPException(
                 status_code=429,
@@ -272,6 +269,10 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
                 headers={"retry-after": str(max(1, 60 - int(time.time()) % 60))},
             )
         return tuple(w for w in found if w.kind == "tpm")
+
+    def _refused_late(self) -> HTTPException:
+        """A ticket that ended while it was queued (shed, drained, or lapsed past retrying)."""
+        return HTTPException(status_code=429, detail="admission refused: the ticket ended while queued", headers={"retry-after": "1"})
 
     def _unavailable(self, why: str) -> HTTPException:
         log.warning("authority unreachable, refusing the call: %s", why)
@@ -446,34 +447,22 @@ class _DisconnectWatch:
     """Withdraws a call's ticket when its HTTP client disconnects while the call is queued.
 
     LiteLLM passes the hook the request's body, not the request, and does not notice a client
-    that leaves during the hook: the Starlette request is found on the frames awaiting the hook
-    (``frame``), once the call is queued (an admission that does not wait costs nothing), and
-    polled until the admission comes."""
+    that leaves during the hook: once the call queues (an admission that does not wait costs
+    nothing), the Starlette request is found on the frames that await the hook and polled; when
+    its client is gone, the ticket is released by run id, which ends the slot's wait
+    (:class:`TicketEnded`, with ``gone`` set)."""
 
-    def __init__(self, frame: Any) -> None:
+    def __init__(self, frame: Any, client: AsyncAdmissionClient, run_id: str) -> None:
         # The chain of awaiting frames, kept now: a suspended coroutine's frame has no f_back.
         # Their locals are only read once the call queues.
         self._frames: list[Any] = []
         while frame is not None and len(self._frames) < 64:
             self._frames.append(frame)
             frame = frame.f_back
-        self._admission: asyncio.Future[Any] | None = None
+        self._client = client
+        self._run_id = run_id
         self._watcher: asyncio.Task[None] | None = None
-        self._gone = False
-
-    async def run(self, admission: Awaitable[Any]) -> Any:
-        self._admission = asyncio.ensure_future(admission)
-        try:
-            return await self._admission
-        except asyncio.CancelledError:
-            if self._gone:
-                raise _ClientGone() from None
-            self._admission.cancel()
-            raise
-        finally:
-            if self._watcher is not None:
-                self._watcher.cancel()
-            self._frames = []
+        self.gone = False
 
     def queued(self, *_: Any) -> None:
         """The ``on_queued`` callback: start watching the connection."""
@@ -483,12 +472,20 @@ class _DisconnectWatch:
         if request is not None:
             self._watcher = asyncio.get_running_loop().create_task(self._watch(request))
 
+    def stop(self) -> None:
+        self._frames = []
+        if self._watcher is not None and not self.gone:
+            self._watcher.cancel()
+
     async def _watch(self, request: Any) -> None:
         while not await request.is_disconnected():
             await asyncio.sleep(0.25)
-        self._gone = True
-        if self._admission is not None:
-            self._admission.cancel()
+        self.gone = True
+        try:
+            await self._client.release_run(self._run_id)
+        except AdmissionError as e:
+            # The ticket lapses within its lease once the slot stops waiting for it.
+            log.warning("run %s: withdrawing the ticket of a client that left failed: %s", self._run_id, e)
 
 
 def _http_request(frames: list[Any]) -> Any:
