@@ -819,7 +819,11 @@ async fn replicas_of_two_layouts_share_a_prefix_only_when_each_runs_beside_the_o
     for _ in 0..5 {
         old.join().await.unwrap();
     }
-    assert_eq!(scans(&mut conn).await, before, "joins after the first scanned again");
+    assert_eq!(
+        scans(&mut conn).await,
+        before,
+        "joins after the first scanned again"
+    );
 }
 
 /// The real binary: it registers on its prefix before it says it listens, refuses to start
