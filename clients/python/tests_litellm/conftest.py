@@ -111,19 +111,21 @@ class Upstream:
         with self._lock:
             return self.tags.setdefault(name, Tag())
 
-    def _enter(self, tag: str, max_tokens: int | None) -> None:
+    def _enter(self, tag: str, max_tokens: int | None, count_all: bool = True) -> None:
         with self._lock:
-            self.order.append(tag)
-            for t in (self.all, self.tags.setdefault(tag, Tag())):
+            if count_all:
+                self.order.append(tag)
+            for t in (self.all, self.tags.setdefault(tag, Tag()))[0 if count_all else 1 :]:
                 t.now += 1
                 t.total += 1
                 t.max = max(t.max, t.now)
                 t.max_tokens.append(max_tokens)
 
-    def _leave(self, tag: str) -> None:
+    def _leave(self, tag: str, model: Any = None) -> None:
         with self._lock:
             self.all.now -= 1
             self.tags[tag].now -= 1
+            self.tags[f"{tag}@{model}"].now -= 1
 
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
@@ -134,13 +136,15 @@ class Upstream:
                 for w in c.split():
                     k, _, v = w.partition("=")
                     words[k] = v
+        # Counted under the tag, and under "<tag>@<model>": which deployment served it.
         tag, delay = words.get("tag", ""), float(words.get("delay") or 0.05)
         self._enter(tag, body.get("max_tokens"))
+        self._enter(f"{tag}@{body.get('model')}", body.get("max_tokens"), count_all=False)
         if "fail" in words:
             try:
                 await asyncio.sleep(delay)
             finally:
-                self._leave(tag)
+                self._leave(tag, body.get("model"))
             return JSONResponse({"error": {"message": "upstream failed", "type": "server_error"}}, status_code=500)
         if body.get("stream"):
             include_usage = (body.get("stream_options") or {}).get("include_usage")
@@ -155,13 +159,13 @@ class Upstream:
                         yield _sse({"choices": [], "usage": self.USAGE})
                     yield "data: [DONE]\n\n"
                 finally:
-                    self._leave(tag)
+                    self._leave(tag, body.get("model"))
 
             return StreamingResponse(chunks(), media_type="text/event-stream")
         try:
             await asyncio.sleep(delay)
         finally:
-            self._leave(tag)
+            self._leave(tag, body.get("model"))
         return JSONResponse(
             {
                 "id": "chatcmpl-1",
@@ -336,6 +340,12 @@ model_list:
     litellm_params: {{ model: openai/budgeted, api_base: "http://127.0.0.1:{port}/v1", api_key: x }}
   - model_name: capped
     litellm_params: {{ model: openai/capped, api_base: "http://127.0.0.1:{port}/v1", api_key: x, max_parallel_requests: 1 }}
+  - model_name: pair
+    litellm_params: {{ model: openai/pair-a, api_base: "http://127.0.0.1:{port}/v1", api_key: x, max_parallel_requests: 1 }}
+    model_info: {{ id: pair-a }}
+  - model_name: pair
+    litellm_params: {{ model: openai/pair-b, api_base: "http://127.0.0.1:{port}/v1", api_key: x, max_parallel_requests: 1 }}
+    model_info: {{ id: pair-b }}
 litellm_settings:
   callbacks: ["admission_authority_client.litellm.handler"]
 general_settings:
@@ -420,6 +430,8 @@ class Extras:
     #: Killed (SIGKILL) and stopped (SIGTERM) by the tests.
     killed: Proxy
     stopped: Proxy
+    #: ADMISSION_ACCOUNT=deployment.
+    by_deployment: Proxy
 
 
 @pytest.fixture(scope="session")
@@ -436,8 +448,9 @@ def extras(fleet: Fleet) -> Extras:
         doomed=doomed,
         killed=fleet.proxy("killed"),
         stopped=fleet.proxy("stopped"),
+        by_deployment=fleet.proxy("by-deployment", {"ADMISSION_ACCOUNT": "deployment"}),
     )
-    for p in (e.reject, e.closed, e.local, e.killed, e.stopped):
+    for p in (e.reject, e.closed, e.local, e.killed, e.stopped, e.by_deployment):
         p.wait_ready()
     return e
 

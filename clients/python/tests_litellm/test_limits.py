@@ -8,7 +8,7 @@ import hashlib
 import threading
 import time
 
-from conftest import HOST, Fleet, Proxy, burst, eventually
+from conftest import HOST, Extras, Fleet, Proxy, burst, eventually
 
 
 def key_subject(key: str) -> str:
@@ -57,6 +57,24 @@ def test_a_deployments_max_parallel_requests_holds_across_both_proxies(fleet: Fl
     assert [r.status_code for r in replies] == [200] * 4, [r.text for r in replies]
     assert fleet.upstream.tag("lim-deployment").max == 1
     assert fleet.authority.operator.get_limits(HOST).limits.accounts["model:capped"] == 1
+
+
+def test_a_deployment_as_the_account_holds_each_deployments_cap(fleet: Fleet, extras: Extras) -> None:
+    proxy = extras.by_deployment
+    fleet.authority.limits()
+    fleet.authority.settled()
+    # ADMISSION_ACCOUNT=deployment: the group "pair" has two deployments with
+    # max_parallel_requests 1 each. Each call takes a free deployment's slot (or queues for
+    # one) and is called on it: both serve at once, neither ever twice at once.
+    replies = burst(6, lambda i: proxy.chat(f"sk-pair-{i}", "tag=lim-pair delay=0.4", model="pair"))
+    assert [r.status_code for r in replies] == [200] * 6, [r.text for r in replies]
+    up = fleet.upstream
+    assert up.tag("lim-pair").max == 2, up.tag("lim-pair")
+    assert (up.tag("lim-pair@pair-a").max, up.tag("lim-pair@pair-b").max) == (1, 1)
+    assert up.tag("lim-pair@pair-a").total + up.tag("lim-pair@pair-b").total == 6
+    accounts = fleet.authority.operator.get_limits(HOST).limits.accounts
+    assert (accounts["deployment:pair-a"], accounts["deployment:pair-b"]) == (1, 1)
+    fleet.authority.settled()
 
 
 def test_a_keys_rpm_limit_holds_across_both_proxies(fleet: Fleet, a: Proxy, b: Proxy) -> None:

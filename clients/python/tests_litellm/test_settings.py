@@ -57,3 +57,10 @@ def test_tokens_from_files(tmp_path: Path) -> None:
         Settings.from_env({**BASE, "ADMISSION_LIMITS_TOKEN_FILE": str(tmp_path / "op")})
     s = Settings.from_env({**BASE, "ADMISSION_AUTHORITY_TOKEN_FILE": str(tmp_path / "gw")})
     assert s.token == "gateway-token"
+
+
+def test_the_account_is_a_model_group_a_deployment_or_none() -> None:
+    for account in ("model_group", "deployment", "none"):
+        assert Settings.from_env({**BASE, "ADMISSION_ACCOUNT": account}).account == account
+    with pytest.raises(SettingsError, match="ADMISSION_ACCOUNT: must be one of model_group, deployment, none, got 'region'"):
+        Settings.from_env({**BASE, "ADMISSION_ACCOUNT": "region"})

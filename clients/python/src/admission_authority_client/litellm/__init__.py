@@ -19,7 +19,8 @@ wrong setting stops the proxy with the variable named):
 ``ADMISSION_SUBJECT``              who a call counts against: ``key`` (default), ``team``,
                                    ``user`` or ``end_user`` (each falls back to the key)
 ``ADMISSION_ACCOUNT``              the provider account: ``model_group`` (default: the model
-                                   the request names) or ``none``
+                                   the request names), ``deployment`` (one deployment of it,
+                                   picked with a free slot) or ``none``
 ``ADMISSION_MODE``                 ``queue`` (default: wait in the fair queue) or ``reject``
                                    (429 with ``retry-after`` when no slot is free)
 ``ADMISSION_WAIT_TIMEOUT``         seconds a call may wait in the queue (default 600), then 429

@@ -13,14 +13,14 @@ import time
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import HTTPException
 from litellm.integrations.custom_logger import CustomLogger
 
 from .._client import AsyncAdmissionClient
 from ..errors import AdmissionError, AdmissionRefused, TicketEnded
-from .limits import Caps, RateLimits, Window, group_cap, windows
+from .limits import Caps, RateLimits, Window, deployments, group_cap, windows
 from .settings import Settings
 
 log = logging.getLogger("admission_authority_client.litellm")
@@ -89,8 +89,10 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         self._warned_caps = False
         #: (subject, account) -> until when no budget is known to apply to it (no Authorize)
         self._unbudgeted: dict[tuple[str, str | None], float] = {}
-        #: model group -> (its deployments' summed max_parallel_requests, when it was read)
-        self._group_caps: dict[str, tuple[int | None, float]] = {}
+        #: model group -> (its accounts' caps from LiteLLM's max_parallel_requests, when read)
+        self._group_caps: dict[str, tuple[list[tuple[str, int]], float]] = {}
+        #: The deployment of a model group tried first next (ADMISSION_ACCOUNT=deployment).
+        self._turn = 0
         log.info(
             "admission-authority drop-in: host %s, replica %s, authority %s, subject %s, "
             "account %s, mode %s, failure mode %s",
@@ -111,7 +113,9 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         return _id(f"key:{_key_hash(key)[:32]}")
 
     def _account(self, data: dict[str, Any]) -> str | None:
-        if self.settings.account == "none":
+        """The model group's account; ``None`` for none, or for a deployment's (chosen at
+        admission, :meth:`_admit`)."""
+        if self.settings.account in ("none", "deployment"):
             return None
         model = data.get("model")
         return _id(f"model:{model}") if model else None
@@ -135,16 +139,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         watch = _DisconnectWatch(sys._getframe(), self.client, run_id)
         try:
             try:
-                await stack.enter_async_context(
-                    self.client.slot(
-                        subject,
-                        run_id=run_id,
-                        account_id=account,
-                        mode="try" if s.mode == "reject" else "queue",
-                        wait_timeout=s.wait_timeout,
-                        on_queued=watch.queued,
-                    )
-                )
+                account, run_id = await self._admit(stack, watch, subject, account, run_id, data)
             finally:
                 watch.stop()
         except TicketEnded:
@@ -219,6 +214,59 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         )
         return data
 
+    async def _admit(
+        self,
+        stack: contextlib.AsyncExitStack,
+        watch: _DisconnectWatch,
+        subject: str,
+        account: str | None,
+        run_id: str,
+        data: dict[str, Any],
+    ) -> tuple[str | None, str]:
+        """Take a slot for the call (entered on ``stack``); returns its account and run id.
+
+        With ``ADMISSION_ACCOUNT=deployment`` the account is a deployment of the call's model
+        group, chosen here since LiteLLM picks one only after this hook: a deployment with a
+        free slot (each tried without queueing, in turn from the next one), else the queue of
+        the next one. A group of several deployments is then called on the chosen one (its
+        model id)."""
+        s = self.settings
+        mode: Literal["try", "queue"] = "try" if s.mode == "reject" else "queue"
+
+        async def slot(account: str | None, run: str, mode: Literal["try", "queue"]) -> None:
+            await stack.enter_async_context(
+                self.client.slot(
+                    subject, run_id=run, account_id=account, mode=mode, wait_timeout=s.wait_timeout, on_queued=watch.queued
+                )
+            )
+
+        if s.account != "deployment":
+            await slot(account, run_id, mode)
+            return account, run_id
+        ids = [d for d, _ in deployments(str(data.get("model") or ""))]
+        if len(ids) <= 1:
+            account = _id(f"deployment:{ids[0]}") if ids else None
+            await slot(account, run_id, mode)
+            return account, run_id
+        self._turn = (self._turn + 1) % len(ids)
+        order = ids[self._turn :] + ids[: self._turn]
+        refused: AdmissionRefused | None = None
+        for i, deployment in enumerate(order):
+            account, run = _id(f"deployment:{deployment}"), _id(f"{run_id}@{i}")
+            try:
+                await slot(account, run, "try")
+            except AdmissionRefused as e:
+                refused = e
+                continue
+            data["model"] = deployment
+            return account, run
+        if mode == "try" and refused is not None:
+            raise refused
+        account = _id(f"deployment:{order[0]}")
+        await slot(account, run_id, "queue")
+        data["model"] = order[0]
+        return account, run_id
+
     async def _litellm_limits(self, key: Any, subject: str, account: str | None, group: str) -> tuple[Window, ...]:
         """Hold the limits set in LiteLLM installation-wide: a key's ``max_parallel_requests``
         as its subject's cap, a model group's deployments' as its account's, rpm (counted now)
@@ -229,13 +277,17 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         caps: list[tuple[str, str, int]] = []
         if isinstance(cap, int) and cap > 0 and s.subject == "key":
             caps.append(("subjects", subject, cap))
-        if account is not None and group:
-            deployments = self._group_caps.get(group)
-            if deployments is None or time.monotonic() - deployments[1] > s.limits_recheck:
-                deployments = (group_cap(group), time.monotonic())
-                self._group_caps[group] = deployments
-            if deployments[0] is not None:
-                caps.append(("accounts", account, deployments[0]))
+        if group and (account is not None or s.account == "deployment"):
+            known = self._group_caps.get(group)
+            if known is None or time.monotonic() - known[1] > s.limits_recheck:
+                if s.account == "deployment":
+                    named = [(_id(f"deployment:{d}"), cap) for d, cap in deployments(group) if cap is not None]
+                else:
+                    total = group_cap(group)
+                    named = [(account or "", total)] if total is not None else []
+                known = (named, time.monotonic())
+                self._group_caps[group] = known
+            caps.extend(("accounts", name, cap) for name, cap in known[0] if name)
         if caps and self._caps is not None:
             try:
                 for field, name, value in caps:

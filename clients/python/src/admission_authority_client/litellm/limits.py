@@ -94,22 +94,31 @@ class Window:
     limit: int
 
 
-def group_cap(group: str) -> int | None:
-    """The sum of the ``max_parallel_requests`` of the model group's deployments in this
-    proxy's router, when every one of them sets it; else ``None``."""
+def deployments(group: str) -> list[tuple[str, int | None]]:
+    """The model group's deployments in this proxy's router: each one's id and its
+    ``max_parallel_requests`` (``None`` when it sets none). Empty outside a proxy."""
     try:
         from litellm.proxy.proxy_server import llm_router
     except ImportError:
-        return None
+        return []
     if llm_router is None:
-        return None
-    caps: list[int] = []
+        return []
+    out: list[tuple[str, int | None]] = []
     for d in llm_router.get_model_list(model_name=group) or []:
+        model_id = (d.get("model_info") or {}).get("id")
         cap = (d.get("litellm_params") or {}).get("max_parallel_requests")
-        if not isinstance(cap, int) or cap < 1:
-            return None
-        caps.append(cap)
-    return sum(caps) if caps else None
+        if model_id:
+            out.append((str(model_id), cap if isinstance(cap, int) and cap > 0 else None))
+    return out
+
+
+def group_cap(group: str) -> int | None:
+    """The sum of the ``max_parallel_requests`` of the model group's deployments, when every
+    one of them sets it; else ``None``."""
+    caps = [cap for _, cap in deployments(group)]
+    if not caps or any(cap is None for cap in caps):
+        return None
+    return sum(cap for cap in caps if cap is not None)
 
 
 def windows(key: Any, key_id: str) -> list[Window]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Subject = Literal["key", "team", "user", "end_user"]
-Account = Literal["model_group", "none"]
+Account = Literal["model_group", "deployment", "none"]
 
 
 class SettingsError(ValueError):
@@ -108,7 +108,7 @@ class Settings:
         if not _printable(replica) or len(replica) > 60:
             problems.append("ADMISSION_REPLICA_ID: must be 1..60 printable ASCII characters")
         subject = choice("ADMISSION_SUBJECT", ("key", "team", "user", "end_user"), "key")
-        account = choice("ADMISSION_ACCOUNT", ("model_group", "none"), "model_group")
+        account = choice("ADMISSION_ACCOUNT", ("model_group", "deployment", "none"), "model_group")
         mode = choice("ADMISSION_MODE", ("queue", "reject"), "queue")
         failure_mode = choice("ADMISSION_FAILURE_MODE", ("closed", "local"), "closed")
         reserve = choice("ADMISSION_RESERVE_TOKENS", ("true", "false"), "true")
