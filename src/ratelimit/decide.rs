@@ -370,7 +370,7 @@ impl Plan<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ratelimit::rules::{DomainRules, Level, Node, Unit};
+    use crate::ratelimit::rules::{Node, Unit};
 
     fn limit(rpu: u32, unit: Unit) -> Option<Limit> {
         Some(Limit {
@@ -389,18 +389,7 @@ mod tests {
     }
 
     fn rules(nodes: Vec<Node>) -> Rules {
-        let mut root = Level::default();
-        for n in nodes {
-            root.insert(n).unwrap();
-        }
-        let mut r = Rules::default();
-        r.insert(DomainRules {
-            domain: "d".into(),
-            root,
-            source: "test".into(),
-        })
-        .unwrap();
-        r
+        Rules::one_domain(nodes)
     }
 
     fn desc(pairs: &[(&str, &str)]) -> Descriptor {

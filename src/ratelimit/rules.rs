@@ -305,6 +305,26 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
     true
 }
 
+/// Rules of one domain, `d`, of these top-level descriptors: for the tests of this module and
+/// of the decisions.
+#[cfg(test)]
+impl Rules {
+    pub(crate) fn one_domain(nodes: Vec<Node>) -> Rules {
+        let mut root = Level::default();
+        for n in nodes {
+            root.insert(n).unwrap();
+        }
+        let mut r = Rules::default();
+        r.insert(DomainRules {
+            domain: "d".into(),
+            root,
+            source: "test".into(),
+        })
+        .unwrap();
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,18 +362,7 @@ mod tests {
     }
 
     fn rules(nodes: Vec<Node>) -> Rules {
-        let mut root = Level::default();
-        for n in nodes {
-            root.insert(n).unwrap();
-        }
-        let mut r = Rules::default();
-        r.insert(DomainRules {
-            domain: "d".into(),
-            root,
-            source: "test".into(),
-        })
-        .unwrap();
-        r
+        Rules::one_domain(nodes)
     }
 
     fn path_of(m: Match<'_>) -> Option<String> {

@@ -821,10 +821,8 @@ class OperatorClient:
         nulls = sorted(k for k, v in changes.items() if v is None and k != "per_account")
         if nulls:
             raise TypeError(f"update_limits: only per_account may be None, not {nulls}")
-        for _ in range(5):
-            current = self.get_limits(host_id)
-            limits = pb.HostLimits()
-            limits.CopyFrom(current.limits)
+
+        def change(limits: pb.HostLimits) -> bool:
             for name, value in changes.items():
                 if name in _QUEUE_FIELDS:
                     setattr(limits.queue, _QUEUE_FIELDS[name], value)
@@ -838,12 +836,30 @@ class OperatorClient:
                     limits.ClearField("per_account")
                 else:
                     setattr(limits, name, value)
+            return True
+
+        reply = self.edit_limits(host_id, change)
+        assert reply is not None
+        return reply
+
+    def edit_limits(
+        self, host_id: str, change: Callable[[pb.HostLimits], bool]
+    ) -> pb.SetLimitsResponse | None:
+        """Read the limits in force, let ``change`` edit a copy (it returns False when there is
+        nothing to write: then nothing is, and the answer is None) and write it back at the
+        revision read; read again if another operator changed them in between."""
+        for _ in range(5):
+            current = self.get_limits(host_id)
+            limits = pb.HostLimits()
+            limits.CopyFrom(current.limits)
+            if not change(limits):
+                return None
             try:
                 return self.set_limits(host_id, limits, expected_revision=current.revision)
             except AdmissionError as e:
                 if e.code != grpc.StatusCode.FAILED_PRECONDITION:
                     raise
-        raise AdmissionError(f"update_limits: the limits of {host_id} kept changing")
+        raise AdmissionError(f"the limits of {host_id} kept changing")
 
     def reset_limits(self, host_id: str, *, expected_revision: int = 0) -> pb.ResetLimitsResponse:
         """Return ``host_id`` to the configuration file's limits."""

@@ -110,7 +110,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         }.get(s)
         if value:
             return _id(f"{s}:{value}")
-        return _id(f"key:{_key_hash(key)[:32]}")
+        return _key_subject(key)
 
     def _account(self, data: dict[str, Any]) -> str | None:
         """The model group's account; ``None`` for none, or for a deployment's (chosen at
@@ -164,12 +164,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
             if not e.retryable:
                 raise HTTPException(status_code=500, detail=f"admission authority: {e.message}") from None
             if s.failure_mode == "closed":
-                log.warning("authority unreachable, refusing the call (failure mode closed): %s", e)
-                raise HTTPException(
-                    status_code=503,
-                    detail="admission authority unavailable",
-                    headers={"retry-after": "1"},
-                ) from None
+                raise self._unavailable(f"failure mode closed: {e}") from None
             log.warning("authority unreachable, admitting under the local bound: %s", e)
             await stack.enter_async_context(_semaphore(self._local.semaphore()))
             self._calls[call_id] = _Call(
@@ -304,7 +299,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
             )
         if self._rate_limits is None:
             return ()
-        found = windows(key, _id(f"key:{_key_hash(key)[:32]}"))
+        found = windows(key, _key_subject(key))
         if not found:
             return ()
         try:
@@ -429,13 +424,13 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         return len(self._calls) + len(self._ending)
 
 
-def _key_hash(key: Any) -> str:
-    """The key's SHA-256 in hex, as LiteLLM keeps keys (``token``), never the key itself: a
-    value that is not such a hash is hashed here."""
+def _key_subject(key: Any) -> str:
+    """``key:`` and the key's SHA-256 in hex (its first 32 digits), as LiteLLM keeps keys
+    (``token``), never the key itself: a value that is not such a hash is hashed here."""
     token = str(getattr(key, "token", None) or getattr(key, "api_key", None) or "anonymous")
-    if len(token) == 64 and all(c in "0123456789abcdef" for c in token):
-        return token
-    return hashlib.sha256(token.encode()).hexdigest()
+    if not (len(token) == 64 and all(c in "0123456789abcdef" for c in token)):
+        token = hashlib.sha256(token.encode()).hexdigest()
+    return _id(f"key:{token[:32]}")
 
 
 def _id(s: str) -> str:

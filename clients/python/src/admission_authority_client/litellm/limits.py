@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from .._client import OperatorClient
+from .._client import OperatorClient, _metadata
 from ..errors import AdmissionError
 from ..v1 import admission_pb2 as pb
 
@@ -58,10 +58,7 @@ class Caps:
             self._known[(field, name)] = (cap, time.monotonic())
 
     def _write(self, field: str, name: str, cap: int) -> None:
-        for _ in range(5):
-            current = self._operator.get_limits(self._host)
-            limits = pb.HostLimits()
-            limits.CopyFrom(current.limits)
+        def change(limits: pb.HostLimits) -> bool:
             if field == "subjects":
                 ceiling = limits.per_subject
             else:
@@ -69,16 +66,12 @@ class Caps:
             wanted = max(1, min(cap, ceiling))
             entries = getattr(limits, field)
             if entries.get(name) == wanted:
-                return
+                return False
             entries[name] = wanted
-            try:
-                self._operator.set_limits(self._host, limits, expected_revision=current.revision)
-                log.info("%s %s: cap %d (max_parallel_requests %d in LiteLLM)", field, name, wanted, cap)
-                return
-            except AdmissionError as e:
-                if e.code != grpc.StatusCode.FAILED_PRECONDITION:
-                    raise
-        raise AdmissionError(f"the limits of {self._host} kept changing while a LiteLLM cap was written")
+            log.info("%s %s: cap %d (max_parallel_requests %d in LiteLLM)", field, name, wanted, cap)
+            return True
+
+        self._operator.edit_limits(self._host, change)
 
     def close(self) -> None:
         self._operator.close()
@@ -153,7 +146,7 @@ class RateLimits:
     def __init__(self, target: str, domain: str, token: str | None, timeout: float) -> None:
         self._target = target
         self._domain = domain
-        self._md = (("authorization", f"Bearer {token}"),) if token else ()
+        self._md = _metadata(token)
         self._timeout = timeout
         self._channel: grpc.aio.Channel | None = None
         self._call: Any = None
