@@ -1122,3 +1122,174 @@ async fn a_redis_stopped_cleanly_is_unreachable_at_once_not_an_unknown_outcome()
         );
     }
 }
+
+/// The Submits and Releases of one host that arrive together go to Redis together, fewer
+/// script calls than operations (Redis's own count of EVALSHA says so), and every answer is
+/// one they would have had one by one: a cap of 50 under a burst of 200 Submits admits exactly
+/// 50 and queues the rest; a Submit repeated in the same burst answers its first ticket; slots
+/// released in a burst go to the queue, not to Submits that arrive with the releases. Callers
+/// that vanish mid-call leave the host answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_by_one() {
+    use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
+    use admission_authority::store::{TicketId, TicketStore};
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    let policy = Policy {
+        limits: LimitsTable::uniform(Limits {
+            total: 50,
+            per_subject: 50,
+            queue_total: 1_000,
+            queue_per_subject: 1_000,
+            queue_hard_total: 1_000,
+            lease_ttl_ms: 60_000,
+            ..Default::default()
+        }),
+        ..Policy::default()
+    };
+    let store = Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            "co:",
+            1,
+            policy,
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap(),
+    );
+    let evalsha = || {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "info", "commandstats"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .map(str::to_string)
+            .unwrap_or_default();
+        line.split(['=', ','])
+            .nth(1)
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    // One Submit first: the host begins under the store's epoch (its own calls, not counted).
+    let (first, _) = store
+        .submit("h", queue_args("s0", "warm"))
+        .await
+        .unwrap()
+        .unwrap();
+    store.release(&first, Report::default()).await.unwrap();
+    let calls_before = evalsha();
+
+    // 200 Submits of 8 subjects, and 20 of them again (a retry racing its first try).
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..220 {
+        let store = store.clone();
+        let run = format!("r{}", i % 200);
+        let subject = format!("s{}", i % 200 % 8);
+        burst.spawn(async move {
+            let (id, v) = store
+                .submit("h", queue_args(&subject, &run))
+                .await
+                .unwrap()
+                .unwrap();
+            (run, id, v.state)
+        });
+    }
+    let mut by_run: std::collections::HashMap<String, (TicketId, TicketState)> =
+        std::collections::HashMap::new();
+    let mut answers = 0;
+    while let Some(r) = burst.join_next().await {
+        let (run, id, state) = r.unwrap();
+        answers += 1;
+        if let Some((seen, _)) = by_run.get(&run) {
+            assert_eq!(*seen, id, "run {run} answered two tickets");
+        }
+        by_run.insert(run, (id, state));
+    }
+    assert_eq!((answers, by_run.len()), (220, 200));
+    let admitted: Vec<TicketId> = by_run
+        .values()
+        .filter(|(_, s)| *s == TicketState::Admitted)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let stats = store.stats("h").await.unwrap();
+    assert_eq!(
+        (admitted.len(), stats.in_flight, stats.queued),
+        (50, 50, 150)
+    );
+
+    // The 50 released while 50 new Submits arrive: the freed slots go to the queue.
+    let mut burst = tokio::task::JoinSet::new();
+    for (i, id) in admitted.into_iter().enumerate() {
+        let releasing = store.clone();
+        burst.spawn(async move {
+            let was = releasing.release(&id, Report::default()).await.unwrap();
+            assert_eq!(was, Some(TicketState::Admitted));
+        });
+        let submitting = store.clone();
+        burst.spawn(async move {
+            let (_, v) = submitting
+                .submit("h", queue_args("late", &format!("late{i}")))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                v.state,
+                TicketState::Queued,
+                "a newcomer went ahead of the queue"
+            );
+        });
+    }
+    while let Some(r) = burst.join_next().await {
+        r.unwrap();
+    }
+    let stats = store.stats("h").await.unwrap();
+    assert_eq!((stats.in_flight, stats.queued), (50, 150));
+    let calls = evalsha() - calls_before;
+    let (batched, batches) = store.coalesced_counts();
+    assert!(
+        batches > 0 && calls < 320,
+        "320 operations took {calls} script calls ({batched} operations in {batches} batches)"
+    );
+
+    // Callers that vanish mid-call: the host still answers, and its counts match its tickets.
+    let mut gone = Vec::new();
+    for i in 0..100 {
+        let store = store.clone();
+        gone.push(tokio::spawn(async move {
+            let _ = store
+                .submit("h", queue_args("gone", &format!("gone{i}")))
+                .await;
+        }));
+    }
+    for (i, task) in gone.iter().enumerate() {
+        if i % 2 == 0 {
+            task.abort();
+        }
+    }
+    for task in gone {
+        let _ = task.await;
+    }
+    let (_, v) = tokio::time::timeout(
+        Duration::from_secs(5),
+        store.submit("h", queue_args("after", "after")),
+    )
+    .await
+    .expect("the host answers after callers vanished")
+    .unwrap()
+    .unwrap();
+    assert_eq!(v.state, TicketState::Queued);
+    let stats = store.stats("h").await.unwrap();
+    let (listed, _) = store.list("h", 10_000).await.unwrap();
+    let listed_admitted = listed
+        .iter()
+        .filter(|t| t.state == TicketState::Admitted)
+        .count();
+    assert_eq!(
+        (stats.in_flight as usize, stats.queued as usize),
+        (listed_admitted, listed.len() - listed_admitted)
+    );
+    drop(redis);
+}

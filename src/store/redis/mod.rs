@@ -7,11 +7,13 @@
 //!
 //! - [`connection`]: multiplexed connections, checked before use, failures classified;
 //! - [`tickets`]: the scheduler's tickets, and Wait wake-ups across replicas (pub/sub);
+//! - [`coalesce`]: a host's concurrent Submits and Releases in one script call;
 //! - [`ledger`]: reservations of model steps;
 //! - [`auth`]: auth buckets, with a local fallback that never fails open;
 //! - [`layout`]: the layout's version and the replicas that may share a prefix.
 
 mod auth;
+mod coalesce;
 mod codes;
 mod connection;
 mod epoch;
@@ -38,7 +40,7 @@ use connection::Connections;
 use keys::Keys;
 
 pub struct RedisStore {
-    conns: Connections,
+    conns: Arc<Connections>,
     keys: Keys,
     policy: Policy,
     /// The replica's own clock: only for the local fallback and the skip window.
@@ -75,12 +77,13 @@ pub struct RedisStore {
     registered_hosts: Mutex<std::collections::HashSet<String>>,
     /// The store's state epoch as this replica knows it, and the losses it detected.
     epoch: epoch::Epoch,
-    submit: redis::Script,
+    submit: Arc<redis::Script>,
     park: redis::Script,
     unpark: redis::Script,
     reclaim: redis::Script,
     renew: redis::Script,
-    release: redis::Script,
+    /// Concurrent Submits and Releases of a host, in one call.
+    coalescer: Arc<coalesce::Coalescer>,
     ticket: redis::Script,
     stats: redis::Script,
     list: redis::Script,
@@ -116,9 +119,28 @@ impl RedisStore {
         policy: Policy,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
+        let conns = Connections::new(url, pool_size)?;
+        Ok(Self::with_connections(conns, url, prefix, policy, clock))
+    }
+
+    fn with_connections(
+        conns: Connections,
+        url: &str,
+        prefix: &str,
+        policy: Policy,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let file_limits = limits_args::FileLimits::new(policy.limits.clone(), clock.as_ref());
-        Ok(RedisStore {
-            conns: Connections::new(url, pool_size)?,
+        let conns = Arc::new(conns);
+        let submit = Arc::new(redis::Script::new(&scripts::submit()));
+        let release = Arc::new(redis::Script::new(&scripts::release()));
+        RedisStore {
+            coalescer: Arc::new(coalesce::Coalescer::new(
+                conns.clone(),
+                submit.clone(),
+                release,
+            )),
+            conns,
             keys: Keys::new(prefix),
             local_auth: Mutex::new(AuthTable::new(policy.auth.local_max_keys)),
             policy,
@@ -141,12 +163,11 @@ impl RedisStore {
             rate_limit_sweep: redis::Script::new(scripts::RATE_LIMIT_SWEEP),
             registered_hosts: Mutex::default(),
             epoch: epoch::Epoch::new(clock.clone()),
-            submit: redis::Script::new(&scripts::submit()),
+            submit,
             park: redis::Script::new(&scripts::park()),
             unpark: redis::Script::new(&scripts::unpark()),
             reclaim: redis::Script::new(&scripts::reclaim()),
             renew: redis::Script::new(&scripts::renew()),
-            release: redis::Script::new(&scripts::release()),
             ticket: redis::Script::new(&scripts::ticket()),
             stats: redis::Script::new(&scripts::stats()),
             list: redis::Script::new(&scripts::list()),
@@ -156,7 +177,7 @@ impl RedisStore {
             watchers: Arc::default(),
             listener: std::sync::OnceLock::new(),
             listening: tokio::sync::watch::Sender::new(false),
-        })
+        }
     }
 
     /// A store on the Redis Cluster that `nodes` (any of its nodes; one is enough) belong to.
@@ -171,9 +192,9 @@ impl RedisStore {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let conns = Connections::cluster(nodes)?;
-        let mut store = RedisStore::new(nodes[0], prefix, 1, policy, clock)?;
-        store.conns = conns;
-        Ok(store)
+        Ok(Self::with_connections(
+            conns, nodes[0], prefix, policy, clock,
+        ))
     }
 
     /// Freeze the time every script sees at `now_ms` instead of Redis `TIME` (tests only:

@@ -120,7 +120,13 @@ const TICKET_HELPERS: &str = include_str!("lua/ticket_helpers.lua");
 ///
 /// Its header in `lua/submit_body.lua` says what it takes and answers.
 pub fn submit() -> String {
-    ticket_script(&[TICKET_CORE, SUBMIT_FAST, TICKET_HELPERS, SUBMIT_BODY])
+    ticket_script(&[
+        TICKET_CORE,
+        SUBMIT_FAST,
+        SUBMIT_FAST_CALL,
+        TICKET_HELPERS,
+        SUBMIT_BODY,
+    ])
 }
 
 const SUBMIT_BODY: &str = include_str!("lua/submit_body.lua");
@@ -131,6 +137,12 @@ const SUBMIT_BODY: &str = include_str!("lua/submit_body.lua");
 ///
 /// Its header in `lua/submit_fast.lua` says what it takes and answers.
 const SUBMIT_FAST: &str = include_str!("lua/submit_fast.lua");
+
+/// The Submit script's one call of its fast path, which answers when it applies.
+const SUBMIT_FAST_CALL: &str = "local EPOCH, EPOCH_INIT = ARGV[13], ARGV[14]
+local fast = submit_fast(ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[12], EPOCH)
+if fast then return fast end
+";
 
 /// Renew leases.
 ///
@@ -145,7 +157,13 @@ const RENEW_BODY: &str = include_str!("lua/renew_body.lua");
 ///
 /// Its header in `lua/release_body.lua` says what it takes and answers.
 pub fn release() -> String {
-    ticket_script(&[TICKET_CORE, RELEASE_FAST, TICKET_HELPERS, RELEASE_BODY])
+    ticket_script(&[
+        TICKET_CORE,
+        RELEASE_FAST,
+        RELEASE_FAST_CALL,
+        TICKET_HELPERS,
+        RELEASE_BODY,
+    ])
 }
 
 const RELEASE_BODY: &str = include_str!("lua/release_body.lua");
@@ -155,6 +173,21 @@ const RELEASE_BODY: &str = include_str!("lua/release_body.lua");
 ///
 /// Its header in `lua/release_fast.lua` says what it takes and answers.
 const RELEASE_FAST: &str = include_str!("lua/release_fast.lua");
+
+/// The Release script's one call of its fast path, which answers when it applies.
+const RELEASE_FAST_CALL: &str = "local fast, k = release_fast(ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+if fast ~= nil then return fast end
+";
+
+/// Submits and Releases of one host in one call, each by its fast path, in order, until one
+/// does not apply (the coalescer's call: see [`super::coalesce`]).
+///
+/// Its header in `lua/batch_body.lua` says what it takes and answers.
+pub fn batch() -> String {
+    ticket_script(&[TICKET_CORE, SUBMIT_FAST, RELEASE_FAST, BATCH_BODY])
+}
+
+const BATCH_BODY: &str = include_str!("lua/batch_body.lua");
 
 /// Park an admitted ticket (a parked one stays).
 ///
@@ -229,6 +262,7 @@ mod tests {
     fn every_script_gets_its_constants_and_no_placeholder_is_left() {
         for script in [
             submit(),
+            batch(),
             renew(),
             release(),
             park(),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use redis::Value;
 use tokio::sync::watch;
 
+use super::coalesce::{Head, Kind};
 use super::limits_args::*;
 use super::replies::*;
 use super::{RedisStore, codes};
@@ -31,19 +32,39 @@ impl RedisStore {
         args: &[String],
     ) -> Result<Value, StoreError> {
         self.refuse_if_incompatible()?;
-        let prefix = self.keys.sched(host);
+        self.conns
+            .run(self.head(host).invocation(script, args))
+            .await
+    }
+
+    /// A Submit or Release on `host` (`args` from ARGV[5] of its script), sent with the host's
+    /// others that arrive meanwhile ([`coalesce`]).
+    async fn coalesced(
+        &self,
+        kind: Kind,
+        host: &str,
+        args: Vec<String>,
+    ) -> Result<Value, StoreError> {
+        self.refuse_if_incompatible()?;
+        self.coalescer.call(host, kind, self.head(host), args).await
+    }
+
+    /// The arguments every ticket script on `host` takes first.
+    fn head(&self, host: &str) -> Head {
         let file = self.file_limits.read().expect("limits lock").clone();
         let (scalars, maps) = file.args(host);
-        let mut inv = script.prepare_invoke();
-        inv.key(format!("{prefix}c"))
-            .arg(&prefix)
-            .arg(scalars)
-            .arg(self.now_arg())
-            .arg(maps);
-        for a in args {
-            inv.arg(a);
+        Head {
+            prefix: self.keys.sched(host),
+            scalars: scalars.to_string(),
+            now: self.now_arg(),
+            maps: maps.to_string(),
         }
-        self.conns.run(inv).await
+    }
+
+    /// Submits and Releases sent in batches of two or more, and how many such batches, since
+    /// the store was made (the load generator reports them).
+    pub fn coalesced_counts(&self) -> (u64, u64) {
+        self.coalescer.batched()
     }
 
     /// Wake this replica's Wait streams on a ticket that changed.
@@ -128,7 +149,7 @@ impl TicketStore for RedisStore {
         // A host of another epoch than this replica knows changes nothing and says so: learn
         // the store's epoch (a loss, or a new host) and call again, beginning the host under it.
         let started = self.epoch.tick();
-        let mut reply = self.sched(&self.submit, host_id, &argv).await?;
+        let mut reply = self.coalesced(Kind::Submit, host_id, argv.clone()).await?;
         for _ in 0..2 {
             let Some(seen) = epoch_reply(&reply) else {
                 break;
@@ -220,10 +241,10 @@ impl TicketStore for RedisStore {
     ) -> Result<Option<TicketState>, StoreError> {
         let (outcome, latency) = report_args(report);
         let reply = self
-            .sched(
-                &self.release,
+            .coalesced(
+                Kind::Release,
                 &id.host_id,
-                &[hex(id.key), String::new(), outcome, latency],
+                vec![hex(id.key), String::new(), outcome, latency],
             )
             .await?;
         Ok(released(reply)?.map(|(_, s)| s))
@@ -237,10 +258,10 @@ impl TicketStore for RedisStore {
     ) -> Result<Option<(TicketId, TicketState)>, StoreError> {
         let (outcome, latency) = report_args(report);
         let reply = self
-            .sched(
-                &self.release,
+            .coalesced(
+                Kind::Release,
                 host_id,
-                &[String::new(), run_id.to_string(), outcome, latency],
+                vec![String::new(), run_id.to_string(), outcome, latency],
             )
             .await?;
         Ok(released(reply)?.map(|(key, s)| {

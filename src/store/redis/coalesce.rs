@@ -1,0 +1,262 @@
+//! Coalescing: the Submits and Releases of one host that arrive while a call for that host is
+//! on its way to Redis wait for it, then go together in one script call
+//! (`lua/batch_body.lua`), which applies them in arrival order and answers each.
+//!
+//! Most of what a decision costs Redis is not its commands but the script around them: the
+//! call itself, its arguments, the constants, the limits parsed from their text, `TIME`. One
+//! call for many decisions pays that once. Nothing waits on purpose: a lone operation goes at
+//! once, alone, with its own script; only those that would have queued behind a call in flight
+//! anyway are grouped, so batches grow with the load and latency does not.
+//!
+//! The batch decides each operation by its fast path only (no lease due, nothing queued, room
+//! for the ticket; an admitted ticket released). From the first operation whose fast path does
+//! not apply, the batch changes nothing more: those operations then run one by one with their
+//! own scripts (the full rules), before anything newer of the host. So every answer is one the
+//! operations would have had one by one in their order of arrival, on every replica.
+//!
+//! The calls run on a task of their own, so a caller that vanishes mid-call (a client gone)
+//! leaves the others' operations, and its own, applied and answered as if it had stayed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use redis::Value;
+use tokio::sync::oneshot;
+
+use super::connection::Connections;
+use crate::store::StoreError;
+
+/// At most this many operations in one call: past it, the answer of the first one would wait
+/// on the others' work for longer than the round trip saved.
+const MAX_BATCH: usize = 64;
+
+/// Calls of one host in flight at once: while Redis runs one, the authority reads the answers
+/// of the other and sends the next.
+const SENDERS: usize = 1;
+
+/// The arguments every ticket script of a host takes first: KEYS[1] the host's counters, then
+/// ARGV[1..4] its key prefix, the caller's limits, now, and the cap maps.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct Head {
+    pub(super) prefix: String,
+    pub(super) scalars: String,
+    pub(super) now: u64,
+    pub(super) maps: String,
+}
+
+impl Head {
+    /// `script` on the host, with `args` from ARGV[5].
+    pub(super) fn invocation<'a>(
+        &self,
+        script: &'a redis::Script,
+        args: &[String],
+    ) -> redis::ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(format!("{}c", self.prefix))
+            .arg(&self.prefix)
+            .arg(&self.scalars)
+            .arg(self.now)
+            .arg(&self.maps);
+        for a in args {
+            inv.arg(a);
+        }
+        inv
+    }
+}
+
+/// Which script an operation is, alone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Kind {
+    /// The Submit script's arguments from ARGV[5] (its first 9 go in a batch).
+    Submit,
+    /// The Release script's arguments from ARGV[5] (4).
+    Release,
+}
+
+/// One operation and where its answer goes.
+struct Waiting {
+    kind: Kind,
+    head: Head,
+    args: Vec<String>,
+    answer: oneshot::Sender<Result<Value, StoreError>>,
+}
+
+/// A host's operations waiting to be sent, and the tasks sending them.
+#[derive(Default)]
+struct HostQueue {
+    waiting: Vec<Waiting>,
+    senders: usize,
+}
+
+/// The coalescer of one store.
+pub(super) struct Coalescer {
+    conns: Arc<Connections>,
+    batch: redis::Script,
+    submit: Arc<redis::Script>,
+    release: Arc<redis::Script>,
+    /// The hosts with a call in flight: what arrived for each meanwhile, and its senders.
+    hosts: Mutex<HashMap<String, HostQueue>>,
+    /// Operations sent in batches of two or more, and those batches.
+    batched_ops: AtomicU64,
+    batches: AtomicU64,
+}
+
+impl Coalescer {
+    pub(super) fn new(
+        conns: Arc<Connections>,
+        submit: Arc<redis::Script>,
+        release: Arc<redis::Script>,
+    ) -> Self {
+        Coalescer {
+            conns,
+            batch: redis::Script::new(&super::scripts::batch()),
+            submit,
+            release,
+            hosts: Mutex::default(),
+            batched_ops: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+        }
+    }
+
+    /// Operations sent in batches of two or more, and how many such batches: for the load
+    /// generator and the tests.
+    pub(super) fn batched(&self) -> (u64, u64) {
+        (
+            self.batched_ops.load(Ordering::Relaxed),
+            self.batches.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Apply one operation on `host`, answered as its own script would answer it.
+    pub(super) async fn call(
+        self: &Arc<Self>,
+        host: &str,
+        kind: Kind,
+        head: Head,
+        args: Vec<String>,
+    ) -> Result<Value, StoreError> {
+        let (answer, rx) = oneshot::channel();
+        let op = Waiting {
+            kind,
+            head,
+            args,
+            answer,
+        };
+        let lead = {
+            let mut hosts = self.hosts.lock().expect("coalescer lock");
+            let queue = hosts.entry(host.to_string()).or_default();
+            queue.waiting.push(op);
+            let lead = queue.senders < SENDERS;
+            if lead {
+                queue.senders += 1;
+            }
+            lead
+        };
+        if lead {
+            tokio::spawn(self.clone().lead(host.to_string()));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(StoreError::protocol(
+                "redis: the call carrying this operation ended without an answer",
+            ))
+        })
+    }
+
+    /// Send what waits for `host`, a batch at a time, until nothing does.
+    async fn lead(self: Arc<Self>, host: String) {
+        loop {
+            let batch: Vec<Waiting> = {
+                let mut hosts = self.hosts.lock().expect("coalescer lock");
+                let queue = hosts.get_mut(&host).expect("a sender's host is listed");
+                if queue.waiting.is_empty() {
+                    queue.senders -= 1;
+                    if queue.senders == 0 {
+                        hosts.remove(&host);
+                    }
+                    return;
+                }
+                // One batch has one head: an operation under other limits (a reload) starts
+                // the next.
+                let head = queue.waiting[0].head.clone();
+                let n = queue
+                    .waiting
+                    .iter()
+                    .take(MAX_BATCH)
+                    .take_while(|w| w.head == head)
+                    .count();
+                queue.waiting.drain(..n).collect()
+            };
+            self.send(batch).await;
+        }
+    }
+
+    /// Apply `batch` (one head) and answer every operation in it.
+    async fn send(&self, mut batch: Vec<Waiting>) {
+        if batch.len() == 1 {
+            let op = batch.pop().expect("one operation");
+            let out = self.alone(&op).await;
+            let _ = op.answer.send(out);
+            return;
+        }
+        let mut args = vec![batch.len().to_string()];
+        for op in &batch {
+            match op.kind {
+                Kind::Submit => {
+                    args.push("s".into());
+                    args.extend(op.args.iter().take(9).cloned());
+                }
+                Kind::Release => {
+                    args.push("r".into());
+                    args.extend(op.args.iter().take(4).cloned());
+                }
+            }
+        }
+        self.batched_ops
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        let reply: Result<Value, StoreError> = self
+            .conns
+            .run(batch[0].head.invocation(&self.batch, &args))
+            .await;
+        let answers = match reply {
+            Ok(Value::Array(answers)) if answers.len() == batch.len() => answers,
+            Ok(other) => {
+                let e = StoreError::protocol(format!("redis: batch answered {other:?}"));
+                for op in batch {
+                    let _ = op.answer.send(Err(e.clone()));
+                }
+                return;
+            }
+            Err(e) => {
+                for op in batch {
+                    let _ = op.answer.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
+        // The batch stopped at the first operation its fast paths could not decide: that one and
+        // the rest run alone, in order.
+        let mut rest = Vec::new();
+        for (op, answer) in batch.into_iter().zip(answers) {
+            if rest.is_empty() && answer != Value::Int(0) {
+                let _ = op.answer.send(Ok(answer));
+            } else {
+                rest.push(op);
+            }
+        }
+        for op in rest {
+            let out = self.alone(&op).await;
+            let _ = op.answer.send(out);
+        }
+    }
+
+    /// One operation with its own script.
+    async fn alone(&self, op: &Waiting) -> Result<Value, StoreError> {
+        let script = match op.kind {
+            Kind::Submit => &self.submit,
+            Kind::Release => &self.release,
+        };
+        self.conns.run(op.head.invocation(script, &op.args)).await
+    }
+}
