@@ -1939,7 +1939,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
             at_least(w_ratio, 0.95)
         );
         println!(
-            "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's ({}); {scripts:.2} EVALSHA per RPC (one round trip each; {all:.1} Redis commands per RPC in all, the EVALSHA included); CPU per cycle: the authority {red_us:.0} µs (in memory {mem_us:.0}), redis-server {redis_us:.0} µs",
+            "Redis store: Submit+Release cycles/s at 64 = {ratio:.2} × the in-memory store's ({}); {scripts:.2} script calls per RPC (a host's concurrent Submits and Releases share one; {all:.1} Redis commands per RPC in all, the script calls included); CPU per cycle: the authority {red_us:.0} µs (in memory {mem_us:.0}), redis-server {redis_us:.0} µs",
             at_least(ratio, 0.5)
         );
         println!(
