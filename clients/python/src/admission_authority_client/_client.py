@@ -122,6 +122,32 @@ def _held(req: pb.SubmitRequest, slot: Slot) -> pb.ReclaimRequest:
     )
 
 
+def _renew_every(slot: Slot) -> float:
+    """Seconds between renewals of ``slot``: a third of its lease."""
+    return max(slot.lease_ttl_ms / 3000, 0.005)
+
+
+class _Renewer:
+    """The background renewal of an :class:`AsyncAdmissionClient` slot. Until its first
+    renewal is due it is a timer, not a task: a slot held for less than a third of its lease
+    (most model calls) costs no task to start, cancel and wait for."""
+
+    def __init__(self, client: AsyncAdmissionClient, slot: Slot, req: pb.SubmitRequest) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(_renew_every(slot), self._start, client, slot, req)
+
+    def _start(self, client: AsyncAdmissionClient, slot: Slot, req: pb.SubmitRequest) -> None:
+        self._task = asyncio.get_running_loop().create_task(client._renew_until(slot, req, due=True))
+
+    async def stop(self) -> None:
+        """Stop renewing (waiting for a renewal under way to end)."""
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
 def _after_renew(slot: Slot, state: int, reclaimed: bool) -> bool:
     """Record what a background renewal found; True while the slot is still held."""
     if reclaimed:
@@ -634,7 +660,7 @@ class AdmissionClient(_Connection):
         knows (EXPIRED: its store lost it, or its lease ran out while this replica was cut off)
         is re-registered with Reclaim, so its run keeps counting against the caps; only a
         refused Reclaim (the ticket ended) marks the slot lost."""
-        every = max(slot.lease_ttl_ms / 3000, 0.005)
+        every = _renew_every(slot)
         while not stop.wait(every):
             reclaimed = False
             try:
@@ -1028,7 +1054,7 @@ class AsyncAdmissionClient(_Connection):
                         break
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
-            renewer = asyncio.create_task(self._renew_until(slot, req))
+            renewer = _Renewer(self, slot, req)
             started = time.monotonic()
             failure: BaseException | None = None
             try:
@@ -1037,9 +1063,7 @@ class AsyncAdmissionClient(_Connection):
                 failure = e
                 raise
             finally:
-                renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewer
+                await renewer.stop()
                 release = _report(slot, failure, started)
         finally:
             # Shielded, so a cancellation that interrupted the wait still withdraws the ticket.
@@ -1127,11 +1151,14 @@ class AsyncAdmissionClient(_Connection):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _renew_until(self, slot: Slot, req: pb.SubmitRequest) -> None:
-        """As :meth:`AdmissionClient._renew_until`, until cancelled."""
-        every = max(slot.lease_ttl_ms / 3000, 0.005)
+    async def _renew_until(self, slot: Slot, req: pb.SubmitRequest, *, due: bool = False) -> None:
+        """As :meth:`AdmissionClient._renew_until`, until cancelled; ``due``: the first renewal
+        is due now."""
+        every = _renew_every(slot)
         while True:
-            await asyncio.sleep(every)
+            if not due:
+                await asyncio.sleep(every)
+            due = False
             reclaimed = False
             try:
                 r = await self.stub.Renew(
