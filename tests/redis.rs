@@ -1293,3 +1293,98 @@ async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_b
     );
     drop(redis);
 }
+
+/// A Redis that stalls (SIGSTOP) while a host's Submits wait behind one call: every one of them
+/// is answered, with an error, within a few of the store's 1 s timeouts (they fail together, not
+/// one timeout after another), nothing is admitted blind, and once Redis runs again (SIGCONT)
+/// the host answers and its counts are whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_answers_a_hosts_waiting_calls_together_and_the_host_recovers() {
+    use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
+    use admission_authority::store::TicketStore;
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    let pid = redis.child.as_ref().unwrap().id().to_string();
+    let policy = Policy {
+        limits: LimitsTable::uniform(Limits {
+            total: 1,
+            per_subject: 1,
+            queue_total: 1_000,
+            queue_per_subject: 1_000,
+            queue_hard_total: 1_000,
+            lease_ttl_ms: 60_000,
+            ..Default::default()
+        }),
+        ..Policy::default()
+    };
+    let store = Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            "stall:",
+            1,
+            policy,
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap(),
+    );
+    let (_, v) = store
+        .submit("h", queue_args("holder", "holder"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(v.state, TicketState::Admitted);
+
+    let signal = |sig: &str| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let store = store.clone();
+        burst.spawn(async move { store.submit("h", queue_args("w", &format!("w{i}"))).await });
+    }
+    let answered = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut errors = 0;
+        while let Some(r) = burst.join_next().await {
+            if r.unwrap().is_err() {
+                errors += 1;
+            }
+        }
+        errors
+    })
+    .await;
+    signal("-CONT");
+    assert_eq!(
+        answered.expect("every call answered while Redis was stopped"),
+        40,
+        "a call was answered as if Redis had run it"
+    );
+
+    // Back: the host answers, and its counts match its tickets.
+    let tries = std::sync::atomic::AtomicU32::new(0);
+    let (_, v) = common::eventually("the host answering again", Duration::from_secs(10), || {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store = store.clone();
+        async move {
+            store
+                .submit("h", queue_args("w", &format!("after{n}")))
+                .await
+                .ok()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(v.state, TicketState::Queued);
+    let stats = store.stats("h").await.unwrap();
+    let (listed, _) = store.list("h", 10_000).await.unwrap();
+    assert_eq!(stats.in_flight, 1);
+    assert_eq!(stats.queued as usize, listed.len() - 1);
+    drop(redis);
+}

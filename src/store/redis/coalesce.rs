@@ -128,6 +128,14 @@ impl Coalescer {
         )
     }
 
+    /// The hosts' queues. Nothing in this module panics while holding them, and should anything
+    /// do so, what the map holds is still whole: a poisoned lock is taken as it is.
+    fn hosts(&self) -> std::sync::MutexGuard<'_, HashMap<String, HostQueue>> {
+        self.hosts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Apply one operation on `host`, answered as its own script would answer it.
     pub(super) async fn call(
         self: &Arc<Self>,
@@ -144,7 +152,7 @@ impl Coalescer {
             answer,
         };
         let lead = {
-            let mut hosts = self.hosts.lock().expect("coalescer lock");
+            let mut hosts = self.hosts();
             let queue = hosts.entry(host.to_string()).or_default();
             queue.waiting.push(op);
             let lead = queue.senders < SENDERS;
@@ -165,15 +173,31 @@ impl Coalescer {
 
     /// Send what waits for `host`, a batch at a time, until nothing does.
     async fn lead(self: Arc<Self>, host: String) {
+        // Should this task end any other way than below (a panic), the host is not left with a
+        // sender that is gone: its entry goes, and the operations waiting there are answered
+        // with an error (their answer channels close).
+        struct Forget<'a>(&'a Coalescer, &'a str, bool);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                if !self.2 {
+                    self.0.hosts().remove(self.1);
+                }
+            }
+        }
+        let mut guard = Forget(&self, &host, false);
         loop {
             let batch: Vec<Waiting> = {
-                let mut hosts = self.hosts.lock().expect("coalescer lock");
-                let queue = hosts.get_mut(&host).expect("a sender's host is listed");
+                let mut hosts = self.hosts();
+                let Some(queue) = hosts.get_mut(&host) else {
+                    guard.2 = true;
+                    return;
+                };
                 if queue.waiting.is_empty() {
                     queue.senders -= 1;
                     if queue.senders == 0 {
                         hosts.remove(&host);
                     }
+                    guard.2 = true;
                     return;
                 }
                 // One batch has one head: an operation under other limits (a reload) starts
@@ -245,8 +269,19 @@ impl Coalescer {
                 rest.push(op);
             }
         }
+        // Once Redis fails one of them (unreachable, no answer), the others are answered with
+        // that error at once rather than each waiting out its own timeout in turn.
+        let mut failed: Option<StoreError> = None;
         for op in rest {
-            let out = self.alone(&op).await;
+            let out = match &failed {
+                Some(e) => Err(e.clone()),
+                None => self.alone(&op).await,
+            };
+            if let Err(e) = &out
+                && !matches!(e, StoreError::Protocol { .. })
+            {
+                failed = Some(e.clone());
+            }
             let _ = op.answer.send(out);
         }
     }
