@@ -1,7 +1,8 @@
 //! The Redis store: several authority replicas share one Redis and behave as one authority.
 //!
-//! Every operation is one Lua script from [`scripts`] on keys from [`keys`]; Rust only builds
-//! arguments and reads answers, with the codes of [`codes`]. The Rust core is the
+//! Every operation is one Lua script from [`scripts`] on keys from [`keys`] (a host's
+//! concurrent Submits and Releases share one call: [`coalesce`]); Rust only builds arguments and
+//! reads answers, with the codes of [`codes`]. The Rust core is the
 //! specification: `tests/differential.rs` runs random operations on this store and on the
 //! embedded one and compares every answer.
 //!

@@ -62,7 +62,7 @@ impl RedisStore {
     }
 
     /// Submits and Releases sent in batches of two or more, and how many such batches, since
-    /// the store was made (the load generator reports them).
+    /// the store was made.
     pub fn coalesced_counts(&self) -> (u64, u64) {
         self.coalescer.batched()
     }
