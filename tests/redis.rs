@@ -1123,23 +1123,14 @@ async fn a_redis_stopped_cleanly_is_unreachable_at_once_not_an_unknown_outcome()
     }
 }
 
-/// The Submits and Releases of one host that arrive together go to Redis together, fewer
-/// script calls than operations (Redis's own count of EVALSHA says so), and every answer is
-/// one they would have had one by one: a cap of 50 under a burst of 200 Submits admits exactly
-/// 50 and queues the rest; a Submit repeated in the same burst answers its first ticket; slots
-/// released in a burst go to the queue, not to Submits that arrive with the releases. Callers
-/// that vanish mid-call leave the host answering.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_by_one() {
-    use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
-    use admission_authority::store::{TicketId, TicketStore};
-
-    let port = common::free_port();
-    let redis = RedisServer::start(port);
+/// A store on `redis` whose hosts admit `total` at once (and as many per subject) and queue up
+/// to 1,000, with leases of a minute; scripts take Redis TIME.
+fn queueing_store(redis: &RedisServer, prefix: &str, total: u32) -> Arc<RedisStore> {
+    use admission_authority::scheduler::{Limits, LimitsTable};
     let policy = Policy {
         limits: LimitsTable::uniform(Limits {
-            total: 50,
-            per_subject: 50,
+            total,
+            per_subject: total,
             queue_total: 1_000,
             queue_per_subject: 1_000,
             queue_hard_total: 1_000,
@@ -1148,16 +1139,43 @@ async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_b
         }),
         ..Policy::default()
     };
-    let store = Arc::new(
-        RedisStore::new(
-            &redis.url(),
-            "co:",
-            1,
-            policy,
-            Arc::new(ManualClock::new(0)),
-        )
-        .unwrap(),
+    let clock = Arc::new(ManualClock::new(0));
+    Arc::new(RedisStore::new(&redis.url(), prefix, 1, policy, clock).unwrap())
+}
+
+/// Assert that host `h`'s counts (in flight, queued) are its listed tickets'; returns how many
+/// are in flight.
+async fn counts_match_tickets(store: &RedisStore) -> usize {
+    use admission_authority::scheduler::TicketState;
+    use admission_authority::store::TicketStore;
+    let stats = store.stats("h").await.unwrap();
+    let (listed, _) = store.list("h", 10_000).await.unwrap();
+    let admitted = listed
+        .iter()
+        .filter(|t| t.state == TicketState::Admitted)
+        .count();
+    assert_eq!(
+        (stats.in_flight as usize, stats.queued as usize),
+        (admitted, listed.len() - admitted),
+        "the host's counts are not its tickets'"
     );
+    admitted
+}
+
+/// The Submits and Releases of one host that arrive together go to Redis together, fewer
+/// script calls than operations (Redis's own count of EVALSHA says so), and every answer is
+/// one they would have had one by one: a cap of 50 under a burst of 200 Submits admits exactly
+/// 50 and queues the rest; a Submit repeated in the same burst answers its first ticket; slots
+/// released in a burst go to the queue, not to Submits that arrive with the releases. Callers
+/// that vanish mid-call leave the host answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_by_one() {
+    use admission_authority::scheduler::TicketState;
+    use admission_authority::store::{TicketId, TicketStore};
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    let store = queueing_store(&redis, "co:", 50);
     let evalsha = || {
         let out = Command::new("redis-cli")
             .args(["-p", &port.to_string(), "info", "commandstats"])
@@ -1281,16 +1299,7 @@ async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_b
     .unwrap()
     .unwrap();
     assert_eq!(v.state, TicketState::Queued);
-    let stats = store.stats("h").await.unwrap();
-    let (listed, _) = store.list("h", 10_000).await.unwrap();
-    let listed_admitted = listed
-        .iter()
-        .filter(|t| t.state == TicketState::Admitted)
-        .count();
-    assert_eq!(
-        (stats.in_flight as usize, stats.queued as usize),
-        (listed_admitted, listed.len() - listed_admitted)
-    );
+    counts_match_tickets(&store).await;
     drop(redis);
 }
 
@@ -1300,34 +1309,13 @@ async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_b
 /// the host answers and its counts are whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_redis_answers_a_hosts_waiting_calls_together_and_the_host_recovers() {
-    use admission_authority::scheduler::{Limits, LimitsTable, TicketState};
+    use admission_authority::scheduler::TicketState;
     use admission_authority::store::TicketStore;
 
     let port = common::free_port();
     let redis = RedisServer::start(port);
     let pid = redis.child.as_ref().unwrap().id().to_string();
-    let policy = Policy {
-        limits: LimitsTable::uniform(Limits {
-            total: 1,
-            per_subject: 1,
-            queue_total: 1_000,
-            queue_per_subject: 1_000,
-            queue_hard_total: 1_000,
-            lease_ttl_ms: 60_000,
-            ..Default::default()
-        }),
-        ..Policy::default()
-    };
-    let store = Arc::new(
-        RedisStore::new(
-            &redis.url(),
-            "stall:",
-            1,
-            policy,
-            Arc::new(ManualClock::new(0)),
-        )
-        .unwrap(),
-    );
+    let store = queueing_store(&redis, "stall:", 1);
     let (_, v) = store
         .submit("h", queue_args("holder", "holder"))
         .await
@@ -1382,9 +1370,6 @@ async fn a_stalled_redis_answers_a_hosts_waiting_calls_together_and_the_host_rec
     .await
     .unwrap();
     assert_eq!(v.state, TicketState::Queued);
-    let stats = store.stats("h").await.unwrap();
-    let (listed, _) = store.list("h", 10_000).await.unwrap();
-    assert_eq!(stats.in_flight, 1);
-    assert_eq!(stats.queued as usize, listed.len() - 1);
+    assert_eq!(counts_match_tickets(&store).await, 1);
     drop(redis);
 }

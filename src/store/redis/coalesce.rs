@@ -79,7 +79,7 @@ pub(super) enum Kind {
 struct Waiting {
     kind: Kind,
     head: Head,
-    args: Vec<String>,
+    args: Arc<[String]>,
     answer: oneshot::Sender<Result<Value, StoreError>>,
 }
 
@@ -143,7 +143,7 @@ impl Coalescer {
         host: &str,
         kind: Kind,
         head: Head,
-        args: Vec<String>,
+        args: Arc<[String]>,
     ) -> Result<Value, StoreError> {
         let (answer, rx) = oneshot::channel();
         let op = Waiting {

@@ -43,7 +43,7 @@ impl RedisStore {
         &self,
         kind: Kind,
         host: &str,
-        args: Vec<String>,
+        args: Arc<[String]>,
     ) -> Result<Value, StoreError> {
         self.refuse_if_incompatible()?;
         self.coalescer.call(host, kind, self.head(host), args).await
@@ -133,7 +133,7 @@ impl TicketStore for RedisStore {
         self.listener_ready().await;
         let key = TicketId::random_key();
         let mode = codes::mode_code(args.mode);
-        let mut argv = vec![
+        let argv: Arc<[String]> = Arc::from([
             hex(key),
             args.instance_id,
             args.subject,
@@ -145,7 +145,7 @@ impl TicketStore for RedisStore {
             self.epoch.id(),
             String::new(),
             if args.resubmit_expired { "1" } else { "" }.into(),
-        ];
+        ]);
         // A host of another epoch than this replica knows changes nothing and says so: learn
         // the store's epoch (a loss, or a new host) and call again, beginning the host under it.
         let started = self.epoch.tick();
@@ -155,9 +155,10 @@ impl TicketStore for RedisStore {
                 break;
             };
             let init = self.learn_epoch(host_id, &seen, started).await?;
-            argv[8] = self.epoch.id();
-            argv[9] = init;
-            reply = self.sched(&self.submit, host_id, &argv).await?;
+            let mut again = argv.to_vec();
+            again[8] = self.epoch.id();
+            again[9] = init;
+            reply = self.sched(&self.submit, host_id, &again).await?;
         }
         let malformed = || StoreError::protocol(format!("redis: submit answered {reply:?}"));
         let Value::Array(f) = &reply else {
@@ -244,7 +245,7 @@ impl TicketStore for RedisStore {
             .coalesced(
                 Kind::Release,
                 &id.host_id,
-                vec![hex(id.key), String::new(), outcome, latency],
+                Arc::from([hex(id.key), String::new(), outcome, latency]),
             )
             .await?;
         Ok(released(reply)?.map(|(_, s)| s))
@@ -261,7 +262,7 @@ impl TicketStore for RedisStore {
             .coalesced(
                 Kind::Release,
                 host_id,
-                vec![String::new(), run_id.to_string(), outcome, latency],
+                Arc::from([String::new(), run_id.to_string(), outcome, latency]),
             )
             .await?;
         Ok(released(reply)?.map(|(key, s)| {
