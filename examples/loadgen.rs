@@ -887,6 +887,9 @@ struct RedisSummary {
     pairs: (f64, f64, f64, f64),
     auth_ratio: f64,
     auth_p99: f64,
+    /// CheckAuthAttempt: CPU µs per attempt (the authority, redis-server), script calls per
+    /// attempt.
+    auth_cpu: (f64, f64, f64),
     w_ratio: f64,
     ad_ratio: f64,
 }
@@ -1873,6 +1876,8 @@ async fn run(a: &Args, dir: &std::path::Path) {
                 |f, u| f.cpu_us = Some(u),
             )
             .await;
+            let before = command_calls(&mut conn).await;
+            let redis_before = redis_cpu_secs(&mut conn).await;
             let auth = metered(
                 &on_redis,
                 auth_attempts(&redis_chans, 64, secs),
@@ -1880,9 +1885,13 @@ async fn run(a: &Args, dir: &std::path::Path) {
                 |f, u| f.cpu_us = Some(u),
             )
             .await;
-            auth_rounds.push((auth.rate / check.rate, (check, auth)));
+            let attempts = (auth.rate * secs).max(1.0);
+            let redis_us = (redis_cpu_secs(&mut conn).await - redis_before) * 1e6 / attempts;
+            let scripts = (command_calls(&mut conn).await.1 - before.1) as f64 / attempts;
+            auth_rounds.push((auth.rate / check.rate, (check, auth, redis_us, scripts)));
         }
-        let (auth_ratio, (check, auth)) = median(auth_rounds);
+        let (auth_ratio, (check, auth, auth_redis_us, auth_scripts)) = median(auth_rounds);
+        let auth_cpu = (auth.cpu_us.unwrap_or(0.0), auth_redis_us, auth_scripts);
         row("health.Check on the Redis-backed server", 64, &check);
         row("CheckAuthAttempt, Redis store", 64, &auth);
         let auth_p99 = auth.p99_ms / check.p99_ms.max(0.001);
@@ -1916,6 +1925,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
             pairs,
             auth_ratio,
             auth_p99,
+            auth_cpu,
             w_ratio,
             ad_ratio,
         });
@@ -1927,6 +1937,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
                           pairs: (pair_ratio, mem_pair_us, red_pair_us, pair_redis_us),
                           auth_ratio,
                           auth_p99,
+                          auth_cpu: (auth_us, auth_redis_us, auth_scripts),
                           w_ratio,
                           ad_ratio,
                       }: RedisSummary| {
@@ -1946,7 +1957,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
             "Redis store: Authorize+Settle pairs/s at 64 = {pair_ratio:.2} × the in-memory store's; CPU per pair: the authority {red_pair_us:.0} µs (in memory {mem_pair_us:.0}), redis-server {pair_redis_us:.0} µs"
         );
         println!(
-            "Redis store: CheckAuthAttempt/s ÷ Check/s at 64 = {auth_ratio:.2} ({}), p99 {auth_p99:.2} × Check's ({})",
+            "Redis store: CheckAuthAttempt/s ÷ Check/s at 64 = {auth_ratio:.2} ({}), p99 {auth_p99:.2} × Check's ({}); {auth_scripts:.2} script calls per attempt; CPU per attempt: the authority {auth_us:.1} µs, redis-server {auth_redis_us:.1} µs",
             at_least(auth_ratio, 0.6),
             at_most(auth_p99, 1.5, "")
         );
