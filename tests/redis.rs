@@ -545,6 +545,24 @@ async fn the_store_works_on_a_three_node_redis_cluster() {
         }
     }
     assert_eq!(allowed, 5);
+    // Concurrent attempts on buckets of different slots: each goes alone (a batch of them
+    // would touch several slots), and each is counted.
+    let store = Arc::new(store);
+    let mut concurrent = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        let store = store.clone();
+        concurrent.spawn(async move {
+            let who = ["a", "b", "c"][i % 3];
+            store.auth_attempt("magic_link", who, rule).await.unwrap()
+        });
+    }
+    let mut passed = 0;
+    while let Some(d) = concurrent.join_next().await {
+        let d = d.unwrap();
+        assert!(!d.degraded, "{d:?}");
+        passed += usize::from(d.allowed());
+    }
+    assert_eq!(passed, 15, "5 of each bucket's 10");
     store.sweep_tickets().await.unwrap();
     store.sweep_ledger().await.unwrap();
 }
@@ -1143,6 +1161,23 @@ fn queueing_store(redis: &RedisServer, prefix: &str, total: u32) -> Arc<RedisSto
     Arc::new(RedisStore::new(&redis.url(), prefix, 1, policy, clock).unwrap())
 }
 
+/// How many EVALSHA calls the redis-server on `port` has run, by its own `INFO commandstats`.
+fn evalsha_calls(port: u16) -> u64 {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "info", "commandstats"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .map(str::to_string)
+        .unwrap_or_default();
+    line.split(['=', ','])
+        .nth(1)
+        .map_or(0, |n| n.parse::<u64>().unwrap())
+}
+
 /// Assert that host `h`'s counts (in flight, queued) are its listed tickets'; returns how many
 /// are in flight.
 async fn counts_match_tickets(store: &RedisStore) -> usize {
@@ -1176,21 +1211,7 @@ async fn a_hosts_concurrent_submits_and_releases_go_together_and_decide_as_one_b
     let port = common::free_port();
     let redis = RedisServer::start(port);
     let store = queueing_store(&redis, "co:", 50);
-    let evalsha = || {
-        let out = Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "info", "commandstats"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("cmdstat_evalsha:"))
-            .map(str::to_string)
-            .unwrap_or_default();
-        line.split(['=', ','])
-            .nth(1)
-            .map_or(0, |n| n.parse::<u64>().unwrap())
-    };
+    let evalsha = || evalsha_calls(port);
     // One Submit first: the host begins under the store's epoch (its own calls, not counted).
     let (first, _) = store
         .submit("h", queue_args("s0", "warm"))
@@ -1371,5 +1392,174 @@ async fn a_stalled_redis_answers_a_hosts_waiting_calls_together_and_the_host_rec
     .unwrap();
     assert_eq!(v.state, TicketState::Queued);
     assert_eq!(counts_match_tickets(&store).await, 1);
+    drop(redis);
+}
+
+/// Auth attempts that arrive together go to Redis in shared script calls (fewer EVALSHA calls
+/// than attempts, by Redis's own count), and each is answered as it would have been alone:
+/// 20 identities, 30 concurrent attempts each, 5 allowed per window. Exactly 5 of each
+/// identity's attempts pass, with 4, 3, 2, 1 and 0 remaining once each; the other 25 are
+/// locked out (a rule with a lockout: the first refusal starts it) or refused until the window
+/// ends (one without). Callers that vanish mid-call leave the others answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_auth_attempts_go_together_and_count_as_one_by_one() {
+    use admission_authority::auth::AuthDecision;
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    let store = Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            "ab:",
+            1,
+            Policy::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap(),
+    );
+    let rule = |id: u32| BucketRule::new(5, 60_000, if id.is_multiple_of(2) { 30_000 } else { 0 });
+    let before = evalsha_calls(port);
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..30 {
+        for id in 0..20u32 {
+            let store = store.clone();
+            burst.spawn(async move {
+                let d = store
+                    .auth_attempt("login", &format!("u{id}"), rule(id))
+                    .await
+                    .unwrap();
+                (id, d)
+            });
+        }
+    }
+    // Callers that vanish mid-call: their attempts may or may not count, but the others are
+    // answered all the same.
+    let mut vanishing = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let store = store.clone();
+        vanishing.spawn(async move {
+            let _ = store
+                .auth_attempt("login", &format!("gone{i}"), rule(1))
+                .await;
+        });
+    }
+    vanishing.abort_all();
+    let mut by_id: std::collections::HashMap<u32, Vec<AuthDecision>> = Default::default();
+    while let Some(r) = burst.join_next().await {
+        let (id, d) = r.unwrap();
+        by_id.entry(id).or_default().push(d);
+    }
+    assert_eq!(by_id.len(), 20);
+    for (id, ds) in &by_id {
+        assert!(ds.iter().all(|d| !d.degraded), "u{id}: {ds:?}");
+        let mut left: Vec<u32> = ds
+            .iter()
+            .filter(|d| d.allowed())
+            .map(|d| d.remaining)
+            .collect();
+        left.sort_unstable();
+        assert_eq!(left, [0, 1, 2, 3, 4], "u{id}: {ds:?}");
+        let refused: Vec<&AuthDecision> = ds.iter().filter(|d| !d.allowed()).collect();
+        assert_eq!(refused.len(), 25, "u{id}");
+        let (verdict, longest) = if id.is_multiple_of(2) {
+            (AuthVerdict::LockedOut, 30_000)
+        } else {
+            (AuthVerdict::AttemptsExhausted, 60_000)
+        };
+        for d in refused {
+            assert_eq!(d.verdict, verdict, "u{id}: {d:?}");
+            assert!(
+                d.retry_after_ms > 0 && d.retry_after_ms <= longest,
+                "u{id}: {d:?}"
+            );
+        }
+    }
+    let calls = evalsha_calls(port) - before;
+    let (batched, batches) = store.auth_batched_counts();
+    assert!(
+        calls < 600 && batches > 0 && batched >= 2 * batches,
+        "600 attempts (and up to 50 vanished) took {calls} script calls, {batched} attempts in \
+         {batches} batches"
+    );
+    // Redis holds what the answers said: each locked-out identity is locked, each other one
+    // has no attempt left in its window.
+    for id in 0..20u32 {
+        let d = store
+            .auth_peek("login", &format!("u{id}"), rule(id))
+            .await
+            .unwrap();
+        assert!(!d.allowed() && !d.degraded, "u{id}: {d:?}");
+    }
+    drop(redis);
+}
+
+/// Redis stopped (SIGSTOP) under 300 concurrent auth attempts, more than one call carries:
+/// every one is answered by the replica's local buckets (degraded), none as if Redis had
+/// counted it, all within a deadline that one call's timeout fits in but not one per batch
+/// (the attempts behind a failed call are failed with it, not sent in turn); once Redis runs
+/// again and the skip window has passed, attempts are Redis's again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_answers_concurrent_auth_attempts_locally_and_recovers() {
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    let pid = redis.child.as_ref().unwrap().id().to_string();
+    let clock = ManualClock::new(1_000);
+    let store = Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            "astall:",
+            1,
+            Policy::default(),
+            Arc::new(clock.clone()),
+        )
+        .unwrap(),
+    );
+    let rule = BucketRule::new(100, 60_000, 0);
+    let d = store.auth_attempt("login", "warm", rule).await.unwrap();
+    assert!(d.allowed() && !d.degraded, "{d:?}");
+    let signal = |sig: &str| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP");
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let store = store.clone();
+        burst.spawn(async move { store.auth_attempt("login", &format!("s{i}"), rule).await });
+    }
+    // A call waits out Redis's 1 s timeout: the batches in turn would take 5 s or more.
+    let answered = tokio::time::timeout(Duration::from_secs(4), async {
+        let mut degraded = 0;
+        while let Some(r) = burst.join_next().await {
+            let d = r.unwrap().unwrap();
+            assert!(d.allowed(), "a fresh local bucket has room: {d:?}");
+            if d.degraded {
+                degraded += 1;
+            }
+        }
+        degraded
+    })
+    .await;
+    signal("-CONT");
+    assert_eq!(
+        answered.expect("every attempt answered while Redis was stopped"),
+        300,
+        "an attempt was answered as if Redis had counted it"
+    );
+    clock.advance(AUTH_SKIP_MS);
+    let back = common::eventually("Redis counting again", Duration::from_secs(10), || {
+        let store = store.clone();
+        async move {
+            let d = store.auth_attempt("login", "after", rule).await.ok()?;
+            (!d.degraded).then_some(d)
+        }
+    })
+    .await;
+    assert!(back.allowed(), "{back:?}");
     drop(redis);
 }

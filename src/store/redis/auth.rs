@@ -100,14 +100,15 @@ impl RedisStore {
         identity: &str,
         rule: BucketRule,
     ) -> Result<AuthDecision, StoreError> {
-        let mut inv = self.auth_attempt.prepare_invoke();
-        inv.key(self.keys.auth_bucket(endpoint, identity))
-            .key(self.keys.auth_lockout(endpoint, identity))
-            .arg(rule.max_attempts)
-            .arg(rule.window_ms)
-            .arg(rule.lockout_ms)
-            .arg(self.now_arg());
-        let (verdict, remaining, retry_after_ms): (u8, u32, u64) = self.conns.run(inv).await?;
+        let (verdict, remaining, retry_after_ms) = self
+            .auth_batcher
+            .attempt(
+                self.keys.auth_bucket(endpoint, identity),
+                self.keys.auth_lockout(endpoint, identity),
+                rule,
+                self.now_arg(),
+            )
+            .await?;
         let verdict = codes::auth_verdict(verdict).ok_or_else(|| {
             StoreError::protocol(format!("redis: auth script answered verdict {verdict}"))
         })?;
@@ -117,6 +118,14 @@ impl RedisStore {
             retry_after_ms,
             degraded: false,
         })
+    }
+}
+
+impl RedisStore {
+    /// Auth attempts sent in batches of two or more, and how many such batches, since the
+    /// store was made.
+    pub fn auth_batched_counts(&self) -> (u64, u64) {
+        self.auth_batcher.batched()
     }
 }
 

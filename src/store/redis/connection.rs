@@ -229,6 +229,11 @@ impl Connections {
         Ok(c)
     }
 
+    /// Whether these are connections to a Redis Cluster (a script may then touch one slot).
+    pub(super) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
     /// A connection from the next slot, filling the slot from the pool if it is empty (or the
     /// cluster connection); true when it was kept from before (and so may have gone stale).
     pub(super) async fn conn(&self) -> Result<(Conn, bool), StoreError> {

@@ -14,6 +14,7 @@
 //! - [`layout`]: the layout's version and the replicas that may share a prefix.
 
 mod auth;
+mod auth_batch;
 mod coalesce;
 mod codes;
 mod connection;
@@ -63,7 +64,7 @@ pub struct RedisStore {
     /// Why this replica may not use the prefix (a live replica it cannot run beside, or
     /// layout 0's limits left), when it found so after it started: changes are refused.
     incompatible: Mutex<Option<String>>,
-    auth_attempt: redis::Script,
+    auth_batcher: Arc<auth_batch::AuthBatcher>,
     auth_reset: redis::Script,
     auth_peek: redis::Script,
     authorize: redis::Script,
@@ -135,6 +136,7 @@ impl RedisStore {
         let conns = Arc::new(conns);
         let submit = Arc::new(redis::Script::new(&scripts::submit()));
         let release = Arc::new(redis::Script::new(&scripts::release()));
+        let auth_batcher = Arc::new(auth_batch::AuthBatcher::new(conns.clone()));
         RedisStore {
             coalescer: Arc::new(coalesce::Coalescer::new(
                 conns.clone(),
@@ -152,7 +154,7 @@ impl RedisStore {
             registration: layout::Registration::new(),
             layout_0_checked: std::sync::atomic::AtomicBool::new(false),
             incompatible: Mutex::new(None),
-            auth_attempt: redis::Script::new(&scripts::auth_attempt()),
+            auth_batcher,
             auth_reset: redis::Script::new(scripts::AUTH_RESET),
             auth_peek: redis::Script::new(scripts::AUTH_PEEK),
             authorize: redis::Script::new(&scripts::authorize()),

@@ -12,16 +12,34 @@
 
 use super::codes;
 
-/// One attempt against an auth bucket.
+/// One attempt against an auth bucket: KEYS[1] its bucket, KEYS[2] its lockout; ARGV[1]
+/// max_attempts, ARGV[2] window_ms, ARGV[3] lockout_ms, ARGV[4] now (0 = Redis TIME).
 ///
-/// Its header in `lua/auth_attempt.lua` says what it takes and answers.
+/// The header of the function in `lua/auth_attempt.lua` says what it answers.
 pub fn auth_attempt() -> String {
     format!(
-        "{}{}",
+        "{}{}{}",
         codes::auth_constants(),
-        include_str!("lua/auth_attempt.lua")
+        AUTH_ATTEMPT,
+        "return auth_attempt(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]),
+                    tonumber(ARGV[3]), auth_now(ARGV[4]))
+"
     )
 }
+
+/// Several auth attempts in one call (the auth batcher's: see [`super::auth_batch`]).
+///
+/// Its header in `lua/auth_batch_body.lua` says what it takes and answers.
+pub fn auth_batch() -> String {
+    format!(
+        "{}{}{}",
+        codes::auth_constants(),
+        AUTH_ATTEMPT,
+        include_str!("lua/auth_batch_body.lua")
+    )
+}
+
+const AUTH_ATTEMPT: &str = include_str!("lua/auth_attempt.lua");
 
 /// Read an auth bucket without counting (CheckAuthAttempt with `peek`).
 ///
@@ -280,5 +298,6 @@ mod tests {
             assert!(script.starts_with(&codes::ledger_constants()));
         }
         assert!(auth_attempt().starts_with(&codes::auth_constants()));
+        assert!(auth_batch().starts_with(&codes::auth_constants()));
     }
 }
