@@ -1161,6 +1161,17 @@ fn queueing_store(redis: &RedisServer, prefix: &str, total: u32) -> Arc<RedisSto
     Arc::new(RedisStore::new(&redis.url(), prefix, 1, policy, clock).unwrap())
 }
 
+/// Send `sig` (`-STOP`, `-CONT`) to process `pid`.
+fn signal(pid: &str, sig: &str) {
+    assert!(
+        Command::new("kill")
+            .args([sig, pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
 /// How many EVALSHA calls the redis-server on `port` has run, by its own `INFO commandstats`.
 fn evalsha_calls(port: u16) -> u64 {
     let out = Command::new("redis-cli")
@@ -1344,15 +1355,7 @@ async fn a_stalled_redis_answers_a_hosts_waiting_calls_together_and_the_host_rec
         .unwrap();
     assert_eq!(v.state, TicketState::Admitted);
 
-    let signal = |sig: &str| {
-        assert!(
-            Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
+    let signal = |sig: &str| signal(&pid, sig);
     signal("-STOP");
     let mut burst = tokio::task::JoinSet::new();
     for i in 0..40 {
@@ -1517,15 +1520,7 @@ async fn a_stalled_redis_answers_concurrent_auth_attempts_locally_and_recovers()
     let rule = BucketRule::new(100, 60_000, 0);
     let d = store.auth_attempt("login", "warm", rule).await.unwrap();
     assert!(d.allowed() && !d.degraded, "{d:?}");
-    let signal = |sig: &str| {
-        assert!(
-            Command::new("kill")
-                .args([sig, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    };
+    let signal = |sig: &str| signal(&pid, sig);
     signal("-STOP");
     let mut burst = tokio::task::JoinSet::new();
     for i in 0..300 {
