@@ -70,7 +70,8 @@ async fn the_fleet_learns_the_providers_limit_and_follows_it_when_it_halves() {
         let share = f.limited as f64 / (f.ok + f.limited).max(1) as f64;
         assert!(
             share < 0.1,
-            "{:.1} % of calls refused after converging to {}: {f:?}",
+            "{:.1} % of calls refused after converging to {}: {f:?}; the caps sampled: \
+             {samples:?}",
             share * 100.0,
             f.limit
         );
