@@ -563,6 +563,27 @@ async fn the_store_works_on_a_three_node_redis_cluster() {
         passed += usize::from(d.allowed());
     }
     assert_eq!(passed, 15, "5 of each bucket's 10");
+    // Concurrent rate limit requests of one domain share calls: its keys share one slot.
+    let mut concurrent = tokio::task::JoinSet::new();
+    for _ in 0..30 {
+        let store = store.clone();
+        concurrent.spawn(async move {
+            use admission_authority::ratelimit::{Hit, Unit};
+            use admission_authority::store::RateLimitStore;
+            let hits = [Hit {
+                key: "tenant=t|day".into(),
+                unit: Unit::Day,
+                addend: 1,
+            }];
+            store.rate_limit_hits("d", 10, &hits).await.unwrap().counts[0]
+        });
+    }
+    let mut counts = Vec::new();
+    while let Some(c) = concurrent.join_next().await {
+        counts.push(c.unwrap().unwrap());
+    }
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=30).collect::<Vec<_>>());
     store.sweep_tickets().await.unwrap();
     store.sweep_ledger().await.unwrap();
 }
@@ -1556,5 +1577,94 @@ async fn a_stalled_redis_answers_concurrent_auth_attempts_locally_and_recovers()
     })
     .await;
     assert!(back.allowed(), "{back:?}");
+    drop(redis);
+}
+
+/// ShouldRateLimits of one domain that arrive together go to Redis in shared script calls
+/// (fewer EVALSHA calls than requests, by Redis's own count), each applied whole and counted
+/// exactly: 200 concurrent requests, each hitting counter `a` by 1 and `b` by 2, see `a` at 1 to
+/// 200 once each and `b` at twice their `a` (both hits of a request together); another
+/// domain's 50 requests at the same time count on their own. Callers that vanish mid-call
+/// leave the others answered and every count whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domains_concurrent_rate_limit_requests_go_together_and_count_exactly() {
+    use admission_authority::ratelimit::{Hit, Unit};
+    use admission_authority::store::RateLimitStore;
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    let store = Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            "rlb:",
+            1,
+            Policy::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap(),
+    );
+    let hit = |key: &str, addend| Hit {
+        key: key.into(),
+        unit: Unit::Day,
+        addend,
+    };
+    let before = evalsha_calls(port);
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..250 {
+        let (store, hits) = (store.clone(), vec![hit("a", 1), hit("b", 2)]);
+        let domain = if i % 5 == 4 { "e" } else { "d" };
+        burst.spawn(async move {
+            let c = store.rate_limit_hits(domain, 10, &hits).await.unwrap();
+            (domain, c.counts)
+        });
+    }
+    let mut vanishing = tokio::task::JoinSet::new();
+    for _ in 0..30 {
+        let (store, hits) = (store.clone(), vec![hit("a", 1), hit("b", 2)]);
+        vanishing.spawn(async move {
+            let _ = store.rate_limit_hits("d", 10, &hits).await;
+        });
+    }
+    vanishing.abort_all();
+    let (mut d, mut e) = (Vec::new(), Vec::new());
+    while let Some(r) = burst.join_next().await {
+        let (domain, counts) = r.unwrap();
+        let (Some(a), Some(b)) = (counts[0], counts[1]) else {
+            panic!("a count refused: {counts:?}");
+        };
+        assert_eq!(b, 2 * a, "a request's hits counted apart: {counts:?}");
+        if domain == "d" { &mut d } else { &mut e }.push(a);
+    }
+    d.sort_unstable();
+    e.sort_unstable();
+    assert_eq!(
+        e,
+        (1..=50).collect::<Vec<_>>(),
+        "e counted 1 by 1, on its own"
+    );
+    let look = store
+        .rate_limit_hits("d", 10, &[hit("a", 0), hit("b", 0)])
+        .await
+        .unwrap()
+        .counts;
+    let total = look[0].unwrap();
+    assert!(
+        (200..=230).contains(&total) && look[1] == Some(2 * total),
+        "{look:?}"
+    );
+    // The vanished callers' requests that were applied took counts among the burst's.
+    let mut distinct = d.clone();
+    distinct.dedup();
+    assert!(
+        distinct.len() == 200 && d[0] >= 1 && d[199] <= total,
+        "d counted 1 by 1: {d:?}"
+    );
+    let calls = evalsha_calls(port) - before;
+    let (batched, batches) = store.rate_limit_batched_counts();
+    assert!(
+        calls < 250 && batches > 0 && batched >= 2 * batches,
+        "250 requests (and up to 30 vanished) took {calls} script calls, {batched} requests in \
+         {batches} batches"
+    );
     drop(redis);
 }

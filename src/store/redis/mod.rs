@@ -23,6 +23,7 @@ pub mod keys;
 pub mod layout;
 mod ledger;
 mod limits_args;
+mod rate_limit_batch;
 mod rate_limits;
 mod replies;
 pub mod scripts;
@@ -71,7 +72,7 @@ pub struct RedisStore {
     settle: redis::Script,
     resolve: redis::Script,
     open_reservations: redis::Script,
-    rate_limit_hits: redis::Script,
+    rate_limit_batcher: Arc<rate_limit_batch::RateLimitBatcher>,
     rate_limit_counters: redis::Script,
     rate_limit_sweep: redis::Script,
     /// Hosts this replica has registered in the `hosts` set (for the sweep), so the set is
@@ -137,6 +138,7 @@ impl RedisStore {
         let submit = Arc::new(redis::Script::new(&scripts::submit()));
         let release = Arc::new(redis::Script::new(&scripts::release()));
         let auth_batcher = Arc::new(auth_batch::AuthBatcher::new(conns.clone()));
+        let rate_limit_batcher = Arc::new(rate_limit_batch::RateLimitBatcher::new(conns.clone()));
         RedisStore {
             coalescer: Arc::new(coalesce::Coalescer::new(
                 conns.clone(),
@@ -161,7 +163,7 @@ impl RedisStore {
             settle: redis::Script::new(&scripts::settle()),
             resolve: redis::Script::new(&scripts::resolve()),
             open_reservations: redis::Script::new(&scripts::open_reservations()),
-            rate_limit_hits: redis::Script::new(scripts::RATE_LIMIT_HITS),
+            rate_limit_batcher,
             rate_limit_counters: redis::Script::new(scripts::RATE_LIMIT_COUNTERS),
             rate_limit_sweep: redis::Script::new(scripts::RATE_LIMIT_SWEEP),
             registered_hosts: Mutex::default(),

@@ -1,10 +1,11 @@
-//! Rate limit counters on Redis: the [`RateLimitStore`] part of [`RedisStore`]. One script per
-//! ShouldRateLimit counts every hit of the request on its domain's keys (one hash tag per
-//! domain, so the script runs on one slot), on Redis' clock, so every replica counts in the
-//! same windows. A failed call is an error, never a count skipped: the service answers
+//! Rate limit counters on Redis: the [`RateLimitStore`] part of [`RedisStore`]. One script
+//! counts every hit of a ShouldRateLimit on its domain's keys at once (one hash tag per domain,
+//! so the script runs on one slot; concurrent requests of a domain share a call, see
+//! [`super::rate_limit_batch`]), on Redis' clock, so every replica counts in the same
+//! windows. A failed call is an error, never a count skipped: the service answers
 //! UNAVAILABLE.
 
-use super::RedisStore;
+use super::{RedisStore, rate_limit_batch};
 use crate::ratelimit::{CounterInfo, Hit, Unit};
 use crate::store::{RateLimitCounts, RateLimitStore, StoreError};
 
@@ -20,15 +21,16 @@ impl RateLimitStore for RedisStore {
     ) -> Result<RateLimitCounts, StoreError> {
         self.refuse_if_incompatible()?;
         let prefix = self.keys.rate_limit_counter_prefix(domain);
-        let mut inv = self.rate_limit_hits.prepare_invoke();
-        inv.key(self.keys.rate_limit_live(domain)).arg(max_counters);
-        for h in hits {
-            inv.key(format!("{prefix}{}", h.key))
-                .arg(h.unit.seconds())
-                .arg(h.addend);
-        }
-        inv.arg(self.now_arg());
-        let answer: Vec<i64> = self.conns.run(inv).await?;
+        let request = rate_limit_batch::Request {
+            tally: self.keys.rate_limit_live(domain),
+            hits: hits
+                .iter()
+                .map(|h| (format!("{prefix}{}", h.key), h.unit.seconds(), h.addend))
+                .collect(),
+            max: max_counters,
+            now: self.now_arg(),
+        };
+        let answer = self.rate_limit_batcher.hits(request).await?;
         if answer.len() != hits.len() + 1 {
             return Err(StoreError::protocol(format!(
                 "redis: the rate limit script answered {} values for {} hits",
@@ -95,5 +97,13 @@ impl RateLimitStore for RedisStore {
             let _: u64 = self.conns.run(inv).await?;
         }
         Ok(())
+    }
+}
+
+impl RedisStore {
+    /// ShouldRateLimits sent in batches of two or more, and how many such batches, since the
+    /// store was made.
+    pub fn rate_limit_batched_counts(&self) -> (u64, u64) {
+        self.rate_limit_batcher.batched()
     }
 }

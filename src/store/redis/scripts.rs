@@ -18,11 +18,10 @@ use super::codes;
 /// The header of the function in `lua/auth_attempt.lua` says what it answers.
 pub fn auth_attempt() -> String {
     format!(
-        "{}{}{}",
+        "{}{NOW_MS}{AUTH_ATTEMPT}{}",
         codes::auth_constants(),
-        AUTH_ATTEMPT,
         "return auth_attempt(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]),
-                    tonumber(ARGV[3]), auth_now(ARGV[4]))
+                    tonumber(ARGV[3]), now_ms(ARGV[4]))
 "
     )
 }
@@ -32,14 +31,16 @@ pub fn auth_attempt() -> String {
 /// Its header in `lua/auth_batch_body.lua` says what it takes and answers.
 pub fn auth_batch() -> String {
     format!(
-        "{}{}{}",
+        "{}{NOW_MS}{AUTH_ATTEMPT}{}",
         codes::auth_constants(),
-        AUTH_ATTEMPT,
         include_str!("lua/auth_batch_body.lua")
     )
 }
 
 const AUTH_ATTEMPT: &str = include_str!("lua/auth_attempt.lua");
+
+/// `now_ms(arg)`: a script's now argument in ms, 0 meaning Redis TIME.
+const NOW_MS: &str = include_str!("lua/now_ms.lua");
 
 /// Read an auth bucket without counting (CheckAuthAttempt with `peek`).
 ///
@@ -51,10 +52,31 @@ pub const AUTH_PEEK: &str = include_str!("lua/auth_peek.lua");
 /// Its header in `lua/auth_reset.lua` says what it takes and answers.
 pub const AUTH_RESET: &str = include_str!("lua/auth_reset.lua");
 
-/// One ShouldRateLimit's hits on a domain's counters.
+/// One ShouldRateLimit's hits on a domain's counters: KEYS[1] the domain's tally, KEYS[2..]
+/// the counters, one per hit; ARGV[1] the domain's max live counters, then per hit its unit in
+/// seconds and its hits, last ARGV now (0 = Redis TIME).
 ///
-/// Its header in `lua/rate_limit_hits.lua` says what it takes and answers.
-pub const RATE_LIMIT_HITS: &str = include_str!("lua/rate_limit_hits.lua");
+/// The header of the function in `lua/rate_limit_hits.lua` says what it answers.
+pub fn rate_limit_hits() -> String {
+    format!(
+        "{NOW_MS}{RATE_LIMIT_HITS_FN}return rate_limit_hits(KEYS[1], 1, #KEYS - 1, 1, tonumber(ARGV[1]),
+                       now_ms(ARGV[#ARGV]))
+"
+    )
+}
+
+/// Several ShouldRateLimits of one domain in one call (the rate limit batcher's: see
+/// [`super::rate_limit_batch`]).
+///
+/// Its header in `lua/rate_limit_batch_body.lua` says what it takes and answers.
+pub fn rate_limit_batch() -> String {
+    format!(
+        "{NOW_MS}{RATE_LIMIT_HITS_FN}{}",
+        include_str!("lua/rate_limit_batch_body.lua")
+    )
+}
+
+const RATE_LIMIT_HITS_FN: &str = include_str!("lua/rate_limit_hits.lua");
 
 /// A domain's live counters, for the hottest list.
 ///

@@ -31,13 +31,3 @@ local function auth_attempt(kb, kl, max, window, lockout, now)
   end
   return {ATTEMPTS_EXHAUSTED, 0, wend - now}
 end
-
--- `arg` as now in ms: 0 means Redis TIME.
-local function auth_now(arg)
-  local now = tonumber(arg)
-  if now == 0 then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end

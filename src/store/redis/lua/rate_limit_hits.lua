@@ -1,9 +1,10 @@
--- One ShouldRateLimit's hits on a domain's counters, in order, atomically.
+-- One ShouldRateLimit's hits on a domain's counters, in order, as a function: the single
+-- script (its call in scripts.rs) and the batch (rate_limit_batch_body.lua) share it.
 --
--- KEYS[1] the domain's tally of live counters (sorted set: counter key -> its window's end
--- ms), KEYS[2..] the counters (string `<window start s>:<count>`), one per hit.
--- ARGV[1] max live counters of the domain, then per hit its unit in seconds and its hits
--- (0 only looks), last ARGV now (0 = Redis TIME).
+-- tally the domain's tally of live counters (sorted set: counter key -> its window's end ms);
+-- the counters are KEYS[k0 + 1 .. k0 + n] (string `<window start s>:<count>`), one per hit;
+-- hit j's unit in seconds is ARGV[u0 + 2j - 1] and its hits ARGV[u0 + 2j] (0 only looks);
+-- max the domain's max live counters; now in ms.
 -- Returns {now ms, count after each hit...}, a count of -1 when the hit needed a new counter
 -- and the domain holds its max live ones (nothing counted).
 --
@@ -12,62 +13,59 @@
 -- else as a new counter (as the embedded store's table, which drops what the tally drops).
 -- A counter's TTL and its tally entry only collect garbage (the window start in the value
 -- decides); a look never makes a counter.
-local now = tonumber(ARGV[#ARGV])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local now_s = math.floor(now / 1000)
-local max = tonumber(ARGV[1])
-local out = {now}
-local live = nil
--- Put a counter in the tally until `finish`, which lives at least as long as its counters.
-local function track(key, finish)
-  redis.call('ZADD', KEYS[1], finish, key)
-  local ttl = redis.call('PTTL', KEYS[1])
-  if ttl >= 0 and ttl < finish - now then
-    redis.call('PEXPIRE', KEYS[1], finish - now)
+local function rate_limit_hits(tally, k0, n, u0, max, now)
+  local now_s = math.floor(now / 1000)
+  local out = {now}
+  local live = nil
+  -- Put a counter in the tally until `finish`, which lives at least as long as its counters.
+  local function track(key, finish)
+    redis.call('ZADD', tally, finish, key)
+    local ttl = redis.call('PTTL', tally)
+    if ttl >= 0 and ttl < finish - now then
+      redis.call('PEXPIRE', tally, finish - now)
+    end
   end
-end
-for i = 2, #KEYS do
-  local div, add = tonumber(ARGV[2 * i - 2]), tonumber(ARGV[2 * i - 1])
-  local start = now_s - now_s % div
-  local finish = (start + div) * 1000
-  local v = redis.call('GET', KEYS[i])
-  local count = nil
-  if v then
-    local sep = string.find(v, ':', 1, true)
-    if tonumber(string.sub(v, 1, sep - 1)) == start then
-      count = tonumber(string.sub(v, sep + 1))
-    elseif redis.call('ZSCORE', KEYS[1], KEYS[i]) then
-      -- Its window ended and it is still in the tally: a look sees zero, a hit starts it
-      -- again in this window in the place it holds.
-      count = 0
-      if add > 0 then
-        track(KEYS[i], finish)
+  for j = 1, n do
+    local key = KEYS[k0 + j]
+    local div, add = tonumber(ARGV[u0 + 2 * j - 1]), tonumber(ARGV[u0 + 2 * j])
+    local start = now_s - now_s % div
+    local finish = (start + div) * 1000
+    local v = redis.call('GET', key)
+    local count = nil
+    if v then
+      local sep = string.find(v, ':', 1, true)
+      if tonumber(string.sub(v, 1, sep - 1)) == start then
+        count = tonumber(string.sub(v, sep + 1))
+      elseif redis.call('ZSCORE', tally, key) then
+        -- Its window ended and it is still in the tally: a look sees zero, a hit starts it
+        -- again in this window in the place it holds.
+        count = 0
+        if add > 0 then
+          track(key, finish)
+        end
       end
     end
-  end
-  if count == nil and add > 0 then
-    live = live or redis.call('ZCARD', KEYS[1])
-    if live >= max then
-      redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-      live = redis.call('ZCARD', KEYS[1])
+    if count == nil and add > 0 then
+      live = live or redis.call('ZCARD', tally)
+      if live >= max then
+        redis.call('ZREMRANGEBYSCORE', tally, '-inf', now)
+        live = redis.call('ZCARD', tally)
+      end
+      if live < max then
+        live = live + 1
+        count = 0
+        track(key, finish)
+      end
     end
-    if live < max then
-      live = live + 1
-      count = 0
-      track(KEYS[i], finish)
+    if count == nil then
+      out[#out + 1] = (add > 0) and -1 or 0
+    else
+      count = count + add
+      if add > 0 then
+        redis.call('SET', key, string.format('%d:%d', start, count), 'PX', finish - now)
+      end
+      out[#out + 1] = count
     end
   end
-  if count == nil then
-    out[#out + 1] = (add > 0) and -1 or 0
-  else
-    count = count + add
-    if add > 0 then
-      redis.call('SET', KEYS[i], string.format('%d:%d', start, count), 'PX', finish - now)
-    end
-    out[#out + 1] = count
-  end
+  return out
 end
-return out
