@@ -1668,3 +1668,63 @@ async fn a_domains_concurrent_rate_limit_requests_go_together_and_count_exactly(
     );
     drop(redis);
 }
+
+/// Redis stopped (SIGSTOP) under 300 concurrent rate limit requests of one domain, more than
+/// one call carries: every one is answered with an error, none as counted, within a deadline
+/// that one call's timeout fits in but not one per batch; once Redis runs again, requests count
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_fails_concurrent_rate_limit_requests_at_once_and_recovers() {
+    use admission_authority::ratelimit::{Hit, Unit};
+    use admission_authority::store::RateLimitStore;
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    let pid = redis.child.as_ref().unwrap().id().to_string();
+    let store = Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            "rlstall:",
+            1,
+            Policy::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap(),
+    );
+    let hits = || {
+        vec![Hit {
+            key: "tenant=t|day".into(),
+            unit: Unit::Day,
+            addend: 1,
+        }]
+    };
+    store.rate_limit_hits("d", 10, &hits()).await.unwrap();
+    signal(&pid, "-STOP");
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..300 {
+        let (store, hits) = (store.clone(), hits());
+        burst.spawn(async move { store.rate_limit_hits("d", 10, &hits).await });
+    }
+    // A call waits out Redis's 1 s timeout: the batches in turn would take 5 s or more.
+    let answered = tokio::time::timeout(Duration::from_secs(4), async {
+        let mut errors = 0;
+        while let Some(r) = burst.join_next().await {
+            errors += usize::from(r.unwrap().is_err());
+        }
+        errors
+    })
+    .await;
+    signal(&pid, "-CONT");
+    assert_eq!(
+        answered.expect("every request answered while Redis was stopped"),
+        300,
+        "a request was answered as if Redis had counted it"
+    );
+    let counts = common::eventually("Redis counting again", Duration::from_secs(10), || {
+        let (store, hits) = (store.clone(), hits());
+        async move { store.rate_limit_hits("d", 10, &hits).await.ok() }
+    })
+    .await;
+    assert!(counts.counts[0] >= Some(2), "{counts:?}");
+    drop(redis);
+}
