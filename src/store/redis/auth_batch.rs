@@ -9,30 +9,31 @@
 //! flight are grouped, so batches grow with the load and latency does not.
 //!
 //! Attempts on different buckets do not interact, and attempts on one bucket that are in
-//! flight at the same time were concurrent calls, with no order of their own to keep (so
-//! [`SENDERS`] calls may be in flight at once). On a Redis Cluster, where each bucket hashes to a
+//! flight at the same time were concurrent calls, with no order of their own to keep: so all
+//! attempts share one lane ([`super::lanes`]), one call in flight at a time, which measured
+//! best (two or four at once were no faster, with a longer p99; docs/benchmark.md). On a
+//! Redis Cluster, where each bucket hashes to a
 //! slot of its own and one script may touch only one slot, every attempt goes alone.
 //!
 //! The calls run on tasks of their own, so a caller that vanishes mid-call (a client gone)
 //! leaves the other attempts of its batch, and its own, applied and answered as if it had
 //! stayed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use redis::Value;
 use tokio::sync::oneshot;
 
 use super::connection::Connections;
+use super::lanes::Lanes;
 use crate::auth::BucketRule;
 use crate::store::StoreError;
 
 /// At most this many attempts in one call.
 const MAX_BATCH: usize = 64;
 
-/// Calls in flight at once. One measured best at 64 attempts in flight (2 and 4 no better,
-/// and a longer p99; docs/benchmark.md); more may be, since attempts keep no order.
-const SENDERS: usize = 1;
+/// The one lane of every attempt: attempts on different buckets do not interact.
+const LANE: &str = "";
 
 /// What the attempt script answers: verdict code, attempts remaining, retry after (ms).
 pub(super) type Answer = (u8, u32, u64);
@@ -46,22 +47,13 @@ struct Attempt {
     answer: oneshot::Sender<Result<Answer, StoreError>>,
 }
 
-/// The attempts waiting to be sent, and how many calls are in flight.
-#[derive(Default)]
-struct Queue {
-    waiting: Vec<Attempt>,
-    senders: usize,
-}
-
 /// The auth batcher of one store.
 pub(super) struct AuthBatcher {
     conns: Arc<Connections>,
     single: redis::Script,
     batch: redis::Script,
-    queue: Mutex<Queue>,
-    /// Attempts sent in batches of two or more, and those batches.
-    batched_ops: AtomicU64,
-    batches: AtomicU64,
+    /// The attempts that arrived while a call was in flight.
+    lanes: Lanes<Attempt>,
 }
 
 impl AuthBatcher {
@@ -70,27 +62,14 @@ impl AuthBatcher {
             conns,
             single: redis::Script::new(&super::scripts::auth_attempt()),
             batch: redis::Script::new(&super::scripts::auth_batch()),
-            queue: Mutex::default(),
-            batched_ops: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
+            lanes: Lanes::default(),
         }
     }
 
     /// Attempts sent in batches of two or more, and how many such batches (the tests read
     /// them).
     pub(super) fn batched(&self) -> (u64, u64) {
-        (
-            self.batched_ops.load(Ordering::Relaxed),
-            self.batches.load(Ordering::Relaxed),
-        )
-    }
-
-    /// The queue. Nothing in this module panics while holding it, and should anything do so,
-    /// what it holds is still whole: a poisoned lock is taken as it is.
-    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lanes.batched()
     }
 
     /// One attempt against the bucket at `bucket` (its lockout at `lockout`), at `now` (0 =
@@ -106,22 +85,14 @@ impl AuthBatcher {
             return self.alone(&bucket, &lockout, rule, now).await;
         }
         let (answer, rx) = oneshot::channel();
-        let lead = {
-            let mut q = self.queue();
-            q.waiting.push(Attempt {
-                bucket,
-                lockout,
-                rule,
-                now,
-                answer,
-            });
-            let lead = q.senders < SENDERS;
-            if lead {
-                q.senders += 1;
-            }
-            lead
+        let attempt = Attempt {
+            bucket,
+            lockout,
+            rule,
+            now,
+            answer,
         };
-        if lead {
+        if self.lanes.push(LANE, attempt) {
             tokio::spawn(self.clone().lead());
         }
         rx.await.unwrap_or_else(|_| {
@@ -133,35 +104,13 @@ impl AuthBatcher {
 
     /// Send what waits, a batch at a time, until nothing does.
     async fn lead(self: Arc<Self>) {
-        // Should this task end any other way than below (a panic), it is not counted as in
-        // flight any more; the attempts it carried are answered with an error (their answer
-        // channels close).
-        struct Leave<'a>(&'a AuthBatcher, bool);
-        impl Drop for Leave<'_> {
-            fn drop(&mut self) {
-                if !self.1 {
-                    self.0.queue().senders -= 1;
-                }
-            }
-        }
-        let mut guard = Leave(&self, false);
-        loop {
-            let batch: Vec<Attempt> = {
-                let mut q = self.queue();
-                if q.waiting.is_empty() {
-                    q.senders -= 1;
-                    guard.1 = true;
-                    return;
-                }
-                let n = q.waiting.len().min(MAX_BATCH);
-                q.waiting.drain(..n).collect()
-            };
+        let mut sender = self.lanes.sender(LANE);
+        while let Some(batch) = sender.next(MAX_BATCH, |_, _| true) {
             if let Err(e) = self.send(batch).await {
                 // Redis failed the call (unreachable, no answer): the attempts waiting behind
                 // it get that error at once (none was sent), rather than a batch at a time
                 // each waiting out its own timeout; the callers fall back at once.
-                let waiting: Vec<Attempt> = self.queue().waiting.drain(..).collect();
-                for a in waiting {
+                for a in sender.take_all() {
                     let _ = a.answer.send(Err(e.clone()));
                 }
             }
@@ -191,9 +140,7 @@ impl AuthBatcher {
                 .arg(a.rule.lockout_ms)
                 .arg(a.now);
         }
-        self.batched_ops
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.lanes.sent_together(batch.len());
         let reply: Result<Value, StoreError> = self.conns.run(inv).await;
         let answers = match reply {
             Ok(Value::Array(answers)) if answers.len() == batch.len() => answers,

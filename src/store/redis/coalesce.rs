@@ -17,24 +17,18 @@
 //! The calls run on a task of their own, so a caller that vanishes mid-call (a client gone)
 //! leaves the others' operations, and its own, applied and answered as if it had stayed.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use redis::Value;
 use tokio::sync::oneshot;
 
 use super::connection::Connections;
+use super::lanes::Lanes;
 use crate::store::StoreError;
 
 /// At most this many operations in one call: past it, the answer of the first one would wait
 /// on the others' work for longer than the round trip saved.
 const MAX_BATCH: usize = 64;
-
-/// Calls of one host in flight at once. One: a newer call never overtakes the operations an
-/// older one left to run alone, so arrival order holds. (Two measured about 5 % more cycles a
-/// second at 64 in flight; see docs/benchmark.md.)
-const SENDERS: usize = 1;
 
 /// The arguments every ticket script of a host takes first: KEYS[1] the host's counters, then
 /// ARGV[1..4] its key prefix, the caller's limits, now, and the cap maps.
@@ -83,24 +77,17 @@ struct Waiting {
     answer: oneshot::Sender<Result<Value, StoreError>>,
 }
 
-/// A host's operations waiting to be sent, and the tasks sending them.
-#[derive(Default)]
-struct HostQueue {
-    waiting: Vec<Waiting>,
-    senders: usize,
-}
-
 /// The coalescer of one store.
 pub(super) struct Coalescer {
     conns: Arc<Connections>,
     batch: redis::Script,
     submit: Arc<redis::Script>,
     release: Arc<redis::Script>,
-    /// The hosts with a call in flight: what arrived for each meanwhile, and its senders.
-    hosts: Mutex<HashMap<String, HostQueue>>,
-    /// Operations sent in batches of two or more, and those batches.
-    batched_ops: AtomicU64,
-    batches: AtomicU64,
+    /// The hosts with a call in flight (one each: a newer call never overtakes the
+    /// operations an older one left to run alone, so arrival order holds; two or four at once
+    /// measured about 5 % more cycles a second, see docs/benchmark.md), and what arrived for
+    /// each meanwhile.
+    hosts: Lanes<Waiting>,
 }
 
 impl Coalescer {
@@ -114,27 +101,14 @@ impl Coalescer {
             batch: redis::Script::new(&super::scripts::batch()),
             submit,
             release,
-            hosts: Mutex::default(),
-            batched_ops: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
+            hosts: Lanes::default(),
         }
     }
 
     /// Operations sent in batches of two or more, and how many such batches (the tests read
     /// them).
     pub(super) fn batched(&self) -> (u64, u64) {
-        (
-            self.batched_ops.load(Ordering::Relaxed),
-            self.batches.load(Ordering::Relaxed),
-        )
-    }
-
-    /// The hosts' queues. Nothing in this module panics while holding them, and should anything
-    /// do so, what the map holds is still whole: a poisoned lock is taken as it is.
-    fn hosts(&self) -> std::sync::MutexGuard<'_, HashMap<String, HostQueue>> {
-        self.hosts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.hosts.batched()
     }
 
     /// Apply one operation on `host`, answered as its own script would answer it.
@@ -152,17 +126,7 @@ impl Coalescer {
             args,
             answer,
         };
-        let lead = {
-            let mut hosts = self.hosts();
-            let queue = hosts.entry(host.to_string()).or_default();
-            queue.waiting.push(op);
-            let lead = queue.senders < SENDERS;
-            if lead {
-                queue.senders += 1;
-            }
-            lead
-        };
-        if lead {
+        if self.hosts.push(host, op) {
             tokio::spawn(self.clone().lead(host.to_string()));
         }
         rx.await.unwrap_or_else(|_| {
@@ -174,44 +138,9 @@ impl Coalescer {
 
     /// Send what waits for `host`, a batch at a time, until nothing does.
     async fn lead(self: Arc<Self>, host: String) {
-        // Should this task end any other way than below (a panic), the host is not left with a
-        // sender that is gone: its entry goes, and the operations waiting there are answered
-        // with an error (their answer channels close).
-        struct Forget<'a>(&'a Coalescer, &'a str, bool);
-        impl Drop for Forget<'_> {
-            fn drop(&mut self) {
-                if !self.2 {
-                    self.0.hosts().remove(self.1);
-                }
-            }
-        }
-        let mut guard = Forget(&self, &host, false);
-        loop {
-            let batch: Vec<Waiting> = {
-                let mut hosts = self.hosts();
-                let Some(queue) = hosts.get_mut(&host) else {
-                    guard.2 = true;
-                    return;
-                };
-                if queue.waiting.is_empty() {
-                    queue.senders -= 1;
-                    if queue.senders == 0 {
-                        hosts.remove(&host);
-                    }
-                    guard.2 = true;
-                    return;
-                }
-                // One batch has one head: an operation under other limits (a reload) starts
-                // the next.
-                let head = queue.waiting[0].head.clone();
-                let n = queue
-                    .waiting
-                    .iter()
-                    .take(MAX_BATCH)
-                    .take_while(|w| w.head == head)
-                    .count();
-                queue.waiting.drain(..n).collect()
-            };
+        let mut sender = self.hosts.sender(&host);
+        // One batch has one head: an operation under other limits (a reload) starts the next.
+        while let Some(batch) = sender.next(MAX_BATCH, |a, b| a.head == b.head) {
             self.send(batch).await;
         }
     }
@@ -237,9 +166,7 @@ impl Coalescer {
                 }
             }
         }
-        self.batched_ops
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.hosts.sent_together(batch.len());
         let reply: Result<Value, StoreError> = self
             .conns
             .run(batch[0].head.invocation(&self.batch, &args))

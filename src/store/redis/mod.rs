@@ -20,6 +20,7 @@ mod codes;
 mod connection;
 mod epoch;
 pub mod keys;
+mod lanes;
 pub mod layout;
 mod ledger;
 mod limits_args;
@@ -157,15 +158,15 @@ impl RedisStore {
             layout_0_checked: std::sync::atomic::AtomicBool::new(false),
             incompatible: Mutex::new(None),
             auth_batcher,
-            auth_reset: redis::Script::new(scripts::AUTH_RESET),
-            auth_peek: redis::Script::new(scripts::AUTH_PEEK),
+            auth_reset: redis::Script::new(&scripts::auth_reset()),
+            auth_peek: redis::Script::new(&scripts::auth_peek()),
             authorize: redis::Script::new(&scripts::authorize()),
             settle: redis::Script::new(&scripts::settle()),
             resolve: redis::Script::new(&scripts::resolve()),
             open_reservations: redis::Script::new(&scripts::open_reservations()),
             rate_limit_batcher,
-            rate_limit_counters: redis::Script::new(scripts::RATE_LIMIT_COUNTERS),
-            rate_limit_sweep: redis::Script::new(scripts::RATE_LIMIT_SWEEP),
+            rate_limit_counters: redis::Script::new(&scripts::rate_limit_counters()),
+            rate_limit_sweep: redis::Script::new(&scripts::rate_limit_sweep()),
             registered_hosts: Mutex::default(),
             epoch: epoch::Epoch::new(clock.clone()),
             submit,

@@ -13,22 +13,21 @@
 //! The calls run on tasks of their own, so a caller that vanishes mid-call leaves the other
 //! requests of its batch, and its own, applied and answered as if it had stayed.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use redis::Value;
 use tokio::sync::oneshot;
 
 use super::connection::Connections;
+use super::lanes::Lanes;
 use crate::store::StoreError;
 
 /// At most this many requests in one call.
 const MAX_BATCH: usize = 64;
 
 /// One request: its domain's tally, its counters with each hit's unit (seconds) and hits, the
-/// domain's max live counters, now (0 = Redis TIME), and where its answer goes (now ms, then
-/// the count after each hit).
+/// domain's max live counters, and now (0 = Redis TIME). Answered with now (ms), then the
+/// count after each hit.
 pub(super) struct Request {
     pub(super) tally: String,
     pub(super) hits: Vec<(String, u64, u64)>,
@@ -41,22 +40,13 @@ struct Waiting {
     answer: oneshot::Sender<Result<Vec<i64>, StoreError>>,
 }
 
-/// A domain's requests waiting to be sent, and whether a call for it is in flight.
-#[derive(Default)]
-struct Lane {
-    waiting: Vec<Waiting>,
-}
-
 /// The rate limit batcher of one store.
 pub(super) struct RateLimitBatcher {
     conns: Arc<Connections>,
     single: redis::Script,
     batch: redis::Script,
-    /// The domains with a call in flight, and what arrived for each meanwhile.
-    lanes: Mutex<HashMap<String, Lane>>,
-    /// Requests sent in batches of two or more, and those batches.
-    batched_ops: AtomicU64,
-    batches: AtomicU64,
+    /// The domains with a call in flight (their tallies), and what arrived for each meanwhile.
+    lanes: Lanes<Waiting>,
 }
 
 impl RateLimitBatcher {
@@ -65,27 +55,14 @@ impl RateLimitBatcher {
             conns,
             single: redis::Script::new(&super::scripts::rate_limit_hits()),
             batch: redis::Script::new(&super::scripts::rate_limit_batch()),
-            lanes: Mutex::default(),
-            batched_ops: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
+            lanes: Lanes::default(),
         }
     }
 
     /// Requests sent in batches of two or more, and how many such batches (the tests read
     /// them).
     pub(super) fn batched(&self) -> (u64, u64) {
-        (
-            self.batched_ops.load(Ordering::Relaxed),
-            self.batches.load(Ordering::Relaxed),
-        )
-    }
-
-    /// The lanes. Nothing in this module panics while holding them, and should anything do
-    /// so, what the map holds is still whole: a poisoned lock is taken as it is.
-    fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lane>> {
-        self.lanes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lanes.batched()
     }
 
     /// Apply `request`'s hits on its domain (its tally names the lane); answered as the single
@@ -93,17 +70,7 @@ impl RateLimitBatcher {
     pub(super) async fn hits(self: &Arc<Self>, request: Request) -> Result<Vec<i64>, StoreError> {
         let (answer, rx) = oneshot::channel();
         let lane = request.tally.clone();
-        let lead = {
-            let mut lanes = self.lanes();
-            let lead = !lanes.contains_key(&lane);
-            lanes
-                .entry(lane.clone())
-                .or_default()
-                .waiting
-                .push(Waiting { request, answer });
-            lead
-        };
-        if lead {
+        if self.lanes.push(&lane, Waiting { request, answer }) {
             tokio::spawn(self.clone().lead(lane));
         }
         rx.await.unwrap_or_else(|_| {
@@ -115,51 +82,15 @@ impl RateLimitBatcher {
 
     /// Send what waits for `lane`, a batch at a time, until nothing does.
     async fn lead(self: Arc<Self>, lane: String) {
-        // Should this task end any other way than below (a panic), the lane is not left with a
-        // sender that is gone: its entry goes, and the requests waiting there are answered
-        // with an error (their answer channels close).
-        struct Forget<'a>(&'a RateLimitBatcher, &'a str, bool);
-        impl Drop for Forget<'_> {
-            fn drop(&mut self) {
-                if !self.2 {
-                    self.0.lanes().remove(self.1);
-                }
-            }
-        }
-        let mut guard = Forget(&self, &lane, false);
-        loop {
-            let batch: Vec<Waiting> = {
-                let mut lanes = self.lanes();
-                let Some(queue) = lanes.get_mut(&lane) else {
-                    guard.2 = true;
-                    return;
-                };
-                if queue.waiting.is_empty() {
-                    lanes.remove(&lane);
-                    guard.2 = true;
-                    return;
-                }
-                // One batch has one max (a reload may change it): a request under another
-                // starts the next.
-                let max = queue.waiting[0].request.max;
-                let n = queue
-                    .waiting
-                    .iter()
-                    .take(MAX_BATCH)
-                    .take_while(|w| w.request.max == max)
-                    .count();
-                queue.waiting.drain(..n).collect()
-            };
+        let mut sender = self.lanes.sender(&lane);
+        // One batch has one max (a reload may change it): a request under another starts the
+        // next.
+        while let Some(batch) = sender.next(MAX_BATCH, |a, b| a.request.max == b.request.max) {
             if let Err(e) = self.send(batch).await {
                 // Redis failed the call (unreachable, no answer): the requests waiting behind
                 // it get that error at once (none was sent), rather than a batch at a time
                 // each waiting out its own timeout.
-                let waiting: Vec<Waiting> = self
-                    .lanes()
-                    .get_mut(&lane)
-                    .map(|q| q.waiting.drain(..).collect())
-                    .unwrap_or_default();
-                for w in waiting {
+                for w in sender.take_all() {
                     let _ = w.answer.send(Err(e.clone()));
                 }
             }
@@ -189,9 +120,7 @@ impl RateLimitBatcher {
                 inv.key(key).arg(unit).arg(addend);
             }
         }
-        self.batched_ops
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.lanes.sent_together(batch.len());
         let answers = match self.conns.run::<Value>(inv).await {
             Ok(Value::Array(answers)) if answers.len() == batch.len() => answers,
             Ok(other) => {

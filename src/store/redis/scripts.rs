@@ -18,10 +18,10 @@ use super::codes;
 /// The header of the function in `lua/auth_attempt.lua` says what it answers.
 pub fn auth_attempt() -> String {
     format!(
-        "{}{NOW_MS}{AUTH_ATTEMPT}{}",
+        "{}{NOW_OF}{AUTH_ATTEMPT}{}",
         codes::auth_constants(),
         "return auth_attempt(KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]),
-                    tonumber(ARGV[3]), now_ms(ARGV[4]))
+                    tonumber(ARGV[3]), now_of(ARGV[4]))
 "
     )
 }
@@ -31,7 +31,7 @@ pub fn auth_attempt() -> String {
 /// Its header in `lua/auth_batch_body.lua` says what it takes and answers.
 pub fn auth_batch() -> String {
     format!(
-        "{}{NOW_MS}{AUTH_ATTEMPT}{}",
+        "{}{NOW_OF}{AUTH_ATTEMPT}{}",
         codes::auth_constants(),
         include_str!("lua/auth_batch_body.lua")
     )
@@ -39,18 +39,22 @@ pub fn auth_batch() -> String {
 
 const AUTH_ATTEMPT: &str = include_str!("lua/auth_attempt.lua");
 
-/// `now_ms(arg)`: a script's now argument in ms, 0 meaning Redis TIME.
-const NOW_MS: &str = include_str!("lua/now_ms.lua");
+/// `now_of(arg)`: a script's now argument in ms, 0 meaning Redis TIME.
+const NOW_OF: &str = include_str!("lua/now_of.lua");
 
 /// Read an auth bucket without counting (CheckAuthAttempt with `peek`).
 ///
 /// Its header in `lua/auth_peek.lua` says what it takes and answers.
-pub const AUTH_PEEK: &str = include_str!("lua/auth_peek.lua");
+pub fn auth_peek() -> String {
+    format!("{NOW_OF}{}", include_str!("lua/auth_peek.lua"))
+}
 
 /// Clear an auth bucket and its lockout.
 ///
 /// Its header in `lua/auth_reset.lua` says what it takes and answers.
-pub const AUTH_RESET: &str = include_str!("lua/auth_reset.lua");
+pub fn auth_reset() -> String {
+    format!("{NOW_OF}{}", include_str!("lua/auth_reset.lua"))
+}
 
 /// One ShouldRateLimit's hits on a domain's counters: KEYS[1] the domain's tally, KEYS[2..]
 /// the counters, one per hit; ARGV[1] the domain's max live counters, then per hit its unit in
@@ -59,8 +63,8 @@ pub const AUTH_RESET: &str = include_str!("lua/auth_reset.lua");
 /// The header of the function in `lua/rate_limit_hits.lua` says what it answers.
 pub fn rate_limit_hits() -> String {
     format!(
-        "{NOW_MS}{RATE_LIMIT_HITS_FN}return rate_limit_hits(KEYS[1], 1, #KEYS - 1, 1, tonumber(ARGV[1]),
-                       now_ms(ARGV[#ARGV]))
+        "{NOW_OF}{RATE_LIMIT_HITS_FN}return rate_limit_hits(KEYS[1], 1, #KEYS - 1, 1, tonumber(ARGV[1]),
+                       now_of(ARGV[#ARGV]))
 "
     )
 }
@@ -71,7 +75,7 @@ pub fn rate_limit_hits() -> String {
 /// Its header in `lua/rate_limit_batch_body.lua` says what it takes and answers.
 pub fn rate_limit_batch() -> String {
     format!(
-        "{NOW_MS}{RATE_LIMIT_HITS_FN}{}",
+        "{NOW_OF}{RATE_LIMIT_HITS_FN}{}",
         include_str!("lua/rate_limit_batch_body.lua")
     )
 }
@@ -81,12 +85,16 @@ const RATE_LIMIT_HITS_FN: &str = include_str!("lua/rate_limit_hits.lua");
 /// A domain's live counters, for the hottest list.
 ///
 /// Its header in `lua/rate_limit_counters.lua` says what it takes and answers.
-pub const RATE_LIMIT_COUNTERS: &str = include_str!("lua/rate_limit_counters.lua");
+pub fn rate_limit_counters() -> String {
+    format!("{NOW_OF}{}", include_str!("lua/rate_limit_counters.lua"))
+}
 
 /// Drop ended counters from a domain's tally.
 ///
 /// Its header in `lua/rate_limit_sweep.lua` says what it takes and answers.
-pub const RATE_LIMIT_SWEEP: &str = include_str!("lua/rate_limit_sweep.lua");
+pub fn rate_limit_sweep() -> String {
+    format!("{NOW_OF}{}", include_str!("lua/rate_limit_sweep.lua"))
+}
 
 /// The prelude of every ledger script: `now`, number formatting, the step record codec, and the
 /// housekeeping that turns reserved steps past their TTL uncertain.
@@ -142,7 +150,10 @@ fn ticket_script(parts: &[&str]) -> String {
 
 /// A ledger script: its constants ([`codes::ledger_constants`]), the prelude, then `body`.
 fn ledger_script(body: &str) -> String {
-    format!("{}{LEDGER_PRELUDE}{body}", codes::ledger_constants())
+    format!(
+        "{}{NOW_OF}{LEDGER_PRELUDE}{body}",
+        codes::ledger_constants()
+    )
 }
 
 /// The prelude of every ticket script: the host's keys and limits (the limits of record),

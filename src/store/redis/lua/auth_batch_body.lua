@@ -9,7 +9,7 @@ for i = 1, #KEYS / 2 do
   local a = (i - 1) * 4
   local now = tonumber(ARGV[a + 4])
   if now == 0 then
-    time_now = time_now or now_ms('0')
+    time_now = time_now or now_of('0')
     now = time_now
   end
   out[i] = auth_attempt(KEYS[2 * i - 1], KEYS[2 * i], tonumber(ARGV[a + 1]),

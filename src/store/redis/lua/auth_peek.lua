@@ -2,11 +2,7 @@
 --
 -- KEYS[1] bucket hash, KEYS[2] lockout. ARGV[1] now (0 = Redis TIME).
 -- Returns {lockout_left_ms, count, window_left_ms}: 0 for a lockout or window that is over.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_of(ARGV[1])
 local locked = tonumber(redis.call('GET', KEYS[2]) or '0')
 local b = redis.call('HMGET', KEYS[1], 'c', 'e')
 local wend = tonumber(b[2] or '0')

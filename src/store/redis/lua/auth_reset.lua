@@ -2,11 +2,7 @@
 --
 -- KEYS[1] bucket, KEYS[2] lockout. ARGV[1] now (0 = Redis TIME).
 -- Returns {existed, was_locked}: whether a live window or lockout was cleared.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_of(ARGV[1])
 local locked = tonumber(redis.call('GET', KEYS[2]) or '0')
 local wend = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
 redis.call('DEL', KEYS[1], KEYS[2])

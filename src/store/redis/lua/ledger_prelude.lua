@@ -12,14 +12,6 @@
 -- Expects `now_arg`, `ttl` (reservation_ttl ms), `run_prefix` (key prefix of run hashes),
 -- `k_reserved`, `k_uncertain`, `k_stats` to be set by the script body.
 local function fmt(x) return string.format('%.0f', x) end
-local function now_of(arg)
-  local n = tonumber(arg)
-  if n == 0 then
-    local t = redis.call('TIME')
-    n = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return n
-end
 local function unpack_step(raw)
   local t, i = {}, 1
   for k = 1, 14 do

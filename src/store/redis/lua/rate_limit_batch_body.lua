@@ -10,7 +10,7 @@ local k0, a = 1, 3
 for r = 1, tonumber(ARGV[2]) do
   local now = tonumber(ARGV[a])
   if now == 0 then
-    time_now = time_now or now_ms('0')
+    time_now = time_now or now_of('0')
     now = time_now
   end
   local n = tonumber(ARGV[a + 1])

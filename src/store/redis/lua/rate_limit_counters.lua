@@ -3,11 +3,7 @@
 -- KEYS[1] the domain's tally of live counters (see rate_limit_hits.lua).
 -- ARGV[1] the most to read, ARGV[2] now (0 = Redis TIME).
 -- Returns {counter key, window start s, count, ...} of the first ARGV[1] live counters.
-local now = tonumber(ARGV[2])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+local now = now_of(ARGV[2])
 local keys = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'LIMIT', 0, tonumber(ARGV[1]))
 local out = {}
 for _, k in ipairs(keys) do
