@@ -1669,6 +1669,103 @@ async fn a_domains_concurrent_rate_limit_requests_go_together_and_count_exactly(
     drop(redis);
 }
 
+/// Rate limit counters and their domain's tally leave nothing behind on Redis: every key has a
+/// TTL no longer than its window, after a lone request (the single script), after concurrent
+/// ones (a batch) and after hits that found their counter in its window (which keep its TTL);
+/// a counter of a one-second window is gone soon after that second ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_counters_expire_with_their_window() {
+    use admission_authority::ratelimit::{Hit, Unit};
+    use admission_authority::store::RateLimitStore;
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    // Scripts take Redis TIME (nothing frozen): TTLs run in real time.
+    let store = Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            "rlttl:",
+            1,
+            Policy::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap(),
+    );
+    let hit = |key: &str, unit| Hit {
+        key: key.into(),
+        unit,
+        addend: 1,
+    };
+    for _ in 0..3 {
+        store
+            .rate_limit_hits("d", 10, &[hit("m|minute", Unit::Minute)])
+            .await
+            .unwrap();
+    }
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..40 {
+        let store = store.clone();
+        burst.spawn(async move {
+            let hits = [hit("m|minute", Unit::Minute), hit("s|second", Unit::Second)];
+            store.rate_limit_hits("d", 10, &hits).await.unwrap()
+        });
+    }
+    while let Some(r) = burst.join_next().await {
+        let counts = r.unwrap().counts;
+        assert!(counts.iter().all(Option::is_some), "{counts:?}");
+    }
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("rlttl:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ttl = |key: String| {
+        let mut conn = conn.clone();
+        async move {
+            let t: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            t
+        }
+    };
+    assert_eq!(keys.len(), 3, "two counters and the tally: {keys:?}");
+    let mut second = None;
+    for key in keys {
+        let t = ttl(key.clone()).await;
+        let most = if key.ends_with("s|second") {
+            1_000
+        } else {
+            60_000
+        };
+        assert!(
+            (1..=most).contains(&t),
+            "{key} expires within its window ({most} ms): PTTL {t}"
+        );
+        if key.ends_with("s|second") {
+            second = Some(key);
+        }
+    }
+    let second = second.expect("the one-second counter");
+    common::eventually(
+        "the one-second counter to expire",
+        Duration::from_secs(3),
+        || {
+            let key = second.clone();
+            let ttl = &ttl;
+            async move { (ttl(key).await == -2).then_some(()) }
+        },
+    )
+    .await;
+    drop(redis);
+}
+
 /// Redis stopped (SIGSTOP) under 300 concurrent rate limit requests of one domain, more than
 /// one call carries: every one is answered with an error, none as counted, within a deadline
 /// that one call's timeout fits in but not one per batch; once Redis runs again, requests count

@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use redis::Value;
 use tokio::sync::oneshot;
 
 use super::connection::Connections;
@@ -121,27 +120,33 @@ impl RateLimitBatcher {
             }
         }
         self.lanes.sent_together(batch.len());
-        let answers = match self.conns.run::<Value>(inv).await {
-            Ok(Value::Array(answers)) if answers.len() == batch.len() => answers,
-            Ok(other) => {
-                let e = StoreError::protocol(format!("redis: rate limit batch answered {other:?}"));
+        // One flat answer: each request's now, then its counts, request after request.
+        let expected: usize = batch.iter().map(|w| 1 + w.request.hits.len()).sum();
+        let flat = match self.conns.run::<Vec<i64>>(inv).await {
+            Ok(flat) if flat.len() == expected => flat,
+            Ok(flat) => {
+                let e = StoreError::protocol(format!(
+                    "redis: rate limit batch answered {} values for {expected}",
+                    flat.len()
+                ));
                 for w in batch {
                     let _ = w.answer.send(Err(e.clone()));
                 }
                 return Ok(());
             }
             Err(e) => {
+                let failed = !matches!(e, StoreError::Protocol { .. });
                 for w in batch {
                     let _ = w.answer.send(Err(e.clone()));
                 }
-                return Err(e);
+                return if failed { Err(e) } else { Ok(()) };
             }
         };
-        for (w, v) in batch.into_iter().zip(answers) {
-            let out = redis::from_redis_value_ref::<Vec<i64>>(&v).map_err(|e| {
-                StoreError::protocol(format!("redis: rate limit batch answered {v:?}: {e}"))
-            });
-            let _ = w.answer.send(out);
+        let mut rest = flat.as_slice();
+        for w in batch {
+            let (mine, after) = rest.split_at(1 + w.request.hits.len());
+            rest = after;
+            let _ = w.answer.send(Ok(mine.to_vec()));
         }
         Ok(())
     }

@@ -63,8 +63,9 @@ pub fn auth_reset() -> String {
 /// The header of the function in `lua/rate_limit_hits.lua` says what it answers.
 pub fn rate_limit_hits() -> String {
     format!(
-        "{NOW_OF}{RATE_LIMIT_HITS_FN}return rate_limit_hits(KEYS[1], 1, #KEYS - 1, 1, tonumber(ARGV[1]),
-                       now_of(ARGV[#ARGV]))
+        "{NOW_OF}{RATE_LIMIT_HITS_FN}local out = {{}}
+rate_limit_hits(out, KEYS[1], 1, #KEYS - 1, 1, tonumber(ARGV[1]), now_of(ARGV[#ARGV]))
+return out
 "
     )
 }

@@ -4,7 +4,7 @@
 -- KEYS[1] the domain's tally, then each request's counters in turn. ARGV[1] the domain's max
 -- live counters, ARGV[2] the number of requests, then per request: its now (0 = Redis TIME),
 -- its number of hits n, and its n pairs of unit in seconds and hits.
--- Returns one {now ms, count after each hit...} per request, in order.
+-- Returns, flat, each request's now ms and count after each hit, request after request.
 local max, out, time_now = tonumber(ARGV[1]), {}, nil
 local k0, a = 1, 3
 for r = 1, tonumber(ARGV[2]) do
@@ -14,7 +14,7 @@ for r = 1, tonumber(ARGV[2]) do
     now = time_now
   end
   local n = tonumber(ARGV[a + 1])
-  out[r] = rate_limit_hits(KEYS[1], k0, n, a + 1, max, now)
+  rate_limit_hits(out, KEYS[1], k0, n, a + 1, max, now)
   k0, a = k0 + n, a + 2 + 2 * n
 end
 return out
