@@ -2189,14 +2189,55 @@ async fn should_rate_limit(chans: &[Channel], descriptors: usize, seconds: f64) 
     .1
 }
 
-/// Check and ShouldRateLimit (one descriptor, five) alternating on `server`, `rounds` times;
-/// the rounds with the median ratios: (one ÷ Check, five ÷ Check, Check, one, five).
+/// What Redis spent on one ShouldRateLimit phase, per request: redis-server CPU µs and script
+/// calls.
+#[derive(Clone, Copy, Default)]
+struct RedisCost {
+    cpu_us: f64,
+    scripts: f64,
+}
+
+/// `phase` with, when `redis` is given, what redis-server spent on it per request.
+async fn redis_costed(
+    redis: Option<&mut redis::aio::MultiplexedConnection>,
+    secs: f64,
+    phase: impl std::future::Future<Output = Figures>,
+) -> (Figures, RedisCost) {
+    let Some(conn) = redis else {
+        return (phase.await, RedisCost::default());
+    };
+    let (calls, cpu) = (command_calls(conn).await.1, redis_cpu_secs(conn).await);
+    let f = phase.await;
+    let n = (f.rate * secs).max(1.0);
+    let cost = RedisCost {
+        cpu_us: (redis_cpu_secs(conn).await - cpu) * 1e6 / n,
+        scripts: (command_calls(conn).await.1 - calls) as f64 / n,
+    };
+    (f, cost)
+}
+
+/// The rounds of one server, at their median ratios.
+struct RateLimitRounds {
+    /// ShouldRateLimit/s ÷ Check/s with one descriptor, with five.
+    one_ratio: f64,
+    five_ratio: f64,
+    check: Figures,
+    one: Figures,
+    five: Figures,
+    /// On Redis: what one request cost it, with one descriptor and with five.
+    one_redis: RedisCost,
+    five_redis: RedisCost,
+}
+
+/// Check and ShouldRateLimit (one descriptor, five) alternating on `server`, `rounds` times,
+/// with what each request cost `redis` where given.
 async fn rate_limit_rounds(
     server: &Server,
     chans: &[Channel],
     rounds: usize,
     secs: f64,
-) -> (f64, f64, Figures, Figures, Figures) {
+    mut redis: Option<redis::aio::MultiplexedConnection>,
+) -> RateLimitRounds {
     let mut ones = Vec::new();
     let mut fives = Vec::new();
     for _ in 0..rounds {
@@ -2209,24 +2250,32 @@ async fn rate_limit_rounds(
         .await;
         let one = metered(
             server,
-            should_rate_limit(chans, 1, secs),
-            |f| f.rate * secs,
-            |f, u| f.cpu_us = Some(u),
+            redis_costed(redis.as_mut(), secs, should_rate_limit(chans, 1, secs)),
+            |(f, _)| f.rate * secs,
+            |(f, _), u| f.cpu_us = Some(u),
         )
         .await;
         let five = metered(
             server,
-            should_rate_limit(chans, 5, secs),
-            |f| f.rate * secs,
-            |f, u| f.cpu_us = Some(u),
+            redis_costed(redis.as_mut(), secs, should_rate_limit(chans, 5, secs)),
+            |(f, _)| f.rate * secs,
+            |(f, _), u| f.cpu_us = Some(u),
         )
         .await;
-        fives.push((five.rate / check.rate, five));
-        ones.push((one.rate / check.rate, (check, one)));
+        fives.push((five.0.rate / check.rate, five));
+        ones.push((one.0.rate / check.rate, (check, one)));
     }
-    let (one_ratio, (check, one)) = median(ones);
-    let (five_ratio, five) = median(fives);
-    (one_ratio, five_ratio, check, one, five)
+    let (one_ratio, (check, (one, one_redis))) = median(ones);
+    let (five_ratio, (five, five_redis)) = median(fives);
+    RateLimitRounds {
+        one_ratio,
+        five_ratio,
+        check,
+        one,
+        five,
+        one_redis,
+        five_redis,
+    }
 }
 
 /// Envoy's rate limit service: ShouldRateLimit against Check on the embedded store (and on
@@ -2245,8 +2294,14 @@ async fn rate_limits(a: &Args, dir: &std::path::Path) {
         "|{:-<60}|{:->6}|{:->11}|{:->9}|{:->9}|{:->11}|",
         "", "", "", "", "", ""
     );
-    let (one_ratio, five_ratio, check, one, five) =
-        rate_limit_rounds(&server, &chans, a.rounds, a.seconds).await;
+    let RateLimitRounds {
+        one_ratio,
+        five_ratio,
+        check,
+        one,
+        five,
+        ..
+    } = rate_limit_rounds(&server, &chans, a.rounds, a.seconds, None).await;
     row("health.Check (baseline)", 64, &check);
     row("ShouldRateLimit, 1 descriptor, embedded store", 64, &one);
     row("ShouldRateLimit, 5 descriptors, embedded store", 64, &five);
@@ -2264,12 +2319,16 @@ async fn rate_limits(a: &Args, dir: &std::path::Path) {
         .unwrap();
         let on_redis = Server::start(&redis_config);
         let redis_chans = channels(&on_redis.addr, 2).await;
-        let (r_one, r_five, r_check, r1, r5) =
-            rate_limit_rounds(&on_redis, &redis_chans, a.rounds, a.seconds).await;
-        row("health.Check on the Redis-backed server", 64, &r_check);
-        row("ShouldRateLimit, 1 descriptor, Redis store", 64, &r1);
-        row("ShouldRateLimit, 5 descriptors, Redis store", 64, &r5);
-        redis_line = Some((r_one, r_five));
+        let conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let r = rate_limit_rounds(&on_redis, &redis_chans, a.rounds, a.seconds, Some(conn)).await;
+        row("health.Check on the Redis-backed server", 64, &r.check);
+        row("ShouldRateLimit, 1 descriptor, Redis store", 64, &r.one);
+        row("ShouldRateLimit, 5 descriptors, Redis store", 64, &r.five);
+        redis_line = Some(r);
     }
     drop(chans);
     drop(server);
@@ -2290,10 +2349,22 @@ async fn rate_limits(a: &Args, dir: &std::path::Path) {
         at_least(one_ratio, 0.8),
         at_least(five_ratio, 0.6)
     );
-    if let Some((r_one, r_five)) = redis_line {
+    if let Some(r) = redis_line {
+        let cost = |f: &Figures, c: RedisCost| {
+            format!(
+                "{:.1} µs of the authority's CPU and {:.1} µs of redis-server's per request, {:.2} script calls",
+                f.cpu_us.unwrap_or(0.0),
+                c.cpu_us,
+                c.scripts
+            )
+        };
         println!(
-            "Redis store: ShouldRateLimit/s ÷ Check/s at 64 = {r_one:.2} with 1 descriptor ({}), {r_five:.2} with 5",
-            at_least(r_one, 0.5)
+            "Redis store: ShouldRateLimit/s ÷ Check/s at 64 = {:.2} with 1 descriptor ({}; {}), {:.2} with 5 ({})",
+            r.one_ratio,
+            at_least(r.one_ratio, 0.5),
+            cost(&r.one, r.one_redis),
+            r.five_ratio,
+            cost(&r.five, r.five_redis)
         );
     }
     println!(
