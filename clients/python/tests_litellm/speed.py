@@ -83,6 +83,7 @@ async def measure(args: argparse.Namespace, arms: dict[str, list[Proxy]], author
     lat: dict[str, list[float]] = {k: [] for k in arms}
     rps: dict[str, list[float]] = {k: [] for k in arms}
     cpu: dict[str, float] = {k: 0.0 for k in arms}
+    proxy_cpu: dict[str, float] = {k: 0.0 for k in arms}
     count: dict[str, int] = {k: 0 for k in arms}
     limits = httpx.Limits(max_connections=args.concurrency * 2, max_keepalive_connections=args.concurrency * 2)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -91,16 +92,19 @@ async def measure(args: argparse.Namespace, arms: dict[str, list[Proxy]], author
         for _ in range(args.rounds):
             for name, proxies in arms.items():
                 before = cpu_seconds(authority.proc.pid)
+                proxies_before = sum(cpu_seconds(p.proc.pid) for p in proxies)
                 lat[name] += await latencies(client, proxies, args.requests)
                 r = await throughput(client, proxies, args.concurrency, args.seconds)
                 rps[name].append(r)
                 cpu[name] += cpu_seconds(authority.proc.pid) - before
+                proxy_cpu[name] += sum(cpu_seconds(p.proc.pid) for p in proxies) - proxies_before
                 count[name] += args.requests + int(r * args.seconds)
-    print(f"{'arm':<16} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'authority µs/req':>17}")
+    print(f"{'arm':<16} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'authority µs/req':>17} {'proxy µs/req':>13}")
     for name in arms:
+        n = max(1, count[name])
         print(
             f"{name:<16} {pct(lat[name], 0.5):8.2f} {pct(lat[name], 0.99):8.2f} "
-            f"{statistics.median(rps[name]):8.1f} {cpu[name] / max(1, count[name]) * 1e6:17.1f}"
+            f"{statistics.median(rps[name]):8.1f} {cpu[name] / n * 1e6:17.1f} {proxy_cpu[name] / n * 1e6:13.1f}"
         )
     w, wo = "with drop-in", "without"
     print(

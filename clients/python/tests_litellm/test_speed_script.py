@@ -18,6 +18,6 @@ def test_the_speed_script_prints_both_arms_and_the_ratios() -> None:
         check=True,
     ).stdout
     lines = out.splitlines()
-    assert lines[0].split() == ["arm", "p50", "ms", "p99", "ms", "req/s", "authority", "µs/req"], out
+    assert lines[0].split() == ["arm", "p50", "ms", "p99", "ms", "req/s", "authority", "µs/req", "proxy", "µs/req"], out
     assert lines[1].startswith("with drop-in") and lines[2].startswith("without"), out
     assert lines[3].startswith("ratios (with / without): p50 "), out
