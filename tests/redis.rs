@@ -1669,6 +1669,119 @@ async fn a_domains_concurrent_rate_limit_requests_go_together_and_count_exactly(
     drop(redis);
 }
 
+/// Auth buckets, lockouts and the ledger's runs leave nothing behind on Redis that does not
+/// expire: after attempts (one identity locked out), a reservation settled and one left open,
+/// every key either has a TTL or is one of the few fixed structures (per prefix, or per host:
+/// a bounded set, never one per identity or request), or the run whose reservation is still
+/// open, which expires once settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_and_ledger_keys_expire_or_are_fixed_structures() {
+    use admission_authority::ledger::{AuthorizeArgs, Coverage, Usage};
+    use admission_authority::store::LedgerStore;
+
+    let port = common::free_port();
+    let redis = RedisServer::start(port);
+    // Scripts take Redis TIME (nothing frozen): TTLs run in real time.
+    let store = RedisStore::new(
+        &redis.url(),
+        "keep:",
+        1,
+        Policy::default(),
+        Arc::new(ManualClock::new(0)),
+    )
+    .unwrap();
+    let rule = BucketRule {
+        max_attempts: 2,
+        window_ms: 60_000,
+        lockout_ms: 30_000,
+    };
+    for who in ["locked", "locked", "locked", "once"] {
+        store.auth_attempt("login", who, rule).await.unwrap();
+    }
+    let args = |run: &str| AuthorizeArgs {
+        run_id: run.into(),
+        step: 1,
+        subject: "alice".into(),
+        account_id: None,
+        model: String::new(),
+        requested_output_tokens: 10,
+        estimated_input_tokens: 5,
+        estimated_cost: 0,
+    };
+    for run in ["settled", "open"] {
+        store.authorize("h", args(run)).await.unwrap().unwrap();
+    }
+    let usage = Usage {
+        input_tokens: 5,
+        output_tokens: 3,
+        cost: 0,
+        coverage: Coverage::Complete,
+    };
+    store
+        .settle("h", "settled", 1, usage)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("keep:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut lasting = Vec::new();
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if ttl <= 0 {
+            lasting.push(key.clone());
+        } else if key.contains("authrl:") {
+            assert!(ttl <= 60_000, "{key} outlives its window: {ttl} ms");
+        }
+    }
+    let expiring = keys.len() - lasting.len();
+    lasting.sort();
+    let fixed = [
+        "keep:epoch",
+        "keep:hosts",
+        "keep:ledger:{h}:reserved",
+        "keep:ledger:{h}:stats",
+        "keep:replicas",
+        // A run with an open reservation is kept until the step is settled (or, once
+        // uncertain, resolved): it is counted until then.
+        "keep:ledger:{h}:run:open",
+    ];
+    for key in &lasting {
+        assert!(
+            fixed.contains(&key.as_str()),
+            "{key} has no TTL and is not a fixed structure: {lasting:?}"
+        );
+    }
+    assert!(
+        keys.iter().any(|k| k.ends_with("{login:locked}:l"))
+            && keys.iter().any(|k| k.ends_with("{login:once}:b")),
+        "the lockout and the bucket are there: {keys:?}"
+    );
+    // The lockout, the other identity's bucket and the settled run.
+    assert!(expiring >= 3, "{keys:?}");
+    // Settled, the open run expires as the other did.
+    store.settle("h", "open", 1, usage).await.unwrap().unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("keep:ledger:{h}:run:open")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "a settled run expires: PTTL {ttl}");
+    drop(redis);
+}
+
 /// Rate limit counters and their domain's tally leave nothing behind on Redis: every key has a
 /// TTL no longer than its window, after a lone request (the single script), after concurrent
 /// ones (a batch) and after hits that found their counter in its window (which keep its TTL);
