@@ -660,19 +660,11 @@ async fn ended_tickets_leave_only_keys_that_expire() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("ttl:*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys = keys_with_ttls(&redis.url(), "ttl:*").await;
     let mut lasting = Vec::new();
     let mut expiring = 0;
-    for key in &keys {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+    for (key, ttl) in &keys {
+        let ttl = *ttl;
         if ttl > 0 {
             assert!(ttl <= 61_000, "{key} expires after retention: {ttl} ms");
             expiring += 1;
@@ -1193,6 +1185,47 @@ fn signal(pid: &str, sig: &str) {
     );
 }
 
+/// Every key matching `pattern` on the Redis at `url`, with its PTTL (ms; -1 for none), in key
+/// order.
+async fn keys_with_ttls(url: &str, pattern: &str) -> Vec<(String, i64)> {
+    let mut conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut out = Vec::new();
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((key, ttl));
+    }
+    out
+}
+
+/// A store on `redis` under `prefix` whose scripts take Redis TIME (nothing frozen): leases
+/// and TTLs run in real time.
+fn real_time_store(redis: &RedisServer, prefix: &str) -> Arc<RedisStore> {
+    Arc::new(
+        RedisStore::new(
+            &redis.url(),
+            prefix,
+            1,
+            Policy::default(),
+            Arc::new(ManualClock::new(0)),
+        )
+        .unwrap(),
+    )
+}
+
 /// How many EVALSHA calls the redis-server on `port` has run, by its own `INFO commandstats`.
 fn evalsha_calls(port: u16) -> u64 {
     let out = Command::new("redis-cli")
@@ -1593,16 +1626,7 @@ async fn a_domains_concurrent_rate_limit_requests_go_together_and_count_exactly(
 
     let port = common::free_port();
     let redis = RedisServer::start(port);
-    let store = Arc::new(
-        RedisStore::new(
-            &redis.url(),
-            "rlb:",
-            1,
-            Policy::default(),
-            Arc::new(ManualClock::new(0)),
-        )
-        .unwrap(),
-    );
+    let store = real_time_store(&redis, "rlb:");
     let hit = |key: &str, addend| Hit {
         key: key.into(),
         unit: Unit::Day,
@@ -1681,15 +1705,7 @@ async fn auth_and_ledger_keys_expire_or_are_fixed_structures() {
 
     let port = common::free_port();
     let redis = RedisServer::start(port);
-    // Scripts take Redis TIME (nothing frozen): TTLs run in real time.
-    let store = RedisStore::new(
-        &redis.url(),
-        "keep:",
-        1,
-        Policy::default(),
-        Arc::new(ManualClock::new(0)),
-    )
-    .unwrap();
+    let store = real_time_store(&redis, "keep:");
     let rule = BucketRule {
         max_attempts: 2,
         window_ms: 60_000,
@@ -1723,31 +1739,16 @@ async fn auth_and_ledger_keys_expire_or_are_fixed_structures() {
         .unwrap()
         .unwrap();
 
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("keep:*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys = keys_with_ttls(&redis.url(), "keep:*").await;
     let mut lasting = Vec::new();
-    for key in &keys {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        if ttl <= 0 {
+    for (key, ttl) in &keys {
+        if *ttl <= 0 {
             lasting.push(key.clone());
         } else if key.contains("authrl:") {
-            assert!(ttl <= 60_000, "{key} outlives its window: {ttl} ms");
+            assert!(*ttl <= 60_000, "{key} outlives its window: {ttl} ms");
         }
     }
     let expiring = keys.len() - lasting.len();
-    lasting.sort();
     let fixed = [
         "keep:epoch",
         "keep:hosts",
@@ -1765,20 +1766,19 @@ async fn auth_and_ledger_keys_expire_or_are_fixed_structures() {
         );
     }
     assert!(
-        keys.iter().any(|k| k.ends_with("{login:locked}:l"))
-            && keys.iter().any(|k| k.ends_with("{login:once}:b")),
+        keys.iter().any(|(k, _)| k.ends_with("{login:locked}:l"))
+            && keys.iter().any(|(k, _)| k.ends_with("{login:once}:b")),
         "the lockout and the bucket are there: {keys:?}"
     );
     // The lockout, the other identity's bucket and the settled run.
     assert!(expiring >= 3, "{keys:?}");
     // Settled, the open run expires as the other did.
     store.settle("h", "open", 1, usage).await.unwrap().unwrap();
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg("keep:ledger:{h}:run:open")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(ttl > 0, "a settled run expires: PTTL {ttl}");
+    let keys = keys_with_ttls(&redis.url(), "keep:ledger:{h}:run:open").await;
+    assert!(
+        matches!(keys[..], [(_, ttl)] if ttl > 0),
+        "a settled run expires: {keys:?}"
+    );
     drop(redis);
 }
 
@@ -1793,17 +1793,7 @@ async fn rate_limit_counters_expire_with_their_window() {
 
     let port = common::free_port();
     let redis = RedisServer::start(port);
-    // Scripts take Redis TIME (nothing frozen): TTLs run in real time.
-    let store = Arc::new(
-        RedisStore::new(
-            &redis.url(),
-            "rlttl:",
-            1,
-            Policy::default(),
-            Arc::new(ManualClock::new(0)),
-        )
-        .unwrap(),
-    );
+    let store = real_time_store(&redis, "rlttl:");
     let hit = |key: &str, unit| Hit {
         key: key.into(),
         unit,
@@ -1827,52 +1817,26 @@ async fn rate_limit_counters_expire_with_their_window() {
         let counts = r.unwrap().counts;
         assert!(counts.iter().all(Option::is_some), "{counts:?}");
     }
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("rlttl:*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let ttl = |key: String| {
-        let mut conn = conn.clone();
-        async move {
-            let t: i64 = redis::cmd("PTTL")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            t
-        }
-    };
+    let keys = keys_with_ttls(&redis.url(), "rlttl:*").await;
     assert_eq!(keys.len(), 3, "two counters and the tally: {keys:?}");
-    let mut second = None;
-    for key in keys {
-        let t = ttl(key.clone()).await;
+    for (key, ttl) in &keys {
         let most = if key.ends_with("s|second") {
             1_000
         } else {
             60_000
         };
         assert!(
-            (1..=most).contains(&t),
-            "{key} expires within its window ({most} ms): PTTL {t}"
+            (1..=most).contains(ttl),
+            "{key} expires within its window ({most} ms): PTTL {ttl}"
         );
-        if key.ends_with("s|second") {
-            second = Some(key);
-        }
     }
-    let second = second.expect("the one-second counter");
+    let url = redis.url();
     common::eventually(
         "the one-second counter to expire",
         Duration::from_secs(3),
-        || {
-            let key = second.clone();
-            let ttl = &ttl;
-            async move { (ttl(key).await == -2).then_some(()) }
+        || async {
+            let left = keys_with_ttls(&url, "rlttl:*s|second").await;
+            left.is_empty().then_some(())
         },
     )
     .await;
@@ -1891,16 +1855,7 @@ async fn a_stalled_redis_fails_concurrent_rate_limit_requests_at_once_and_recove
     let port = common::free_port();
     let redis = RedisServer::start(port);
     let pid = redis.child.as_ref().unwrap().id().to_string();
-    let store = Arc::new(
-        RedisStore::new(
-            &redis.url(),
-            "rlstall:",
-            1,
-            Policy::default(),
-            Arc::new(ManualClock::new(0)),
-        )
-        .unwrap(),
-    );
+    let store = real_time_store(&redis, "rlstall:");
     let hits = || {
         vec![Hit {
             key: "tenant=t|day".into(),
