@@ -230,14 +230,7 @@ pub(crate) async fn durable(a: &Args, dir: &std::path::Path) {
         channels(&always.addr, 2).await,
         channels(&os.addr, 2).await,
     );
-    println!(
-        "| {:<58} | {:>4} | {:>9} | {:>7} | {:>7} | {:>9} |",
-        "scenario", "conc", "ops/s", "p50 ms", "p99 ms", "srv µs/op"
-    );
-    println!(
-        "|{:-<60}|{:->6}|{:->11}|{:->9}|{:->9}|{:->11}|",
-        "", "", "", "", "", ""
-    );
+    table_header();
     let secs = a.seconds;
     // The targets are at 64; `--concurrency N` measures another.
     let conc = a.durable_concurrency;

@@ -902,6 +902,19 @@ fn sync_config(dir: &std::path::Path, policy: &str) -> PathBuf {
     path
 }
 
+/// The head of the table the rows ([`row`]) go in.
+fn table_header() {
+    println!(
+        "| {:<58} | {:>4} | {:>9} | {:>7} | {:>7} | {:>9} |",
+        "scenario", "conc", "ops/s", "p50 ms", "p99 ms", "srv µs/op"
+    );
+    println!(
+        "|{:-<60}|{:->6}|{:->11}|{:->9}|{:->9}|{:->11}|",
+        "", "", "", "", "", ""
+    );
+}
+
+/// One scenario's figures as a row of the table.
 fn row(name: &str, c: usize, f: &Figures) {
     let cpu = f
         .cpu_us
@@ -1017,14 +1030,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
         server.child.id(),
         a.seconds
     );
-    println!(
-        "| {:<58} | {:>4} | {:>9} | {:>7} | {:>7} | {:>9} |",
-        "scenario", "conc", "ops/s", "p50 ms", "p99 ms", "srv µs/op"
-    );
-    println!(
-        "|{:-<60}|{:->6}|{:->11}|{:->9}|{:->9}|{:->11}|",
-        "", "", "", "", "", ""
-    );
+    table_header();
 
     // Check and Submit+Release alternate, `rounds` times per concurrency; the round with the
     // median ratio is shown, so one noisy second does not decide a figure.

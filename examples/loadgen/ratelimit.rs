@@ -122,14 +122,7 @@ pub(crate) async fn rate_limits(a: &Args, dir: &std::path::Path) {
     std::fs::write(&config, ratelimit_scenario::CONFIG).unwrap();
     let server = Server::start(&config);
     let chans = channels(&server.addr, 2).await;
-    println!(
-        "| {:<58} | {:>4} | {:>9} | {:>7} | {:>7} | {:>9} |",
-        "scenario", "conc", "ops/s", "p50 ms", "p99 ms", "srv µs/op"
-    );
-    println!(
-        "|{:-<60}|{:->6}|{:->11}|{:->9}|{:->9}|{:->11}|",
-        "", "", "", "", "", ""
-    );
+    table_header();
     let RateLimitRounds {
         one_ratio,
         five_ratio,

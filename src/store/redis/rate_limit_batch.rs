@@ -135,11 +135,10 @@ impl RateLimitBatcher {
                 return Ok(());
             }
             Err(e) => {
-                let failed = !matches!(e, StoreError::Protocol { .. });
                 for w in batch {
                     let _ = w.answer.send(Err(e.clone()));
                 }
-                return if failed { Err(e) } else { Ok(()) };
+                return Err(e);
             }
         };
         let mut rest = flat.as_slice();
