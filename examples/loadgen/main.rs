@@ -91,32 +91,56 @@ struct Args {
     streams: usize,
     /// Also measure a server on this Redis against the in-memory one.
     redis_url: Option<String>,
-    /// Measure only the Redis comparison (`--only redis`), e.g. while tuning the Redis store.
-    only_redis: bool,
+    /// `--only NAME`: one scenario alone ([`Only`]); none: the whole run.
+    only: Option<Only>,
     /// `store.redis.pool_size` of the server on Redis (default: the server's default).
     redis_pool: Option<u32>,
     /// `--soak SECONDS`: only the soak scenario, for that long per store.
     soak: Option<f64>,
-    /// `--only wake`: only the Wait-stream wake-up scenario.
-    only_wake: bool,
-    /// `--only eta`: only the wait-estimate scenario.
-    only_eta: bool,
-    /// `--only adaptive`: only the adaptive-cap scenario (needs `--redis-url`).
-    only_adaptive: bool,
-    /// `--only rules`: only the cycles with priorities, weights and adaptive caps against
-    /// those without, on the embedded store.
-    only_rules: bool,
     /// `--csv PATH`: the adaptive scenario's samples (seconds, cap, provider limit) as CSV.
     csv: Option<PathBuf>,
-    /// `--only durable`: only the data-dir scenarios (cycles per sync policy, a restart).
-    only_durable: bool,
-    /// `--only durable-cpu`: the CPU per cycle of each sync policy against in memory, the two
-    /// servers loaded at the same moment.
-    only_durable_cpu: bool,
-    /// `--only console`: only the cost of an open console refreshing every second.
-    only_console: bool,
-    /// `--only ratelimit`: only Envoy's rate limit service (and on Redis with `--redis-url`).
-    only_ratelimit: bool,
+}
+
+/// The scenarios `--only` runs alone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Only {
+    /// `redis`: the Redis comparison, e.g. while tuning the Redis store.
+    Redis,
+    /// `wake`: the Wait-stream wake-up scenario.
+    Wake,
+    /// `eta`: the wait-estimate scenario.
+    Eta,
+    /// `adaptive`: the adaptive-cap scenario (needs `--redis-url`).
+    Adaptive,
+    /// `rules`: the cycles with priorities, weights and adaptive caps against those without,
+    /// on the embedded store.
+    Rules,
+    /// `durable`: the data-dir scenarios (cycles per sync policy, a restart).
+    Durable,
+    /// `durable-cpu`: the CPU per cycle of each sync policy against in memory, the two servers
+    /// loaded at the same moment.
+    DurableCpu,
+    /// `console`: the cost of an open console refreshing every second.
+    Console,
+    /// `ratelimit`: Envoy's rate limit service (and on Redis with `--redis-url`).
+    RateLimit,
+}
+
+impl Only {
+    fn parse(name: &str) -> Option<Only> {
+        Some(match name {
+            "redis" => Only::Redis,
+            "wake" => Only::Wake,
+            "eta" => Only::Eta,
+            "adaptive" => Only::Adaptive,
+            "rules" => Only::Rules,
+            "durable" => Only::Durable,
+            "durable-cpu" => Only::DurableCpu,
+            "console" => Only::Console,
+            "ratelimit" => Only::RateLimit,
+            _ => return None,
+        })
+    }
 }
 
 const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console|ratelimit] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
@@ -129,18 +153,10 @@ fn args() -> Args {
         durable_concurrency: 64,
         streams: 10_000,
         redis_url: None,
-        only_redis: false,
+        only: None,
         redis_pool: None,
         soak: None,
-        only_wake: false,
-        only_eta: false,
-        only_adaptive: false,
-        only_rules: false,
         csv: None,
-        only_durable: false,
-        only_durable_cpu: false,
-        only_console: false,
-        only_ratelimit: false,
     };
     let mut it = std::env::args();
     it.next(); // the program name
@@ -162,25 +178,23 @@ fn args() -> Args {
             "--streams" => a.streams = value.parse().expect("--streams N"),
             "--rounds" => a.rounds = value.parse().expect("--rounds N"),
             "--redis-url" => a.redis_url = Some(value),
-            "--only" if value == "redis" => a.only_redis = true,
-            "--only" if value == "wake" => a.only_wake = true,
-            "--only" if value == "eta" => a.only_eta = true,
-            "--only" if value == "adaptive" => a.only_adaptive = true,
-            "--only" if value == "rules" => a.only_rules = true,
-            "--only" if value == "durable" => a.only_durable = true,
-            "--only" if value == "durable-cpu" => a.only_durable_cpu = true,
-            "--only" if value == "console" => a.only_console = true,
-            "--only" if value == "ratelimit" => a.only_ratelimit = true,
+            "--only" => {
+                a.only =
+                    Some(Only::parse(&value).unwrap_or_else(|| unknown(&format!("{flag} {value}"))))
+            }
             "--csv" => a.csv = Some(PathBuf::from(value)),
             "--redis-pool" => a.redis_pool = Some(value.parse().expect("--redis-pool N")),
             "--soak" => a.soak = Some(value.parse().expect("--soak SECONDS")),
-            _ => {
-                eprintln!("loadgen: unknown option {flag}\n{USAGE}");
-                std::process::exit(2);
-            }
+            _ => unknown(&flag),
         }
     }
     a
+}
+
+/// An option, or `--only` value, this load generator does not know: say so, and stop.
+fn unknown(flag: &str) -> ! {
+    eprintln!("loadgen: unknown option {flag}\n{USAGE}");
+    std::process::exit(2);
 }
 
 struct Server {
@@ -950,80 +964,72 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An embedded-store server on the standard configuration, and `n` channels to it.
+async fn embedded(dir: &std::path::Path, n: usize) -> (Server, Vec<Channel>) {
+    let config = dir.join("bench.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let server = Server::start(&config);
+    let chans = channels(&server.addr, n).await;
+    (server, chans)
+}
+
+/// `--only rules`: cycles with priorities, weights and adaptive caps against those without.
+async fn rules(a: &Args, dir: &std::path::Path) {
+    let (server, chans) = embedded(dir, 2).await;
+    let (w, _) = rule_cycles(&server, &chans, a.rounds, a.seconds, WEIGHTS, "w").await;
+    let (ad, _) = rule_cycles(&server, &chans, a.rounds, a.seconds, ADAPTIVE, "ad").await;
+    println!(
+        "embedded store: cycles with priorities, weights and aging {w:.2} × without ({}); reporting outcomes with adaptive caps {ad:.2} × without ({})",
+        at_least(w, 0.95),
+        at_least(ad, 0.95)
+    );
+}
+
+/// `--only eta`: how far the wait estimates are from the waits.
+async fn eta(a: &Args, dir: &std::path::Path) {
+    let (_server, chans) = embedded(dir, 2).await;
+    let (n, err, wait) = eta_accuracy(&chans, a.seconds.max(5.0)).await;
+    println!(
+        "wait estimate: median |eta - wait| / wait {:.0} % over {n} queued Submits (median wait {wait:.0} ms; {})",
+        err * 100.0,
+        at_most(err * 100.0, 25.0, " %")
+    );
+}
+
+/// `--only wake`: how soon a Release wakes the next waiter among many Wait streams.
+async fn wake(a: &Args, dir: &std::path::Path) {
+    let (server, chans) = embedded(dir, 4).await;
+    let (before, open, wake) = wait_streams(&server, &chans, a.streams, 1000).await;
+    row(
+        &format!("Release → next waiter's Wait event, {} streams", a.streams),
+        1,
+        &wake,
+    );
+    println!(
+        "{} Wait streams: authority RSS {before:.0} MiB before, {open:.0} MiB with them open; wake p50 {:.3} ms, p99 {:.2} ms",
+        a.streams, wake.p50_ms, wake.p99_ms
+    );
+}
+
 /// The scenario the flags ask for.
 async fn run(a: &Args, dir: &std::path::Path) {
     if let Some(seconds) = a.soak {
         durable::soak(a, dir, seconds).await;
         return;
     }
-    if a.only_adaptive {
-        adaptive::adaptive(a, dir).await;
-        return;
+    match a.only {
+        Some(Only::Adaptive) => return adaptive::adaptive(a, dir).await,
+        Some(Only::Console) => return console::console(a, dir).await,
+        Some(Only::RateLimit) => return ratelimit::rate_limits(a, dir).await,
+        Some(Only::Durable) => return durable::durable(a, dir).await,
+        Some(Only::DurableCpu) => return durable::durable_cpu(a, dir).await,
+        Some(Only::Rules) => return rules(a, dir).await,
+        Some(Only::Eta) => return eta(a, dir).await,
+        Some(Only::Wake) => return wake(a, dir).await,
+        Some(Only::Redis) | None => {}
     }
-    if a.only_console {
-        console::console(a, dir).await;
-        return;
-    }
-    if a.only_ratelimit {
-        ratelimit::rate_limits(a, dir).await;
-        return;
-    }
-    if a.only_durable {
-        durable::durable(a, dir).await;
-        return;
-    }
-    if a.only_durable_cpu {
-        durable::durable_cpu(a, dir).await;
-        return;
-    }
-    if a.only_rules {
-        let config = dir.join("bench.yaml");
-        std::fs::write(&config, CONFIG).unwrap();
-        let server = Server::start(&config);
-        let chans = channels(&server.addr, 2).await;
-        let (w, _) = rule_cycles(&server, &chans, a.rounds, a.seconds, WEIGHTS, "w").await;
-        let (ad, _) = rule_cycles(&server, &chans, a.rounds, a.seconds, ADAPTIVE, "ad").await;
-        println!(
-            "embedded store: cycles with priorities, weights and aging {w:.2} × without ({}); reporting outcomes with adaptive caps {ad:.2} × without ({})",
-            at_least(w, 0.95),
-            at_least(ad, 0.95)
-        );
-        return;
-    }
-    if a.only_eta {
-        let config = dir.join("bench.yaml");
-        std::fs::write(&config, CONFIG).unwrap();
-        let server = Server::start(&config);
-        let chans = channels(&server.addr, 2).await;
-        let (n, err, wait) = eta_accuracy(&chans, a.seconds.max(5.0)).await;
-        println!(
-            "wait estimate: median |eta - wait| / wait {:.0} % over {n} queued Submits (median wait {wait:.0} ms; {})",
-            err * 100.0,
-            at_most(err * 100.0, 25.0, " %")
-        );
-        return;
-    }
-    if a.only_wake {
-        let config = dir.join("bench.yaml");
-        std::fs::write(&config, CONFIG).unwrap();
-        let server = Server::start(&config);
-        let chans = channels(&server.addr, 4).await;
-        let (before, open, wake) = wait_streams(&server, &chans, a.streams, 1000).await;
-        row(
-            &format!("Release → next waiter's Wait event, {} streams", a.streams),
-            1,
-            &wake,
-        );
-        println!(
-            "{} Wait streams: authority RSS {before:.0} MiB before, {open:.0} MiB with them open; wake p50 {:.3} ms, p99 {:.2} ms",
-            a.streams, wake.p50_ms, wake.p99_ms
-        );
-        return;
-    }
-    let config = dir.join("bench.yaml");
-    std::fs::write(&config, CONFIG).unwrap();
-    let server = Server::start(&config);
-    let chans = channels(&server.addr, 2).await;
+    let only_redis = a.only == Some(Only::Redis);
+    let (server, chans) = embedded(dir, 2).await;
     println!(
         "admission-authority loadgen: server {} (pid {}), {} s per measurement\n",
         server.addr,
@@ -1035,7 +1041,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
     // Check and Submit+Release alternate, `rounds` times per concurrency; the round with the
     // median ratio is shown, so one noisy second does not decide a figure.
     let mut at64 = None;
-    let concurrency = if a.only_redis {
+    let concurrency = if only_redis {
         &[][..]
     } else {
         &a.concurrency[..]
@@ -1076,7 +1082,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
     let mut weighted_summary = None;
     let mut adaptive_summary = None;
     let mut eta_summary = None;
-    if !a.only_redis {
+    if !only_redis {
         let (ratio, (plain, weighted)) =
             rule_cycles(&server, &chans, a.rounds, a.seconds, WEIGHTS, "w").await;
         row("Submit+Release cycle, no priorities or weights", 64, &plain);
@@ -1105,7 +1111,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
         Some(url) => Some(on_redis::compare(a, dir, &server, &chans, url).await),
         None => None,
     };
-    if a.only_redis {
+    if only_redis {
         if let Some(summary) = redis_summary {
             println!();
             on_redis::summary(summary);
@@ -1184,8 +1190,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
     // in the table.
     drop(chans);
     drop(server);
-    let server = Server::start(&config);
-    let chans = channels(&server.addr, 2).await;
+    let (server, chans) = embedded(dir, 2).await;
     seed_auth(&chans).await;
     let mut auth_rounds = Vec::new();
     for _ in 0..a.rounds {
@@ -1213,8 +1218,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
     // empty ledger, then with 100,000 open reservations on the same host.
     drop(chans);
     drop(server);
-    let server = Server::start(&config);
-    let chans = channels(&server.addr, 2).await;
+    let (server, chans) = embedded(dir, 2).await;
     let mut ledger_figures = Vec::new();
     for (phase, tag) in [("no", "p0"), ("100k", "p1")] {
         if tag == "p1" {
@@ -1245,8 +1249,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
     // Wait streams on a fresh server, so the RSS figure is the streams' and not the crowds'.
     drop(chans);
     drop(server);
-    let server = Server::start(&config);
-    let chans = channels(&server.addr, 4).await;
+    let (server, chans) = embedded(dir, 4).await;
     let (rss_before, rss_open, wake) = wait_streams(&server, &chans, a.streams, 1000).await;
     row(
         &format!("Release → next waiter's Wait event, {} streams", a.streams),
