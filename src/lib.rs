@@ -14,7 +14,8 @@
 //!   bounded counter table, with `now` passed in. No I/O.
 //! * [`store`]: the [`store::Store`] trait, whose unit is one atomic operation, and its
 //!   implementations ([`store::memory`]).
-//! * [`clock`]: the injected clock.
+//! * [`clock`]: the injected clock; [`pause`]: the authority's own pauses (a stopped or
+//!   throttled process), so that leases count from the resume.
 //! * [`gates`]: the process-wide switches (draining, the authority's own memory).
 //! * [`config`]: YAML + flags → a validated [`config::Config`]; every problem reported with its
 //!   path in one pass.
@@ -41,6 +42,7 @@ pub mod gates;
 pub mod ledger;
 pub mod metrics;
 pub mod net;
+pub mod pause;
 pub mod ratelimit;
 pub mod scheduler;
 pub mod security;

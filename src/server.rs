@@ -202,6 +202,14 @@ pub async fn serve_prepared(
         .transpose()
         .map_err(|e| ServeError::Config(format!("admin_listen: {e}")))?;
     let listeners = (listener, admin);
+    // From here a pause of this process is seen, and leases count from its end.
+    let pauses = match &store {
+        OpenStore::Embedded(s) => s.pauses(),
+        OpenStore::Redis(s) => s.pauses(),
+    };
+    pauses.start_heartbeat(crate::pause::threshold_for(
+        config.limits.shortest_lease_ms(),
+    ));
     match store {
         OpenStore::Embedded(s) => serve(s, clock, config, listeners, shutdown, reload).await,
         OpenStore::Redis(s) => {

@@ -38,6 +38,7 @@ use super::{Policy, StoreError, TicketStore};
 use crate::auth::AuthTable;
 use crate::clock::Clock;
 use crate::ledger::Ledger;
+use crate::pause::PauseWatch;
 use crate::ratelimit::CounterTable;
 use crate::scheduler::{
     HostState, Limits, LimitsRecord, LimitsSource, LimitsTable, TicketMap, TicketState,
@@ -58,6 +59,9 @@ pub struct MemoryStore {
     journal: Option<Arc<Journal>>,
     /// The journal's recoveries this store has answered (see [`Self::writable`]).
     recovered: AtomicU64,
+    /// This process's pauses: a host's first change after one gives its live tickets a full
+    /// lease from then ([`crate::pause`]). Unarmed unless the server beats it.
+    pauses: Arc<PauseWatch>,
 }
 
 struct Host {
@@ -70,6 +74,8 @@ struct HostInner {
     core: HostCore,
     /// Senders for tickets that have a Wait stream open (or had, until the next change).
     watchers: TicketMap<watch::Sender<()>>,
+    /// The process's pauses counted when this host last gave its tickets a lease from then.
+    resumed: u64,
 }
 
 struct LedgerPart {
@@ -112,6 +118,7 @@ impl MemoryStore {
     /// A store in memory only: its state ends with the process.
     pub fn new(policy: Policy, clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
+            pauses: Arc::new(PauseWatch::new(clock.clone())),
             clock,
             auth: Mutex::new(AuthPart {
                 table: AuthTable::new(policy.auth.local_max_keys),
@@ -189,7 +196,7 @@ impl MemoryStore {
             now: self.clock.now_ms(),
             op: Cow::Owned(HostOp::Create(limits.clone())),
         });
-        let host = Arc::new(Host::new(limits));
+        let host = Arc::new(Host::new(limits, self.pauses.seen().0));
         hosts.insert(host_id.to_string(), host.clone());
         host
     }
@@ -199,11 +206,30 @@ impl MemoryStore {
     }
 
     /// Apply `op` to a host under its lock (logged first), then wake the Wait streams it
-    /// affected.
+    /// affected. The host's first change after a pause of this process is a restart of its
+    /// leases ([`crate::pause`]): nobody could renew while the process did not run.
     fn apply_host(&self, host_id: &str, host: &Host, op: HostOp) -> Applied<HostOut> {
         let mut guard = host.inner.lock().expect("host lock");
         let inner = &mut *guard;
         let now = self.clock.now_ms();
+        let pauses = self.pauses.look_at(now);
+        if inner.resumed != pauses {
+            inner.resumed = pauses;
+            // Its record precedes the op's, whose commit covers both.
+            let _ = self.apply_locked(host_id, inner, HostOp::Restarted, now);
+        }
+        let (out, pending) = self.apply_locked(host_id, inner, op, now);
+        inner.notify();
+        (out, pending)
+    }
+
+    fn apply_locked(
+        &self,
+        host_id: &str,
+        inner: &mut HostInner,
+        op: HostOp,
+        now: u64,
+    ) -> Applied<HostOut> {
         let pending = self.journal.is_some().then(|| {
             inner.core.seq += 1;
             self.log_borrowed(&Record::Host {
@@ -214,8 +240,12 @@ impl MemoryStore {
             })
         });
         let out = op.apply(&mut inner.core, now, self.grant_floor(now));
-        inner.notify();
         (out, pending.flatten())
+    }
+
+    /// This process's pauses, for the server to beat ([`PauseWatch::start_heartbeat`]).
+    pub fn pauses(&self) -> Arc<PauseWatch> {
+        self.pauses.clone()
     }
 
     /// [`Self::apply_host`] and its commit, refused up front while the data dir fails.
@@ -429,7 +459,8 @@ impl MemoryStore {
 }
 
 impl Host {
-    fn new(limits: LimitsRecord) -> Host {
+    /// A host made after `pauses` pauses of the process (it has no lease to restart for them).
+    fn new(limits: LimitsRecord, pauses: u64) -> Host {
         Host {
             inner: Mutex::new(HostInner {
                 core: HostCore {
@@ -438,6 +469,7 @@ impl Host {
                     seq: 0,
                 },
                 watchers: TicketMap::default(),
+                resumed: pauses,
             }),
             ledger: Mutex::new(LedgerPart {
                 ledger: Ledger::new(),

@@ -189,7 +189,7 @@ impl MemoryStore {
                     } => {
                         let state = HostState::from_image(*image)
                             .map_err(|e| damaged(format!("host {id:?}: {e}")))?;
-                        let host = Host::new(limits.clone());
+                        let host = Host::new(limits.clone(), 0);
                         host.inner.lock().expect("host lock").core =
                             HostCore { state, limits, seq };
                         store
@@ -240,7 +240,7 @@ impl MemoryStore {
                     if let HostOp::Create(limits) = &op {
                         hosts
                             .entry(host.into_owned())
-                            .or_insert_with(|| Arc::new(Host::new(limits.clone())));
+                            .or_insert_with(|| Arc::new(Host::new(limits.clone(), 0)));
                         return Ok(());
                     }
                     let h = hosts

@@ -40,6 +40,7 @@ use std::time::Duration;
 use super::{Policy, StoreError};
 use crate::auth::AuthTable;
 use crate::clock::Clock;
+use crate::pause::PauseWatch;
 use connection::Connections;
 use keys::Keys;
 
@@ -81,6 +82,10 @@ pub struct RedisStore {
     registered_hosts: Mutex<std::collections::HashSet<String>>,
     /// The store's state epoch as this replica knows it, and the losses it detected.
     epoch: epoch::Epoch,
+    /// This process's pauses ([`crate::pause`]), and for each host the count at which this
+    /// replica last gave its live tickets a lease from then (before its next script).
+    pauses: Arc<PauseWatch>,
+    resumed: Mutex<std::collections::HashMap<String, u64>>,
     submit: Arc<redis::Script>,
     park: redis::Script,
     unpark: redis::Script,
@@ -169,6 +174,8 @@ impl RedisStore {
             rate_limit_sweep: redis::Script::new(&scripts::rate_limit_sweep()),
             registered_hosts: Mutex::default(),
             epoch: epoch::Epoch::new(clock.clone()),
+            pauses: Arc::new(PauseWatch::new(clock.clone())),
+            resumed: Mutex::default(),
             submit,
             park: redis::Script::new(&scripts::park()),
             unpark: redis::Script::new(&scripts::unpark()),

@@ -32,9 +32,35 @@ impl RedisStore {
         args: &[String],
     ) -> Result<Value, StoreError> {
         self.refuse_if_incompatible()?;
+        self.resume_if_paused(host).await?;
         self.conns
             .run(self.head(host).invocation(script, args))
             .await
+    }
+
+    /// After a pause of this process, a host's first script here is preceded by one that gives
+    /// its live tickets a lease from now ([`crate::pause`]): the Wait streams and Renews that
+    /// keep them alive sat in this process, and Redis's time went on.
+    async fn resume_if_paused(&self, host: &str) -> Result<(), StoreError> {
+        let pauses = self.pauses.look_at(self.clock.now_ms());
+        let done = |map: &HashMap<String, u64>| map.get(host).copied().unwrap_or(0) == pauses;
+        if done(&self.resumed.lock().expect("resumed lock")) {
+            return Ok(());
+        }
+        let args = [hex(0), "resume".into()];
+        self.conns
+            .run::<Value>(self.head(host).invocation(&self.ticket, &args))
+            .await?;
+        let mut resumed = self.resumed.lock().expect("resumed lock");
+        // Bounded by the hosts of the store (the sweep's list), like `registered_hosts`.
+        resumed.insert(host.to_string(), pauses);
+        Ok(())
+    }
+
+    /// This process's pauses, for the server to beat
+    /// ([`crate::pause::PauseWatch::start_heartbeat`]).
+    pub fn pauses(&self) -> Arc<crate::pause::PauseWatch> {
+        self.pauses.clone()
     }
 
     /// A Submit or Release on `host` (`args` from ARGV[5] of its script), sent with the host's
@@ -46,6 +72,7 @@ impl RedisStore {
         args: Arc<[String]>,
     ) -> Result<Value, StoreError> {
         self.refuse_if_incompatible()?;
+        self.resume_if_paused(host).await?;
         self.coalescer.call(host, kind, self.head(host), args).await
     }
 
