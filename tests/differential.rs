@@ -1016,6 +1016,8 @@ enum RateOp {
     /// One request's hits on a domain: (counter, unit, hits) each, under a bound of `max`
     /// live counters.
     Hits(usize, u64, Vec<(usize, usize, u64)>),
+    /// One request's hits taken back on a domain (Envoy's `hits_subtrahend`).
+    Subtract(usize, Vec<(usize, usize, u64)>),
     Counters,
     /// Whole seconds, so no counter's Redis TTL is ever shorter than a second (see above).
     Advance(u64),
@@ -1037,31 +1039,42 @@ fn rate_op() -> impl Strategy<Value = RateOp> {
         prop_oneof![1 => Just(0u64), 4 => 1u64..4],
     );
     prop_oneof![
-        8 => (0..RATE_DOMAINS.len(), 1u64..5, proptest::collection::vec(hit, 1..4))
+        8 => (0..RATE_DOMAINS.len(), 1u64..5, proptest::collection::vec(hit.clone(), 1..4))
             .prop_map(|(d, max, hits)| RateOp::Hits(d, max, hits)),
+        3 => (0..RATE_DOMAINS.len(), proptest::collection::vec(hit, 1..4))
+            .prop_map(|(d, hits)| RateOp::Subtract(d, hits)),
         1 => Just(RateOp::Counters),
         2 => (1u64..90).prop_map(RateOp::Advance),
         1 => Just(RateOp::Restart),
     ]
 }
 
+/// (counter, unit, hits) as the stores' hits.
+fn rate_hits(hits: &[(usize, usize, u64)]) -> Vec<admission_authority::ratelimit::Hit> {
+    hits.iter()
+        .map(|&(c, u, addend)| admission_authority::ratelimit::Hit {
+            key: format!("{}|{}", COUNTERS[c], UNITS[u].name()),
+            unit: UNITS[u],
+            addend,
+        })
+        .collect()
+}
+
 async fn rate_limits_alike<T: Twin>(ops: Vec<RateOp>) -> Result<(), TestCaseError> {
-    use admission_authority::ratelimit::Hit;
     use admission_authority::store::RateLimitStore;
     let mut pair = Pair::<T>::new(Policy::default());
     let domains: Vec<String> = RATE_DOMAINS.iter().map(|d| d.to_string()).collect();
     for (i, op) in ops.into_iter().enumerate() {
         let (m, r) = (&pair.memory, pair.other.store());
         match &op {
+            RateOp::Subtract(d, hits) => {
+                let hits = rate_hits(hits);
+                let a = m.rate_limit_subtract(RATE_DOMAINS[*d], &hits).await;
+                let b = r.rate_limit_subtract(RATE_DOMAINS[*d], &hits).await;
+                prop_assert_eq!(a.unwrap(), b.unwrap(), "op {}: {:?}", i, op);
+            }
             RateOp::Hits(d, max, hits) => {
-                let hits: Vec<Hit> = hits
-                    .iter()
-                    .map(|&(c, u, addend)| Hit {
-                        key: format!("{}|{}", COUNTERS[c], UNITS[u].name()),
-                        unit: UNITS[u],
-                        addend,
-                    })
-                    .collect();
+                let hits = rate_hits(hits);
                 let a = m
                     .rate_limit_hits(RATE_DOMAINS[*d], *max, &hits)
                     .await

@@ -46,6 +46,7 @@ fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
         domain: DOMAIN.into(),
         descriptors,
         hits_addend: 0,
+        hits_subtrahend: 0,
     }
 }
 
@@ -175,6 +176,81 @@ async fn a_look_counts_nothing_and_a_charge_past_the_limit_makes_the_next_look_o
     assert_eq!(tenant(&mut c, "bulk").await, Code::OverLimit);
 }
 
+/// `hits_subtrahend` (Envoy's negative hits) takes hits back from the current window, never
+/// below zero, answers OK even over the limit, and survives a restart on the data dir; a
+/// request may not both add and take back.
+#[tokio::test]
+async fn hits_subtrahend_takes_hits_back_never_below_zero() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("rl-subtract-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let args = ["--data-dir", dir.to_str().unwrap()];
+    let server = Server::start_with_config("rl-subtract", TENANT_3_PER_DAY, &args);
+    let mut c = client(&server).await;
+    let tokens = |addend: u64, subtrahend: u32| {
+        let mut d = descriptor(&[("tokens", "acme")]);
+        d.hits_addend = (subtrahend == 0).then_some(addend);
+        let mut r = request(vec![d]);
+        r.hits_subtrahend = subtrahend;
+        r
+    };
+    assert_eq!(
+        ask(&mut c, tokens(130, 0)).await.overall_code(),
+        Code::OverLimit
+    );
+    let back = ask(&mut c, tokens(0, 50)).await;
+    assert_eq!(
+        (
+            back.overall_code(),
+            back.statuses[0].code(),
+            back.statuses[0].limit_remaining
+        ),
+        (Code::Ok, Code::Ok, 20),
+        "130 - 50 = 80 of 100"
+    );
+    assert_eq!(
+        back.statuses[0].current_limit.as_ref().unwrap().name,
+        "tokens",
+        "the limit is reported"
+    );
+    assert_eq!(
+        ask(&mut c, tokens(0, 0)).await.statuses[0].limit_remaining,
+        20
+    );
+    // Both adding and taking back: refused, nothing changes.
+    let mut both = tokens(0, 5);
+    both.hits_addend = 2;
+    let status = c.should_rate_limit(both).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().starts_with("hits_subtrahend: "),
+        "{status:?}"
+    );
+    let mut with_own = tokens(0, 5);
+    with_own.descriptors[0].hits_addend = Some(1);
+    let status = c.should_rate_limit(with_own).await.unwrap_err();
+    assert!(
+        status.message().contains("descriptors[0].hits_addend"),
+        "{status:?}"
+    );
+    // Restarted on its data dir: the subtraction was kept, and one past zero stops at zero.
+    drop(server);
+    let server = Server::start_with_config("rl-subtract", TENANT_3_PER_DAY, &args);
+    let mut c = client(&server).await;
+    assert_eq!(
+        ask(&mut c, tokens(0, 0)).await.statuses[0].limit_remaining,
+        20
+    );
+    assert_eq!(
+        ask(&mut c, tokens(0, 500)).await.statuses[0].limit_remaining,
+        100
+    );
+    assert_eq!(
+        ask(&mut c, tokens(60, 0)).await.statuses[0].limit_remaining,
+        40
+    );
+}
+
 #[tokio::test]
 async fn bad_requests_name_the_field_and_count_nothing() {
     let server = Server::start_with_config("rl-bad", TENANT_3_PER_DAY, &[]);
@@ -239,6 +315,7 @@ async fn an_envoy_is_admitted_by_a_credential_naming_its_domain() {
                 domain: domain.into(),
                 descriptors: vec![descriptor(&[("tenant", "t")])],
                 hits_addend: 0,
+                hits_subtrahend: 0,
             });
             if let Some(t) = token {
                 req.metadata_mut()
@@ -600,6 +677,7 @@ mod concurrent_on_redis {
                         ..Descriptor::default()
                     }],
                     hits_addend: addend,
+                    hits_subtrahend: 0,
                 };
                 let plan = ratelimit::plan(&rules, &req);
                 let counted = store.rate_limit_hits("d", 10, &plan.hits).await.unwrap();

@@ -1502,6 +1502,42 @@ where
     );
 }
 
+/// A subtraction (Envoy's `hits_subtrahend`) takes hits back from a counter of the current
+/// window only, never below zero, and makes no counter, so it is never refused for a full
+/// domain either.
+pub async fn rate_limits_subtract_from_the_current_window_only<H: Harness>()
+where
+    H::S: RateLimitStore,
+{
+    let h = H::build(Policy::default()).await;
+    let s = h.store();
+    let minute = |n| [rl_hit("tenant=a|minute", Unit::Minute, n)];
+    let sub = |hits: [Hit; 1]| async move {
+        s.rate_limit_subtract("d", &hits)
+            .await
+            .expect("store reachable")
+            .counts
+    };
+    assert_eq!(sub(minute(2)).await, vec![Some(0)], "nothing to take back");
+    assert_eq!(rl(s, 1, &minute(7)).await, vec![Some(7)]);
+    assert_eq!(sub(minute(5)).await, vec![Some(2)]);
+    assert_eq!(rl(s, 1, &minute(0)).await, vec![Some(2)], "a look sees it");
+    assert_eq!(sub(minute(5)).await, vec![Some(0)], "never below zero");
+    assert_eq!(rl(s, 1, &minute(4)).await, vec![Some(4)]);
+    assert_eq!(
+        sub([rl_hit("tenant=b|minute", Unit::Minute, 1)]).await,
+        vec![Some(0)],
+        "no counter is made, though the domain is full"
+    );
+    h.advance(60_000).await; // the next minute
+    assert_eq!(
+        sub(minute(1)).await,
+        vec![Some(0)],
+        "last minute's is not this one"
+    );
+    assert_eq!(rl(s, 1, &minute(1)).await, vec![Some(1)]);
+}
+
 macro_rules! conformance {
     ($harness:ty: $($scenario:ident),* $(,)?) => {
         $(
@@ -1552,6 +1588,7 @@ macro_rules! every_scenario {
             rate_limits_count_in_epoch_aligned_windows,
             rate_limits_count_one_requests_hits_in_order,
             rate_limits_refuse_new_counters_past_max,
+            rate_limits_subtract_from_the_current_window_only,
             $($own,)*
         );
     };

@@ -262,6 +262,15 @@ async fn write_every_kind_of_state(dir: &Path) {
         .rate_limit_hits("ai-gateway", 10, &[rate_hit("tokens=acme|day", 130)])
         .await
         .unwrap();
+    // A subtraction (from format 3's fixture on): an estimate charged, then taken back.
+    store
+        .rate_limit_hits("ai-gateway", 10, &[rate_hit("tokens=acme|day", 40)])
+        .await
+        .unwrap();
+    store
+        .rate_limit_subtract("ai-gateway", &[rate_hit("tokens=acme|day", 40)])
+        .await
+        .unwrap();
     store.close();
 }
 
@@ -275,7 +284,8 @@ fn rate_hit(key: &str, addend: u64) -> Hit {
 
 /// Open `dir` (a copy: opening rewrites an old dir) and check every item
 /// [`write_every_kind_of_state`] wrote (the rate limit counters only where the fixture's
-/// build wrote them: `rate_limits`).
+/// build wrote them: `rate_limits`; its subtraction, which leaves the same counts, is in the
+/// dirs of format 3 on).
 async fn check_every_item(dir: &Path, rate_limits: bool) {
     // The fixture's store time goes on from where it stopped.
     let clock = ManualClock::new(0);
@@ -475,6 +485,7 @@ fn scratch(name: &str) -> PathBuf {
 async fn a_dir_written_now_holds_every_item() {
     let dir = scratch("upgrade-fresh");
     write_every_kind_of_state(&dir).await;
+    assert_eq!(formats(&dir).0, "format 3");
     let copy = scratch("upgrade-fresh-opened");
     copy_dir(&dir, &copy);
     check_every_item(&copy, true).await;
@@ -507,8 +518,8 @@ fn formats(dir: &Path) -> (String, Vec<(String, u8)>) {
 }
 
 /// The dir of format 1 (written by the build before the data dir had a format of its own)
-/// opens, every item is as written, and it has been rewritten in format 2: a second opening
-/// reads only format 2 and finds the same.
+/// opens, every item is as written, and it has been rewritten in format 3: a second opening
+/// reads only format 3 and finds the same.
 #[tokio::test]
 async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
     let dir = scratch("upgrade-v1");
@@ -516,11 +527,11 @@ async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
     assert_eq!(formats(&dir).0, "format 1");
     check_every_item(&dir, false).await;
     let (format, files) = formats(&dir);
-    assert_eq!(format, "format 2");
-    assert!(files.iter().all(|(_, v)| *v == 2), "{files:?}");
+    assert_eq!(format, "format 3");
+    assert!(files.iter().all(|(_, v)| *v == 3), "{files:?}");
     assert!(files.iter().any(|(f, _)| f.ends_with(".aas")), "{files:?}");
     // The check's own calls (repeated Submits, Authorizes) are in the new log; what it wrote
-    // itself is checked again after a restart in format 2.
+    // itself is checked again after a restart in format 3.
     let clock = ManualClock::new(0);
     let store = open(&dir, &clock, 64 << 20);
     let stats = store.stats(HOST).await.unwrap();
@@ -528,12 +539,27 @@ async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
     store.close();
 }
 
-/// The dir of format 2 as it is written now (with rate limit counters) opens with every item.
+/// The dir of format 2 as the last build of format 2 wrote it (with rate limit counters)
+/// opens with every item, and is rewritten in format 3: a build of format 2 refuses it from
+/// then on as newer, rather than misread a subtraction.
 #[tokio::test]
-async fn the_format_2_fixture_opens_with_every_item() {
+async fn the_format_2_fixture_opens_with_every_item_and_is_rewritten() {
     let dir = scratch("upgrade-v2");
     copy_dir(&fixture(2), &dir);
     assert_eq!(formats(&dir).0, "format 2");
+    check_every_item(&dir, true).await;
+    let (format, files) = formats(&dir);
+    assert_eq!(format, "format 3");
+    assert!(files.iter().all(|(_, v)| *v == 3), "{files:?}");
+}
+
+/// The dir of format 3 as it is written now (with a rate limit subtraction in its log) opens
+/// with every item.
+#[tokio::test]
+async fn the_format_3_fixture_opens_with_every_item() {
+    let dir = scratch("upgrade-v3");
+    copy_dir(&fixture(3), &dir);
+    assert_eq!(formats(&dir).0, "format 3");
     check_every_item(&dir, true).await;
 }
 
@@ -546,7 +572,7 @@ async fn a_format_2_dir_written_before_rate_limits_opens_with_every_item() {
     copy_dir(&fixture_named("v2-before-rate-limits"), &dir);
     assert_eq!(formats(&dir).0, "format 2");
     check_every_item(&dir, false).await;
-    assert_eq!(formats(&dir).0, "format 2");
+    assert_eq!(formats(&dir).0, "format 3");
 }
 
 /// A crash at any point of the rewrite of a format 1 dir leaves one that opens with every
@@ -565,7 +591,7 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         _ => format!("snapshot-{n:016}.aas"),
     };
     let snapshot_bytes = std::fs::read(done.join(name("snapshot", 5))).unwrap();
-    let header = b"AAlog\0\0\x02";
+    let header = b"AAlog\0\0\x03";
     let cut = |d: &Path, step: usize| {
         std::fs::write(d.join(name("log", 4)), header).unwrap();
         if step >= 1 {
@@ -587,7 +613,7 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         "the new segment made",
         "the snapshot half written",
         "the snapshot in place, FORMAT still 1",
-        "FORMAT 2, the replaced files not yet removed",
+        "FORMAT 3, the replaced files not yet removed",
     ]
     .into_iter()
     .enumerate()
@@ -597,7 +623,7 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         cut(&dir, step);
         eprintln!("cut short: {what}");
         check_every_item(&dir, false).await;
-        assert_eq!(formats(&dir).0, "format 2", "{what}");
+        assert_eq!(formats(&dir).0, "format 3", "{what}");
     }
 }
 
@@ -605,10 +631,10 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
 #[test]
 fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
     let dir = scratch("upgrade-newer");
-    copy_dir(&fixture(2), &dir);
+    copy_dir(&fixture(3), &dir);
     std::fs::write(
         dir.join("FORMAT"),
-        "admission-authority data dir\nformat 3\nepoch_us 0\n",
+        "admission-authority data dir\nformat 4\nepoch_us 0\n",
     )
     .unwrap();
     let options = OpenOptions {
@@ -624,11 +650,11 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
         .expect("refused")
         .to_string();
     assert!(
-        err.contains("format 3") && err.contains("formats 1 to 2") && err.contains("FORMAT"),
+        err.contains("format 4") && err.contains("formats 1 to 3") && err.contains("FORMAT"),
         "{err}"
     );
     // A file of a newer format is refused the same way, even under a FORMAT this build reads.
-    copy_dir(&fixture(2), &dir);
+    copy_dir(&fixture(3), &dir);
     let segment = formats(&dir)
         .1
         .into_iter()
@@ -636,14 +662,14 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
         .unwrap()
         .0;
     let mut bytes = std::fs::read(dir.join(&segment)).unwrap();
-    bytes[7] = 3;
+    bytes[7] = 4;
     std::fs::write(dir.join(&segment), bytes).unwrap();
     let err = MemoryStore::open(&options, policy(), Arc::new(ManualClock::new(0)))
         .err()
         .expect("refused")
         .to_string();
     assert!(
-        err.contains(&segment) && err.contains("format 3") && err.contains("newer"),
+        err.contains(&segment) && err.contains("format 4") && err.contains("newer"),
         "{err}"
     );
 }
@@ -723,14 +749,14 @@ fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn data_dir_inspect_prints_each_count_and_changes_nothing() {
-    for version in [2, 1] {
+    for version in [3, 2, 1] {
         let dir = scratch(&format!("upgrade-inspect-v{version}"));
         copy_dir(&fixture(version), &dir);
         let before = contents(&dir);
         let (ok, text) = inspect(&dir, false);
         assert!(ok, "{text}");
         for line in [
-            format!("format {version} (this build writes format 2)"),
+            format!("format {version} (this build writes format 3)"),
             "in use: no".to_string(),
             "hosts: 2".to_string(),
             "shop: admitted 3, queued 3, parked 1, retained 3; reservations open 2 (uncertain \
@@ -740,13 +766,15 @@ fn data_dir_inspect_prints_each_count_and_changes_nothing() {
              (uncertain 0), steps settled 0; limits revision 3 (operator), total 9"
                 .to_string(),
             "auth: 2 keys (login 2), 1 locked out as of the last change".to_string(),
-            if version == 2 {
+            if version == 3 {
+                "18 log records after the snapshot"
+            } else if version == 2 {
                 "16 log records after the snapshot"
             } else {
                 "12 log records after the snapshot"
             }
             .to_string(),
-            if version == 2 {
+            if version >= 2 {
                 "rate limit counters: 2 (ai-gateway 2)"
             } else {
                 "rate limit counters: 0\n"
@@ -757,7 +785,7 @@ fn data_dir_inspect_prints_each_count_and_changes_nothing() {
         }
         assert_eq!(
             text.contains("older: serving from it rewrites it"),
-            version == 1,
+            version < 3,
             "{text}"
         );
         let (ok, json) = inspect(&dir, true);
@@ -863,7 +891,7 @@ fn a_server_killed_while_it_rewrites_an_old_dir_leaves_one_that_opens() {
             continue; // it served: what it changed since is not the rewrite's
         }
         before += 1;
-        if formats(&dir).0 == "format 2" {
+        if formats(&dir).0 == "format 3" {
             rewritten += 1;
         }
         assert_eq!(
@@ -878,7 +906,7 @@ fn a_server_killed_while_it_rewrites_an_old_dir_leaves_one_that_opens() {
         let stats = store.stats(HOST).await_blocking().unwrap();
         assert_eq!((stats.in_flight, stats.queued, stats.parked), (3, 3, 1));
         store.close();
-        assert_eq!(formats(&dir).0, "format 2");
+        assert_eq!(formats(&dir).0, "format 3");
     }
     assert!(before > 0, "no kill landed before the server listened");
     eprintln!("{before} kills before listening, {rewritten} of them after FORMAT was rewritten");

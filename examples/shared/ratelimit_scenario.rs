@@ -58,6 +58,7 @@ pub fn request(n: usize, w: usize, i: u64) -> RateLimitRequest {
             .map(|k| descriptor(k, format!("{k}-{spread}")))
             .collect(),
         hits_addend: 0,
+        hits_subtrahend: 0,
     }
 }
 
@@ -85,6 +86,7 @@ pub async fn flood(chans: &[Channel], from: u64, n: u64) -> u64 {
                     domain: "bench".into(),
                     descriptors: vec![descriptor("tenant", format!("flood-{}", from + i))],
                     hits_addend: 0,
+                    hits_subtrahend: 0,
                 };
                 if ask(&mut client, req).await == Code::OverLimit {
                     over += 1;

@@ -246,12 +246,13 @@ pub enum StoreOp {
     AuthReset,
     SweepAuth,
     RateLimitHits,
+    RateLimitSubtract,
     RateLimitCounters,
     SweepRateLimits,
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 30] = [
+    pub const ALL: [StoreOp; 31] = [
         StoreOp::GetLimits,
         StoreOp::SetLimits,
         StoreOp::ResetLimits,
@@ -280,6 +281,7 @@ impl StoreOp {
         StoreOp::AuthReset,
         StoreOp::SweepAuth,
         StoreOp::RateLimitHits,
+        StoreOp::RateLimitSubtract,
         StoreOp::RateLimitCounters,
         StoreOp::SweepRateLimits,
     ];
@@ -315,6 +317,7 @@ impl StoreOp {
             StoreOp::AuthReset => "auth_reset",
             StoreOp::SweepAuth => "sweep_auth",
             StoreOp::RateLimitHits => "rate_limit_hits",
+            StoreOp::RateLimitSubtract => "rate_limit_subtract",
             StoreOp::RateLimitCounters => "rate_limit_counters",
             StoreOp::SweepRateLimits => "sweep_rate_limits",
         }

@@ -149,6 +149,26 @@ impl CounterTable {
             .collect()
     }
 
+    /// Subtract each of `hits`' `addend` from its counter in `domain` at `now_ms`, in order:
+    /// each one's count after it. Only a counter of the current window changes, never below
+    /// zero; a subtraction makes no counter (one that finds none, or one of an ended window,
+    /// answers 0).
+    pub fn subtract(&mut self, domain: &str, hits: &[Hit], now_ms: u64) -> Vec<Option<u64>> {
+        let now_s = now_ms / 1000;
+        let Some(d) = self.domains.get_mut(domain) else {
+            return vec![Some(0); hits.len()];
+        };
+        hits.iter()
+            .map(|h| match d.counters.get_mut(h.key.as_str()) {
+                Some(c) if c.start == h.unit.window_start(now_s) => {
+                    c.count = c.count.saturating_sub(h.addend);
+                    Some(c.count)
+                }
+                _ => Some(0),
+            })
+            .collect()
+    }
+
     /// Whether some counter's window has ended by `now_ms`.
     pub fn prune_due(&self, now_ms: u64) -> bool {
         let now_s = now_ms / 1000;
@@ -274,6 +294,28 @@ mod tests {
         assert_eq!(t.hit("d", 10, &m(3), 179_999), vec![Some(4)]);
         assert_eq!(t.hit("d", 10, &m(0), 179_999), vec![Some(4)], "a look");
         assert_eq!(t.hit("d", 10, &m(1), 180_000), vec![Some(1)], "next minute");
+    }
+
+    #[test]
+    fn a_subtraction_takes_from_the_current_window_only_never_below_zero() {
+        let mut t = CounterTable::new();
+        let m = |n| vec![hit("a", Unit::Minute, n)];
+        assert_eq!(t.subtract("d", &m(5), 120_000), vec![Some(0)], "no domain");
+        assert_eq!(t.hit("d", 10, &m(7), 120_000), vec![Some(7)]);
+        assert_eq!(t.subtract("d", &m(5), 130_000), vec![Some(2)]);
+        assert_eq!(t.subtract("d", &m(5), 130_000), vec![Some(0)], "floored");
+        assert_eq!(t.hit("d", 10, &m(3), 130_000), vec![Some(3)]);
+        assert_eq!(
+            t.subtract("d", &m(1), 180_000),
+            vec![Some(0)],
+            "the next minute's counter is not the one charged"
+        );
+        assert_eq!(t.hit("d", 10, &m(0), 180_000), vec![Some(0)]);
+        assert_eq!(
+            t.subtract("d", &[hit("b", Unit::Minute, 1)], 180_000),
+            vec![Some(0)]
+        );
+        assert_eq!(t.domain_len("d"), 1, "a subtraction makes no counter");
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct Request {
     pub descriptors: Vec<Descriptor>,
     /// The request's hits per descriptor; 0 means 1.
     pub hits_addend: u32,
+    /// Hits taken back per descriptor (Envoy's `hits_subtrahend`); 0 = none. A request that
+    /// takes back adds nothing.
+    pub hits_subtrahend: u32,
 }
 
 /// `RateLimitResponse.Code`.
@@ -111,8 +114,12 @@ enum Item<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan<'a> {
     items: Vec<Item<'a>>,
-    /// What the store counts, in one atomic operation (empty: nothing to count).
+    /// What the store counts, in one atomic operation (empty: nothing to count); with
+    /// [`Self::subtract`], what it takes back.
     pub hits: Vec<Hit>,
+    /// The request takes back `hits` (each one's `addend` is what is subtracted) rather than
+    /// adding them: it refuses nothing and counts in no metric.
+    pub subtract: bool,
     unknown_domain: bool,
 }
 
@@ -166,9 +173,12 @@ pub fn plan<'a>(rules: &'a Rules, request: &Request) -> Plan<'a> {
                 Item::Free
             }
             Some((limit, rule, label, shared)) => {
-                let addend = d
-                    .hits_addend
-                    .unwrap_or(u64::from(request.hits_addend.max(1)));
+                let addend = if request.hits_subtrahend > 0 {
+                    u64::from(request.hits_subtrahend)
+                } else {
+                    d.hits_addend
+                        .unwrap_or(u64::from(request.hits_addend.max(1)))
+                };
                 hits.push(Hit {
                     key: counter_key(&d.entries, &shared, limit),
                     unit: limit.unit,
@@ -187,6 +197,7 @@ pub fn plan<'a>(rules: &'a Rules, request: &Request) -> Plan<'a> {
     Plan {
         items,
         hits,
+        subtract: request.hits_subtrahend > 0,
         unknown_domain,
     }
 }
@@ -258,6 +269,19 @@ impl Plan<'_> {
                     remaining: UNLIMITED_REMAINING,
                     reset_s: None,
                 },
+                // A subtraction refuses nothing and counts in no metric.
+                Item::Counted {
+                    limit, rule, hit, ..
+                } if self.subtract => {
+                    let after = counts.get(*hit).copied().flatten().unwrap_or(0);
+                    let threshold = u64::from(limit.requests_per_unit);
+                    Status {
+                        code: Code::Ok,
+                        limit: Some((*limit, rule.map_or("", |r| &r.name).to_string())),
+                        remaining: threshold.saturating_sub(after) as u32,
+                        reset_s: Some(limit.unit.reset_in(now_s)),
+                    }
+                }
                 Item::Counted {
                     limit,
                     rule,
@@ -407,6 +431,7 @@ mod tests {
             domain: "d".into(),
             descriptors,
             hits_addend,
+            hits_subtrahend: 0,
         }
     }
 
@@ -430,6 +455,24 @@ mod tests {
         let p = plan(&r, &request(vec![look], 7));
         assert_eq!(p.hits[0].addend, 0);
         assert_eq!(p.hits[0].key, "tenant=a|minute");
+    }
+
+    #[test]
+    fn a_subtraction_takes_its_hits_back_refuses_nothing_and_counts_in_no_metric() {
+        let r = rules(vec![rule_node("tenant", "", tenant_rule(5))]);
+        let mut req = request(vec![desc(&[("tenant", "a")])], 0);
+        req.hits_subtrahend = 3;
+        let p = plan(&r, &req);
+        assert!(p.subtract);
+        assert_eq!(p.hits[0].addend, 3);
+        let a = p.answer(&[Some(0)], 0, 0.8, false);
+        assert_eq!(a.overall, Code::Ok);
+        assert_eq!(a.statuses[0].remaining, 5);
+        assert!(a.tallies.is_empty());
+        // Even when the counter is still above the limit after it.
+        let a = p.answer(&[Some(9)], 0, 0.8, false);
+        assert_eq!((a.overall, a.statuses[0].code), (Code::Ok, Code::Ok));
+        assert_eq!(a.statuses[0].remaining, 0);
     }
 
     #[test]

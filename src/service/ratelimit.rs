@@ -71,6 +71,12 @@ impl<S: Store> rls::rate_limit_service_server::RateLimitService for RateLimitSer
         let plan = ratelimit::plan(&policy.rules, &req);
         let (now_s, counts) = if plan.hits.is_empty() {
             (0, Vec::new())
+        } else if plan.subtract {
+            let c = self
+                .store
+                .rate_limit_subtract(&req.domain, &plan.hits)
+                .await?;
+            (c.now_ms / 1000, c.counts)
         } else {
             let c = self
                 .store
@@ -126,10 +132,28 @@ fn request_of(req: RateLimitRequest) -> Result<ratelimit::Request, ApiError> {
     for (i, d) in req.descriptors.into_iter().enumerate() {
         descriptors.push(descriptor_of(d, i)?);
     }
+    if req.hits_subtrahend > 0 {
+        if req.hits_addend > 0 {
+            return Err(ApiError::invalid(
+                "hits_subtrahend",
+                "a request that takes hits back cannot also add them (hits_addend is set)",
+            ));
+        }
+        if let Some(i) = descriptors.iter().position(|d| d.hits_addend.is_some()) {
+            return Err(ApiError::invalid(
+                "hits_subtrahend",
+                format!(
+                    "a request that takes hits back cannot also add them \
+                     (descriptors[{i}].hits_addend is set)"
+                ),
+            ));
+        }
+    }
     Ok(ratelimit::Request {
         domain: req.domain,
         descriptors,
         hits_addend: req.hits_addend,
+        hits_subtrahend: req.hits_subtrahend,
     })
 }
 

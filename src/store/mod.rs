@@ -507,6 +507,15 @@ pub trait RateLimitStore: Send + Sync + 'static {
         hits: &[Hit],
     ) -> impl Future<Output = Result<RateLimitCounts, StoreError>> + Send;
 
+    /// Subtract each hit's `addend` from its counter in `domain` (Envoy's `hits_subtrahend`),
+    /// as one atomic operation (see [`crate::ratelimit::CounterTable::subtract`]): only from a
+    /// counter of the current window, never below zero; a subtraction makes no counter.
+    fn rate_limit_subtract(
+        &self,
+        domain: &str,
+        hits: &[Hit],
+    ) -> impl Future<Output = Result<RateLimitCounts, StoreError>> + Send;
+
     /// The live counters of `domains` with the highest counts, highest first, at most `limit`
     /// (on Redis, of the first 10,000 live counters of each domain).
     fn rate_limit_counters(

@@ -329,6 +329,15 @@ impl<S: RateLimitStore> RateLimitStore for Timed<S> {
         self.timed(StoreOp::RateLimitHits, call)
     }
 
+    fn rate_limit_subtract(
+        &self,
+        domain: &str,
+        hits: &[Hit],
+    ) -> impl Future<Output = Result<RateLimitCounts, StoreError>> + Send {
+        let call = self.inner.rate_limit_subtract(domain, hits);
+        self.timed(StoreOp::RateLimitSubtract, call)
+    }
+
     fn rate_limit_counters(
         &self,
         domains: &[String],

@@ -226,6 +226,12 @@ pub(crate) enum RateLimitOp {
     },
     /// Counters whose window ended are dropped.
     Prune { epoch_ms: u64 },
+    /// Each hit's `addend` subtracted from its counter (Envoy's `hits_subtrahend`).
+    Subtract {
+        domain: String,
+        hits: Vec<Hit>,
+        epoch_ms: u64,
+    },
 }
 
 pub(super) enum RateLimitOut {
@@ -246,6 +252,11 @@ impl RateLimitOp {
                 table.prune(epoch_ms);
                 RateLimitOut::Done
             }
+            RateLimitOp::Subtract {
+                domain,
+                hits,
+                epoch_ms,
+            } => RateLimitOut::Counted(table.subtract(&domain, &hits, epoch_ms)),
         }
     }
 }

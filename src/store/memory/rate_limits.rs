@@ -29,6 +29,26 @@ impl RateLimitStore for MemoryStore {
         })
     }
 
+    async fn rate_limit_subtract(
+        &self,
+        domain: &str,
+        hits: &[Hit],
+    ) -> Result<RateLimitCounts, StoreError> {
+        let epoch_ms = self.epoch_ms();
+        let op = RateLimitOp::Subtract {
+            domain: domain.to_string(),
+            hits: hits.to_vec(),
+            epoch_ms,
+        };
+        let RateLimitOut::Counted(counts) = self.change_rate_limit(op).await? else {
+            unreachable!("a subtraction answers Counted")
+        };
+        Ok(RateLimitCounts {
+            now_ms: epoch_ms,
+            counts,
+        })
+    }
+
     async fn rate_limit_counters(
         &self,
         domains: &[String],

@@ -24,12 +24,12 @@ use crate::store::StoreError;
 /// At most this many requests in one call.
 const MAX_BATCH: usize = 64;
 
-/// One request: its domain's tally, its counters with each hit's unit (seconds) and hits, the
-/// domain's max live counters, and now (0 = Redis TIME). Answered with now (ms), then the
-/// count after each hit.
+/// One request: its domain's tally, its counters with each hit's unit (seconds) and hits
+/// (negative: subtracted), the domain's max live counters, and now (0 = Redis TIME). Answered
+/// with now (ms), then the count after each hit.
 pub(super) struct Request {
     pub(super) tally: String,
-    pub(super) hits: Vec<(String, u64, u64)>,
+    pub(super) hits: Vec<(String, u64, i64)>,
     pub(super) max: u64,
     pub(super) now: u64,
 }

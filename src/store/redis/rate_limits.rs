@@ -12,12 +12,14 @@ use crate::store::{RateLimitCounts, RateLimitStore, StoreError};
 /// Live counters read per domain for the hottest list.
 const HOTTEST_SAMPLE: usize = 10_000;
 
-impl RateLimitStore for RedisStore {
-    async fn rate_limit_hits(
+impl RedisStore {
+    /// `hits` with their counts changed by `signed` (negative: subtracted), in one script.
+    async fn rate_limit_call(
         &self,
         domain: &str,
         max_counters: u64,
         hits: &[Hit],
+        signed: impl Iterator<Item = i64>,
     ) -> Result<RateLimitCounts, StoreError> {
         self.refuse_if_incompatible()?;
         let prefix = self.keys.rate_limit_counter_prefix(domain);
@@ -25,7 +27,8 @@ impl RateLimitStore for RedisStore {
             tally: self.keys.rate_limit_live(domain),
             hits: hits
                 .iter()
-                .map(|h| (format!("{prefix}{}", h.key), h.unit.seconds(), h.addend))
+                .zip(signed)
+                .map(|(h, n)| (format!("{prefix}{}", h.key), h.unit.seconds(), n))
                 .collect(),
             max: max_counters,
             now: self.now_arg(),
@@ -42,6 +45,33 @@ impl RateLimitStore for RedisStore {
             now_ms: answer[0].max(0) as u64,
             counts: answer[1..].iter().map(|&c| u64::try_from(c).ok()).collect(),
         })
+    }
+}
+
+impl RateLimitStore for RedisStore {
+    async fn rate_limit_hits(
+        &self,
+        domain: &str,
+        max_counters: u64,
+        hits: &[Hit],
+    ) -> Result<RateLimitCounts, StoreError> {
+        let signed = hits
+            .iter()
+            .map(|h| i64::try_from(h.addend).unwrap_or(i64::MAX));
+        self.rate_limit_call(domain, max_counters, hits, signed)
+            .await
+    }
+
+    async fn rate_limit_subtract(
+        &self,
+        domain: &str,
+        hits: &[Hit],
+    ) -> Result<RateLimitCounts, StoreError> {
+        // A subtraction makes no counter, so the bound on live ones never applies.
+        let signed = hits
+            .iter()
+            .map(|h| i64::try_from(h.addend).map_or(i64::MIN + 1, |a| -a));
+        self.rate_limit_call(domain, u64::MAX, hits, signed).await
     }
 
     async fn rate_limit_counters(

@@ -12,7 +12,15 @@
 //! then the value, enums as their variant's index then its fields, structs as their fields in
 //! order.
 //!
-//! # Format 2 (written now)
+//! # Format 3 (written now)
+//!
+//! Format 2 with one more rate limit record: `4 RateLimit`'s `op` may also be `2 Subtract {
+//! domain, hits, epoch_ms }` (Envoy's `hits_subtrahend`), `hits` as in `0 Hit`. Its records
+//! and pieces are read with format 2's types ([`v2`]); a format 2 file holding a `Subtract`
+//! is refused. A format 2 dir is rewritten in format 3 when opened, so a build of format 2
+//! refuses it from then on, as newer, instead of misreading a subtraction.
+//!
+//! # Format 2 (read, and the types format 3 is written with)
 //!
 //! A **record** ([`v2::records::RecordV2`]) is one of:
 //! * `0 Policy(policy)`: the resource policy the ledger records after it were decided under;
@@ -95,7 +103,7 @@ mod tests;
 
 // The journal names files with the format this module writes, and refuses what it cannot read.
 const _: () =
-    assert!(crate::store::journal::FORMAT == 2 && crate::store::journal::OLDEST_FORMAT == 1);
+    assert!(crate::store::journal::FORMAT == 3 && crate::store::journal::OLDEST_FORMAT == 1);
 
 /// A snapshot piece in the core's terms.
 #[derive(Debug, PartialEq)]
@@ -142,10 +150,15 @@ pub fn decode_record(version: u32, bytes: &[u8]) -> Result<Record<'static>, Stri
         1 => Ok(postcard::from_bytes::<v1::RecordV1>(bytes)
             .map_err(bad)?
             .into()),
-        2 => postcard::from_bytes::<v2::records::RecordV2>(bytes)
-            .map_err(bad)?
-            .try_into()
-            .map_err(|e| format!("a record of format 2 with {e}")),
+        2 | 3 => {
+            let record = postcard::from_bytes::<v2::records::RecordV2>(bytes).map_err(bad)?;
+            if version == 2 && record.is_of_format_3() {
+                return Err("a record of format 2 that only format 3 has".into());
+            }
+            record
+                .try_into()
+                .map_err(|e| format!("a record of format {version} with {e}"))
+        }
         v => Err(format!("records of format {v} are not read by this build")),
     }
 }
@@ -167,10 +180,10 @@ pub fn decode_piece(version: u32, bytes: &[u8]) -> Result<Piece, String> {
             .map_err(bad)?
             .try_into()
             .map_err(|e| format!("a piece of format 1 with {e}")),
-        2 => postcard::from_bytes::<v2::pieces::PieceV2>(bytes)
+        2 | 3 => postcard::from_bytes::<v2::pieces::PieceV2>(bytes)
             .map_err(bad)?
             .try_into()
-            .map_err(|e| format!("a piece of format 2 with {e}")),
+            .map_err(|e| format!("a piece of format {version} with {e}")),
         v => Err(format!(
             "snapshots of format {v} are not read by this build"
         )),

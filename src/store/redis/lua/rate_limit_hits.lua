@@ -4,7 +4,9 @@
 -- out the table the answer is appended to; tally the domain's tally of live counters (sorted
 -- set: counter key -> its window's end ms);
 -- the counters are KEYS[k0 + 1 .. k0 + n] (string `<window start s>:<count>`), one per hit;
--- hit j's unit in seconds is ARGV[u0 + 2j - 1] and its hits ARGV[u0 + 2j] (0 only looks);
+-- hit j's unit in seconds is ARGV[u0 + 2j - 1] and its hits ARGV[u0 + 2j] (0 only looks; a
+-- negative number subtracts, from a counter of the current window only, never below zero,
+-- and never makes a counter);
 -- max the domain's max live counters; now in ms.
 -- Appends now ms, then the count after each hit, to out: a count of -1 when the hit needed a
 -- new counter and the domain holds its max live ones (nothing counted).
@@ -84,6 +86,12 @@ local function rate_limit_hits(out, tally, k0, n, u0, max, now)
     end
     if count == nil then
       out[#out + 1] = (add > 0) and -1 or 0
+    elseif add < 0 then
+      if same then
+        count = math.max(count + add, 0)
+        redis.call('SET', key, w.prefix .. count, 'KEEPTTL')
+      end
+      out[#out + 1] = count
     else
       count = count + add
       if add > 0 then

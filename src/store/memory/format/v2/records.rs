@@ -55,6 +55,19 @@ pub enum RecordV2<'a> {
     },
 }
 
+impl RecordV2<'_> {
+    /// Whether only format 3 has this record (a rate limit subtraction).
+    pub fn is_of_format_3(&self) -> bool {
+        matches!(
+            self,
+            RecordV2::RateLimit {
+                op: RateLimitOpV2::Subtract { .. },
+                ..
+            }
+        )
+    }
+}
+
 /// A change of the rate limit counters (`RateLimitOp`); times in ms since the Unix epoch.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum RateLimitOpV2<'a> {
@@ -69,6 +82,15 @@ pub enum RateLimitOpV2<'a> {
     },
     /// 1: counters whose window ended are dropped.
     Prune { epoch_ms: u64 },
+    /// 2 (format 3 on): each hit's count subtracted from its counter, as (counter key, unit,
+    /// count).
+    Subtract {
+        #[serde(borrow)]
+        domain: Text<'a>,
+        #[serde(borrow)]
+        hits: Vec<(Text<'a>, u8, u64)>,
+        epoch_ms: u64,
+    },
 }
 
 /// A change of a host's tickets (`HostOp`), variant by variant.
@@ -517,6 +539,18 @@ impl<'a> From<&'a RateLimitOp> for RateLimitOpV2<'a> {
             RateLimitOp::Prune { epoch_ms } => RateLimitOpV2::Prune {
                 epoch_ms: *epoch_ms,
             },
+            RateLimitOp::Subtract {
+                domain,
+                hits,
+                epoch_ms,
+            } => RateLimitOpV2::Subtract {
+                domain: text(domain),
+                hits: hits
+                    .iter()
+                    .map(|h| (text(&h.key), unit_code(h.unit), h.addend))
+                    .collect(),
+                epoch_ms: *epoch_ms,
+            },
         }
     }
 }
@@ -533,19 +567,31 @@ impl TryFrom<RateLimitOpV2<'_>> for RateLimitOp {
             } => RateLimitOp::Hit {
                 domain: domain.into_owned(),
                 max_counters,
-                hits: hits
-                    .into_iter()
-                    .map(|(key, unit, addend)| {
-                        Ok(Hit {
-                            key: key.into_owned(),
-                            unit: unit_of(unit)?,
-                            addend,
-                        })
-                    })
-                    .collect::<Result<_, String>>()?,
+                hits: hits_of(hits)?,
                 epoch_ms,
             },
             RateLimitOpV2::Prune { epoch_ms } => RateLimitOp::Prune { epoch_ms },
+            RateLimitOpV2::Subtract {
+                domain,
+                hits,
+                epoch_ms,
+            } => RateLimitOp::Subtract {
+                domain: domain.into_owned(),
+                hits: hits_of(hits)?,
+                epoch_ms,
+            },
         })
     }
+}
+
+fn hits_of(hits: Vec<(Text<'_>, u8, u64)>) -> Result<Vec<Hit>, String> {
+    hits.into_iter()
+        .map(|(key, unit, addend)| {
+            Ok(Hit {
+                key: key.into_owned(),
+                unit: unit_of(unit)?,
+                addend,
+            })
+        })
+        .collect()
 }
