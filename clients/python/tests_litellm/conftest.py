@@ -138,6 +138,12 @@ class Upstream:
                     words[k] = v
         # Counted under the tag, and under "<tag>@<model>": which deployment served it.
         tag, delay = words.get("tag", ""), float(words.get("delay") or 0.05)
+        # "usage=<prompt>+<completion>" in the message sets the tokens the call reports.
+        usage = dict(self.USAGE)
+        if "usage" in words:
+            prompt, _, completion = words["usage"].partition("+")
+            usage = {"prompt_tokens": int(prompt), "completion_tokens": int(completion)}
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         self._enter(tag, body.get("max_tokens"))
         self._enter(f"{tag}@{body.get('model')}", body.get("max_tokens"), count_all=False)
         if "fail" in words:
@@ -156,7 +162,7 @@ class Upstream:
                         yield _sse({"choices": [{"index": 0, "delta": {"content": f"w{i} "}, "finish_reason": None}]})
                     yield _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
                     if include_usage:
-                        yield _sse({"choices": [], "usage": self.USAGE})
+                        yield _sse({"choices": [], "usage": usage})
                     yield "data: [DONE]\n\n"
                 finally:
                     self._leave(tag, body.get("model"))
@@ -173,7 +179,7 @@ class Upstream:
                 "created": 1,
                 "model": "fake",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-                "usage": self.USAGE,
+                "usage": usage,
             }
         )
 
@@ -235,6 +241,41 @@ rate_limits:
         assert auth.allowed and auth.remaining_tokens is not None, auth
         self.client.settle(run, 1, input_tokens=0, output_tokens=0)
         return auth.remaining_tokens + 1
+
+    def tpm_left(self, key: str, limit: int) -> int:
+        """What LiteLLM's tpm window of ``key`` (whose ``tpm_limit`` is ``limit``) has left this
+        minute, named as the drop-in names it: a look, which counts nothing."""
+        import grpc
+
+        from admission_authority_client.litellm.limits import RateLimits, Window, _read_varint, _request
+
+        # The key's id as the drop-in has it: LiteLLM's hash of the key, never the key.
+        window = Window("tpm", "key", "key:" + hashlib.sha256(key.encode()).hexdigest()[:32], limit)
+        with grpc.insecure_channel(self.addr) as channel:
+            call: Any = channel.unary_unary(RateLimits.METHOD, request_serializer=None, response_deserializer=None)
+            reply: bytes = call(_request("litellm", [(window, 0)]), metadata=(("authorization", f"Bearer {GATEWAY_TOKEN}"),))
+        # RateLimitResponse.statuses (2), its first DescriptorStatus's limit_remaining (3).
+        i = 0
+        while i < len(reply):
+            tag, i = _read_varint(reply, i)
+            if tag & 7 == 0:
+                _, i = _read_varint(reply, i)
+                continue
+            size, i = _read_varint(reply, i)
+            if tag >> 3 == 2:
+                status, j = reply[i : i + size], 0
+                while j < len(status):
+                    t, j = _read_varint(status, j)
+                    if t & 7 == 0:
+                        v, j = _read_varint(status, j)
+                        if t >> 3 == 3:
+                            return v
+                    else:
+                        n, j = _read_varint(status, j)
+                        j += n
+                return 0  # a status without limit_remaining: none left
+            i += size
+        raise AssertionError(f"no descriptor status in {reply!r}")
 
     def settled(self) -> None:
         """Wait until no call holds a slot or a reservation (what a test left behind ends)."""

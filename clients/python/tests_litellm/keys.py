@@ -14,6 +14,7 @@ LIMITS: dict[str, dict[str, Any]] = {
     "sk-parallel-2": {"max_parallel_requests": 2},
     "sk-rpm-3": {"rpm_limit": 3},
     "sk-tpm-40": {"tpm_limit": 40},
+    "sk-tpm-1000": {"tpm_limit": 1000},
     "sk-team-rpm-a": {"team_id": "team-rpm", "team_rpm_limit": 2},
     "sk-team-rpm-b": {"team_id": "team-rpm", "team_rpm_limit": 2},
 }

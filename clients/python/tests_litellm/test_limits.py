@@ -8,7 +8,7 @@ import hashlib
 import threading
 import time
 
-from conftest import HOST, Extras, Fleet, Proxy, burst, eventually
+from conftest import HOST, REPO, Extras, Fleet, Proxy, burst, eventually
 
 
 def key_subject(key: str) -> str:
@@ -99,10 +99,48 @@ def test_a_teams_rpm_limit_holds_across_its_keys_and_proxies(fleet: Fleet, a: Pr
 def test_a_keys_tpm_limit_counts_the_tokens_of_both_proxies(fleet: Fleet, a: Proxy, b: Proxy) -> None:
     fleet.authority.limits()
     fresh_minute()
-    # tpm_limit 40 and 18 tokens a call: looked at before each call, counted after it (as
-    # LiteLLM counts tokens): 18, 36, 54; the fourth call finds the window over its limit.
-    codes = [(a, b)[i % 2].chat("sk-tpm-40", "tag=lim-tpm").status_code for i in range(4)]
-    assert codes == [200, 200, 200, 429], codes
+    def left(want: int) -> None:
+        eventually(f"{want} tokens left", lambda: fleet.authority.tpm_left("sk-tpm-40", 40) == want or None)
+
+    # tpm_limit 40 and 18 tokens a call, max_tokens 10: each call's estimate (3 + 10) is
+    # charged before it and corrected to its 18 after it: 22 left, then 4.
+    assert a.chat("sk-tpm-40", "tag=lim-tpm", max_tokens=10).status_code == 200
+    left(22)
+    assert b.chat("sk-tpm-40", "tag=lim-tpm", max_tokens=10).status_code == 200
+    left(4)
+    # The third's estimate (13) does not fit in 4: refused, and it takes nothing from the
+    # window, so a call estimated at 4 (3 for its text, max_tokens 1) still fits.
+    refused = a.chat("sk-tpm-40", "tag=lim-tpm", max_tokens=10)
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    left(4)
+    assert b.chat("sk-tpm-40", "usage=1+3", max_tokens=1).status_code == 200
+    left(0)
+
+
+def test_a_burst_never_passes_a_keys_tpm_limit(fleet: Fleet, a: Proxy, b: Proxy) -> None:
+    fleet.authority.limits()
+    fresh_minute()
+    # tpm_limit 1000; ten calls at once through both proxies, each spending 300 tokens
+    # (max_tokens 250). Each call's estimate, its input (from the text) plus 250, is charged
+    # before it: three fit, the rest are refused and leave nothing in the window. LiteLLM
+    # alone looks at the window before a call and counts after it, so calls that start
+    # together all find it empty (six of ten succeeded with two proxies).
+    text = "tag=tpm-burst delay=1 usage=50+250"
+    estimate = -(-len(text) // 4) + 250
+    results = burst(10, lambda i: (a, b)[i % 2].chat("sk-tpm-1000", text, max_tokens=250))
+    codes = sorted(r.status_code for r in results)
+    ok = codes.count(200)
+    assert set(codes) <= {200, 429}, codes
+    assert all(int(r.headers["retry-after"]) >= 1 for r in results if r.status_code == 429)
+    assert ok == 1000 // estimate, (codes, estimate)
+    assert fleet.upstream.tag("tpm-burst").total == ok
+    # Never past the limit by more than the estimates' error (300 used for each estimate).
+    assert ok * 300 <= 1000 + ok * (300 - estimate)
+    # The window holds what the calls used, not their estimates, nor the refused calls'.
+    eventually(
+        "the window holds the usage",
+        lambda: fleet.authority.tpm_left("sk-tpm-1000", 1000) == 1000 - 300 * ok or None,
+    )
 
 
 def test_tokens_are_reserved_across_both_proxies(fleet: Fleet, a: Proxy, b: Proxy) -> None:
@@ -126,3 +164,17 @@ def test_tokens_are_reserved_across_both_proxies(fleet: Fleet, a: Proxy, b: Prox
     # Both settled with what they used (18 each): the rest is free again.
     fleet.authority.settled()
     assert left - fleet.authority.budget_left() == 36
+
+
+def test_each_proxy_says_at_start_which_limits_it_holds_fleet_wide(a: Proxy, extras: Extras) -> None:
+    # The two lines docs/litellm.md shows: the three steps' proxy (the fleet's), and one
+    # without ADMISSION_LIMITS_TOKEN and ADMISSION_RATE_LIMIT_DOMAIN.
+    shown = [
+        line.strip()
+        for line in (REPO / "docs/litellm.md").read_text().splitlines()
+        if line.strip().startswith("LiteLLM's limits held fleet-wide")
+    ]
+    assert len(shown) == 2, shown
+    assert shown[0].endswith("Per proxy: none")
+    assert shown[0] in a.log_path.read_text()
+    assert shown[1] in extras.closed.log_path.read_text()

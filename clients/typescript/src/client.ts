@@ -163,6 +163,9 @@ export interface RetryOptions {
   /** Repeat only when the call certainly was not applied (STORE_UNAVAILABLE): for calls that
    * count something each time (CheckAuthAttempt). Default false. */
   notIdempotent?: boolean;
+  /** The longest one try may take (default: all that is left of the deadline), so a try sent
+   * to a replica that does not answer leaves time for another. */
+  attemptMs?: number;
   /** Work nobody awaits (a release by run after a give-up): its waits do not keep the process
    * alive. */
   background?: boolean;
@@ -311,7 +314,8 @@ export class SlotHandle {
    * unset: none is reported. */
   outcome: Outcome | undefined;
   private readonly admittedAt = Date.now();
-  private readonly timer: NodeJS.Timeout;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
   private released: Promise<void> | undefined;
 
   constructor(
@@ -326,15 +330,33 @@ export class SlotHandle {
     /** What a Reclaim of this ticket says the run holds (its Submit's fields). */
     private readonly held?: gen.ReclaimRequest,
   ) {
-    this.timer = setInterval(() => void this.renew(), Math.max(leaseTtlMs / 3, 5));
+    this.schedule();
+  }
+
+  private get every(): number {
+    return Math.max(this.leaseTtlMs / 3, 5);
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => void this.renew(), this.every);
     this.timer.unref();
   }
 
-  /** Renew; a ticket the authority no longer knows (EXPIRED) is re-registered with Reclaim,
-   * so its run keeps counting; only a refused Reclaim (the ticket ended) loses the slot. */
+  /** Renew; a Renew that fails is retried at once with backoff (each try at most half an
+   * interval, and a channel of several addresses sends it to another replica) for as long as
+   * the lease lasts, not an interval later, so the lease is lost only when the authority was
+   * unreachable for most of it. A ticket the authority no longer knows (EXPIRED) is
+   * re-registered with Reclaim, so its run keeps counting; only a refused Reclaim (the ticket
+   * ended) loses the slot. */
   private async renew(): Promise<void> {
+    const every = this.every;
     try {
-      const r = await this.client.call(this.client.stub.renew, { ticketIds: [this.ticketId] });
+      const r = await this.client.call(
+        this.client.stub.renew,
+        { ticketIds: [this.ticketId] },
+        { timeoutMs: this.leaseTtlMs, attemptMs: every / 2, background: true },
+      );
       let state = r.tickets[0]?.state ?? gen.TicketState.TICKET_STATE_ADMITTED;
       if (state === gen.TicketState.TICKET_STATE_EXPIRED && this.held !== undefined && !this.lost) {
         const back = await this.client.call(this.client.stub.reclaim, this.held);
@@ -343,23 +365,25 @@ export class SlotHandle {
       }
       if (state !== gen.TicketState.TICKET_STATE_ADMITTED && state !== gen.TicketState.TICKET_STATE_PARKED) {
         this.lost = true;
-        clearInterval(this.timer);
+        return;
       }
     } catch (e) {
-      // Unreachable: the lease has two more renewals before it runs out; the next one may get
-      // through. Refused (the ticket ended, or was never this run's): the slot is lost.
-      if (e instanceof AdmissionError && !e.retryable) {
+      // Refused (the ticket ended, or was never this run's), or the client closed: the slot is
+      // lost. Unreachable for a whole lease: the next round finds it EXPIRED and reclaims it.
+      if (!(e instanceof AdmissionError) || !e.retryable) {
         this.lost = true;
-        clearInterval(this.timer);
+        return;
       }
     }
+    this.schedule();
   }
 
   /** Free the slot, reporting what the run's provider call came to (see
    * {@link ReleaseReport}; without one, {@link SlotHandle.outcome} if set). Safe to call more
    * than once: the first call's report counts. */
   release(report: ReleaseReport = {}): Promise<void> {
-    clearInterval(this.timer);
+    this.stopped = true;
+    clearTimeout(this.timer);
     const outcome = report.outcome ?? (report.error !== undefined ? outcomeOf(report.error) : this.outcome);
     this.released ??= this.client.releaseTicket(
       this.ticketId,
@@ -410,6 +434,26 @@ function channelCredentials(options: { credentials?: ChannelCredentials }): Chan
   return options.credentials ?? grpcCredentials.createInsecure();
 }
 
+/** Every channel's options: reconnect soon after a replica comes back (gRPC's default waits a
+ * second and more between tries, as long as a short lease's renew interval), and with several
+ * addresses (`ipv4:a,b`) send each call to a live one in turn, so a call retried after a
+ * replica died reaches another. Such a target names its first address as the calls'
+ * authority: the whole list is no authority, and the server would refuse the call. */
+export function channelOptions(target: string): Record<string, string | number> {
+  const options: Record<string, string | number> = {
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.min_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 1_000,
+  };
+  const [scheme, ...rest] = target.split(":");
+  const addresses = rest.join(":");
+  if ((scheme === "ipv4" || scheme === "ipv6") && addresses.includes(",")) {
+    options["grpc.service_config"] = JSON.stringify({ loadBalancingConfig: [{ round_robin: {} }] });
+    options["grpc.default_authority"] = addresses.split(",")[0];
+  }
+  return options;
+}
+
 export class AdmissionClient {
   readonly hostId: string;
   readonly instanceId: string;
@@ -421,7 +465,7 @@ export class AdmissionClient {
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}`;
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.connection = new Connection(
-      () => new gen.AdmissionClient(target, channelCredentials(options)),
+      () => new gen.AdmissionClient(target, channelCredentials(options), channelOptions(target)),
       options.token,
       "AdmissionClient",
     );
@@ -450,7 +494,8 @@ export class AdmissionClient {
     let backoff = FIRST_BACKOFF_MS;
     for (;;) {
       try {
-        return await this.once(method, request, Math.max(end, Date.now() + 1));
+        const tryEnd = opts.attemptMs === undefined ? end : Math.min(end, Date.now() + opts.attemptMs);
+        return await this.once(method, request, Math.max(tryEnd, Date.now() + 1));
       } catch (e) {
         const err = e as AdmissionError;
         const final =
@@ -815,7 +860,7 @@ export class OperatorClient {
   constructor(target: string, options: OperatorOptions = {}) {
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.connection = new Connection(
-      () => new gen.OperatorClient(target, channelCredentials(options)),
+      () => new gen.OperatorClient(target, channelCredentials(options), channelOptions(target)),
       options.token,
       "OperatorClient",
     );

@@ -127,6 +127,37 @@ def _renew_every(slot: Slot) -> float:
     return max(slot.lease_ttl_ms / 3000, 0.005)
 
 
+def _channel_options(target: str) -> list[tuple[str, Any]]:
+    """Every channel's options: reconnect soon after a replica comes back (gRPC's default
+    waits a second and more between tries, as long as a short lease's renew interval), and
+    with several addresses (``ipv4:a,b``), send each call to a live one in turn, so a call
+    retried after a replica died reaches another. Such a target names its first address as
+    the calls' authority: gRPC would send the whole list, which is no authority, and the server
+    refuses the call (RST_STREAM)."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+    scheme, _, addresses = target.partition(":")
+    if scheme in ("ipv4", "ipv6") and "," in addresses:
+        options.append(("grpc.lb_policy_name", "round_robin"))
+        options.append(("grpc.default_authority", addresses.split(",")[0]))
+    return options
+
+
+def _renew_failed(slot: Slot, err: AdmissionError, tries: int) -> None:
+    """Log a renewal that failed and will be retried: once per outage, then every tenth try."""
+    if tries == 1 or tries % 10 == 0:
+        log.warning("renewing %s failed (try %d, retrying within the lease): %s", slot.ticket_id, tries, err)
+
+
+def _renew_backoff(backoff: float, every: float) -> float:
+    """The wait before the next retry of a failed renewal: doubling from 50 ms, at most a
+    quarter of the renew interval, so several retries fit in every interval."""
+    return min(backoff * 2, max(every / 4, _FIRST_BACKOFF))
+
+
 class _Renewer:
     """The background renewal of an :class:`AsyncAdmissionClient` slot. Until its first
     renewal is due it is a timer, not a task: a slot held for less than a third of its lease
@@ -479,9 +510,9 @@ class AdmissionClient(_Connection):
         if self._stub is None:
             if self._channel is None:
                 self._channel = (
-                    grpc.secure_channel(self._target, self._credentials)
+                    grpc.secure_channel(self._target, self._credentials, options=_channel_options(self._target))
                     if self._credentials is not None
-                    else grpc.insecure_channel(self._target)
+                    else grpc.insecure_channel(self._target, options=_channel_options(self._target))
                 )
             self._stub = pb_grpc.AdmissionStub(self._channel)
         return self._stub
@@ -656,31 +687,44 @@ class AdmissionClient(_Connection):
         threading.Thread(target=run, daemon=True, name="admission-release-run").start()
 
     def _renew_until(self, slot: Slot, stop: threading.Event, req: pb.SubmitRequest) -> None:
-        """Renew every third of the lease until ``stop``. A ticket the authority no longer
-        knows (EXPIRED: its store lost it, or its lease ran out while this replica was cut off)
-        is re-registered with Reclaim, so its run keeps counting against the caps; only a
-        refused Reclaim (the ticket ended) marks the slot lost."""
+        """Renew every third of the lease until ``stop``. A Renew that fails is retried at
+        once with backoff (each try waits at most half an interval, and a channel of several
+        addresses sends it to another replica), not an interval later, so the lease is lost
+        only when the authority was unreachable for most of it. A ticket the authority no
+        longer knows (EXPIRED: its store lost it, or its lease ran out while this replica was
+        cut off) is re-registered with Reclaim, so its run keeps counting against the caps;
+        only a refused Reclaim (the ticket ended) marks the slot lost."""
         every = _renew_every(slot)
-        while not stop.wait(every):
-            reclaimed = False
-            try:
-                r = self.stub.Renew(pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every, metadata=self._md)
-                state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
-                if state == pb.TICKET_STATE_EXPIRED:
-                    back = self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
-                    state, reclaimed = back.state, back.reclaimed
-            except ClientClosed as e:
-                _reclaim_refused(slot, e)
-                return
-            except grpc.RpcError as e:
-                err = translate(e)
-                if err.retryable:
-                    log.warning("renewing %s failed (will retry): %s", slot.ticket_id, err)
+        wait = every
+        while not stop.wait(wait):
+            wait, tries, backoff = every, 0, _FIRST_BACKOFF
+            while True:
+                tries += 1
+                reclaimed = False
+                try:
+                    r = self.stub.Renew(pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every / 2, metadata=self._md)
+                    state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
+                    if state == pb.TICKET_STATE_EXPIRED:
+                        back = self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
+                        state, reclaimed = back.state, back.reclaimed
+                except ClientClosed as e:
+                    _reclaim_refused(slot, e)
+                    return
+                except grpc.RpcError as e:
+                    err = translate(e)
+                    if not err.retryable:
+                        _reclaim_refused(slot, err)
+                        return
+                    _renew_failed(slot, err, tries)
+                    if stop.wait(backoff):
+                        return
+                    backoff = _renew_backoff(backoff, every)
                     continue
-                _reclaim_refused(slot, err)
-                return
-            if not _after_renew(slot, state, reclaimed):
-                return
+                if tries > 1:
+                    log.info("renewed %s after %d tries", slot.ticket_id, tries)
+                if not _after_renew(slot, state, reclaimed):
+                    return
+                break
 
     def _still_held(self, ticket_id: str) -> bool:
         """Renew an admission heard on a Wait stream before the run starts on it: True when it
@@ -807,9 +851,9 @@ class OperatorClient:
         if self._stub is None:
             if self._channel is None:
                 self._channel = (
-                    grpc.secure_channel(self._target, self._credentials)
+                    grpc.secure_channel(self._target, self._credentials, options=_channel_options(self._target))
                     if self._credentials is not None
-                    else grpc.insecure_channel(self._target)
+                    else grpc.insecure_channel(self._target, options=_channel_options(self._target))
                 )
             self._stub = pb_grpc.OperatorStub(self._channel)
         return self._stub
@@ -992,9 +1036,9 @@ class AsyncAdmissionClient(_Connection):
             self._loop = loop
             if self._channel is None:
                 self._channel = (
-                    grpc.aio.secure_channel(self._target, self._credentials)
+                    grpc.aio.secure_channel(self._target, self._credentials, options=_channel_options(self._target))
                     if self._credentials is not None
-                    else grpc.aio.insecure_channel(self._target)
+                    else grpc.aio.insecure_channel(self._target, options=_channel_options(self._target))
                 )
             # AdmissionStub on an aio channel is the asyncio stub (AdmissionAsyncStub exists
             # only in the type stubs).
@@ -1159,27 +1203,35 @@ class AsyncAdmissionClient(_Connection):
             if not due:
                 await asyncio.sleep(every)
             due = False
-            reclaimed = False
-            try:
-                r = await self.stub.Renew(
-                    pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every, metadata=self._md
-                )
-                state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
-                if state == pb.TICKET_STATE_EXPIRED:
-                    back = await self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
-                    state, reclaimed = back.state, back.reclaimed
-            except ClientClosed as e:
-                _reclaim_refused(slot, e)
-                return
-            except grpc.aio.AioRpcError as e:
-                err = translate(e)
-                if err.retryable:
-                    log.warning("renewing %s failed (will retry): %s", slot.ticket_id, err)
+            tries, backoff = 0, _FIRST_BACKOFF
+            while True:
+                tries += 1
+                reclaimed = False
+                try:
+                    r = await self.stub.Renew(
+                        pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every / 2, metadata=self._md
+                    )
+                    state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
+                    if state == pb.TICKET_STATE_EXPIRED:
+                        back = await self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
+                        state, reclaimed = back.state, back.reclaimed
+                except ClientClosed as e:
+                    _reclaim_refused(slot, e)
+                    return
+                except grpc.aio.AioRpcError as e:
+                    err = translate(e)
+                    if not err.retryable:
+                        _reclaim_refused(slot, err)
+                        return
+                    _renew_failed(slot, err, tries)
+                    await asyncio.sleep(backoff)
+                    backoff = _renew_backoff(backoff, every)
                     continue
-                _reclaim_refused(slot, err)
-                return
-            if not _after_renew(slot, state, reclaimed):
-                return
+                if tries > 1:
+                    log.info("renewed %s after %d tries", slot.ticket_id, tries)
+                if not _after_renew(slot, state, reclaimed):
+                    return
+                break
 
     async def _still_held(self, ticket_id: str) -> bool:
         """As :meth:`AdmissionClient._still_held`, awaited."""

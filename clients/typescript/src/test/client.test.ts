@@ -619,3 +619,102 @@ test("an admission heard after its lease lapsed waits again under its run id, an
     await server.stop();
   }
 });
+
+/** A TCP relay to `upstream` whose `cut(ms)` closes every connection through it and refuses
+ * new ones for that long, as an unreachable authority does. */
+async function cuttingRelay(upstream: string): Promise<{ addr: string; cut(ms: number): void; close(): void }> {
+  const [host, port] = [upstream.slice(0, upstream.lastIndexOf(":")), Number(upstream.slice(upstream.lastIndexOf(":") + 1))];
+  let downUntil = 0;
+  const sockets = new Set<import("node:net").Socket>();
+  const relay = createServer((client) => {
+    if (Date.now() < downUntil) {
+      client.destroy();
+      return;
+    }
+    const server = connect(port, host);
+    sockets.add(client).add(server);
+    client.pipe(server);
+    server.pipe(client);
+    const end = () => {
+      client.destroy();
+      server.destroy();
+      sockets.delete(client);
+      sockets.delete(server);
+    };
+    client.on("close", end).on("error", end);
+    server.on("close", end).on("error", end);
+  });
+  relay.listen(0, "127.0.0.1");
+  await once(relay, "listening");
+  return {
+    addr: `127.0.0.1:${(relay.address() as { port: number }).port}`,
+    cut: (ms: number) => {
+      downUntil = Date.now() + ms;
+      for (const s of sockets) s.destroy();
+    },
+    close: () => {
+      for (const s of sockets) s.destroy();
+      relay.close();
+    },
+  };
+}
+
+test("a renewal that fails is retried within the interval, not an interval later", async () => {
+  // A 6 s lease (renewals every 2 s), the authority unreachable from just after the admission
+  // to 4.4 s into it: a client that waits a whole interval after a failed Renew tries at 2 s
+  // and 4 s (both cut) and next at 6 s, when the lease has run out (it would re-register).
+  const server = await startServer("--total", "1", "--per-subject", "1", "--lease-ttl", "6s");
+  const relay = await cuttingRelay(server.addr);
+  const client = new AdmissionClient(relay.addr, { hostId: "h", timeoutMs: 5000 });
+  const direct = new AdmissionClient(server.addr, { hostId: "h" });
+  try {
+    const slot = await client.acquire("alice");
+    relay.cut(4400);
+    await new Promise((r) => setTimeout(r, 7400));
+    assert.equal(slot.lost, false);
+    assert.equal(slot.reclaims, 0, "the lease never lapsed, so nothing was re-registered");
+    assert.equal((await direct.stats()).expired, 0);
+    await slot.release();
+  } finally {
+    client.close();
+    direct.close();
+    relay.close();
+    await server.stop();
+  }
+});
+
+test("a holder keeps its slot through a replica frozen or killed under it", async () => {
+  // Two replicas on one Redis in one target, so the client's calls go to each in turn; one is
+  // frozen (SIGSTOP: a Renew sent to it hangs, so each try may take only half an interval,
+  // and the next goes to the other replica), then killed.
+  const url = process.env.ADMISSION_TEST_REDIS_URL;
+  assert.ok(url, "ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+  const dir = mkdtempSync(join(tmpdir(), "aa-ts-kill-"));
+  const config = join(dir, "replicas.yaml");
+  writeFileSync(config, `store:\n  redis: { url: "${url}", prefix: "ts-kill-${process.pid}:" }\n` +
+    "scheduling: { total: 1, per_subject: 1, lease_ttl: 3s, queue: { total: 4 } }\n");
+  const a = await startServer("--config", config);
+  const b = await startServer("--config", config);
+  const client = new AdmissionClient(`ipv4:${a.addr},${b.addr}`, { hostId: "h", timeoutMs: 5000 });
+  const survivor = new AdmissionClient(b.addr, { hostId: "h" });
+  try {
+    const slot = await client.acquire("alice");
+    process.kill(a.pid, "SIGSTOP");
+    await new Promise((r) => setTimeout(r, 6500)); // two leases with one replica frozen
+    assert.equal(slot.lost, false);
+    assert.equal(slot.reclaims, 0, "the lease never lapsed, so nothing was re-registered");
+    await a.kill();
+    await new Promise((r) => setTimeout(r, 3500)); // a lease more with it dead
+    assert.equal(slot.lost, false);
+    assert.equal(slot.reclaims, 0);
+    const s = await survivor.stats();
+    assert.deepEqual([s.inFlight, s.expired], [1, 0]);
+    await slot.release();
+    assert.equal((await survivor.stats()).inFlight, 0);
+  } finally {
+    client.close();
+    survivor.close();
+    await a.kill();
+    await b.stop();
+  }
+});

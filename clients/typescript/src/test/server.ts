@@ -11,6 +11,7 @@ const repo = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 
 export interface Server {
   addr: string;
+  pid: number;
   stop(): Promise<void>;
   /** SIGKILL, as an OOM kill or a lost node would. */
   kill(): Promise<void>;
@@ -30,6 +31,7 @@ export async function startServer(...args: string[]): Promise<Server> {
   if (!line.startsWith("listening on ")) throw new Error(`unexpected first line: ${line}`);
   return {
     addr: line.slice("listening on ".length).trim(),
+    pid: child.pid!,
     async stop() {
       lines.close();
       if (child.exitCode !== null || child.signalCode !== null) return;

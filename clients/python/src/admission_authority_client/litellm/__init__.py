@@ -56,12 +56,18 @@ What a call gets (docs/litellm.md says more):
   default) are reserved with Authorize; a denial is 429. The grant may lower ``max_tokens``.
   The usage LiteLLM reports (a stream's final usage chunk included: the proxy asks for it) is
   settled; a stream cut short settles what it streamed as partial usage, an LLM error as none.
+* **LiteLLM's own limits, fleet-wide.** Keys' and deployments' ``max_parallel_requests``
+  (with ``ADMISSION_LIMITS_TOKEN``), and ``rpm_limit`` / ``tpm_limit`` (with
+  ``ADMISSION_RATE_LIMIT_DOMAIN``): a call's token estimate is charged before it, so a burst
+  cannot pass a ``tpm_limit``, and corrected by its usage after. The proxy says at start, in
+  one line, which of them it holds fleet-wide and which per proxy.
 * **Never open.** The authority unreachable answers 503 before the model is called, unless
   ``ADMISSION_FAILURE_MODE=local``.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
@@ -81,6 +87,7 @@ def __getattr__(name: str) -> Any:
     if name != "handler":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if _handler is None:
+        _log_to_stderr()
         try:
             _handler = AdmissionHandler()
         except SettingsError as e:
@@ -88,3 +95,17 @@ def __getattr__(name: str) -> Any:
             print(f"admission_authority_client.litellm: {e}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
     return _handler
+
+
+def _log_to_stderr() -> None:
+    """The drop-in's log lines on the proxy's stderr, from INFO up, where nothing else sends
+    them anywhere (LiteLLM configures only its own loggers, and Python's last resort prints
+    warnings alone): its start line says which limits it holds fleet-wide."""
+    log = logging.getLogger(__name__)
+    if log.handlers or logging.getLogger().handlers:
+        return
+    out = logging.StreamHandler(sys.stderr)
+    out.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    log.addHandler(out)
+    log.setLevel(logging.INFO)
+    log.propagate = False

@@ -59,8 +59,10 @@ class _Call:
     #: Output characters streamed so far (a stream cut short settles them as partial usage).
     streamed_chars: int = 0
     usage: tuple[int, int] | None = None
-    #: LiteLLM's tpm windows of the call, counted with its tokens when it ends.
+    #: LiteLLM's tpm windows of the call, charged ``tpm_charged`` (its estimate) before it
+    #: and corrected by its usage when it ends.
     tpm: tuple[Window, ...] = ()
+    tpm_charged: int = 0
 
 
 class AdmissionHandler(CustomLogger):  # type: ignore[misc]
@@ -98,6 +100,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
             "account %s, mode %s, failure mode %s",
             s.host_id, s.replica, s.target, s.subject, s.account, s.mode, s.failure_mode,
         )
+        _say_which_limits_hold(s)
 
     # ---- who a call counts against ----
 
@@ -134,7 +137,31 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         s = self.settings
         subject, account = self._subject(user_api_key_dict), self._account(data)
         run_id = _id(f"{s.replica}/{call_id}")
-        tpm = await self._litellm_limits(user_api_key_dict, subject, account, str(data.get("model") or ""))
+        input_estimate = _input_estimate(data)
+        requested = _int(data.get("max_tokens") or data.get("max_completion_tokens")) or s.default_max_tokens
+        estimate = input_estimate + requested
+        tpm = await self._litellm_limits(user_api_key_dict, subject, account, str(data.get("model") or ""), estimate)
+        try:
+            return await self._admit_call(data, call_id, run_id, subject, account, input_estimate, requested, tpm, estimate)
+        except BaseException:
+            # The call does not go on: its tokens were charged for nothing.
+            await self._take_back(call_id, tpm, estimate)
+            raise
+
+    async def _admit_call(
+        self,
+        data: dict[str, Any],
+        call_id: str,
+        run_id: str,
+        subject: str,
+        account: str | None,
+        input_estimate: int,
+        requested: int,
+        tpm: tuple[Window, ...],
+        estimate: int,
+    ) -> dict[str, Any]:
+        """Take the call's slot and reserve its tokens; raises the HTTP answer that refuses it."""
+        s = self.settings
         stack = contextlib.AsyncExitStack()
         watch = _DisconnectWatch(sys._getframe(), self.client, run_id)
         try:
@@ -168,13 +195,12 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
             log.warning("authority unreachable, admitting under the local bound: %s", e)
             await stack.enter_async_context(_semaphore(self._local.semaphore()))
             self._calls[call_id] = _Call(
-                stack, run_id, subject, account, time.monotonic(), 0, False, bool(data.get("stream")), tpm=tpm
+                stack, run_id, subject, account, time.monotonic(), 0, False, bool(data.get("stream")),
+                tpm=tpm, tpm_charged=estimate,
             )
             return data
-        input_estimate = _input_estimate(data)
         reserved = False
         if s.reserve_tokens and not self._unbudgeted.get((subject, account), 0) > time.monotonic():
-            requested = _int(data.get("max_tokens") or data.get("max_completion_tokens")) or s.default_max_tokens
             try:
                 auth = await self.client.authorize(
                     run_id,
@@ -205,9 +231,19 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
             if reserved and auth.granted_output_tokens < requested:
                 data["max_tokens"] = auth.granted_output_tokens
         self._calls[call_id] = _Call(
-            stack, run_id, subject, account, time.monotonic(), input_estimate, reserved, bool(data.get("stream")), tpm=tpm
+            stack, run_id, subject, account, time.monotonic(), input_estimate, reserved, bool(data.get("stream")),
+            tpm=tpm, tpm_charged=estimate,
         )
         return data
+
+    async def _take_back(self, call_id: str, tpm: tuple[Window, ...], charged: int) -> None:
+        """Give back tokens charged ahead to the call's tpm windows."""
+        if not tpm or self._rate_limits is None or charged <= 0:
+            return
+        try:
+            await self._rate_limits.take_back(tpm, charged)
+        except AdmissionError as e:
+            log.warning("call %s: %d tokens charged ahead stay in LiteLLM's tpm windows: %s", call_id, charged, e)
 
     async def _admit(
         self,
@@ -262,11 +298,14 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         data["model"] = order[0]
         return account, run_id
 
-    async def _litellm_limits(self, key: Any, subject: str, account: str | None, group: str) -> tuple[Window, ...]:
+    async def _litellm_limits(
+        self, key: Any, subject: str, account: str | None, group: str, estimate: int
+    ) -> tuple[Window, ...]:
         """Hold the limits set in LiteLLM installation-wide: a key's ``max_parallel_requests``
         as its subject's cap, a model group's deployments' as its account's, rpm (counted now)
-        and tpm (looked at now, counted when the call ends) as windows. Returns the tpm
-        windows."""
+        and tpm (charged the call's ``estimate`` now, corrected when the call ends) as windows.
+        A call that does not fit is refused with its charges taken back. Returns the tpm
+        windows charged."""
         s = self.settings
         cap = getattr(key, "max_parallel_requests", None)
         caps: list[tuple[str, str, int]] = []
@@ -303,13 +342,19 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         if not found:
             return ()
         try:
-            over = await self._rate_limits.over([(w, 1 if w.kind == "rpm" else 0) for w in found])
+            over = await self._rate_limits.over([(w, 1 if w.kind == "rpm" else estimate) for w in found])
         except AdmissionError as e:
             if s.failure_mode == "local":
                 log.warning("rate limits unreachable; the call goes on under the local bound: %s", e)
                 return ()
             raise self._unavailable(f"rate limits: {e}") from None
         if over:
+            # Refused: the call takes nothing from any window.
+            for kind, hits in (("rpm", 1), ("tpm", estimate)):
+                try:
+                    await self._rate_limits.take_back([w for w in found if w.kind == kind], hits)
+                except AdmissionError as e:
+                    log.warning("a refused call's %s charge stays in LiteLLM's windows: %s", kind, e)
             raise HTTPException(
                 status_code=429,
                 detail="rate limit exceeded (a LiteLLM rpm or tpm limit, installation-wide)",
@@ -344,11 +389,17 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         self, call_id: str, call: _Call, failure: BaseException | None, usage: tuple[int, int] | None, coverage: str
     ) -> None:
         try:
-            if call.tpm and self._rate_limits is not None and usage is not None and sum(usage) > 0:
+            if call.tpm and self._rate_limits is not None and usage is not None:
+                # The estimate charged before the call becomes what it used (unknown usage
+                # keeps the estimate).
+                extra = sum(usage) - call.tpm_charged
                 try:
-                    await self._rate_limits.over([(w, sum(usage)) for w in call.tpm])
+                    if extra > 0:
+                        await self._rate_limits.over([(w, extra) for w in call.tpm])
+                    elif extra < 0:
+                        await self._rate_limits.take_back(call.tpm, -extra)
                 except AdmissionError as e:
-                    log.warning("call %s: its tokens were not counted in LiteLLM's tpm windows: %s", call_id, e)
+                    log.warning("call %s: LiteLLM's tpm windows keep its estimate, not its usage: %s", call_id, e)
             if call.reserved:
                 inp, out = usage if usage is not None else (0, 0)
                 try:
@@ -422,6 +473,29 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
     def held(self) -> int:
         """Calls admitted and not yet released in this proxy (ending ones included)."""
         return len(self._calls) + len(self._ending)
+
+
+def _say_which_limits_hold(s: Settings) -> None:
+    """One line at start: which of the limits set in LiteLLM this proxy holds fleet-wide, and
+    which per proxy (with what would hold them fleet-wide)."""
+    fleet: list[str] = []
+    per_proxy: list[str] = []
+    missing: list[str] = []
+    if s.limits_token:
+        fleet.append("max_parallel_requests (keys, deployments)")
+    else:
+        per_proxy.append("max_parallel_requests (keys, deployments)")
+        missing.append("ADMISSION_LIMITS_TOKEN")
+    if s.rate_limit_domain:
+        fleet.append("rpm_limit and tpm_limit (keys, users, teams, team members, end users)")
+    else:
+        per_proxy.append("rpm_limit and tpm_limit")
+        missing.append("ADMISSION_RATE_LIMIT_DOMAIN")
+    line = f"LiteLLM's limits held fleet-wide: {'; '.join(fleet) or 'none'}. Per proxy: {'; '.join(per_proxy) or 'none'}"
+    if missing:
+        log.warning("%s (set %s to hold them fleet-wide)", line, " and ".join(missing))
+    else:
+        log.info("%s", line)
 
 
 def _key_subject(key: Any) -> str:

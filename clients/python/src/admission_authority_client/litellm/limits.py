@@ -10,9 +10,12 @@
   of one minute (as LiteLLM's own limiter counts them) in the rate limit domain
   ``ADMISSION_RATE_LIMIT_DOMAIN``, asked through the rate limit service the authority serves
   (``envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit``) with LiteLLM's value as the
-  descriptor's limit. Requests count one each before the call; tokens are looked at before the
-  call (over the limit: 429) and counted after it, with the usage LiteLLM reports, as LiteLLM
-  counts them.
+  descriptor's limit. Requests count one each before the call. Tokens are charged before the
+  call with its estimate (the input, estimated, plus ``max_tokens`` or the default): a call
+  whose estimate does not fit is refused (429, its charges taken back with ``hits_subtrahend``),
+  so calls started together can never pass the limit by more than their estimates' error; when
+  the call ends the charge is corrected by the usage LiteLLM reports (more added, or the rest
+  taken back).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from .._client import OperatorClient, _metadata
+from .._client import OperatorClient, _channel_options, _metadata
 from ..errors import AdmissionError
 from ..v1 import admission_pb2 as pb
 
@@ -155,17 +158,25 @@ class RateLimits:
         """Count each window's hits (0: only look) and say whether any is over its limit."""
         if not items:
             return False
+        return _overall_code(await self._ask(_request(self._domain, items))) == 2
+
+    async def take_back(self, windows: Sequence[Window], hits: int) -> None:
+        """Take ``hits`` back from each window (never below zero): a charge made ahead that
+        was not used."""
+        if windows and hits > 0:
+            await self._ask(_request(self._domain, [(w, 0) for w in windows], subtrahend=hits))
+
+    async def _ask(self, request: bytes) -> bytes:
         if self._call is None:
-            self._channel = grpc.aio.insecure_channel(self._target)
+            self._channel = grpc.aio.insecure_channel(self._target, options=_channel_options(self._target))
             self._call = self._channel.unary_unary(
                 self.METHOD, request_serializer=None, response_deserializer=None
             )
-        request = _request(self._domain, items)
         last: grpc.aio.AioRpcError | None = None
         for attempt in range(3):
             try:
-                reply = await self._call(request, timeout=self._timeout, metadata=self._md)
-                return _overall_code(reply) == 2
+                reply: bytes = await self._call(request, timeout=self._timeout, metadata=self._md)
+                return reply
             except grpc.aio.AioRpcError as e:
                 last = e
                 if e.code() != grpc.StatusCode.UNAVAILABLE:  # (a count is not repeated on a timeout)
@@ -202,15 +213,21 @@ def _entry(key: str, value: str) -> bytes:
     return _field(1, _field(1, key.encode()) + _field(2, value.encode()))
 
 
-def _request(domain: str, items: Sequence[tuple[Window, int]]) -> bytes:
+def _request(domain: str, items: Sequence[tuple[Window, int]], subtrahend: int = 0) -> bytes:
+    """A RateLimitRequest: each window with its hits (0 only looks), or, with ``subtrahend``,
+    each window's count taken back by that much (the descriptors then carry no hits)."""
     out = bytearray(_field(1, domain.encode()))
     for w, hits in items:
         d = _entry("litellm", w.kind) + _entry(w.scope, w.value)
         # limit: RateLimitOverride { requests_per_unit, unit: MINUTE (2) }
         d += _field(2, b"\x08" + _varint(w.limit) + b"\x10\x02")
-        # hits_addend: google.protobuf.UInt64Value (an explicit 0 only looks)
-        d += _field(3, b"\x08" + _varint(hits) if hits else b"")
+        if not subtrahend:
+            # hits_addend: google.protobuf.UInt64Value (an explicit 0 only looks)
+            d += _field(3, b"\x08" + _varint(hits) if hits else b"")
         out += _field(2, d)
+    if subtrahend:
+        # hits_subtrahend (field 4, a varint)
+        out += _varint(4 << 3) + _varint(subtrahend)
     return bytes(out)
 
 
