@@ -220,7 +220,8 @@ pub async fn serve_prepared(
     }
 }
 
-/// Serve on one store: the part of [`run`] that does not care which store it is.
+/// Serve on one store: the part of [`run`] that does not care which store it is, in steps:
+/// the background tasks, health, the services, the admin endpoint, then gRPC until shutdown.
 async fn serve<S: Store>(
     store: Arc<S>,
     clock: Arc<dyn Clock>,
@@ -233,66 +234,16 @@ async fn serve<S: Store>(
     // Every store call from here on is timed (admission_store_call_duration_seconds).
     let store = Arc::new(Timed::new(store, metrics.store.clone()));
     let rate_limits = Arc::new(LiveRateLimits::new(config.rate_limits.policy.clone()));
-    if let Some(reload) = reload {
-        tokio::spawn(reload_on_sighup(
-            store.clone(),
-            config.clone(),
-            reload,
-            rate_limits.clone(),
-        ));
-    }
-    let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     let gates = Arc::new(Gates::default());
     crate::telemetry::register(metrics.clone());
-    let background = [
-        tokio::spawn(sweep(store.clone(), sweep_every, rate_limits.clone())),
-        tokio::spawn(watch_own_memory(gates.clone(), config.authority_max_rss_mb)),
-    ];
-
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<AdmissionServer<AdmissionService<S>>>()
-        .await;
-    health
-        .set_serving::<OperatorServer<OperatorService<S>>>()
-        .await;
-    // Envoy's rate limit service keeps answering while this process drains.
-    health
-        .set_serving::<RateLimitServiceServer<RateLimitService<S>>>()
-        .await;
-    // Draining (SIGTERM or the Drain RPC) turns health NOT_SERVING, so load balancers move
-    // new work to other replicas while admitted tickets finish here.
-    let health_on_drain = {
-        let (gates, health) = (gates.clone(), health.clone());
-        tokio::spawn(async move {
-            gates.drain_started().await;
-            health
-                .set_not_serving::<AdmissionServer<AdmissionService<S>>>()
-                .await;
-            health
-                .set_not_serving::<OperatorServer<OperatorService<S>>>()
-                .await;
-            health
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
-        })
-    };
+    let background = start_background(&store, &config, reload, &rate_limits, &gates);
+    let (health_service, health_on_drain) = health::<S>(gates.clone()).await;
     let shutdown = drain_then_stop(
         shutdown,
         store.clone(),
         gates.clone(),
         Duration::from_millis(config.drain_grace_ms),
     );
-
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(crate::api::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection_v1 = reflection().build_v1()?;
-    let reflection_v1alpha = reflection().build_v1alpha()?;
-
     let auth = Authenticator::new(config.credentials.clone());
     if !auth.is_open() && config.tls.is_none() && !config.listen.ip().is_loopback() {
         tracing::warn!(
@@ -300,138 +251,30 @@ async fn serve<S: Store>(
              text; configure tls.cert and tls.key"
         );
     }
-    let admission_server = AdmissionServer::new(AdmissionService::new(
-        store.clone(),
-        gates.clone(),
-        config.grpc.max_wait_streams_per_connection,
-        config.grpc.max_wait_streams,
-        metrics.clone(),
-        clock.clone(),
-    ))
-    .max_decoding_message_size(config.grpc.max_message_bytes);
-    let operator_server = OperatorServer::new(OperatorService::new(
-        store.clone(),
-        gates.clone(),
-        rate_limits.clone(),
-    ))
-    .max_decoding_message_size(config.grpc.max_message_bytes);
-    let rate_limit_server = RateLimitServiceServer::new(RateLimitService::new(
-        store.clone(),
-        rate_limits.clone(),
-        metrics.clone(),
-        clock.clone(),
-    ))
-    .max_decoding_message_size(config.grpc.max_message_bytes);
+    let services = Services::new(&store, &gates, &metrics, &clock, &rate_limits, &config);
     // From here every byte either port sends passes a gate that writes the journal's records
     // first (with a data dir under `interval` or `os`; see `net::Outbound`).
     let sends = store.send_gates();
     let admin = match admin_listener {
         Some(l) => {
-            let addr = l
-                .local_addr()
-                .map_err(|e| ServeError::Config(format!("admin_listen: {e}")))?;
-            tracing::info!(%addr, "admin endpoint: /metrics /healthz /readyz /console");
-            // The console's calls: the same services, each behind the operator credential.
-            let console = {
-                let (a, o) = (auth.clone(), auth.clone());
-                let admission = InterceptedService::new(admission_server.clone(), move |req| {
-                    a.intercept_operator(req)
-                });
-                let operator = InterceptedService::new(operator_server.clone(), move |req| {
-                    o.intercept_operator(req)
-                });
-                tower_layer::Layer::layer(
-                    &tonic_web::GrpcWebLayer::new(),
-                    tonic::service::Routes::new(admission).add_service(operator),
-                )
+            let parts = AdminParts {
+                store: store.clone(),
+                gates: gates.clone(),
+                metrics: metrics.clone(),
+                sends: sends.clone(),
             };
-            Some(tokio::spawn(crate::admin::serve_admin(
-                l,
-                crate::admin::Admin {
-                    store: store.clone(),
-                    gates: gates.clone(),
-                    metrics: metrics.clone(),
-                    max_hosts: config.metrics_max_hosts,
-                    console,
-                    sends: sends.clone(),
-                    tls: match &config.tls {
-                        None => None,
-                        Some(files) => Some(
-                            crate::admin::tls_config(
-                                &read_tls_file(&files.cert)?,
-                                &read_tls_file(&files.key)?,
-                            )
-                            .map_err(ServeError::Config)?,
-                        ),
-                    },
-                },
-            )))
+            Some(start_admin(l, &services, &auth, parts, &config)?)
         }
         None => None,
     };
-    let admission = {
-        let auth = auth.clone();
-        InterceptedService::new(admission_server, move |req| auth.intercept(req))
+    let grpc = Grpc {
+        services,
+        auth,
+        health: health_service,
+        config: &config,
+        metrics: &metrics,
     };
-    let rate_limit = {
-        let auth = auth.clone();
-        InterceptedService::new(rate_limit_server, move |req| auth.intercept(req))
-    };
-    let operator =
-        InterceptedService::new(operator_server, move |req| auth.intercept_operator(req));
-
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &config.tls {
-        builder = builder.tls_config(tls_config(tls)?)?;
-    }
-    let connections = Arc::new(ConnectionGate::new(
-        config.grpc.max_connections,
-        crate::net::fd_limit(),
-    ));
-    metrics.watch_connections(connections.clone());
-    // A client that connects and sends nothing gets as long as an unanswered PING would.
-    let incoming = Incoming::new(
-        listener,
-        connections,
-        sends,
-        Duration::from_millis(config.grpc.keepalive_timeout_ms),
-    );
-    let g = &config.grpc;
-    let result = builder
-        // Thousands of Wait streams on one connection need a wide connection window, or h2
-        // answers a burst of new streams with GOAWAY (ENHANCE_YOUR_CALM).
-        .initial_connection_window_size(16 * 1024 * 1024)
-        .max_concurrent_streams(g.max_streams_per_connection)
-        // A client that stops answering PINGs (a frozen process) loses its connection, and its
-        // Wait streams stop keeping its tickets alive.
-        .http2_keepalive_interval(Some(Duration::from_millis(g.keepalive_interval_ms)))
-        .http2_keepalive_timeout(Some(Duration::from_millis(g.keepalive_timeout_ms)))
-        // Bounds every call but Wait, whose handler returns once the stream is open (a
-        // client's shorter grpc-timeout wins).
-        .timeout(Duration::from_millis(g.unary_timeout_ms))
-        // Outermost, so it times what the caller gets (after framing's INVALID_ARGUMENT).
-        .layer(crate::service::timing::RpcTiming(metrics.clone()))
-        .layer(crate::service::framing::FramingErrorsAsBadInput)
-        // One span per RPC; handlers fill in host_id, subject and decision (never a token or
-        // an auth identity).
-        .trace_fn(|req| {
-            tracing::debug_span!(
-                "rpc",
-                rpc = %req.uri().path(),
-                host_id = tracing::field::Empty,
-                subject = tracing::field::Empty,
-                domain = tracing::field::Empty,
-                decision = tracing::field::Empty,
-            )
-        })
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(admission)
-        .add_service(operator)
-        .add_service(rate_limit)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
+    let result = grpc.serve(listener, sends, shutdown).await;
     for task in background {
         task.abort();
     }
@@ -440,7 +283,279 @@ async fn serve<S: Store>(
     if let Some(a) = admin {
         a.abort();
     }
-    result.map_err(ServeError::from)
+    result
+}
+
+/// The background tasks: SIGHUP reloads (with `reload`), the lease sweep, the authority's own
+/// memory watch.
+fn start_background<S: Store>(
+    store: &Arc<Timed<S>>,
+    config: &Config,
+    reload: Option<Reload>,
+    rate_limits: &Arc<LiveRateLimits>,
+    gates: &Arc<Gates>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(reload) = reload {
+        tasks.push(tokio::spawn(reload_on_sighup(
+            store.clone(),
+            config.clone(),
+            reload,
+            rate_limits.clone(),
+        )));
+    }
+    let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
+    tasks.push(tokio::spawn(sweep(
+        store.clone(),
+        sweep_every,
+        rate_limits.clone(),
+    )));
+    tasks.push(tokio::spawn(watch_own_memory(
+        gates.clone(),
+        config.authority_max_rss_mb,
+    )));
+    tasks
+}
+
+/// `grpc.health.v1`, every service serving; draining (SIGTERM or the Drain RPC) turns it
+/// NOT_SERVING, so load balancers move new work to other replicas while admitted tickets
+/// finish here. Envoy's rate limit service keeps answering while this process drains. Returns
+/// the service and the task that follows the drain.
+async fn health<S: Store>(
+    gates: Arc<Gates>,
+) -> (
+    tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<AdmissionServer<AdmissionService<S>>>()
+        .await;
+    health
+        .set_serving::<OperatorServer<OperatorService<S>>>()
+        .await;
+    health
+        .set_serving::<RateLimitServiceServer<RateLimitService<S>>>()
+        .await;
+    let on_drain = tokio::spawn(async move {
+        gates.drain_started().await;
+        health
+            .set_not_serving::<AdmissionServer<AdmissionService<S>>>()
+            .await;
+        health
+            .set_not_serving::<OperatorServer<OperatorService<S>>>()
+            .await;
+        health
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+    });
+    (health_service, on_drain)
+}
+
+/// The three services on one store, before their credentials are checked.
+struct Services<S: Store> {
+    admission: AdmissionServer<AdmissionService<Timed<S>>>,
+    operator: OperatorServer<OperatorService<Timed<S>>>,
+    rate_limit: RateLimitServiceServer<RateLimitService<Timed<S>>>,
+}
+
+impl<S: Store> Services<S> {
+    fn new(
+        store: &Arc<Timed<S>>,
+        gates: &Arc<Gates>,
+        metrics: &Arc<Metrics>,
+        clock: &Arc<dyn Clock>,
+        rate_limits: &Arc<LiveRateLimits>,
+        config: &Config,
+    ) -> Self {
+        let max = config.grpc.max_message_bytes;
+        Services {
+            admission: AdmissionServer::new(AdmissionService::new(
+                store.clone(),
+                gates.clone(),
+                config.grpc.max_wait_streams_per_connection,
+                config.grpc.max_wait_streams,
+                metrics.clone(),
+                clock.clone(),
+            ))
+            .max_decoding_message_size(max),
+            operator: OperatorServer::new(OperatorService::new(
+                store.clone(),
+                gates.clone(),
+                rate_limits.clone(),
+            ))
+            .max_decoding_message_size(max),
+            rate_limit: RateLimitServiceServer::new(RateLimitService::new(
+                store.clone(),
+                rate_limits.clone(),
+                metrics.clone(),
+                clock.clone(),
+            ))
+            .max_decoding_message_size(max),
+        }
+    }
+}
+
+/// What the admin endpoint reads and shares with the gRPC port.
+struct AdminParts<S> {
+    store: Arc<S>,
+    gates: Arc<Gates>,
+    metrics: Arc<Metrics>,
+    sends: Option<crate::store::journal::SendGates>,
+}
+
+/// Serve the admin endpoint on `listener` (with `tls` as the gRPC port's), with the console's
+/// calls: the same services as the gRPC port, each behind the operator credential.
+fn start_admin<S: Store>(
+    listener: TcpListener,
+    services: &Services<S>,
+    auth: &Authenticator,
+    parts: AdminParts<Timed<S>>,
+    config: &Config,
+) -> Result<tokio::task::JoinHandle<()>, ServeError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Config(format!("admin_listen: {e}")))?;
+    tracing::info!(%addr, "admin endpoint: /metrics /healthz /readyz /console");
+    let (a, o) = (auth.clone(), auth.clone());
+    let admission = InterceptedService::new(services.admission.clone(), move |req| {
+        a.intercept_operator(req)
+    });
+    let operator = InterceptedService::new(services.operator.clone(), move |req| {
+        o.intercept_operator(req)
+    });
+    let console = tower_layer::Layer::layer(
+        &tonic_web::GrpcWebLayer::new(),
+        tonic::service::Routes::new(admission).add_service(operator),
+    );
+    let tls = match &config.tls {
+        None => None,
+        Some(files) => Some(
+            crate::admin::tls_config(&read_tls_file(&files.cert)?, &read_tls_file(&files.key)?)
+                .map_err(ServeError::Config)?,
+        ),
+    };
+    let admin = crate::admin::Admin {
+        store: parts.store,
+        gates: parts.gates,
+        metrics: parts.metrics,
+        max_hosts: config.metrics_max_hosts,
+        console,
+        sends: parts.sends,
+        tls,
+    };
+    Ok(tokio::spawn(crate::admin::serve_admin(listener, admin)))
+}
+
+/// The gRPC port's server: its services behind their credentials, with reflection and
+/// health, and the network edge's limits.
+struct Grpc<'a, S: Store, H> {
+    services: Services<S>,
+    auth: Authenticator,
+    health: H,
+    config: &'a Config,
+    metrics: &'a Arc<Metrics>,
+}
+
+impl<S: Store, H> Grpc<'_, S, H>
+where
+    H: tonic::server::NamedService
+        + tower_service::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + Sync
+        + 'static,
+    H::Future: Send + 'static,
+{
+    /// Serve on `listener` until `shutdown`; every byte sent passes `sends`.
+    async fn serve(
+        self,
+        listener: TcpListener,
+        sends: Option<crate::store::journal::SendGates>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let Grpc {
+            services,
+            auth,
+            health,
+            config,
+            metrics,
+        } = self;
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(crate::api::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection().build_v1()?;
+        let reflection_v1alpha = reflection().build_v1alpha()?;
+        let admission = {
+            let auth = auth.clone();
+            InterceptedService::new(services.admission, move |req| auth.intercept(req))
+        };
+        let rate_limit = {
+            let auth = auth.clone();
+            InterceptedService::new(services.rate_limit, move |req| auth.intercept(req))
+        };
+        let operator =
+            InterceptedService::new(services.operator, move |req| auth.intercept_operator(req));
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &config.tls {
+            builder = builder.tls_config(tls_config(tls)?)?;
+        }
+        let connections = Arc::new(ConnectionGate::new(
+            config.grpc.max_connections,
+            crate::net::fd_limit(),
+        ));
+        metrics.watch_connections(connections.clone());
+        // A client that connects and sends nothing gets as long as an unanswered PING would.
+        let incoming = Incoming::new(
+            listener,
+            connections,
+            sends,
+            Duration::from_millis(config.grpc.keepalive_timeout_ms),
+        );
+        let g = &config.grpc;
+        builder
+            // Thousands of Wait streams on one connection need a wide connection window, or
+            // h2 answers a burst of new streams with GOAWAY (ENHANCE_YOUR_CALM).
+            .initial_connection_window_size(16 * 1024 * 1024)
+            .max_concurrent_streams(g.max_streams_per_connection)
+            // A client that stops answering PINGs (a frozen process) loses its connection, and
+            // its Wait streams stop keeping its tickets alive.
+            .http2_keepalive_interval(Some(Duration::from_millis(g.keepalive_interval_ms)))
+            .http2_keepalive_timeout(Some(Duration::from_millis(g.keepalive_timeout_ms)))
+            // Bounds every call but Wait, whose handler returns once the stream is open (a
+            // client's shorter grpc-timeout wins).
+            .timeout(Duration::from_millis(g.unary_timeout_ms))
+            // Outermost, so it times what the caller gets (after framing's INVALID_ARGUMENT).
+            .layer(crate::service::timing::RpcTiming(metrics.clone()))
+            .layer(crate::service::framing::FramingErrorsAsBadInput)
+            // One span per RPC; handlers fill in host_id, subject and decision (never a token
+            // or an auth identity).
+            .trace_fn(|req| {
+                tracing::debug_span!(
+                    "rpc",
+                    rpc = %req.uri().path(),
+                    host_id = tracing::field::Empty,
+                    subject = tracing::field::Empty,
+                    domain = tracing::field::Empty,
+                    decision = tracing::field::Empty,
+                )
+            })
+            .add_service(health)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(admission)
+            .add_service(operator)
+            .add_service(rate_limit)
+            .serve_with_incoming_shutdown(incoming, shutdown)
+            .await
+            .map_err(ServeError::from)
+    }
 }
 
 /// After `signal` (SIGTERM or ctrl-c): drain, let admitted tickets finish (they keep renewing

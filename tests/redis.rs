@@ -698,7 +698,7 @@ async fn ended_tickets_leave_only_keys_that_expire() {
     lasting.sort();
     for key in &lasting {
         assert!(
-            ["c", "leases", "dc", "qw", "ended", "ttl:hosts", "ttl:epoch"].contains(&key.as_str()),
+            ["c", "leases", "dc", "qw", "ended", "ttl:hosts", "ttl:epoch", "ttl:losses"].contains(&key.as_str()),
             "{key} has no TTL and is not one of the host's fixed structures: {lasting:?}"
         );
     }
@@ -1023,6 +1023,97 @@ async fn an_unreachable_redis_is_named_with_its_cause_once() {
     assert_eq!(failures.len(), 1, "{logged}");
     assert!(failures[0].contains(&expected), "{logged}");
     assert!(!logged.contains("hunter2"), "the password leaked: {logged}");
+}
+
+/// The count of state losses outlives them: it is the installation's, carried across each
+/// loss by the replicas that knew it, so a replica that missed losses (it did not look in
+/// between) or started after them reports them all, each loss counted once however many
+/// replicas see it; and the last one's time goes with it.
+#[tokio::test]
+async fn the_count_of_state_losses_survives_the_losses_and_the_replicas() {
+    use admission_authority::scheduler::{Limits, LimitsTable};
+    use admission_authority::store::TicketStore;
+
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL").expect("ADMISSION_TEST_REDIS_URL");
+    let prefix = format!("losses-{}:", std::process::id());
+    let policy = || Policy {
+        limits: LimitsTable::uniform(Limits {
+            total: 10,
+            per_subject: 10,
+            lease_ttl_ms: 300,
+            ..Default::default()
+        }),
+        ..Policy::default()
+    };
+    let replica = || {
+        let store = RedisStore::new(&url, &prefix, 1, policy(), Arc::new(ManualClock::new(0)));
+        let store = store.unwrap();
+        store.freeze_time_for_tests(5_000_000);
+        Arc::new(store)
+    };
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // Redis emptied under the replicas: every key of the prefix goes.
+    let mut empty = async || {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL")
+                .arg(&keys)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    let (a, b) = (replica(), replica());
+    for (s, run) in [(&a, "a"), (&b, "b")] {
+        s.submit("h", queue_args("alice", run))
+            .await
+            .unwrap()
+            .unwrap();
+        s.sweep_tickets().await.unwrap();
+    }
+    assert_eq!((a.state_losses(), b.state_losses()), (0, 0));
+    assert_eq!(a.last_state_loss_ms(), 0);
+
+    empty().await;
+    a.sweep_tickets().await.unwrap();
+    b.sweep_tickets().await.unwrap();
+    assert_eq!(
+        (a.state_losses(), b.state_losses()),
+        (1, 1),
+        "one loss, seen by both, counted once"
+    );
+    assert_eq!(
+        a.last_state_loss_ms(),
+        5_000_000,
+        "when, on the scripts' clock"
+    );
+    // A replica started after it cannot tell it from a first start, but learns the count.
+    let c = replica();
+    c.sweep_tickets().await.unwrap();
+    assert_eq!(c.state_losses(), 1);
+
+    // Two more, seen by A alone; then once by B, which missed the one between.
+    empty().await;
+    a.sweep_tickets().await.unwrap();
+    empty().await;
+    a.sweep_tickets().await.unwrap();
+    assert_eq!(a.state_losses(), 3);
+    b.sweep_tickets().await.unwrap();
+    assert_eq!(
+        b.state_losses(),
+        3,
+        "B saw one change of epoch for two losses"
+    );
+    c.sweep_tickets().await.unwrap();
+    assert_eq!(c.state_losses(), 3);
 }
 
 /// A state loss is told from a new host: the Submits racing a host's very first one (which

@@ -1924,7 +1924,8 @@
       accountsCapped: false,
       reclaimed: 0,
       learningLeftMs: 0,
-      stateLosses: 0
+      stateLosses: 0,
+      lastStateLossUnixMs: 0
     };
   }
   var Stats = {
@@ -2051,6 +2052,9 @@
       }
       if (message.stateLosses !== 0) {
         writer.uint32(328).uint64(message.stateLosses);
+      }
+      if (message.lastStateLossUnixMs !== 0) {
+        writer.uint32(336).uint64(message.lastStateLossUnixMs);
       }
       return writer;
     },
@@ -2354,6 +2358,13 @@
               message.stateLosses = longToNumber(reader.uint64());
               continue;
             }
+            case 42: {
+              if (tag !== 336) {
+                break;
+              }
+              message.lastStateLossUnixMs = longToNumber(reader.uint64());
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -2411,6 +2422,7 @@
       message.reclaimed = object.reclaimed ?? 0;
       message.learningLeftMs = object.learningLeftMs ?? 0;
       message.stateLosses = object.stateLosses ?? 0;
+      message.lastStateLossUnixMs = object.lastStateLossUnixMs ?? 0;
       return message;
     }
   };
@@ -7194,7 +7206,8 @@
       const flags = [
         s.draining && "draining",
         s.learningLeftMs > 0 && `learning ${duration(s.learningLeftMs)}`,
-        s.mode === "shadow" && "shadow mode"
+        s.mode === "shadow" && "shadow mode",
+        s.stateLosses > 0 && stateLosses(s)
       ].filter(Boolean);
       return row(
         { "data-host": hostId },
@@ -7249,6 +7262,10 @@
       table(["domain", "counter", "count", "window"], hottest, "No live counter: nothing was counted in the current windows.")
     );
   }
+  function stateLosses(s) {
+    const n = `${s.stateLosses} state loss${s.stateLosses === 1 ? "" : "es"}`;
+    return s.lastStateLossUnixMs > 0 ? `${n}, the last at ${new Date(s.lastStateLossUnixMs).toISOString().replace(/\.\d+Z$/, "Z")}` : n;
+  }
   function queueUsage(s) {
     return s.queueTotal > 0 ? usage(s.queued, s.queueTotal) : "no queue";
   }
@@ -7286,6 +7303,7 @@
     fill(
       byId("caps"),
       s.learningLeftMs > 0 && h("div", { class: "banner warn" }, `Learning window after a state loss: ${duration(s.learningLeftMs)} left; nothing new is admitted meanwhile.`),
+      s.stateLosses > 0 && h("p", { class: "summary", "data-state-losses": String(s.stateLosses) }, `The shared store lost its state: ${stateLosses(s)}.`),
       h(
         "p",
         { class: "summary" },

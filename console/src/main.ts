@@ -192,6 +192,7 @@ async function hostsView(hosts: string[]): Promise<void> {
       s.draining && "draining",
       s.learningLeftMs > 0 && `learning ${duration(s.learningLeftMs)}`,
       s.mode === "shadow" && "shadow mode",
+      s.stateLosses > 0 && stateLosses(s),
     ].filter(Boolean);
     return row(
       { "data-host": hostId },
@@ -254,6 +255,12 @@ async function rateLimitsView(): Promise<void> {
   );
 }
 
+/** The installation's losses of the shared store's state and when the last was. */
+function stateLosses(s: pb.Stats): string {
+  const n = `${s.stateLosses} state loss${s.stateLosses === 1 ? "" : "es"}`;
+  return s.lastStateLossUnixMs > 0 ? `${n}, the last at ${new Date(s.lastStateLossUnixMs).toISOString().replace(/\.\d+Z$/, "Z")}` : n;
+}
+
 /** A host's queue against its bound; a bound of 0 is "no queue" (a full host answers BUSY). */
 function queueUsage(s: pb.Stats): HTMLElement | string {
   return s.queueTotal > 0 ? usage(s.queued, s.queueTotal) : "no queue";
@@ -297,6 +304,7 @@ function caps(hostId: string, s: pb.Stats): void {
     byId("caps"),
     s.learningLeftMs > 0 &&
       h("div", { class: "banner warn" }, `Learning window after a state loss: ${duration(s.learningLeftMs)} left; nothing new is admitted meanwhile.`),
+    s.stateLosses > 0 && h("p", { class: "summary", "data-state-losses": String(s.stateLosses) }, `The shared store lost its state: ${stateLosses(s)}.`),
     h(
       "p",
       { class: "summary" },

@@ -12,6 +12,8 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::store::{Recorder, StoreOp};
+
 /// Upper bounds of the buckets, in seconds: 100 µs to 10 s, about three per decade.
 pub const LATENCY_BOUNDS_S: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -214,116 +216,6 @@ impl RpcLatency {
     }
 }
 
-/// The calls the service makes to its store: one per [`crate::store::Store`] method.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum StoreOp {
-    GetLimits,
-    SetLimits,
-    ResetLimits,
-    Submit,
-    Renew,
-    Release,
-    ReleaseRun,
-    Park,
-    Unpark,
-    Reclaim,
-    Ticket,
-    SweepTickets,
-    Stats,
-    List,
-    CountRejection,
-    InFlightHere,
-    HostIds,
-    Authorize,
-    Settle,
-    Resolve,
-    Reservations,
-    LedgerStats,
-    SweepLedger,
-    AuthAttempt,
-    AuthPeek,
-    AuthReset,
-    SweepAuth,
-    RateLimitHits,
-    RateLimitSubtract,
-    RateLimitCounters,
-    SweepRateLimits,
-}
-
-impl StoreOp {
-    pub const ALL: [StoreOp; 31] = [
-        StoreOp::GetLimits,
-        StoreOp::SetLimits,
-        StoreOp::ResetLimits,
-        StoreOp::Submit,
-        StoreOp::Renew,
-        StoreOp::Release,
-        StoreOp::ReleaseRun,
-        StoreOp::Park,
-        StoreOp::Unpark,
-        StoreOp::Reclaim,
-        StoreOp::Ticket,
-        StoreOp::SweepTickets,
-        StoreOp::Stats,
-        StoreOp::List,
-        StoreOp::CountRejection,
-        StoreOp::InFlightHere,
-        StoreOp::HostIds,
-        StoreOp::Authorize,
-        StoreOp::Settle,
-        StoreOp::Resolve,
-        StoreOp::Reservations,
-        StoreOp::LedgerStats,
-        StoreOp::SweepLedger,
-        StoreOp::AuthAttempt,
-        StoreOp::AuthPeek,
-        StoreOp::AuthReset,
-        StoreOp::SweepAuth,
-        StoreOp::RateLimitHits,
-        StoreOp::RateLimitSubtract,
-        StoreOp::RateLimitCounters,
-        StoreOp::SweepRateLimits,
-    ];
-
-    /// The `operation` label.
-    pub fn name(self) -> &'static str {
-        match self {
-            StoreOp::GetLimits => "get_limits",
-            StoreOp::SetLimits => "set_limits",
-            StoreOp::ResetLimits => "reset_limits",
-            StoreOp::Submit => "submit",
-            StoreOp::Renew => "renew",
-            StoreOp::Release => "release",
-            StoreOp::ReleaseRun => "release_run",
-            StoreOp::Park => "park",
-            StoreOp::Unpark => "unpark",
-            StoreOp::Reclaim => "reclaim",
-            StoreOp::Ticket => "ticket",
-            StoreOp::SweepTickets => "sweep_tickets",
-            StoreOp::Stats => "stats",
-            StoreOp::List => "list",
-            StoreOp::CountRejection => "count_rejection",
-            StoreOp::InFlightHere => "in_flight_here",
-            StoreOp::HostIds => "host_ids",
-            StoreOp::Authorize => "authorize",
-            StoreOp::Settle => "settle",
-            StoreOp::Resolve => "resolve",
-            StoreOp::Reservations => "reservations",
-            StoreOp::LedgerStats => "ledger_stats",
-            StoreOp::SweepLedger => "sweep_ledger",
-            StoreOp::AuthAttempt => "auth_attempt",
-            StoreOp::AuthPeek => "auth_peek",
-            StoreOp::AuthReset => "auth_reset",
-            StoreOp::SweepAuth => "sweep_auth",
-            StoreOp::RateLimitHits => "rate_limit_hits",
-            StoreOp::RateLimitSubtract => "rate_limit_subtract",
-            StoreOp::RateLimitCounters => "rate_limit_counters",
-            StoreOp::SweepRateLimits => "sweep_rate_limits",
-        }
-    }
-}
-
 /// Store calls' latency by operation and result (`ok`, or `error` when the store failed).
 #[derive(Debug, Default)]
 pub struct StoreLatency {
@@ -331,12 +223,14 @@ pub struct StoreLatency {
     error: [Histogram; StoreOp::ALL.len()],
 }
 
-impl StoreLatency {
-    pub fn observe(&self, op: StoreOp, ok: bool, d: Duration) {
+impl Recorder for StoreLatency {
+    fn observe(&self, op: StoreOp, ok: bool, d: Duration) {
         let set = if ok { &self.ok } else { &self.error };
         set[op as usize].observe(d);
     }
+}
 
+impl StoreLatency {
     /// `admission_store_call_duration_seconds` for every operation called.
     pub fn write(&self, out: &mut String) {
         for op in StoreOp::ALL {

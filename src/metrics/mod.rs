@@ -24,7 +24,7 @@ mod latency;
 mod ratelimit;
 mod render;
 
-pub use latency::{Histogram, LATENCY_BOUNDS_S, RpcLatency, StoreLatency, StoreOp};
+pub use latency::{Histogram, LATENCY_BOUNDS_S, RpcLatency, StoreLatency};
 pub use ratelimit::{MAX_RATE_LIMIT_SERIES, RateLimitMetrics};
 pub use render::{MAX_ADAPTIVE_SERIES, OTHER_HOSTS, render};
 

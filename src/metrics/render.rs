@@ -148,10 +148,22 @@ pub async fn render<S: Store>(
     family(
         "admission_state_loss_total",
         "counter",
-        "Losses of the shared store's state this process detected (each opens a learning window).",
+        "Losses of the shared store's state (each opens a learning window): the installation's \
+         count, carried across the losses by the replicas.",
         &mut out,
     );
     let _ = writeln!(out, "admission_state_loss_total {}", store.state_losses());
+    family(
+        "admission_state_loss_last_timestamp_seconds",
+        "gauge",
+        "When the last loss of the shared store's state was detected (Unix time); 0 for none.",
+        &mut out,
+    );
+    let _ = writeln!(
+        out,
+        "admission_state_loss_last_timestamp_seconds {}",
+        store.last_state_loss_ms() as f64 / 1000.0
+    );
     let hosts = store.host_ids().await;
     // Each host's figures, the first `max_hosts` by name under their own label and the rest
     // summed under OTHER_HOSTS.

@@ -366,7 +366,7 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
         let s = self.store.stats(host_id).await?;
         let ledger = self.store.ledger_stats(host_id).await?;
         let draining = self.gates.draining.load(Ordering::Relaxed);
-        let losses = self.store.state_losses();
+        let losses = (self.store.state_losses(), self.store.last_state_loss_ms());
         Ok(Response::new(replies::stats(s, ledger, draining, losses)))
     }
 }

@@ -195,7 +195,13 @@ impl From<AuthCleared> for api::UnlockAuthResponse {
 
 /// A host's statistics: its tickets, its ledger, whether this authority is draining, and the
 /// state losses its store detected.
-pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool, state_losses: u64) -> api::Stats {
+/// `state_losses`: the installation's count and when the last was (ms since the Unix epoch).
+pub fn stats(
+    s: HostStats,
+    ledger: LedgerStats,
+    draining: bool,
+    (state_losses, last_state_loss_unix_ms): (u64, u64),
+) -> api::Stats {
     // The limits the host is scheduled under: on a shared store, the limits of record.
     let limits = &s.limits;
     api::Stats {
@@ -238,6 +244,7 @@ pub fn stats(s: HostStats, ledger: LedgerStats, draining: bool, state_losses: u6
         reclaimed: s.counters.reclaimed,
         learning_left_ms: ms32(s.learning_left_ms),
         state_losses,
+        last_state_loss_unix_ms,
         subjects: s
             .subjects
             .into_iter()

@@ -10,7 +10,7 @@ pub mod memory;
 pub mod redis;
 mod timed;
 
-pub use timed::Timed;
+pub use timed::{Recorder, StoreOp, Timed};
 
 use std::fmt;
 use std::future::Future;
@@ -319,10 +319,17 @@ pub trait TicketStore: Send + Sync + 'static {
         held: HeldArgs,
     ) -> impl Future<Output = Result<Result<Reclaimed, ReclaimRefusal>, StoreError>> + Send;
 
-    /// Losses of the shared store's state this process detected (each opens a learning
-    /// window, see [`HostStats::learning_left_ms`]); 0 for a store that cannot lose its state
-    /// under a running process.
+    /// Losses of the shared store's state (each opens a learning window, see
+    /// [`HostStats::learning_left_ms`]): the installation's count, which outlives the losses
+    /// and the replicas that saw them; 0 for a store that cannot lose its state under a
+    /// running process.
     fn state_losses(&self) -> u64 {
+        0
+    }
+
+    /// When the last of [`Self::state_losses`] was detected, in ms since the Unix epoch; 0 for
+    /// none.
+    fn last_state_loss_ms(&self) -> u64 {
         0
     }
 

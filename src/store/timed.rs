@@ -1,9 +1,11 @@
-//! [`Timed`]: any store, with the latency of every call it answers recorded by operation in
-//! [`StoreLatency`] (`admission_store_call_duration_seconds`). The server wraps its store in it
-//! once; everything else forwards unchanged.
+//! [`Timed`]: any store, with the latency of every call it answers handed by operation to a
+//! [`Recorder`] (the server's metrics: `admission_store_call_duration_seconds`). The server
+//! wraps its store in it once; everything else forwards unchanged. The store names its own
+//! operations ([`StoreOp`]) and knows nothing of what records them.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{
     AuthStore, LedgerResult, LedgerStore, RateLimitCounts, RateLimitStore, StoreError, TicketId,
@@ -14,21 +16,136 @@ use crate::clock::Stopwatch;
 use crate::ledger::{
     Authorization, AuthorizeArgs, LedgerStats, ReservationInfo, Resolution, Usage,
 };
-use crate::metrics::{StoreLatency, StoreOp};
 use crate::ratelimit::{CounterInfo, Hit};
 use crate::scheduler::{
     HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed, Report,
     SubmitArgs, SubmitError, TicketInfo, TicketState, TicketView,
 };
 
+/// The calls the service makes to its store: one per [`crate::store::Store`] method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum StoreOp {
+    GetLimits,
+    SetLimits,
+    ResetLimits,
+    Submit,
+    Renew,
+    Release,
+    ReleaseRun,
+    Park,
+    Unpark,
+    Reclaim,
+    Ticket,
+    SweepTickets,
+    Stats,
+    List,
+    CountRejection,
+    InFlightHere,
+    HostIds,
+    Authorize,
+    Settle,
+    Resolve,
+    Reservations,
+    LedgerStats,
+    SweepLedger,
+    AuthAttempt,
+    AuthPeek,
+    AuthReset,
+    SweepAuth,
+    RateLimitHits,
+    RateLimitSubtract,
+    RateLimitCounters,
+    SweepRateLimits,
+}
+
+impl StoreOp {
+    pub const ALL: [StoreOp; 31] = [
+        StoreOp::GetLimits,
+        StoreOp::SetLimits,
+        StoreOp::ResetLimits,
+        StoreOp::Submit,
+        StoreOp::Renew,
+        StoreOp::Release,
+        StoreOp::ReleaseRun,
+        StoreOp::Park,
+        StoreOp::Unpark,
+        StoreOp::Reclaim,
+        StoreOp::Ticket,
+        StoreOp::SweepTickets,
+        StoreOp::Stats,
+        StoreOp::List,
+        StoreOp::CountRejection,
+        StoreOp::InFlightHere,
+        StoreOp::HostIds,
+        StoreOp::Authorize,
+        StoreOp::Settle,
+        StoreOp::Resolve,
+        StoreOp::Reservations,
+        StoreOp::LedgerStats,
+        StoreOp::SweepLedger,
+        StoreOp::AuthAttempt,
+        StoreOp::AuthPeek,
+        StoreOp::AuthReset,
+        StoreOp::SweepAuth,
+        StoreOp::RateLimitHits,
+        StoreOp::RateLimitSubtract,
+        StoreOp::RateLimitCounters,
+        StoreOp::SweepRateLimits,
+    ];
+
+    /// The `operation` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreOp::GetLimits => "get_limits",
+            StoreOp::SetLimits => "set_limits",
+            StoreOp::ResetLimits => "reset_limits",
+            StoreOp::Submit => "submit",
+            StoreOp::Renew => "renew",
+            StoreOp::Release => "release",
+            StoreOp::ReleaseRun => "release_run",
+            StoreOp::Park => "park",
+            StoreOp::Unpark => "unpark",
+            StoreOp::Reclaim => "reclaim",
+            StoreOp::Ticket => "ticket",
+            StoreOp::SweepTickets => "sweep_tickets",
+            StoreOp::Stats => "stats",
+            StoreOp::List => "list",
+            StoreOp::CountRejection => "count_rejection",
+            StoreOp::InFlightHere => "in_flight_here",
+            StoreOp::HostIds => "host_ids",
+            StoreOp::Authorize => "authorize",
+            StoreOp::Settle => "settle",
+            StoreOp::Resolve => "resolve",
+            StoreOp::Reservations => "reservations",
+            StoreOp::LedgerStats => "ledger_stats",
+            StoreOp::SweepLedger => "sweep_ledger",
+            StoreOp::AuthAttempt => "auth_attempt",
+            StoreOp::AuthPeek => "auth_peek",
+            StoreOp::AuthReset => "auth_reset",
+            StoreOp::SweepAuth => "sweep_auth",
+            StoreOp::RateLimitHits => "rate_limit_hits",
+            StoreOp::RateLimitSubtract => "rate_limit_subtract",
+            StoreOp::RateLimitCounters => "rate_limit_counters",
+            StoreOp::SweepRateLimits => "sweep_rate_limits",
+        }
+    }
+}
+
+/// What is told how long each store call took.
+pub trait Recorder: Send + Sync + 'static {
+    /// `op` answered after `took`; `ok` is false when the store failed.
+    fn observe(&self, op: StoreOp, ok: bool, took: Duration);
+}
+
 /// A store whose calls are timed; see the module documentation.
 pub struct Timed<S> {
     inner: Arc<S>,
-    latency: Arc<StoreLatency>,
+    latency: Arc<dyn Recorder>,
 }
 
 impl<S> Timed<S> {
-    pub fn new(inner: Arc<S>, latency: Arc<StoreLatency>) -> Self {
+    pub fn new(inner: Arc<S>, latency: Arc<dyn Recorder>) -> Self {
         Timed { inner, latency }
     }
 
@@ -148,6 +265,10 @@ impl<S: TicketStore> TicketStore for Timed<S> {
 
     fn state_losses(&self) -> u64 {
         self.inner.state_losses()
+    }
+
+    fn last_state_loss_ms(&self) -> u64 {
+        self.inner.last_state_loss_ms()
     }
 
     fn ticket(

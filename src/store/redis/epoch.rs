@@ -23,6 +23,15 @@
 //! reads the store's epoch, so a loss is noticed on a replica that takes no Submits.
 //! A replica that starts after the loss cannot tell it from a first start: like the embedded
 //! store without a data dir, it opens no window.
+//!
+//! **The count of losses survives them.** Each replica counts what it detects, but a count
+//! kept only in the replica dies with it, and one kept only in the store dies with the store's
+//! state. So the installation's count lives in `{prefix}losses` = `<count>|<when the last was,
+//! ms>`, and every replica carries it across a loss: the one that draws the new epoch writes
+//! the count it knew plus one (a count the store lost comes back from the replicas that knew
+//! it), the others learn it at their next look (every sweep). A host whose keys vanished
+//! alone is counted once however many replicas notice it (`{prefix}lost:<host>`, set if
+//! absent for a while).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +40,7 @@ use std::time::Duration;
 
 use super::StoreError;
 use super::connection::Connections;
+use super::keys::Keys;
 use crate::clock::Clock;
 use crate::scheduler::Millis;
 
@@ -45,7 +55,7 @@ struct Known {
 
 /// Read the store's epoch, drawing it when there is none. KEYS[1] the epoch key, ARGV[1] an id
 /// to draw, ARGV[2] '1' when drawing it means a loss (the caller knew another), ARGV[3] now
-/// (0 = Redis TIME). Returns `<id>|<lost ms>`.
+/// (0 = Redis TIME). Returns `<id>|<lost ms>`, and `|drawn` after it when this call drew it.
 const READ: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then return v end
@@ -56,8 +66,36 @@ if now == 0 then
 end
 v = ARGV[1] .. '|' .. (ARGV[2] == '1' and string.format('%d', now) or '0')
 redis.call('SET', KEYS[1], v)
-return v
+return v .. '|drawn'
 ";
+
+/// The installation's count of losses, carried across them. KEYS[1] `{prefix}losses`, ARGV[1]
+/// the count the caller knows and ARGV[2] when its last was (ms), ARGV[3] '1' to count one
+/// more now, ARGV[4] now (0 = Redis TIME). The record becomes the larger of the two counts
+/// (plus the new one); returns it, `<count>|<last ms>`.
+const LOSSES: &str = r"
+local v = redis.call('GET', KEYS[1])
+local count, at = 0, 0
+if v then
+  local c, a = string.match(v, '^(%d+)|(%d+)$')
+  count, at = tonumber(c) or 0, tonumber(a) or 0
+end
+if tonumber(ARGV[1]) > count then count, at = tonumber(ARGV[1]), tonumber(ARGV[2]) end
+if ARGV[3] == '1' then
+  local now = tonumber(ARGV[4])
+  if now == 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  count, at = count + 1, now
+end
+local out = string.format('%d|%d', count, at)
+if out ~= v then redis.call('SET', KEYS[1], out) end
+return out
+";
+
+/// How long a host whose keys vanished is remembered as counted (`{prefix}lost:<host>`).
+const VANISHED_COUNTED_MS: u64 = 60_000;
 
 /// How long the Submits that raced the one that found a host's keys gone still begin it with a
 /// window of their own (a script that finds the host begun already ignores it).
@@ -77,7 +115,11 @@ pub(super) struct Epoch {
     losses: AtomicU64,
     /// When the last loss was detected here, for `/readyz`.
     last_loss: Mutex<Option<Millis>>,
+    /// The installation's count of losses and when the last was (the scripts' ms), as last
+    /// read from or written to `{prefix}losses`.
+    installation: Mutex<(u64, u64)>,
     read: redis::Script,
+    count: redis::Script,
     /// The replica's clock (the store's): every "when" above is read from it.
     clock: Arc<dyn Clock>,
 }
@@ -92,7 +134,9 @@ impl Epoch {
             vanished: Mutex::default(),
             losses: AtomicU64::new(0),
             last_loss: Mutex::new(None),
+            installation: Mutex::new((0, 0)),
             read: redis::Script::new(READ),
+            count: redis::Script::new(LOSSES),
         }
     }
 
@@ -101,9 +145,45 @@ impl Epoch {
         self.known.lock().expect("epoch lock").id.clone()
     }
 
-    /// Losses detected since the process started.
-    pub(super) fn losses(&self) -> u64 {
+    /// Losses this replica detected since the process started.
+    pub(super) fn detected(&self) -> u64 {
         self.losses.load(Ordering::Relaxed)
+    }
+
+    /// The installation's losses, as this replica knows them (`{prefix}losses`, never fewer
+    /// than it detected itself), and when the last was (the scripts' ms; 0 = none).
+    pub(super) fn installation(&self) -> (u64, u64) {
+        let (count, at) = *self.installation.lock().expect("epoch lock");
+        (count.max(self.detected()), at)
+    }
+
+    /// Read `{prefix}losses`, counting one more loss first when `more`; what it holds is the
+    /// installation's count from then on. A count this replica knew and the store lost is
+    /// written back.
+    async fn carry(
+        &self,
+        conns: &Connections,
+        keys: &Keys,
+        now_arg: u64,
+        more: bool,
+    ) -> Result<(), StoreError> {
+        let (count, at) = *self.installation.lock().expect("epoch lock");
+        let mut inv = self.count.prepare_invoke();
+        inv.key(keys.losses())
+            .arg(count)
+            .arg(at)
+            .arg(if more { "1" } else { "0" })
+            .arg(now_arg);
+        let record: String = conns.run(inv).await?;
+        let parsed = record
+            .split_once('|')
+            .and_then(|(c, a)| Some((c.parse::<u64>().ok()?, a.parse::<u64>().ok()?)))
+            .ok_or_else(|| StoreError::protocol(format!("redis: losses are {record:?}")))?;
+        let mut known = self.installation.lock().expect("epoch lock");
+        if parsed.0 >= known.0 {
+            *known = parsed;
+        }
+        Ok(())
     }
 
     /// The next tick: a Submit takes one when it begins, a host when it is first served.
@@ -131,30 +211,42 @@ impl Epoch {
     pub(super) async fn check(
         &self,
         conns: &Connections,
-        key: String,
+        keys: &Keys,
         now_arg: u64,
     ) -> Result<bool, StoreError> {
         let before = self.known.lock().expect("epoch lock").clone();
         let mut inv = self.read.prepare_invoke();
-        inv.key(key)
+        inv.key(keys.epoch())
             .arg(format!("{:032x}", super::super::TicketId::random_key()))
             .arg(if before.id.is_empty() { "0" } else { "1" })
             .arg(now_arg);
         let record: String = conns.run(inv).await?;
+        let (record, drawn) = match record.strip_suffix("|drawn") {
+            Some(r) => (r.to_string(), true),
+            None => (record, false),
+        };
         let (id, lost) = record
             .split_once('|')
             .and_then(|(id, lost)| Some((id.to_string(), lost.parse().ok()?)))
             .ok_or_else(|| StoreError::protocol(format!("redis: epoch is {record:?}")))?;
-        {
+        let changed = {
             // A concurrent call may have learnt it first: the loss is counted once.
             let mut known = self.known.lock().expect("epoch lock");
-            if id == known.id {
-                return Ok(false);
+            let changed = id != known.id;
+            if changed {
+                *known = Known { id, lost };
             }
-            *known = Known { id, lost };
+            changed
+        };
+        // The replica that drew the epoch after a loss counts it for the installation; every
+        // look (each sweep's) learns the count, and writes back one the store lost.
+        let loss = changed && !before.id.is_empty();
+        self.carry(conns, keys, now_arg, loss && drawn).await?;
+        if !changed {
+            return Ok(false);
         }
         self.served.lock().expect("epoch lock").clear();
-        if before.id.is_empty() {
+        if !loss {
             return Ok(false);
         }
         self.count_loss(
@@ -171,13 +263,13 @@ impl Epoch {
     pub(super) async fn learn(
         &self,
         conns: &Connections,
-        key: String,
+        keys: &Keys,
         now_arg: u64,
         host: &str,
         seen: &str,
         started: u64,
     ) -> Result<String, StoreError> {
-        let changed = self.check(conns, key, now_arg).await?;
+        let changed = self.check(conns, keys, now_arg).await?;
         let known = self.known.lock().expect("epoch lock").clone();
         if changed || !seen.is_empty() {
             return Ok(known.lost.to_string());
@@ -191,17 +283,34 @@ impl Epoch {
             lost
         };
         let now = self.clock.now_ms();
-        let mut vanished = self.vanished.lock().expect("epoch lock");
-        vanished.retain(|_, at| now.saturating_sub(*at) < VANISHED_FOR_MS);
+        let seen_vanished = {
+            let mut vanished = self.vanished.lock().expect("epoch lock");
+            vanished.retain(|_, at| now.saturating_sub(*at) < VANISHED_FOR_MS);
+            if first {
+                vanished.insert(host.to_string(), now);
+            }
+            vanished.contains_key(host)
+        };
         if first {
-            vanished.insert(host.to_string(), now);
-            drop(vanished);
             self.count_loss(&format!(
                 "host {host:?} lost its scheduling state in the store (its keys vanished)"
             ));
+            // Counted for the installation once, whichever replicas notice it.
+            let first_here: Option<String> = conns
+                .command(
+                    redis::cmd("SET")
+                        .arg(keys.lost_host(host))
+                        .arg("1")
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(VANISHED_COUNTED_MS),
+                )
+                .await?;
+            self.carry(conns, keys, now_arg, first_here.is_some())
+                .await?;
             return Ok("now".into());
         }
-        if vanished.contains_key(host) {
+        if seen_vanished {
             return Ok("now".into());
         }
         Ok(known.lost.to_string())

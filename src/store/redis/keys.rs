@@ -69,6 +69,18 @@ impl Keys {
         format!("{}epoch", self.prefix)
     }
 
+    /// `{prefix}losses`: the installation's count of state losses, `<count>|<last ms>`,
+    /// carried across them by the replicas (see `epoch.rs`; not per host).
+    pub fn losses(&self) -> String {
+        format!("{}losses", self.prefix)
+    }
+
+    /// `{prefix}lost:<host>`: set for a while by the first replica that counts the loss of the
+    /// host's keys (see `epoch.rs`).
+    pub fn lost_host(&self, host: &str) -> String {
+        format!("{}lost:{}", self.prefix, escape(host))
+    }
+
     /// The prefix every key starts with.
     pub fn prefix(&self) -> &str {
         &self.prefix

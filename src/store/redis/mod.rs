@@ -324,19 +324,12 @@ impl RedisStore {
         seen: &str,
         started: u64,
     ) -> Result<String, StoreError> {
-        let before = self.epoch.losses();
+        let before = self.epoch.detected();
         let init = self
             .epoch
-            .learn(
-                &self.conns,
-                self.keys.epoch(),
-                self.now_arg(),
-                host,
-                seen,
-                started,
-            )
+            .learn(&self.conns, &self.keys, self.now_arg(), host, seen, started)
             .await?;
-        if self.epoch.losses() != before {
+        if self.epoch.detected() != before {
             self.registered_hosts.lock().expect("hosts lock").clear();
             self.register_host(host).await?;
         }
@@ -347,7 +340,7 @@ impl RedisStore {
     async fn check_epoch(&self) -> Result<(), StoreError> {
         if self
             .epoch
-            .check(&self.conns, self.keys.epoch(), self.now_arg())
+            .check(&self.conns, &self.keys, self.now_arg())
             .await?
         {
             self.registered_hosts.lock().expect("hosts lock").clear();

@@ -462,7 +462,13 @@ impl TicketStore for RedisStore {
     }
 
     fn state_losses(&self) -> u64 {
-        self.epoch.losses()
+        self.epoch.installation().0
+    }
+
+    /// The scripts' clock is Redis `TIME`, in ms since the Unix epoch (a test's frozen time
+    /// otherwise).
+    fn last_state_loss_ms(&self) -> u64 {
+        self.epoch.installation().1
     }
 
     fn readiness(&self) -> Result<(), String> {

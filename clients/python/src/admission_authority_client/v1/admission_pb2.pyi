@@ -755,6 +755,7 @@ class Stats(_message.Message):
     RECLAIMED_FIELD_NUMBER: _builtins.int
     LEARNING_LEFT_MS_FIELD_NUMBER: _builtins.int
     STATE_LOSSES_FIELD_NUMBER: _builtins.int
+    LAST_STATE_LOSS_UNIX_MS_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The host's total cap on admitted tickets."""
     queue_total: _builtins.int
@@ -838,9 +839,14 @@ class Stats(_message.Message):
     their slots); 0 otherwise. Only a shared store (Redis) opens one.
     """
     state_losses: _builtins.int
-    """Losses of the shared store's state this authority process detected since it started
-    (each opens a learning window; also admission_state_loss_total). Always 0 on the
-    embedded store.
+    """Losses of the shared store's state (each opens a learning window; also
+    admission_state_loss_total): the installation's count, kept in the store and carried
+    across each loss by the replicas that knew it, so neither a loss nor a replica's restart
+    erases it. Always 0 on the embedded store.
+    """
+    last_state_loss_unix_ms: _builtins.int
+    """When the last of state_losses was detected, in milliseconds since the Unix epoch; 0 for
+    none (also admission_state_loss_last_timestamp_seconds).
     """
     @_builtins.property
     def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectStats]:
@@ -894,10 +900,11 @@ class Stats(_message.Message):
         reclaimed: _builtins.int = ...,
         learning_left_ms: _builtins.int = ...,
         state_losses: _builtins.int = ...,
+        last_state_loss_unix_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "accounts_capped", b"accounts_capped", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "learning_left_ms", b"learning_left_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "reclaimed", b"reclaimed", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "state_losses", b"state_losses", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "accounts_capped", b"accounts_capped", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "last_state_loss_unix_ms", b"last_state_loss_unix_ms", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "learning_left_ms", b"learning_left_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "reclaimed", b"reclaimed", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "state_losses", b"state_losses", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -820,11 +820,17 @@ export interface Stats {
    */
   learningLeftMs: number;
   /**
-   * Losses of the shared store's state this authority process detected since it started
-   * (each opens a learning window; also admission_state_loss_total). Always 0 on the
-   * embedded store.
+   * Losses of the shared store's state (each opens a learning window; also
+   * admission_state_loss_total): the installation's count, kept in the store and carried
+   * across each loss by the replicas that knew it, so neither a loss nor a replica's restart
+   * erases it. Always 0 on the embedded store.
    */
   stateLosses: number;
+  /**
+   * When the last of state_losses was detected, in milliseconds since the Unix epoch; 0 for
+   * none (also admission_state_loss_last_timestamp_seconds).
+   */
+  lastStateLossUnixMs: number;
 }
 
 export interface ReclaimRequest {
@@ -2771,6 +2777,7 @@ function createBaseStats(): Stats {
     reclaimed: 0,
     learningLeftMs: 0,
     stateLosses: 0,
+    lastStateLossUnixMs: 0,
   };
 }
 
@@ -2898,6 +2905,9 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.stateLosses !== 0) {
       writer.uint32(328).uint64(message.stateLosses);
+    }
+    if (message.lastStateLossUnixMs !== 0) {
+      writer.uint32(336).uint64(message.lastStateLossUnixMs);
     }
     return writer;
   },
@@ -3243,6 +3253,14 @@ export const Stats: MessageFns<Stats> = {
             message.stateLosses = longToNumber(reader.uint64());
             continue;
           }
+          case 42: {
+            if (tag !== 336) {
+              break;
+            }
+
+            message.lastStateLossUnixMs = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3406,6 +3424,11 @@ export const Stats: MessageFns<Stats> = {
         : isSet(object.state_losses)
         ? globalThis.Number(object.state_losses)
         : 0,
+      lastStateLossUnixMs: isSet(object.lastStateLossUnixMs)
+        ? globalThis.Number(object.lastStateLossUnixMs)
+        : isSet(object.last_state_loss_unix_ms)
+        ? globalThis.Number(object.last_state_loss_unix_ms)
+        : 0,
     };
   },
 
@@ -3534,6 +3557,9 @@ export const Stats: MessageFns<Stats> = {
     if (message.stateLosses !== 0) {
       obj.stateLosses = Math.round(message.stateLosses);
     }
+    if (message.lastStateLossUnixMs !== 0) {
+      obj.lastStateLossUnixMs = Math.round(message.lastStateLossUnixMs);
+    }
     return obj;
   },
 
@@ -3583,6 +3609,7 @@ export const Stats: MessageFns<Stats> = {
     message.reclaimed = object.reclaimed ?? 0;
     message.learningLeftMs = object.learningLeftMs ?? 0;
     message.stateLosses = object.stateLosses ?? 0;
+    message.lastStateLossUnixMs = object.lastStateLossUnixMs ?? 0;
     return message;
   },
 };
