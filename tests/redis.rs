@@ -698,7 +698,17 @@ async fn ended_tickets_leave_only_keys_that_expire() {
     lasting.sort();
     for key in &lasting {
         assert!(
-            ["c", "leases", "dc", "qw", "ended", "ttl:hosts", "ttl:epoch", "ttl:losses"].contains(&key.as_str()),
+            [
+                "c",
+                "leases",
+                "dc",
+                "qw",
+                "ended",
+                "ttl:hosts",
+                "ttl:epoch",
+                "ttl:losses"
+            ]
+            .contains(&key.as_str()),
             "{key} has no TTL and is not one of the host's fixed structures: {lasting:?}"
         );
     }
