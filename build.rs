@@ -16,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "proto/admission/v1/admission.proto",
                 "proto/envoy/service/ratelimit/v3/rls.proto",
+                "proto/envoy/service/ext_proc/v3/external_processor.proto",
             ],
             &["proto"],
         )?;

@@ -1,15 +1,22 @@
 //! Generated protobuf types and gRPC services of `proto/admission/v1/admission.proto` and of
-//! Envoy's rate limit service (`proto/envoy`, in [`envoy`]), and the codec they use.
+//! Envoy's rate limit and external processing services (`proto/envoy`, in [`envoy`]), and the
+//! codec they use.
 #![allow(clippy::all, missing_docs)]
 
 tonic::include_proto!("admission.v1");
 
-/// Envoy's rate limit service and the messages it uses, under Envoy's package names.
+/// Envoy's rate limit and external processing services and the messages they use, under
+/// Envoy's package names.
 pub mod envoy {
     pub mod service {
         pub mod ratelimit {
             pub mod v3 {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+        pub mod ext_proc {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ext_proc.v3");
             }
         }
     }

@@ -74,6 +74,9 @@ pub struct Credential {
     /// The rate limit domains a gateway credential may ask `ShouldRateLimit` about (an
     /// Envoy's credential); `*` for every domain; empty for operators.
     pub domains: BTreeSet<String>,
+    /// The HTTP admission policies a gateway credential may use (an Envoy's external
+    /// processing filter); `*` for every policy; empty for operators.
+    pub http_policies: BTreeSet<String>,
     pub proof: Proof,
 }
 
@@ -86,6 +89,7 @@ pub enum Caller {
         name: String,
         host_ids: BTreeSet<String>,
         domains: BTreeSet<String>,
+        http_policies: BTreeSet<String>,
     },
     Operator {
         name: String,
@@ -162,10 +166,32 @@ impl Caller {
                 Ok(())
             }
             Caller::Gateway { name, .. } => Err(Denied(format!(
-                "credential {name:?} may not ask about rate limit domain {domain:?}: name it                  in the credential's domains"
+                "credential {name:?} may not ask about rate limit domain {domain:?}: name it \
+                 in the credential's domains"
             ))),
             Caller::Operator { name } => Err(Denied(format!(
-                "credential {name:?} is an operator credential; ShouldRateLimit takes a                  gateway credential with domains"
+                "credential {name:?} is an operator credential; ShouldRateLimit takes a \
+                 gateway credential with domains"
+            ))),
+        }
+    }
+
+    /// May this caller admit HTTP requests under `policy` (Envoy's external processing filter)?
+    pub fn http_policy(&self, policy: &str) -> Result<(), Denied> {
+        match self {
+            Caller::Open => Ok(()),
+            Caller::Gateway { http_policies, .. }
+                if http_policies.contains(policy) || http_policies.contains("*") =>
+            {
+                Ok(())
+            }
+            Caller::Gateway { name, .. } => Err(Denied(format!(
+                "credential {name:?} may not use HTTP admission policy {policy:?}: name it in \
+                 the credential's http_policies"
+            ))),
+            Caller::Operator { name } => Err(Denied(format!(
+                "credential {name:?} is an operator credential; the external processor takes \
+                 a gateway credential with http_policies"
             ))),
         }
     }
@@ -255,6 +281,7 @@ impl Authenticator {
                 name: c.name.clone(),
                 host_ids: c.host_ids.clone(),
                 domains: c.domains.clone(),
+                http_policies: c.http_policies.clone(),
             },
             Role::Operator => Caller::Operator {
                 name: c.name.clone(),
@@ -325,6 +352,7 @@ mod tests {
             role: Role::Gateway,
             host_ids: hosts.iter().map(|h| h.to_string()).collect(),
             domains: ["envoy-domain".to_string()].into(),
+            http_policies: BTreeSet::new(),
             proof: Proof::TokenSha256(sha256(token.as_bytes())),
         }
     }
@@ -347,6 +375,7 @@ mod tests {
                 role: Role::Operator,
                 host_ids: BTreeSet::new(),
                 domains: BTreeSet::new(),
+                http_policies: BTreeSet::new(),
                 proof: Proof::TokenSha256(sha256(b"s3cret-ops")),
             },
         ]);

@@ -12,16 +12,18 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
+use crate::api::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
 use crate::api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::api::{admission_server::AdmissionServer, operator_server::OperatorServer};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, TlsFiles};
 use crate::gates::Gates;
+use crate::http_admission::LivePolicies;
 use crate::metrics::Metrics;
 use crate::net::{ConnectionGate, Incoming};
 use crate::ratelimit::LiveRateLimits;
 use crate::security::Authenticator;
-use crate::service::{AdmissionService, OperatorService, RateLimitService};
+use crate::service::{AdmissionService, ExtProcService, OperatorService, RateLimitService};
 use crate::store::journal::JournalOptions;
 use crate::store::memory::{MemoryStore, OpenOptions};
 use crate::store::redis::RedisStore;
@@ -234,9 +236,14 @@ async fn serve<S: Store>(
     // Every store call from here on is timed (admission_store_call_duration_seconds).
     let store = Arc::new(Timed::new(store, metrics.store.clone()));
     let rate_limits = Arc::new(LiveRateLimits::new(config.rate_limits.policy.clone()));
+    let policies = Arc::new(LivePolicies::new(config.http_admission.clone()));
     let gates = Arc::new(Gates::default());
     crate::telemetry::register(metrics.clone());
-    let background = start_background(&store, &config, reload, &rate_limits, &gates);
+    let live = Live {
+        rate_limits: rate_limits.clone(),
+        policies: policies.clone(),
+    };
+    let background = start_background(&store, &config, reload, &live, &gates);
     let (health_service, health_on_drain) = health::<S>(gates.clone()).await;
     let shutdown = drain_then_stop(
         shutdown,
@@ -251,7 +258,7 @@ async fn serve<S: Store>(
              text; configure tls.cert and tls.key"
         );
     }
-    let services = Services::new(&store, &gates, &metrics, &clock, &rate_limits, &config);
+    let services = Services::new(&store, &gates, &metrics, &clock, &live, &config);
     // From here every byte either port sends passes a gate that writes the journal's records
     // first (with a data dir under `interval` or `os`; see `net::Outbound`).
     let sends = store.send_gates();
@@ -286,13 +293,19 @@ async fn serve<S: Store>(
     result
 }
 
+/// What a reload replaces while the services read it.
+struct Live {
+    rate_limits: Arc<LiveRateLimits>,
+    policies: Arc<LivePolicies>,
+}
+
 /// The background tasks: SIGHUP reloads (with `reload`), the lease sweep, the authority's own
 /// memory watch.
 fn start_background<S: Store>(
     store: &Arc<Timed<S>>,
     config: &Config,
     reload: Option<Reload>,
-    rate_limits: &Arc<LiveRateLimits>,
+    live: &Live,
     gates: &Arc<Gates>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
@@ -301,14 +314,15 @@ fn start_background<S: Store>(
             store.clone(),
             config.clone(),
             reload,
-            rate_limits.clone(),
+            live.rate_limits.clone(),
+            live.policies.clone(),
         )));
     }
     let sweep_every = sweep_interval(config.limits.shortest_lease_ms());
     tasks.push(tokio::spawn(sweep(
         store.clone(),
         sweep_every,
-        rate_limits.clone(),
+        live.rate_limits.clone(),
     )));
     tasks.push(tokio::spawn(watch_own_memory(
         gates.clone(),
@@ -337,6 +351,9 @@ async fn health<S: Store>(
     health
         .set_serving::<RateLimitServiceServer<RateLimitService<S>>>()
         .await;
+    health
+        .set_serving::<ExternalProcessorServer<ExtProcService<S>>>()
+        .await;
     let on_drain = tokio::spawn(async move {
         gates.drain_started().await;
         health
@@ -346,17 +363,21 @@ async fn health<S: Store>(
             .set_not_serving::<OperatorServer<OperatorService<S>>>()
             .await;
         health
+            .set_not_serving::<ExternalProcessorServer<ExtProcService<S>>>()
+            .await;
+        health
             .set_service_status("", tonic_health::ServingStatus::NotServing)
             .await;
     });
     (health_service, on_drain)
 }
 
-/// The three services on one store, before their credentials are checked.
+/// The services on one store, before their credentials are checked.
 struct Services<S: Store> {
     admission: AdmissionServer<AdmissionService<Timed<S>>>,
     operator: OperatorServer<OperatorService<Timed<S>>>,
     rate_limit: RateLimitServiceServer<RateLimitService<Timed<S>>>,
+    ext_proc: ExternalProcessorServer<ExtProcService<Timed<S>>>,
 }
 
 impl<S: Store> Services<S> {
@@ -365,10 +386,11 @@ impl<S: Store> Services<S> {
         gates: &Arc<Gates>,
         metrics: &Arc<Metrics>,
         clock: &Arc<dyn Clock>,
-        rate_limits: &Arc<LiveRateLimits>,
+        live: &Live,
         config: &Config,
     ) -> Self {
         let max = config.grpc.max_message_bytes;
+        let rate_limits = &live.rate_limits;
         Services {
             admission: AdmissionServer::new(AdmissionService::new(
                 store.clone(),
@@ -390,6 +412,13 @@ impl<S: Store> Services<S> {
                 rate_limits.clone(),
                 metrics.clone(),
                 clock.clone(),
+            ))
+            .max_decoding_message_size(max),
+            ext_proc: ExternalProcessorServer::new(ExtProcService::new(
+                store.clone(),
+                live.policies.clone(),
+                gates.clone(),
+                metrics.clone(),
             ))
             .max_decoding_message_size(max),
         }
@@ -500,6 +529,10 @@ where
             let auth = auth.clone();
             InterceptedService::new(services.rate_limit, move |req| auth.intercept(req))
         };
+        let ext_proc = {
+            let auth = auth.clone();
+            InterceptedService::new(services.ext_proc, move |req| auth.intercept(req))
+        };
         let operator =
             InterceptedService::new(services.operator, move |req| auth.intercept_operator(req));
         let mut builder = tonic::transport::Server::builder();
@@ -552,6 +585,7 @@ where
             .add_service(admission)
             .add_service(operator)
             .add_service(rate_limit)
+            .add_service(ext_proc)
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await
             .map_err(ServeError::from)
@@ -739,7 +773,8 @@ async fn watch_own_memory(gates: Arc<Gates>, max_rss_mb: u64) {
 }
 
 /// On every SIGHUP, read the configuration again and apply what can change while serving: the
-/// scheduling limits and the rate limits (with `rate_limits.config_dir`'s files read again).
+/// scheduling limits, the rate limits (with `rate_limits.config_dir`'s files read again) and
+/// the HTTP admission policies (a request in flight keeps the policy it began under).
 /// Every other key keeps its running value until a restart (logged by name when it changed);
 /// an invalid file (or rate limit file) is logged with every problem and changes nothing.
 async fn reload_on_sighup<S: Store>(
@@ -747,6 +782,7 @@ async fn reload_on_sighup<S: Store>(
     mut running: Config,
     reload: Reload,
     rate_limits: Arc<LiveRateLimits>,
+    policies: Arc<LivePolicies>,
 ) {
     #[cfg(unix)]
     {
@@ -774,10 +810,16 @@ async fn reload_on_sighup<S: Store>(
                     applied.push("rate_limits.config_dir".into());
                 }
             }
+            if new.http_admission != running.http_admission {
+                policies.replace(new.http_admission.clone());
+                running.http_admission = new.http_admission.clone();
+            }
             tracing::info!(
                 changed = %applied.join(", "),
                 domains = rate_limits.get().rules.domains().count(),
-                "configuration reloaded: scheduling limits and rate limits applied"
+                http_policies = policies.get().policies.len(),
+                "configuration reloaded: scheduling limits, rate limits and HTTP admission \
+                 policies applied"
             );
             if !restart.is_empty() {
                 tracing::warn!(
@@ -789,6 +831,6 @@ async fn reload_on_sighup<S: Store>(
     }
     #[cfg(not(unix))]
     {
-        let _ = (store, running, reload, rate_limits);
+        let _ = (store, running, reload, rate_limits, policies);
     }
 }

@@ -61,6 +61,32 @@ impl Default for GrpcLimits {
 
 const PROOFS: [&str; 4] = ["token_sha256", "token_env", "token_file", "client_cert_dns"];
 
+/// What a credential's list of names names, for its checks' messages.
+#[derive(Clone, Copy)]
+struct Names {
+    key: &'static str,
+    one: &'static str,
+    all: &'static str,
+    every: &'static str,
+    not_for_operators: &'static str,
+}
+
+const DOMAINS: Names = Names {
+    key: "domains",
+    one: "a rate limit domain",
+    all: "rate limit domains",
+    every: "every domain",
+    not_for_operators: "operator credentials ask no rate limits; leave domains out",
+};
+
+const POLICIES: Names = Names {
+    key: "http_policies",
+    one: "an HTTP admission policy",
+    all: "HTTP admission policies",
+    every: "every policy",
+    not_for_operators: "operator credentials admit no HTTP requests; leave http_policies out",
+};
+
 impl Cx {
     /// The `credentials` list; `mtls` says whether client certificates are verified (a
     /// `client_cert_dns` credential needs them).
@@ -81,7 +107,7 @@ impl Cx {
         let mut digests = HashSet::new();
         for (i, item) in items.iter().enumerate() {
             let path = format!("credentials[{i}]");
-            let mut known = vec!["name", "role", "host_ids", "domains"];
+            let mut known = vec!["name", "role", "host_ids", "domains", "http_policies"];
             known.extend(PROOFS);
             let Some(m) = self.mapping(item, &path, &known) else {
                 continue;
@@ -127,12 +153,14 @@ impl Cx {
                     None
                 }
             };
-            let domains = self.domains(m.get("domains"), &path, role);
+            let domains = self.gateway_names(m.get("domains"), &path, role, DOMAINS);
+            let http_policies = self.gateway_names(m.get("http_policies"), &path, role, POLICIES);
             let host_ids = self.host_ids(
                 m.get("host_ids"),
                 &path,
                 role,
-                domains.as_ref().is_some_and(|d| !d.is_empty()),
+                domains.as_ref().is_some_and(|d| !d.is_empty())
+                    || http_policies.as_ref().is_some_and(|p| !p.is_empty()),
             );
             let proof = self.proof(m, &path);
             if matches!(proof, Some(Proof::ClientCertDns(_))) && !mtls {
@@ -147,14 +175,21 @@ impl Cx {
                 self.err(&path, "has the same token as an earlier credential");
                 continue;
             }
-            if let (Some(name), Some(role), Some(host_ids), Some(domains), Some(proof)) =
-                (name, role, host_ids, domains, proof)
+            if let (
+                Some(name),
+                Some(role),
+                Some(host_ids),
+                Some(domains),
+                Some(http_policies),
+                Some(proof),
+            ) = (name, role, host_ids, domains, http_policies, proof)
             {
                 out.push(Credential {
                     name,
                     role,
                     host_ids,
                     domains,
+                    http_policies,
                     proof,
                 });
             }
@@ -162,21 +197,20 @@ impl Cx {
         out
     }
 
-    /// A gateway credential's `domains`: the rate limit domains it may ask about.
-    fn domains(
+    /// A gateway credential's `domains` (the rate limit domains it may ask about) or
+    /// `http_policies` (the HTTP admission policies it may use), as `names` says.
+    fn gateway_names(
         &mut self,
         v: Option<&Value>,
         path: &str,
         role: Option<Role>,
+        names: Names,
     ) -> Option<BTreeSet<String>> {
-        let dpath = join(path, "domains");
+        let dpath = join(path, names.key);
         match (v, role) {
             (None, _) => Some(BTreeSet::new()),
             (Some(_), Some(Role::Operator)) => {
-                self.err(
-                    &dpath,
-                    "operator credentials ask no rate limits; leave domains out",
-                );
+                self.err(&dpath, names.not_for_operators);
                 None
             }
             (Some(Value::Sequence(items)), _) if !items.is_empty() => {
@@ -188,7 +222,12 @@ impl Cx {
                         }
                         _ => self.err(
                             &format!("{dpath}[{i}]"),
-                            format_args!("must be a rate limit domain (a non-empty string, or \"*\" for every domain), got {}", kind(d)),
+                            format_args!(
+                                "must be {} (a non-empty string, or \"*\" for {}), got {}",
+                                names.one,
+                                names.every,
+                                kind(d)
+                            ),
                         ),
                     }
                 }
@@ -197,7 +236,10 @@ impl Cx {
             (Some(_), _) => {
                 self.err(
                     &dpath,
-                    "must be a non-empty list of rate limit domains (\"*\": every domain)",
+                    format_args!(
+                        "must be a non-empty list of {} (\"*\": {})",
+                        names.all, names.every
+                    ),
                 );
                 None
             }
@@ -217,8 +259,9 @@ impl Cx {
             (None, Some(Role::Gateway)) => {
                 self.err(
                     path,
-                    "host_ids is required for a gateway credential (or domains, for an \
-                     Envoy that only asks ShouldRateLimit)",
+                    "host_ids is required for a gateway credential (or domains or \
+                     http_policies, for an Envoy that only asks ShouldRateLimit or admits HTTP \
+                     requests)",
                 );
                 None
             }
@@ -482,6 +525,10 @@ pub(super) fn render(out: &mut String, c: &Config) {
             if !cr.domains.is_empty() {
                 let domains: Vec<String> = cr.domains.iter().map(|d| yaml_key(d)).collect();
                 let _ = write!(out, ", domains: [{}]", domains.join(", "));
+            }
+            if !cr.http_policies.is_empty() {
+                let p: Vec<String> = cr.http_policies.iter().map(|d| yaml_key(d)).collect();
+                let _ = write!(out, ", http_policies: [{}]", p.join(", "));
             }
             let _ = writeln!(out, ", {proof}}}");
         }

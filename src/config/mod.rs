@@ -10,9 +10,11 @@
 //!   configure; [`stores`] the store sections, [`policies`] `resources` and `auth`;
 //! - [`resolve`]: defaults < file < flags into one [`Config`];
 //! - [`render`]: a [`Config`] as the YAML `check-config` prints;
-//! - [`access`]: credentials, TLS and the gRPC edge's limits.
+//! - [`access`]: credentials, TLS and the gRPC edge's limits;
+//! - [`http_admission`]: the external processor's policies (`http_admission`).
 
 mod access;
+mod http_admission;
 mod policies;
 mod rate_limits;
 mod render;
@@ -115,6 +117,8 @@ pub struct Config {
     pub metrics_max_hosts: usize,
     /// The rate limit service's domains and settings (`rate_limits`).
     pub rate_limits: RateLimitsConfig,
+    /// The policies of the external processor (`http_admission`).
+    pub http_admission: crate::http_admission::HttpAdmissionConfig,
 }
 
 /// `metrics.max_hosts` by default.

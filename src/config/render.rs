@@ -97,6 +97,7 @@ impl Config {
             );
         }
         rate_limits::render(&mut out, &self.rate_limits);
+        http_admission::render(&mut out, &self.http_admission);
         out
     }
 }
@@ -264,8 +265,14 @@ pub fn changed_keys(old: &Config, new: &Config) -> (Vec<String>, Vec<String>) {
     let mut changed = Vec::new();
     walk("", parse(old).as_ref(), parse(new).as_ref(), &mut changed);
     changed.into_iter().partition(|k| {
-        ["scheduling", "hosts", "memory", "rate_limits"]
-            .iter()
-            .any(|s| k == s || k.starts_with(&format!("{s}.")))
+        [
+            "scheduling",
+            "hosts",
+            "memory",
+            "rate_limits",
+            "http_admission",
+        ]
+        .iter()
+        .any(|s| k == s || k.starts_with(&format!("{s}.")))
     })
 }

@@ -80,6 +80,7 @@ impl Cx {
             grpc: file.grpc,
             metrics_max_hosts: file.metrics_max_hosts.unwrap_or(DEFAULT_METRICS_MAX_HOSTS),
             rate_limits: file.rate_limits,
+            http_admission: file.http_admission,
             admin_listen: {
                 let (text, path) = match (&o.admin_listen, &file.admin_listen) {
                     (Some(a), _) => (Some(a.clone()), "--admin-listen"),

