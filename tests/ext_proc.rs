@@ -259,6 +259,11 @@ const OPS_TOKEN: &str = "ops-token-for-the-ext-proc-test";
 /// The authority with two policies on host `llm`: `chat` (a long max_wait) and `short`
 /// (max_wait 300 ms), Envoy's credential naming both, and an operator's for the test's reads.
 fn authority(name: &str, scheduling: &str) -> Server {
+    authority_with(name, scheduling, "")
+}
+
+/// [`authority`], with `extra` appended to its configuration (a store).
+fn authority_with(name: &str, scheduling: &str, extra: &str) -> Server {
     Server::start_with_config(
         &format!("ext-proc-authority-{name}"),
         &format!(
@@ -268,7 +273,7 @@ fn authority(name: &str, scheduling: &str) -> Server {
              \x20   - {{ name: short, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 300ms }}\n\
              credentials:\n\
              \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short], token_sha256: \"{}\" }}\n\
-             \x20 - {{ name: ops, role: operator, token_sha256: \"{}\" }}\n",
+             \x20 - {{ name: ops, role: operator, token_sha256: \"{}\" }}\n{extra}",
             digest(TOKEN),
             digest(OPS_TOKEN),
         ),
@@ -481,4 +486,66 @@ async fn an_envoy_killed_mid_request_frees_its_slot_within_the_lease() {
         killed.elapsed() < Duration::from_secs(3),
         "within about a lease"
     );
+}
+
+#[tokio::test]
+async fn two_authority_replicas_on_redis_share_one_cap() {
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+    let store = format!(
+        "store:\n  redis: {{ url: \"{url}\", prefix: \"ext-proc-{}:\" }}\n",
+        std::process::id()
+    );
+    let scheduling = "{ total: 2, per_subject: 2, queue: { total: 50, per_subject: 50 } }";
+    let (r1, r2) = (
+        authority_with("redis-1", scheduling, &store),
+        authority_with("redis-2", scheduling, &store),
+    );
+    let upstream = Upstream::start();
+    let (a, b) = (
+        Envoy::start("redis-a", upstream.port, r1.addr.port(), "chat"),
+        Envoy::start("redis-b", upstream.port, r2.addr.port(), "chat"),
+    );
+    let mut clients = Vec::new();
+    for i in 0..10 {
+        let port = if i % 2 == 0 { a.port } else { b.port };
+        let tenant = ["alice", "bob"][i % 2];
+        clients.push(std::thread::spawn(move || {
+            get(port, "/", &[("x-tenant", tenant), ("x-delay-ms", "300")]).map(|r| r.0)
+        }));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for c in clients {
+        assert_eq!(c.join().unwrap(), Some(200));
+    }
+    let seen = upstream.seen();
+    assert_eq!(
+        (seen.total, seen.max),
+        (10, 2),
+        "one cap of 2 through both replicas"
+    );
+}
+
+#[tokio::test]
+async fn a_stopped_redis_answers_503_and_the_upstream_sees_nothing() {
+    let mut redis = common::RedisServer::start(free_port());
+    let store = format!("store:\n  redis: {{ url: \"{}\" }}\n", redis.url());
+    let server = authority_with("redis-down", "{ total: 4, per_subject: 4 }", &store);
+    let upstream = Upstream::start();
+    let envoy = Envoy::start("redis-down", upstream.port, server.addr.port(), "chat");
+    assert_eq!(
+        envoy.get(&[("x-tenant", "alice")]).0,
+        200,
+        "served while Redis runs"
+    );
+    redis.stop();
+    for _ in 0..3 {
+        let (status, headers) = envoy.get(&[("x-tenant", "alice")]);
+        assert_eq!(status, 503, "{headers:?}");
+        assert_eq!(
+            header(&headers, "x-admission-refused"),
+            Some("STORE_UNAVAILABLE")
+        );
+    }
+    assert_eq!(upstream.seen().total, 1, "nothing passed uncounted");
 }
