@@ -31,8 +31,16 @@ fn envoy_bin() -> PathBuf {
 }
 
 /// The filter's bootstrap docs/envoy.md shows (its ```yaml envoy-ext-proc block), on loopback
-/// ports, naming `policy`.
-fn bootstrap(listen: u16, admin: u16, upstream: u16, authority: u16, policy: &str) -> String {
+/// ports, naming `policy`; `buffered`: the filter sends the request body (what a policy with
+/// tokens or body fields needs, as docs/envoy.md says).
+fn bootstrap_with(
+    listen: u16,
+    admin: u16,
+    upstream: u16,
+    authority: u16,
+    policy: &str,
+    buffered: bool,
+) -> String {
     let page =
         std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/envoy.md"))
             .unwrap();
@@ -46,10 +54,16 @@ fn bootstrap(listen: u16, admin: u16, upstream: u16, authority: u16, policy: &st
         "value: chat }",
         "failure_mode_allow: false",
         "message_timeout: 60s",
+        "request_body_mode: NONE",
     ] {
         assert!(doc.contains(line), "the documented bootstrap has {line:?}");
     }
+    let body_mode = if buffered { "BUFFERED" } else { "NONE" };
     let yaml = doc
+        .replace(
+            "request_body_mode: NONE",
+            &format!("request_body_mode: {body_mode}"),
+        )
         .replace("port_value: 10000", &format!("port_value: {listen}"))
         .replace("port_value: 8080", &format!("port_value: {upstream}"))
         .replace("port_value: 50051", &format!("port_value: {authority}"))
@@ -68,10 +82,20 @@ struct Envoy {
 
 impl Envoy {
     fn start(name: &str, upstream: u16, authority: u16, policy: &str) -> Envoy {
+        Envoy::start_with(name, upstream, authority, policy, false)
+    }
+
+    fn start_with(
+        name: &str,
+        upstream: u16,
+        authority: u16,
+        policy: &str,
+        buffered: bool,
+    ) -> Envoy {
         let (port, admin) = (free_port(), free_port());
         let config = config_file(
             &format!("ext-proc-{name}"),
-            &bootstrap(port, admin, upstream, authority, policy),
+            &bootstrap_with(port, admin, upstream, authority, policy, buffered),
         );
         let log = config.with_extension("log");
         let child = Command::new(envoy_bin())
@@ -166,6 +190,9 @@ struct Seen {
     max: u32,
     total: u32,
     tenants: Vec<String>,
+    /// OpenAI-shaped requests: the tokens their answers reported, and each one's max_tokens.
+    tokens: u64,
+    max_tokens: Vec<u64>,
 }
 
 struct Upstream {
@@ -194,7 +221,10 @@ impl Upstream {
     }
 }
 
-/// Requests on one (kept-alive) connection, each a GET without a body.
+/// Requests on one (kept-alive) connection: a GET answered in chunks of text, or an
+/// OpenAI-shaped POST (its JSON body) answered with usage: its input estimate (4 characters a
+/// token of its messages) as prompt tokens and its `max_tokens` as completion tokens, as JSON
+/// or, with `"stream": true`, as server-sent events whose last chunk carries the usage.
 fn serve_upstream(stream: TcpStream, seen: &Mutex<Seen>) {
     let mut out = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
@@ -213,6 +243,20 @@ fn serve_upstream(stream: TcpStream, seen: &Mutex<Seen>) {
             }
         }
         let value = |name: &str| header(&headers, name).map(str::to_string);
+        let length: usize = value("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        if length > 0 {
+            let ok = answer_openai(&mut out, &body, seen);
+            if !ok {
+                return;
+            }
+            continue;
+        }
         let delay: u64 = value("x-delay-ms")
             .and_then(|v| v.parse().ok())
             .unwrap_or(100);
@@ -256,6 +300,49 @@ fn digest(token: &str) -> String {
 
 const OPS_TOKEN: &str = "ops-token-for-the-ext-proc-test";
 
+/// An OpenAI-shaped answer to `body` (see [`serve_upstream`]); false when the connection broke.
+fn answer_openai(out: &mut TcpStream, body: &[u8], seen: &Mutex<Seen>) -> bool {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+    let chars: usize = v["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter_map(|m| m["content"].as_str())
+                .map(str::len)
+                .sum()
+        })
+        .unwrap_or(0);
+    let (prompt, completion) = (
+        chars.div_ceil(4) as u64,
+        v["max_tokens"].as_u64().unwrap_or(0),
+    );
+    {
+        let mut s = seen.lock().unwrap();
+        s.total += 1;
+        s.tokens += prompt + completion;
+        s.max_tokens.push(completion);
+    }
+    let usage = serde_json::json!({"prompt_tokens": prompt, "completion_tokens": completion});
+    std::thread::sleep(Duration::from_millis(200));
+    if v["stream"].as_bool() == Some(true) {
+        let events = format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"hi\"}}}}]}}\n\n\
+             data: {{\"choices\":[],\"usage\":{usage}}}\n\ndata: [DONE]\n\n"
+        );
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+            events.len()
+        );
+        return out.write_all(head.as_bytes()).is_ok() && out.write_all(events.as_bytes()).is_ok();
+    }
+    let json = serde_json::json!({"id": "x", "choices": [], "usage": usage}).to_string();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        json.len()
+    );
+    out.write_all(head.as_bytes()).is_ok() && out.write_all(json.as_bytes()).is_ok()
+}
+
 /// The authority with two policies on host `llm`: `chat` (a long max_wait) and `short`
 /// (max_wait 300 ms), Envoy's credential naming both, and an operator's for the test's reads.
 fn authority(name: &str, scheduling: &str) -> Server {
@@ -271,8 +358,9 @@ fn authority_with(name: &str, scheduling: &str, extra: &str) -> Server {
              http_admission:\n  policies:\n\
              \x20   - {{ name: chat, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 20s }}\n\
              \x20   - {{ name: short, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 300ms }}\n\
+             \x20   - {{ name: tokens, host_id: llm, subject: {{ header: x-tenant }}, account: {{ body: model }}, tokens: openai }}\n\
              credentials:\n\
-             \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short], token_sha256: \"{}\" }}\n\
+             \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short, tokens], token_sha256: \"{}\" }}\n\
              \x20 - {{ name: ops, role: operator, token_sha256: \"{}\" }}\n{extra}",
             digest(TOKEN),
             digest(OPS_TOKEN),
@@ -372,9 +460,11 @@ async fn tenants_waiting_for_one_slot_take_turns() {
 
 #[tokio::test]
 async fn refusals_answer_429_past_max_wait_and_400_without_a_subject() {
-    let server = authority(
+    let admin = free_port();
+    let server = authority_with(
         "refusals",
         "{ total: 1, per_subject: 1, queue: { total: 10 } }",
+        &format!("admin_listen: 127.0.0.1:{admin}\n"),
     );
     let upstream = Upstream::start();
     let envoy = Envoy::start("refusals", upstream.port, server.addr.port(), "short");
@@ -412,6 +502,20 @@ async fn refusals_answer_429_past_max_wait_and_400_without_a_subject() {
         || async { (in_flight(&server).await == 0).then_some(()) },
     )
     .await;
+    // Each outcome counted per policy; nothing held now.
+    let (_, metrics) = common::http_get(admin, "/metrics");
+    for line in [
+        "admission_http_requests_total{policy=\"short\",outcome=\"admitted\"} 1",
+        "admission_http_requests_total{policy=\"short\",outcome=\"MAX_WAIT\"} 1",
+        "admission_http_requests_total{policy=\"short\",outcome=\"BAD_REQUEST\"} 1",
+        "admission_http_requests_held{policy=\"short\"} 0",
+        "admission_http_queue_wait_seconds_count{policy=\"short\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -548,4 +652,155 @@ async fn a_stopped_redis_answers_503_and_the_upstream_sees_nothing() {
         );
     }
     assert_eq!(upstream.seen().total, 1, "nothing passed uncounted");
+}
+
+/// One HTTP/1.1 POST of a JSON body on a fresh connection, read to its end: status, headers,
+/// body.
+fn post(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, Vec<(String, String)>, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, rest.to_string())
+}
+
+/// The host's reservations still open (not settled), read with the operator's credential.
+async fn open_reservations(server: &Server) -> usize {
+    let mut c = server.operator().await;
+    let mut req = tonic::Request::new(admission_authority::api::ListReservationsRequest {
+        host_id: "llm".into(),
+        ..Default::default()
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {OPS_TOKEN}").parse().unwrap(),
+    );
+    c.list_reservations(req)
+        .await
+        .expect("reservations")
+        .into_inner()
+        .reservations
+        .len()
+}
+
+#[tokio::test]
+async fn concurrent_requests_never_overshoot_a_token_budget_and_each_is_settled() {
+    // The model's account may spend 1,000 tokens a day. Ten requests at once, each asking
+    // for 250 output tokens: each is reserved (its input estimate plus its grant) before it
+    // goes on, a grant lower than asked rewrites its max_tokens, and the rest are refused
+    // 429 once nothing is left. The upstream uses what it is granted.
+    let server = authority_with(
+        "tokens",
+        "{ total: 20, per_subject: 20 }",
+        "allowances:\n  gpt-x: { tokens: 1000, window: 24h }\n",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start_with("tokens", upstream.port, server.addr.port(), "tokens", true);
+    let port = envoy.port;
+    let body =
+        r#"{"model":"gpt-x","max_tokens":250,"messages":[{"role":"user","content":"12345678"}]}"#;
+    let clients: Vec<_> = (0..10)
+        .map(|_| std::thread::spawn(move || post(port, &[("x-tenant", "alice")], body)))
+        .collect();
+    let answers: Vec<_> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let ok = answers.iter().filter(|a| a.0 == 200).count();
+    let refused: Vec<_> = answers.iter().filter(|a| a.0 != 200).collect();
+    assert!(ok >= 4, "{answers:?}");
+    for (status, headers, _) in &refused {
+        assert_eq!(*status, 429);
+        assert_eq!(
+            header(headers, "x-admission-refused"),
+            Some("QUOTA_EXHAUSTED")
+        );
+    }
+    {
+        let seen = upstream.seen();
+        assert_eq!(
+            seen.total as usize, ok,
+            "the refused requests never reached it"
+        );
+        assert!(
+            seen.tokens <= 1000,
+            "the budget held: {} tokens used",
+            seen.tokens
+        );
+        assert!(
+            seen.max_tokens.iter().any(|&m| m < 250),
+            "a lower grant rewrote max_tokens: {:?}",
+            seen.max_tokens
+        );
+    }
+    eventually(
+        "every reservation settled",
+        Duration::from_secs(5),
+        || async { (open_reservations(&server).await == 0).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_streamed_response_is_settled_from_its_final_usage_chunk() {
+    let server = authority_with(
+        "tokens-stream",
+        "{ total: 4, per_subject: 4 }",
+        "allowances:\n  gpt-x: { tokens: 1000, window: 24h }\n",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start_with(
+        "tokens-stream",
+        upstream.port,
+        server.addr.port(),
+        "tokens",
+        true,
+    );
+    let body = r#"{"model":"gpt-x","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"12345678"}]}"#;
+    let (status, _, text) = post(envoy.port, &[("x-tenant", "alice")], body);
+    assert_eq!(status, 200);
+    assert!(text.contains("[DONE]"), "{text}");
+    eventually(
+        "the stream's reservation settled",
+        Duration::from_secs(5),
+        || async { (open_reservations(&server).await == 0).then_some(()) },
+    )
+    .await;
+    // Settled at its usage (2 + 100), not at its reservation: 898 are left, so 800 fit.
+    let big = r#"{"model":"gpt-x","max_tokens":800,"messages":[]}"#;
+    let (status, _, _) = post(envoy.port, &[("x-tenant", "alice")], big);
+    assert_eq!(status, 200);
+    assert_eq!(
+        upstream.seen().max_tokens,
+        vec![100, 800],
+        "granted in full"
+    );
+    // A body that is not JSON is refused before it takes a slot.
+    let (status, headers, _) = post(envoy.port, &[("x-tenant", "alice")], "{nope");
+    assert_eq!(
+        (status, header(&headers, "x-admission-refused")),
+        (400, Some("BAD_REQUEST"))
+    );
 }

@@ -16,10 +16,19 @@ use std::fmt::Write as _;
 
 use super::walker::{Cx, check_id, format_ms, join, kind, yaml_key};
 use super::*;
-use crate::http_admission::{DEFAULT_MAX_WAIT_MS, HttpAdmissionConfig, HttpPolicy, Source};
+use crate::http_admission::{
+    DEFAULT_MAX_TOKENS, DEFAULT_MAX_WAIT_MS, HttpAdmissionConfig, HttpPolicy, Source, Tokens,
+};
 
-const POLICY_KEYS: [&str; 6] = [
-    "name", "host_id", "subject", "account", "priority", "max_wait",
+const POLICY_KEYS: [&str; 8] = [
+    "name",
+    "host_id",
+    "subject",
+    "account",
+    "priority",
+    "max_wait",
+    "tokens",
+    "default_max_tokens",
 ];
 
 /// The longest `max_wait`: a request held longer is better refused and retried.
@@ -108,6 +117,33 @@ impl Cx {
             None | Some(Value::Null) => Some(DEFAULT_MAX_WAIT_MS),
             Some(v) => self.duration(v, &join(path, "max_wait"), 0, MAX_MAX_WAIT_MS),
         };
+        let default_max_tokens = match m.get("default_max_tokens") {
+            None | Some(Value::Null) => Some(DEFAULT_MAX_TOKENS),
+            Some(v) => self.count(v, &join(path, "default_max_tokens"), 1, 10_000_000),
+        };
+        let tokens = match m.get("tokens").map(|v| (v, v.as_str())) {
+            None | Some((Value::Null, _)) => {
+                if m.contains_key("default_max_tokens") {
+                    self.err(
+                        &join(path, "default_max_tokens"),
+                        "applies only with tokens: openai",
+                    );
+                }
+                Some(None)
+            }
+            Some((_, Some("openai"))) => default_max_tokens.map(|d| {
+                Some(Tokens::OpenAi {
+                    default_max_tokens: d,
+                })
+            }),
+            Some((v, _)) => {
+                self.err(
+                    &join(path, "tokens"),
+                    format_args!("must be openai (or left out), got {}", kind(v)),
+                );
+                None
+            }
+        };
         Some(HttpPolicy {
             name: name?,
             host_id: host_id?,
@@ -115,12 +151,29 @@ impl Cx {
             account: account?,
             priority: priority?,
             max_wait_ms: max_wait_ms?,
+            tokens: tokens?,
         })
     }
 
-    /// `{ header: NAME }`.
+    /// `{ header: NAME }` or `{ body: FIELD }`.
     fn source(&mut self, v: &Value, path: &str) -> Option<Source> {
-        let m = self.mapping(v, path, &["header"])?;
+        let m = self.mapping(v, path, &["header", "body"])?;
+        if let Some(field) = m.get("body") {
+            if m.contains_key("header") {
+                self.err(path, "give one of header, body");
+                return None;
+            }
+            return match field.as_str() {
+                Some(f) if !f.is_empty() && f.len() <= 128 => Some(Source::Body(f.to_string())),
+                _ => {
+                    self.err(
+                        &join(path, "body"),
+                        "must be the name of a top-level field of the JSON body",
+                    );
+                    None
+                }
+            };
+        }
         match m.get("header").map(|v| (v, v.as_str())) {
             Some((_, Some(h)))
                 if !h.is_empty()
@@ -139,7 +192,7 @@ impl Cx {
             None => {
                 self.err(
                     path,
-                    "must name where the value comes from: { header: NAME }",
+                    "must name where the value comes from: { header: NAME } or { body: FIELD }",
                 );
                 None
             }
@@ -157,6 +210,7 @@ pub(super) fn render(out: &mut String, c: &HttpAdmissionConfig) {
     for p in c.policies.values() {
         let source = |s: &Option<Source>| match s {
             Some(Source::Header(h)) => format!("{{ header: {} }}", yaml_key(h)),
+            Some(Source::Body(f)) => format!("{{ body: {} }}", yaml_key(f)),
             None => "null".to_string(),
         };
         let _ = writeln!(out, "    - name: {}", yaml_key(&p.name));
@@ -165,5 +219,14 @@ pub(super) fn render(out: &mut String, c: &HttpAdmissionConfig) {
         let _ = writeln!(out, "      account: {}", source(&p.account));
         let _ = writeln!(out, "      priority: {}", source(&p.priority));
         let _ = writeln!(out, "      max_wait: {}", format_ms(p.max_wait_ms));
+        match &p.tokens {
+            Some(Tokens::OpenAi { default_max_tokens }) => {
+                let _ = writeln!(out, "      tokens: openai");
+                let _ = writeln!(out, "      default_max_tokens: {default_max_tokens}");
+            }
+            None => {
+                let _ = writeln!(out, "      tokens: null");
+            }
+        }
     }
 }

@@ -1,8 +1,11 @@
 //! Admission for HTTP requests that Envoy's external processing filter sends: the configured
 //! policies (`http_admission.policies`), and what one request asks of the scheduler under
-//! its policy (its host, subject, account, priority, run id), read from its headers. Free of
-//! transport: the filter's stream protocol is `service::ext_proc`'s, the tickets the
-//! scheduler's, unchanged.
+//! its policy (its host, subject, account, priority, run id), read from its headers or its
+//! JSON body; [`openai`]: the request's tokens and the response's usage, for policies with
+//! `tokens: openai`. Free of transport: the filter's stream protocol is `service::ext_proc`'s,
+//! the tickets the scheduler's, unchanged.
+
+pub mod openai;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -12,26 +15,46 @@ use std::sync::{Arc, RwLock};
 pub enum Source {
     /// A request header (lower-cased, as Envoy sends them).
     Header(String),
+    /// A top-level string field of the request's JSON body (`model`).
+    Body(String),
 }
 
 impl Source {
-    /// The value in `headers` (the request's, keys lower-cased), trimmed; `None` when absent
-    /// or empty.
-    pub fn read<'a>(&self, headers: &'a [(String, String)]) -> Option<&'a str> {
-        let Source::Header(name) = self;
-        headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.trim())
-            .filter(|v| !v.is_empty())
+    /// The value in `headers` (the request's, keys lower-cased) or `body`, trimmed; `None`
+    /// when absent or empty.
+    pub fn read(&self, headers: &[(String, String)], body: &[u8]) -> Option<String> {
+        let v = match self {
+            Source::Header(name) => headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.trim().to_string()),
+            Source::Body(field) => openai::field(body, field).map(|v| v.trim().to_string()),
+        };
+        v.filter(|v| !v.is_empty())
     }
 
-    /// How the configuration names it (`header x-tenant`).
+    /// How the configuration names it (`header x-tenant`, `body field model`).
     pub fn describe(&self) -> String {
-        let Source::Header(name) = self;
-        format!("header {name}")
+        match self {
+            Source::Header(name) => format!("header {name}"),
+            Source::Body(field) => format!("body field {field}"),
+        }
     }
 }
+
+/// What a policy reserves of the ledger per request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tokens {
+    /// OpenAI-shaped JSON: the request's tokens reserved with Authorize before it goes on, its
+    /// response's usage settled.
+    OpenAi {
+        /// Output tokens reserved for a request that sets no bound.
+        default_max_tokens: u64,
+    },
+}
+
+/// `default_max_tokens` by default.
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
 /// One policy: which host's scheduler an HTTP request is admitted by, and where its subject,
 /// account and priority come from.
@@ -44,6 +67,19 @@ pub struct HttpPolicy {
     pub priority: Option<Source>,
     /// The longest a request waits in the queue, then 429.
     pub max_wait_ms: u64,
+    pub tokens: Option<Tokens>,
+}
+
+impl HttpPolicy {
+    /// Whether a request is admitted only once its body is read (a body source, or tokens):
+    /// the filter must send the request body (`request_body_mode: BUFFERED`).
+    pub fn needs_body(&self) -> bool {
+        let body = |s: &Option<Source>| matches!(s, Some(Source::Body(_)));
+        self.tokens.is_some()
+            || matches!(self.subject, Source::Body(_))
+            || body(&self.account)
+            || body(&self.priority)
+    }
 }
 
 /// `max_wait` by default.
@@ -108,20 +144,21 @@ fn id_ok(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| (0x20..0x7f).contains(&b))
 }
 
-/// The request with `headers` under `policy`: its subject (required), account and priority
-/// (optional), and its run id (`x-request-id`, else `made`).
+/// The request with `headers` (and `body`, empty when not read) under `policy`: its subject
+/// (required), account and priority (optional), and its run id (`x-request-id`, else `made`).
 ///
 /// Fails when the subject is missing, or a value is not an id (1..128 printable ASCII bytes)
 /// or a priority (1..5).
 pub fn ask(
     policy: &HttpPolicy,
     headers: &[(String, String)],
+    body: &[u8],
     made: impl FnOnce() -> String,
 ) -> Result<Ask, BadRequest> {
     let id = |source: &Source, role: &'static str| -> Result<Option<String>, BadRequest> {
-        match source.read(headers) {
+        match source.read(headers, body) {
             None => Ok(None),
-            Some(v) if id_ok(v) => Ok(Some(v.to_string())),
+            Some(v) if id_ok(&v) => Ok(Some(v)),
             Some(_) => Err(BadRequest::Invalid {
                 policy: policy.name.clone(),
                 role,
@@ -140,7 +177,7 @@ pub fn ask(
         None => None,
     };
     let priority = match &policy.priority {
-        Some(s) => match s.read(headers) {
+        Some(s) => match s.read(headers, body) {
             None => 0,
             Some(v) => match v.parse::<u8>() {
                 Ok(p) if (1..=5).contains(&p) => p,
@@ -157,8 +194,8 @@ pub fn ask(
         None => 0,
     };
     let request_id = Source::Header("x-request-id".into());
-    let run_id = match request_id.read(headers) {
-        Some(v) if id_ok(v) => v.to_string(),
+    let run_id = match request_id.read(headers, body) {
+        Some(v) if id_ok(&v) => v,
         _ => made(),
     };
     Ok(Ask {
@@ -182,6 +219,7 @@ mod tests {
             account: Some(Source::Header("x-provider".into())),
             priority: Some(Source::Header("x-priority".into())),
             max_wait_ms: 1_000,
+            tokens: None,
         }
     }
 
@@ -200,7 +238,7 @@ mod tests {
             ("x-priority", "2"),
             ("x-request-id", "req-1"),
         ]);
-        let a = ask(&policy(), &h, || unreachable!()).unwrap();
+        let a = ask(&policy(), &h, b"", || unreachable!()).unwrap();
         assert_eq!(
             a,
             Ask {
@@ -211,7 +249,7 @@ mod tests {
                 run_id: "req-1".into(),
             }
         );
-        let a = ask(&policy(), &headers(&[("x-tenant", "acme")]), || {
+        let a = ask(&policy(), &headers(&[("x-tenant", "acme")]), b"", || {
             "made".into()
         })
         .unwrap();
@@ -222,8 +260,21 @@ mod tests {
     }
 
     #[test]
+    fn a_body_field_is_read_from_the_json_body() {
+        let mut p = policy();
+        p.account = Some(Source::Body("model".into()));
+        assert!(p.needs_body());
+        let h = headers(&[("x-tenant", "acme")]);
+        let a = ask(&p, &h, br#"{"model":"gpt-x"}"#, || "r".into()).unwrap();
+        assert_eq!(a.account_id.as_deref(), Some("gpt-x"));
+        let a = ask(&p, &h, b"not json", || "r".into()).unwrap();
+        assert_eq!(a.account_id, None, "absent, as a missing header is");
+        assert!(!policy().needs_body());
+    }
+
+    #[test]
     fn a_missing_or_bad_value_names_the_header_and_the_policy() {
-        let e = ask(&policy(), &headers(&[("x-tenant", "")]), String::new).unwrap_err();
+        let e = ask(&policy(), &headers(&[("x-tenant", "")]), b"", String::new).unwrap_err();
         assert_eq!(
             e.to_string(),
             "header x-tenant: missing (policy \"chat\" takes the subject from it)"
@@ -231,6 +282,7 @@ mod tests {
         let e = ask(
             &policy(),
             &headers(&[("x-tenant", "a"), ("x-priority", "9")]),
+            b"",
             String::new,
         )
         .unwrap_err();
@@ -238,7 +290,13 @@ mod tests {
             e.to_string(),
             "header x-priority: must be 1 (highest) to 5 (policy \"chat\" takes the priority from it)"
         );
-        let e = ask(&policy(), &headers(&[("x-tenant", "a\u{7f}")]), String::new).unwrap_err();
+        let e = ask(
+            &policy(),
+            &headers(&[("x-tenant", "a\u{7f}")]),
+            b"",
+            String::new,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("printable ASCII"), "{e}");
     }
 }

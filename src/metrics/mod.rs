@@ -7,8 +7,8 @@
 //! identities are never labels.
 //!
 //! Rooms: this file holds the counters the service updates as it decides; `latency` the
-//! histograms of RPCs and store calls; `ratelimit` the rate limit service's counts; `render`
-//! the exposition. docs/operations.md lists every
+//! histograms of RPCs and store calls; `ratelimit` the rate limit service's counts;
+//! `http_admission` the external processor's per policy; `render` the exposition. docs/operations.md lists every
 //! metric; `deploy/grafana-dashboard.json` and `deploy/prometheus-rules.yaml` use them (the
 //! test command checks their queries against what a scrape shows).
 //!
@@ -20,10 +20,12 @@
 //! histogram lines, about 40 lines here, tested by a parse in tests/metrics.rs and by
 //! `promtool check metrics` in the test command. One dependency fewer on a lean tree.
 
+mod http_admission;
 mod latency;
 mod ratelimit;
 mod render;
 
+pub use http_admission::HttpAdmissionMetrics;
 pub use latency::{Histogram, LATENCY_BOUNDS_S, RpcLatency, StoreLatency};
 pub use ratelimit::{MAX_RATE_LIMIT_SERIES, RateLimitMetrics};
 pub use render::{MAX_ADAPTIVE_SERIES, OTHER_HOSTS, render};
@@ -51,6 +53,8 @@ pub struct Metrics {
     pub store: Arc<StoreLatency>,
     /// The rate limit service's counts per domain and configured descriptor.
     pub rate_limits: RateLimitMetrics,
+    /// The external processor's figures per policy.
+    pub http: HttpAdmissionMetrics,
 }
 
 impl Metrics {

@@ -133,6 +133,7 @@ pub async fn render<S: Store>(
     );
     metrics.store.write(&mut out);
     metrics.rate_limits.write(&mut out);
+    metrics.http.write(&mut out);
     family(
         "admission_reclaim_refused_total",
         "counter",

@@ -25,13 +25,14 @@ use tonic::{Request, Response, Status, Streaming};
 use super::status::ApiError;
 use crate::api::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use crate::api::envoy::service::ext_proc::v3::{
-    self as ext, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse, HttpHeaders,
-    ImmediateResponse, ProcessingRequest, ProcessingResponse, TrailersResponse,
-    processing_request::Request as Part, processing_response::Response as Answer,
+    self as ext, BodyMutation, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse,
+    HttpHeaders, ImmediateResponse, ProcessingRequest, ProcessingResponse, TrailersResponse,
+    body_mutation, processing_request::Request as Part, processing_response::Response as Answer,
 };
 use crate::api::envoy::r#type::v3::HttpStatus;
 use crate::gates::Gates;
-use crate::http_admission::{self, Ask, HttpPolicy, LivePolicies};
+use crate::http_admission::{self, Ask, HttpPolicy, LivePolicies, Tokens, openai};
+use crate::ledger::{AuthorizeArgs, Coverage, Decision, Usage};
 use crate::metrics::Metrics;
 use crate::scheduler::{
     DEFAULT_PRIORITY, Outcome, Refusal, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
@@ -79,22 +80,31 @@ impl<S: Store> ext::external_processor_server::ExternalProcessor for ExtProcServ
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
-        let name = request
+        let policies = self.policies.get();
+        // Without the metadata (a gateway that cannot send any, as Envoy Gateway's
+        // EnvoyExtensionPolicy): the policy named `default`, or the only one.
+        let name = match request
             .metadata()
             .get(POLICY_METADATA)
             .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-            .ok_or_else(|| {
-                ApiError::invalid(
+        {
+            Some(name) => name.to_string(),
+            None if policies.policies.contains_key("default") => "default".to_string(),
+            None if policies.policies.len() == 1 => {
+                policies.policies.keys().next().expect("one").clone()
+            }
+            None => {
+                return Err(ApiError::invalid(
                     POLICY_METADATA,
                     "is required: the filter's grpc_service.initial_metadata names the \
-                     http_admission policy",
+                     http_admission policy (or configure one policy, or one named default)",
                 )
-            })?;
+                .into());
+            }
+        };
         security::caller(request.extensions())?
             .http_policy(&name)
             .map_err(ApiError::from)?;
-        let policies = self.policies.get();
         let policy = policies.policies.get(&name).cloned().ok_or_else(|| {
             let known: Vec<&str> = policies.policies.keys().map(String::as_str).collect();
             ApiError::invalid(
@@ -118,6 +128,9 @@ impl<S: Store> ext::external_processor_server::ExternalProcessor for ExtProcServ
             policy,
             tx,
             held: None,
+            pending: None,
+            reserved: None,
+            status: None,
         };
         tokio::spawn(exchange.run(request.into_inner()));
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -141,6 +154,23 @@ struct Exchange<S> {
     tx: mpsc::Sender<Result<ProcessingResponse, Status>>,
     /// Set while the request holds its ticket; taken when it is released (exactly once).
     held: Option<Held>,
+    /// A policy that reads the body: the request's headers until its body comes, and the
+    /// body so far.
+    pending: Option<(Headers, Vec<u8>)>,
+    /// The request's tokens reserved (`tokens: openai`), until settled (exactly once).
+    reserved: Option<Reserved>,
+    /// The response's status, once its headers came.
+    status: Option<u16>,
+}
+
+/// A request's headers: (lower-cased key, value).
+type Headers = Vec<(String, String)>;
+
+/// A reservation to settle: the ledger key, and the response's usage as it is read.
+struct Reserved {
+    host_id: String,
+    run_id: String,
+    usage: Option<openai::UsageReader>,
 }
 
 /// What a message from Envoy leads to.
@@ -177,12 +207,56 @@ impl<S: Store> Exchange<S> {
             let had = self.held.is_some();
             match self.step(part.0, part.1, &mut inbound).await {
                 Step::Go => {}
-                Step::Ended => self.release().await,
+                Step::Ended => self.finish(true).await,
                 Step::Stop => break,
             }
             if let (false, Some(h)) = (had, &self.held) {
                 renew = tokio::time::interval_at(tokio::time::Instant::now() + h.every, h.every);
                 renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            }
+        }
+        self.finish(false).await;
+    }
+
+    /// The request is over (`complete`: its response ended, else the stream did): settle what
+    /// it reserved, then release its ticket, each once.
+    async fn finish(&mut self, complete: bool) {
+        if let Some(r) = self.reserved.take() {
+            let used = r
+                .usage
+                .and_then(|u| if complete { u.finish() } else { u.so_far() });
+            let usage = match (used, self.status) {
+                (Some(u), _) => Usage {
+                    input_tokens: u.input,
+                    output_tokens: u.output,
+                    cost: 0,
+                    coverage: if complete {
+                        Coverage::Complete
+                    } else {
+                        Coverage::Partial
+                    },
+                },
+                // The provider refused or failed: it billed nothing.
+                (None, Some(status)) if status >= 400 => Usage {
+                    input_tokens: 0,
+                    output_tokens: 0,
+                    cost: 0,
+                    coverage: Coverage::Complete,
+                },
+                (None, _) => Usage {
+                    input_tokens: 0,
+                    output_tokens: 0,
+                    cost: 0,
+                    coverage: Coverage::Unknown,
+                },
+            };
+            match self.store.settle(&r.host_id, &r.run_id, 1, usage).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::warn!(run = %r.run_id, "settling a request failed: {e}"),
+                Err(e) => tracing::warn!(
+                    run = %r.run_id,
+                    "settling a request failed (its reservation turns uncertain): {e}"
+                ),
             }
         }
         self.release().await;
@@ -195,15 +269,65 @@ impl<S: Store> Exchange<S> {
         inbound: &mut Streaming<ProcessingRequest>,
     ) -> Step {
         let (answer, step) = match part {
-            Part::RequestHeaders(h) => match self.admit(&h, inbound).await {
-                Ok(()) => (Answer::RequestHeaders(go()), Step::Go),
-                Err(refused) => (Answer::ImmediateResponse(refused), Step::Stop),
+            Part::RequestHeaders(h) => {
+                let pairs = header_pairs(&h);
+                if self.policy.needs_body() && !h.end_of_stream {
+                    // Admitted once the body is read (Envoy sends it, BUFFERED, before the
+                    // request goes anywhere).
+                    self.pending = Some((pairs, Vec::new()));
+                    (Answer::RequestHeaders(go()), Step::Go)
+                } else {
+                    match self.admit_with_body(pairs, Vec::new(), inbound).await {
+                        Ok(_) => (Answer::RequestHeaders(go()), Step::Go),
+                        Err(refused) => (Answer::ImmediateResponse(refused), Step::Stop),
+                    }
+                }
+            }
+            Part::RequestBody(b) => match self.pending.as_mut() {
+                Some((_, body)) if !b.end_of_stream => {
+                    // Not BUFFERED: the chunks are kept until the last one.
+                    if body.len() + b.body.len() > openai::MAX_JSON_BODY {
+                        self.pending = None;
+                        let refused = self.refuse(
+                            413,
+                            "BODY_TOO_LARGE",
+                            "the request body is too large to admit",
+                            None,
+                        );
+                        (Answer::ImmediateResponse(refused), Step::Stop)
+                    } else {
+                        body.extend_from_slice(&b.body);
+                        (Answer::RequestBody(go_body()), Step::Go)
+                    }
+                }
+                Some(_) => {
+                    let (pairs, mut body) = self.pending.take().expect("pending");
+                    body.extend_from_slice(&b.body);
+                    match self.admit_with_body(pairs, body, inbound).await {
+                        Ok(rewritten) => (Answer::RequestBody(body_answer(rewritten)), Step::Go),
+                        Err(refused) => (Answer::ImmediateResponse(refused), Step::Stop),
+                    }
+                }
+                None => (Answer::RequestBody(go_body()), Step::Go),
             },
-            Part::RequestBody(_) => (Answer::RequestBody(go_body()), Step::Go),
             Part::RequestTrailers(_) => (Answer::RequestTrailers(trailers()), Step::Go),
             Part::ResponseHeaders(h) => {
-                if let (Some(held), Some(status)) = (&mut self.held, header(&h, ":status")) {
+                if self.pending.take().is_some() {
+                    tracing::error!(
+                        policy = %self.policy.name,
+                        "a request of a policy that reads the body reached its response \
+                         without its body: the filter must send the request body \
+                         (processing_mode.request_body_mode: BUFFERED); it was not admitted"
+                    );
+                }
+                let status = header(&h, ":status");
+                self.status = status;
+                if let (Some(held), Some(status)) = (&mut self.held, status) {
                     held.outcome = outcome_of(status);
+                }
+                if let Some(r) = &mut self.reserved {
+                    let content_type = header_text(&h, "content-type").unwrap_or_default();
+                    r.usage = Some(openai::UsageReader::new(&content_type));
                 }
                 let step = if h.end_of_stream {
                     Step::Ended
@@ -212,14 +336,19 @@ impl<S: Store> Exchange<S> {
                 };
                 (Answer::ResponseHeaders(go()), step)
             }
-            Part::ResponseBody(b) => (
-                Answer::ResponseBody(go_body()),
-                if b.end_of_stream {
-                    Step::Ended
-                } else {
-                    Step::Go
-                },
-            ),
+            Part::ResponseBody(b) => {
+                if let Some(u) = self.reserved.as_mut().and_then(|r| r.usage.as_mut()) {
+                    u.push(&b.body);
+                }
+                (
+                    Answer::ResponseBody(go_body()),
+                    if b.end_of_stream {
+                        Step::Ended
+                    } else {
+                        Step::Go
+                    },
+                )
+            }
             Part::ResponseTrailers(_) => (Answer::ResponseTrailers(trailers()), Step::Ended),
         };
         if !async_mode
@@ -237,25 +366,92 @@ impl<S: Store> Exchange<S> {
         step
     }
 
-    /// Submit the request's ticket and wait while it is queued (at most `max_wait`, while
-    /// Envoy keeps the stream open); the answer that refuses it otherwise.
-    async fn admit(
+    /// Admit the request with `pairs` (its headers) and `body` (empty when not read): its
+    /// ticket, then with `tokens: openai` its reservation (a ticket whose reservation is
+    /// refused is released at once). Returns the body rewritten to a lower grant, if any;
+    /// the answer that refuses the request otherwise.
+    async fn admit_with_body(
         &mut self,
-        headers: &HttpHeaders,
+        pairs: Vec<(String, String)>,
+        body: Vec<u8>,
         inbound: &mut Streaming<ProcessingRequest>,
-    ) -> Result<(), ImmediateResponse> {
-        let pairs = header_pairs(headers);
-        let ask = http_admission::ask(&self.policy, &pairs, || {
+    ) -> Result<Option<Vec<u8>>, ImmediateResponse> {
+        let ask = http_admission::ask(&self.policy, &pairs, &body, || {
             format!("ext-proc-{:032x}", TicketId::random_key())
         })
         .map_err(|e| self.refuse(400, "BAD_REQUEST", &e.to_string(), None))?;
+        let Some(Tokens::OpenAi { default_max_tokens }) = self.policy.tokens.clone() else {
+            self.admit(&ask, inbound).await?;
+            return Ok(None);
+        };
+        // A body that cannot be reserved for is refused before it takes a slot.
+        let asked = openai::asked(&body, default_max_tokens)
+            .map_err(|e| self.refuse(400, "BAD_REQUEST", &e, None))?;
+        let run_id = self.admit(&ask, inbound).await?;
+        let args = AuthorizeArgs {
+            run_id: run_id.clone(),
+            step: 1,
+            subject: ask.subject.clone(),
+            account_id: ask.account_id.clone(),
+            model: asked.model.clone(),
+            requested_output_tokens: asked.output_tokens.max(1),
+            estimated_input_tokens: asked.input_estimate,
+            estimated_cost: 0,
+        };
+        let auth = match self.store.authorize(&ask.host_id, args).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                self.release().await;
+                return Err(self.refuse(400, "BAD_REQUEST", &e.to_string(), None));
+            }
+            Err(e) => {
+                self.release().await;
+                return Err(self.unavailable(&e.to_string()));
+            }
+        };
+        match auth.decision {
+            Decision::Allow => {
+                self.reserved = Some(Reserved {
+                    host_id: ask.host_id.clone(),
+                    run_id,
+                    usage: None,
+                });
+                Ok((auth.granted_output_tokens < asked.output_tokens)
+                    .then(|| openai::with_output_bound(&body, auth.granted_output_tokens))
+                    .flatten())
+            }
+            // The budget leaves the call to the gateway (`unknown_usage: defer`): the filter
+            // has no policy of its own, so the request goes on, unreserved.
+            Decision::Unknown => Ok(None),
+            Decision::Deny => {
+                self.release().await;
+                let reason = auth.reason.map_or("DENIED", |r| r.code());
+                Err(self.refuse(
+                    429,
+                    reason,
+                    &format!("the token budget refuses the request ({reason})"),
+                    Some(60),
+                ))
+            }
+        }
+    }
+
+    /// Submit the request's ticket and wait while it is queued (at most `max_wait`, while
+    /// Envoy keeps the stream open); its run id once admitted, the answer that refuses it
+    /// otherwise.
+    async fn admit(
+        &mut self,
+        ask: &Ask,
+        inbound: &mut Streaming<ProcessingRequest>,
+    ) -> Result<String, ImmediateResponse> {
         if self.gates.draining.load(Ordering::Relaxed) {
             return Err(self.refused(Refusal::Draining));
         }
         if self.gates.authority_memory_full.load(Ordering::Relaxed) {
             return Err(self.refused(Refusal::MemoryPressure));
         }
-        let (id, view) = self.submit(&ask).await?;
+        let asked_at = crate::clock::Stopwatch::start();
+        let (id, view, run_id) = self.submit(ask).await?;
         let view = match view.state {
             TicketState::Admitted => view,
             TicketState::Queued => self.wait(&id, inbound).await?,
@@ -268,17 +464,19 @@ impl<S: Store> Exchange<S> {
                 ));
             }
         };
-        self.metrics.decision("HttpAdmission", "admitted", "");
+        self.metrics
+            .http
+            .admitted(&self.policy.name, asked_at.elapsed());
         let lease = view.lease_remaining_ms.max(300);
         self.held = Some(Held {
             id,
             every: Duration::from_millis(lease / 3),
             outcome: Outcome::Unspecified,
         });
-        Ok(())
+        Ok(run_id)
     }
 
-    async fn submit(&self, ask: &Ask) -> Result<(TicketId, TicketView), ImmediateResponse> {
+    async fn submit(&self, ask: &Ask) -> Result<(TicketId, TicketView, String), ImmediateResponse> {
         let mut run_id = ask.run_id.clone();
         for _ in 0..2 {
             let args = SubmitArgs {
@@ -296,7 +494,7 @@ impl<S: Store> Exchange<S> {
                 resubmit_expired: false,
             };
             match self.store.submit(&ask.host_id, args).await {
-                Ok(Ok((id, view))) if view.state.is_live() => return Ok((id, view)),
+                Ok(Ok((id, view))) if view.state.is_live() => return Ok((id, view, run_id)),
                 // The request id named an ended ticket (a client that reuses x-request-id):
                 // this request is another one.
                 Ok(Ok(_)) | Ok(Err(SubmitError::RunIdConflict { .. })) => {
@@ -362,7 +560,6 @@ impl<S: Store> Exchange<S> {
                     {
                         return Ok(v);
                     }
-                    self.metrics.decision("HttpAdmission", "refused", "MAX_WAIT");
                     return Err(self.refuse(
                         429,
                         "MAX_WAIT",
@@ -407,6 +604,7 @@ impl<S: Store> Exchange<S> {
     /// Release the held ticket, once.
     async fn release(&mut self) {
         let Some(h) = self.held.take() else { return };
+        self.metrics.http.released(&self.policy.name);
         let report = Report {
             outcome: h.outcome,
             latency_ms: None,
@@ -417,7 +615,6 @@ impl<S: Store> Exchange<S> {
     }
 
     fn refused(&self, r: Refusal) -> ImmediateResponse {
-        self.metrics.decision("HttpAdmission", "refused", r.code());
         let status = match r {
             Refusal::Draining => 503,
             _ => 429,
@@ -432,8 +629,6 @@ impl<S: Store> Exchange<S> {
     }
 
     fn unavailable(&self, why: &str) -> ImmediateResponse {
-        self.metrics
-            .decision("HttpAdmission", "refused", "STORE_UNAVAILABLE");
         self.refuse(
             503,
             "STORE_UNAVAILABLE",
@@ -447,10 +642,11 @@ impl<S: Store> Exchange<S> {
     fn refuse(
         &self,
         status: u16,
-        reason: &str,
+        reason: &'static str,
         text: &str,
         retry_s: Option<u64>,
     ) -> ImmediateResponse {
+        self.metrics.http.refused(&self.policy.name, reason);
         let mut set_headers = vec![option("x-admission-refused", reason)];
         if let Some(s) = retry_s {
             set_headers.push(option("retry-after", &s.to_string()));
@@ -495,6 +691,25 @@ fn go_body() -> BodyResponse {
     }
 }
 
+/// Go on, with the body replaced by `rewritten` (and its length with it) when given.
+fn body_answer(rewritten: Option<Vec<u8>>) -> BodyResponse {
+    let Some(body) = rewritten else {
+        return go_body();
+    };
+    BodyResponse {
+        response: Some(CommonResponse {
+            header_mutation: Some(HeaderMutation {
+                set_headers: vec![option("content-length", &body.len().to_string())],
+                remove_headers: Vec::new(),
+            }),
+            body_mutation: Some(BodyMutation {
+                mutation: Some(body_mutation::Mutation::Body(body)),
+            }),
+            ..CommonResponse::default()
+        }),
+    }
+}
+
 fn trailers() -> TrailersResponse {
     TrailersResponse::default()
 }
@@ -519,11 +734,15 @@ fn header_pairs(h: &HttpHeaders) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-fn header(h: &HttpHeaders, name: &str) -> Option<u16> {
+fn header_text(h: &HttpHeaders, name: &str) -> Option<String> {
     header_pairs(h)
         .into_iter()
         .find(|(k, _)| k == name)
-        .and_then(|(_, v)| v.parse().ok())
+        .map(|(_, v)| v)
+}
+
+fn header(h: &HttpHeaders, name: &str) -> Option<u16> {
+    header_text(h, name).and_then(|v| v.parse().ok())
 }
 
 /// What the upstream's status says of the provider behind it (the adaptive caps' signal).
