@@ -31,6 +31,7 @@ mod ratelimit_scenario;
 mod adaptive;
 mod console;
 mod durable;
+mod envoy;
 mod on_redis;
 mod ratelimit;
 use tokio::sync::Mutex;
@@ -124,6 +125,8 @@ enum Only {
     Console,
     /// `ratelimit`: Envoy's rate limit service (and on Redis with `--redis-url`).
     RateLimit,
+    /// `envoy`: a real Envoy with the external processing filter against without it.
+    Envoy,
 }
 
 impl Only {
@@ -138,12 +141,13 @@ impl Only {
             "durable-cpu" => Only::DurableCpu,
             "console" => Only::Console,
             "ratelimit" => Only::RateLimit,
+            "envoy" => Only::Envoy,
             _ => return None,
         })
     }
 }
 
-const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console|ratelimit] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
+const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console|ratelimit|envoy] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
 
 fn args() -> Args {
     let mut a = Args {
@@ -1021,6 +1025,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
         Some(Only::Adaptive) => return adaptive::adaptive(a, dir).await,
         Some(Only::Console) => return console::console(a, dir).await,
         Some(Only::RateLimit) => return ratelimit::rate_limits(a, dir).await,
+        Some(Only::Envoy) => return envoy::envoy(a, dir).await,
         Some(Only::Durable) => return durable::durable(a, dir).await,
         Some(Only::DurableCpu) => return durable::durable_cpu(a, dir).await,
         Some(Only::Rules) => return rules(a, dir).await,
