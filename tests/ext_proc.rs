@@ -275,6 +275,12 @@ fn serve_upstream(stream: TcpStream, seen: &Mutex<Seen>) {
             std::thread::sleep(Duration::from_millis(delay / chunks));
             ok = ok && out.write_all(b"3\r\nok\n\r\n").is_ok();
         }
+        // `x-fail: reset`: the upstream dies mid-response (its connection cut).
+        if value("x-fail").as_deref() == Some("reset") {
+            seen.lock().unwrap().now -= 1;
+            let _ = out.shutdown(Shutdown::Both);
+            return;
+        }
         ok = ok && out.write_all(b"0\r\n\r\n").is_ok();
         seen.lock().unwrap().now -= 1;
         if !ok {
@@ -323,6 +329,12 @@ fn answer_openai(out: &mut TcpStream, body: &[u8], seen: &Mutex<Seen>) -> bool {
         s.max_tokens.push(completion);
     }
     let usage = serde_json::json!({"prompt_tokens": prompt, "completion_tokens": completion});
+    // `"no_usage": true`: an answer that reports none.
+    let usage = if v["no_usage"].as_bool() == Some(true) {
+        serde_json::Value::Null
+    } else {
+        usage
+    };
     std::thread::sleep(Duration::from_millis(200));
     if v["stream"].as_bool() == Some(true) {
         let events = format!(
@@ -803,4 +815,101 @@ async fn a_streamed_response_is_settled_from_its_final_usage_chunk() {
         (status, header(&headers, "x-admission-refused")),
         (400, Some("BAD_REQUEST"))
     );
+}
+
+#[tokio::test]
+async fn an_upstream_that_fails_mid_response_frees_its_slot() {
+    let server = authority(
+        "upstream-fails",
+        "{ total: 1, per_subject: 1, lease_ttl: 60s, queue: { total: 10 } }",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start("upstream-fails", upstream.port, server.addr.port(), "chat");
+    let (port, headers) = (
+        envoy.port,
+        [
+            ("x-tenant", "alice"),
+            ("x-chunks", "2"),
+            ("x-fail", "reset"),
+        ],
+    );
+    // The response began, then the upstream's connection was cut: Envoy ends the request.
+    let _ = std::thread::spawn(move || get(port, "/", &headers)).join();
+    // Long before the 60 s lease, and the next request is admitted.
+    eventually("the slot freed", Duration::from_secs(5), || async {
+        (in_flight(&server).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(envoy.get(&[("x-tenant", "bob")]).0, 200);
+}
+
+#[tokio::test]
+async fn a_response_without_usage_is_settled_as_unknown() {
+    let server = authority_with(
+        "no-usage",
+        "{ total: 4, per_subject: 4 }",
+        "allowances:\n  gpt-x: { tokens: 1000, window: 24h }\n",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start_with(
+        "no-usage",
+        upstream.port,
+        server.addr.port(),
+        "tokens",
+        true,
+    );
+    let body = r#"{"model":"gpt-x","max_tokens":100,"no_usage":true,"messages":[]}"#;
+    let (status, _, text) = post(envoy.port, &[("x-tenant", "alice")], body);
+    assert_eq!(status, 200);
+    assert!(
+        !text.contains("usage\":{"),
+        "the answer reports no usage: {text}"
+    );
+    // Settled (unknown), not left open to turn uncertain.
+    eventually(
+        "the reservation settled",
+        Duration::from_secs(5),
+        || async { (open_reservations(&server).await == 0).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_sighup_adds_a_policy_for_the_next_requests() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(format!("ext-proc-reload-{}.yaml", std::process::id()));
+    let write = |policies: &str| {
+        std::fs::write(
+            &path,
+            format!(
+                "http_admission:\n  policies:\n{policies}\
+                 \x20   - {{ name: chat, host_id: llm, subject: {{ header: x-tenant }} }}\n"
+            ),
+        )
+        .unwrap()
+    };
+    write("");
+    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let upstream = Upstream::start();
+    let envoy = Envoy::start("reload", upstream.port, server.addr.port(), "late");
+    // No policy `late` yet: the filter's stream is refused, and Envoy lets nothing through.
+    assert_eq!(envoy.get(&[("x-tenant", "alice")]).0, 500);
+    assert_eq!(upstream.seen().total, 0);
+    write("    - { name: late, host_id: llm, subject: { header: x-tenant } }\n");
+    assert!(
+        Command::new("kill")
+            .args(["-HUP", &server.pid().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let port = envoy.port;
+    eventually(
+        "the new policy admits",
+        Duration::from_secs(10),
+        || async move {
+            (get(port, "/", &[("x-tenant", "alice")]).map(|r| r.0) == Some(200)).then_some(())
+        },
+    )
+    .await;
 }

@@ -136,10 +136,11 @@ impl Cx {
                     default_max_tokens: d,
                 })
             }),
-            Some((v, _)) => {
+            Some((v, text)) => {
+                let got = text.map_or_else(|| kind(v).to_string(), |t| format!("{t:?}"));
                 self.err(
                     &join(path, "tokens"),
-                    format_args!("must be openai (or left out), got {}", kind(v)),
+                    format_args!("must be openai (or left out), got {got}"),
                 );
                 None
             }

@@ -50,9 +50,6 @@ pub struct ExtProcService<S> {
     policies: Arc<LivePolicies>,
     gates: Arc<Gates>,
     metrics: Arc<Metrics>,
-    /// The instance id the tickets carry: this authority's, as Envoy is no gateway replica
-    /// that renews by itself.
-    instance_id: String,
 }
 
 impl<S> ExtProcService<S> {
@@ -67,7 +64,6 @@ impl<S> ExtProcService<S> {
             policies,
             gates,
             metrics,
-            instance_id: format!("envoy-ext-proc@{}", std::process::id()),
         }
     }
 }
@@ -124,7 +120,9 @@ impl<S: Store> ext::external_processor_server::ExternalProcessor for ExtProcServ
             store: self.store.clone(),
             gates: self.gates.clone(),
             metrics: self.metrics.clone(),
-            instance_id: self.instance_id.clone(),
+            // The holders' table of the console and ListTickets say which policy holds it.
+            // (An id of at most 128 bytes: names are printable ASCII.)
+            instance_id: format!("envoy:{}", &policy.name[..policy.name.len().min(122)]),
             policy,
             tx,
             held: None,
