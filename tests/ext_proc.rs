@@ -281,8 +281,10 @@ fn serve_upstream(stream: TcpStream, seen: &Mutex<Seen>) {
             let _ = out.shutdown(Shutdown::Both);
             return;
         }
-        ok = ok && out.write_all(b"0\r\n\r\n").is_ok();
+        // Counted out before the last chunk leaves: the response's end is what frees the
+        // slot, so the next request cannot arrive before this one is counted out.
         seen.lock().unwrap().now -= 1;
+        ok = ok && out.write_all(b"0\r\n\r\n").is_ok();
         if !ok {
             return;
         }

@@ -7282,6 +7282,7 @@
     const holders = list.tickets.filter((t) => t.state !== admission_exports.TicketState.TICKET_STATE_QUEUED);
     queue(queued, list.truncated);
     holderTable(hostId, holders);
+    envoyPolicies(list.tickets);
     reservationTable(hostId, reservations.reservations);
     limitsEditor(hostId, limits);
   }
@@ -7359,6 +7360,19 @@
       table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "blocked by"], rows, "Nobody waits."),
       ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => state.queuePage = p, "queue-pager")
     );
+  }
+  function envoyPolicies(tickets) {
+    const per = /* @__PURE__ */ new Map();
+    for (const t of tickets) {
+      if (!t.instanceId.startsWith("envoy:")) continue;
+      const policy = t.instanceId.slice("envoy:".length);
+      const n = per.get(policy) ?? { holding: 0, waiting: 0 };
+      if (t.state === admission_exports.TicketState.TICKET_STATE_QUEUED) n.waiting += 1;
+      else n.holding += 1;
+      per.set(policy, n);
+    }
+    const lines = [...per.entries()].sort().map(([policy, n]) => h("li", { "data-policy": policy }, `Envoy policy ${policy}: ${n.holding} holding, ${n.waiting} waiting`));
+    fill(byId("envoy-policies"), lines.length > 0 && h("ul", { class: "lines" }, ...lines));
   }
   function holderTable(hostId, holders) {
     const page = Math.min(state.holderPage, Math.max(0, Math.ceil(holders.length / PAGE_ROWS) - 1));

@@ -281,6 +281,7 @@ async function hostView(hostId: string): Promise<void> {
   const holders = list.tickets.filter((t) => t.state !== pb.TicketState.TICKET_STATE_QUEUED);
   queue(queued, list.truncated);
   holderTable(hostId, holders);
+  envoyPolicies(list.tickets);
   reservationTable(hostId, reservations.reservations);
   limitsEditor(hostId, limits);
 }
@@ -358,6 +359,24 @@ function queue(queued: pb.TicketInfo[], truncated: boolean): void {
     table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "blocked by"], rows, "Nobody waits."),
     ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => (state.queuePage = p), "queue-pager"),
   );
+}
+
+/** Envoy's requests (tickets of the external processor, instance `envoy:<policy>`): how many
+ * hold a slot and how many wait, per policy. Nothing when the host has none. */
+function envoyPolicies(tickets: pb.TicketInfo[]): void {
+  const per = new Map<string, { holding: number; waiting: number }>();
+  for (const t of tickets) {
+    if (!t.instanceId.startsWith("envoy:")) continue;
+    const policy = t.instanceId.slice("envoy:".length);
+    const n = per.get(policy) ?? { holding: 0, waiting: 0 };
+    if (t.state === pb.TicketState.TICKET_STATE_QUEUED) n.waiting += 1;
+    else n.holding += 1;
+    per.set(policy, n);
+  }
+  const lines = [...per.entries()]
+    .sort()
+    .map(([policy, n]) => h("li", { "data-policy": policy }, `Envoy policy ${policy}: ${n.holding} holding, ${n.waiting} waiting`));
+  fill(byId("envoy-policies"), lines.length > 0 && h("ul", { class: "lines" }, ...lines));
 }
 
 function holderTable(hostId: string, holders: pb.TicketInfo[]): void {

@@ -103,8 +103,8 @@ async function operatorCall(addr: string, method: string, request: object): Prom
 function gateway(addr: string, token?: string) {
   const { call, close } = stub(addr, "AdmissionClient", token);
   return {
-    submit: (hostId: string, subject: string, runId: string, mode = gen.SubmitMode.SUBMIT_MODE_QUEUE) =>
-      call("submit", gen.SubmitRequest.fromPartial({ hostId, subject, runId, instanceId: "gw-test", mode })),
+    submit: (hostId: string, subject: string, runId: string, mode = gen.SubmitMode.SUBMIT_MODE_QUEUE, instanceId = "gw-test") =>
+      call("submit", gen.SubmitRequest.fromPartial({ hostId, subject, runId, instanceId, mode })),
     authorize: (hostId: string, runId: string, step: number, subject: string) =>
       call("authorize", gen.AuthorizeRequest.fromPartial({ hostId, runId, step, subject, requestedOutputTokens: 100 })),
     attempt: (endpoint: string, identity: string, peek = false) =>
@@ -229,6 +229,21 @@ resources:
     await until(page, "#holders-result", /Released .* \(run run-alice\); it was admitted/);
     await until(page, `#holders tr[data-ticket="${waiting.ticketId}"]`, /run-bob.*admitted/);
     await until(page, "#queue", /Nobody waits/);
+    gw.close();
+  });
+
+  test("Envoy's requests are counted per policy beside the holders", async () => {
+    // Tickets of the external processor carry their policy as their instance (envoy:<policy>).
+    const gw = gateway(authority.grpc, GW);
+    const queue = gen.SubmitMode.SUBMIT_MODE_QUEUE;
+    await gw.submit("shop", "erin", "run-envoy-1", queue, "envoy:chat");
+    await gw.submit("shop", "fay", "run-envoy-2", queue, "envoy:chat");
+    await until(page, '#envoy-policies li[data-policy="chat"]', /Envoy policy chat: \d+ holding, \d+ waiting/);
+    const line = await page.textContent('#envoy-policies li[data-policy="chat"]');
+    const [holding, waiting] = [...line!.matchAll(/(\d+) (holding|waiting)/g)].map((m) => Number(m[1]));
+    assert.equal(holding + waiting, 2, line!);
+    await gw.releaseRun("shop", "run-envoy-1");
+    await gw.releaseRun("shop", "run-envoy-2");
     gw.close();
   });
 
