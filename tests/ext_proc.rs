@@ -385,6 +385,11 @@ fn authority_with(name: &str, scheduling: &str, extra: &str) -> Server {
 
 /// The host's tickets in flight, read with the operator's credential.
 async fn in_flight(server: &Server) -> u32 {
+    stats_of(server).await.in_flight
+}
+
+/// The host's Stats, read with the operator's credential.
+async fn stats_of(server: &Server) -> admission_authority::api::Stats {
     let mut c = server.client().await;
     let mut req = tonic::Request::new(admission_authority::api::GetStatsRequest {
         host_id: "llm".into(),
@@ -393,11 +398,7 @@ async fn in_flight(server: &Server) -> u32 {
         "authorization",
         format!("Bearer {OPS_TOKEN}").parse().unwrap(),
     );
-    c.get_stats(req)
-        .await
-        .expect("stats")
-        .into_inner()
-        .in_flight
+    c.get_stats(req).await.expect("stats").into_inner()
 }
 
 #[tokio::test]
@@ -441,9 +442,10 @@ async fn a_cap_holds_across_two_envoys() {
 
 #[tokio::test]
 async fn tenants_waiting_for_one_slot_take_turns() {
+    // A 1 s lease: the holder runs 3 s, so the waiters' leases are renewed while they wait.
     let server = authority(
         "turns",
-        "{ total: 1, per_subject: 1, queue: { total: 50 } }",
+        "{ total: 1, per_subject: 1, lease_ttl: 1s, queue: { total: 50 } }",
     );
     let upstream = Upstream::start();
     let envoy = Envoy::start("turns", upstream.port, server.addr.port(), "chat");
@@ -451,8 +453,9 @@ async fn tenants_waiting_for_one_slot_take_turns() {
     let send = |tenant: &'static str, delay: &'static str| {
         std::thread::spawn(move || get(port, "/", &[("x-tenant", tenant), ("x-delay-ms", delay)]))
     };
-    // Alice's first holds the slot; three more of hers queue, then three of bob's.
-    let mut all = vec![send("alice", "500")];
+    // Alice's first holds the slot; three more of hers queue, then three of bob's, each
+    // sent once the one before it is queued.
+    let mut all = vec![send("alice", "3000")];
     let started = Instant::now();
     while upstream.seen().now == 0 {
         assert!(
@@ -461,15 +464,26 @@ async fn tenants_waiting_for_one_slot_take_turns() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    for tenant in ["alice", "alice", "alice", "bob", "bob", "bob"] {
+    for (n, tenant) in ["alice", "alice", "alice", "bob", "bob", "bob"]
+        .into_iter()
+        .enumerate()
+    {
         all.push(send(tenant, "50"));
-        std::thread::sleep(Duration::from_millis(40));
+        eventually("the request queued", Duration::from_secs(10), || async {
+            (stats_of(&server).await.queued as usize == n + 1).then_some(())
+        })
+        .await;
     }
     for r in all {
         assert_eq!(r.join().unwrap().map(|(s, _)| s), Some(200));
     }
     let order: String = upstream.seen().tenants.iter().map(|t| &t[..1]).collect();
     assert_eq!(order, "aababab", "round robin over the waiting tenants");
+    assert_eq!(
+        stats_of(&server).await.expired,
+        0,
+        "no waiter's lease lapsed"
+    );
 }
 
 #[tokio::test]

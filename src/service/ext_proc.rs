@@ -452,7 +452,10 @@ impl<S: Store> Exchange<S> {
         let (id, view, run_id) = self.submit(ask).await?;
         let view = match view.state {
             TicketState::Admitted => view,
-            TicketState::Queued => self.wait(&id, inbound).await?,
+            TicketState::Queued => {
+                let every = Duration::from_millis((view.lease_remaining_ms / 3).max(100));
+                self.wait(&id, every, inbound).await?
+            }
             other => {
                 return Err(self.refuse(
                     429,
@@ -512,12 +515,15 @@ impl<S: Store> Exchange<S> {
     async fn wait(
         &mut self,
         id: &TicketId,
+        renew_every: Duration,
         inbound: &mut Streaming<ProcessingRequest>,
     ) -> Result<TicketView, ImmediateResponse> {
         let mut watch = self.store.watch(id);
         let deadline = tokio::time::sleep(Duration::from_millis(self.policy.max_wait_ms));
         tokio::pin!(deadline);
-        let mut keepalive = tokio::time::interval(Duration::from_millis(300));
+        // Its lease renewed every third of it while it waits, as a Wait stream renews.
+        let mut keepalive =
+            tokio::time::interval_at(tokio::time::Instant::now() + renew_every, renew_every);
         keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut refresh = tokio::time::interval(super::wait::POSITION_REFRESH);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
