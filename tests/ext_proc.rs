@@ -929,3 +929,65 @@ async fn a_sighup_adds_a_policy_for_the_next_requests() {
     )
     .await;
 }
+
+/// A filter that sends no metadata (Envoy Gateway's `EnvoyExtensionPolicy` cannot): its
+/// streams are admitted under the only policy; with several and none named `default`, the
+/// stream is refused, naming what is missing. Spoken to directly, as Envoy speaks.
+#[tokio::test]
+async fn a_stream_without_a_policy_name_takes_the_only_policy() {
+    use admission_authority::api::envoy::config::core::v3::{HeaderMap, HeaderValue};
+    use admission_authority::api::envoy::service::ext_proc::v3::{
+        HttpHeaders, ProcessingRequest, external_processor_client::ExternalProcessorClient,
+        processing_request::Request as Part, processing_response::Response as Answer,
+    };
+    let headers = |tenant: &str| ProcessingRequest {
+        async_mode: false,
+        request: Some(Part::RequestHeaders(HttpHeaders {
+            headers: Some(HeaderMap {
+                headers: vec![HeaderValue {
+                    key: "x-tenant".into(),
+                    value: String::new(),
+                    raw_value: tenant.as_bytes().to_vec(),
+                }],
+            }),
+            end_of_stream: true,
+        })),
+    };
+    let one = Server::start_with_config(
+        "ext-proc-one-policy",
+        "http_admission:\n  policies:\n    - { name: only, host_id: llm, subject: { header: x-tenant } }\n",
+        &[],
+    );
+    let mut c = ExternalProcessorClient::new(one.channel().await);
+    let mut answers = c
+        .process(tokio_stream::iter(vec![headers("alice")]))
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    let first = answers.message().await.unwrap().expect("an answer");
+    assert!(
+        matches!(first.response, Some(Answer::RequestHeaders(_))),
+        "admitted under the only policy: {first:?}"
+    );
+    drop(answers);
+
+    let two = Server::start_with_config(
+        "ext-proc-two-policies",
+        "http_admission:\n  policies:\n\
+         \x20   - { name: a, host_id: llm, subject: { header: x-tenant } }\n\
+         \x20   - { name: b, host_id: llm, subject: { header: x-tenant } }\n",
+        &[],
+    );
+    let mut c = ExternalProcessorClient::new(two.channel().await);
+    let refused = c
+        .process(tokio_stream::iter(vec![headers("alice")]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused
+            .message()
+            .starts_with("x-admission-policy: is required"),
+        "{refused:?}"
+    );
+}
