@@ -70,6 +70,8 @@ trait Twin: Sized {
     type S: Store;
     fn build(policy: &Policy, clock: &ManualClock) -> Self;
     fn store(&self) -> &Self::S;
+    /// The process's pauses, as the store sees them.
+    fn pauses(&self) -> Arc<admission_authority::pause::PauseWatch>;
     /// The clock moved to `now`.
     fn moved(&self, _now: u64) {}
     /// Stop and start again on what the store kept; false when it keeps nothing.
@@ -94,6 +96,9 @@ impl Twin for RedisStore {
     }
     fn store(&self) -> &RedisStore {
         self
+    }
+    fn pauses(&self) -> Arc<admission_authority::pause::PauseWatch> {
+        RedisStore::pauses(self)
     }
     fn moved(&self, now: u64) {
         self.freeze_time_for_tests(now);
@@ -136,6 +141,9 @@ impl Twin for Durable {
     fn store(&self) -> &MemoryStore {
         &self.store
     }
+    fn pauses(&self) -> Arc<admission_authority::pause::PauseWatch> {
+        self.store.pauses()
+    }
     fn restarted(&mut self, policy: &Policy, clock: &ManualClock) -> bool {
         self.store.close();
         self.store = open_durable(&self.dir, policy, clock);
@@ -177,6 +185,23 @@ impl<T: Twin> Pair<T> {
         self.other.moved(self.clock.now_ms());
         self.memory.sweep().await?;
         self.other.store().sweep().await
+    }
+
+    /// The process stops for `ms` and goes on: both stores see one pause (their watches, on
+    /// the shared clock, find no beat for that long), then beat again as a heartbeat would.
+    fn pause(&self, ms: u64) {
+        let (a, b) = (self.memory.pauses(), self.other.pauses());
+        for w in [&a, &b] {
+            w.arm(1);
+        }
+        self.clock.advance(ms);
+        self.other.moved(self.clock.now_ms());
+        let now = self.clock.now_ms();
+        for w in [&a, &b] {
+            w.look_at(now);
+            // No pause from now on but the next op's: leases are what the ops do to them.
+            w.arm(u64::MAX);
+        }
     }
 
     /// Restart the twin when it keeps its state, and give the embedded store what a restart
@@ -230,6 +255,8 @@ enum TicketOp {
     Park(usize),
     Unpark(usize),
     Advance(u64),
+    /// The authority stops (SIGSTOP) for this long and goes on.
+    Pause(u64),
     /// An operator's SetLimits on a host, at its current revision or at a stale one.
     SetLimits {
         host: usize,
@@ -274,6 +301,7 @@ fn ticket_op() -> impl Strategy<Value = TicketOp> {
         1 => (0..HOSTS.len(), prop::bool::weighted(0.2))
             .prop_map(|(host, stale)| TicketOp::ResetLimits { host, stale }),
         1 => Just(TicketOp::Restart),
+        1 => (2u64..4_000).prop_map(TicketOp::Pause),
         1 => (any::<usize>(), prop::option::weighted(0.4, (0..HOSTS.len(), 0..SUBJECTS.len())),
               prop::bool::weighted(0.2))
             .prop_map(|(pick, lost, wrong_grant)| TicketOp::Reclaim { pick, lost, wrong_grant }),
@@ -532,6 +560,7 @@ async fn tickets_alike<T: Twin>(
             }
             TicketOp::Advance(ms) => pair.advance(ms).await.unwrap(),
             TicketOp::Restart => pair.restart(),
+            TicketOp::Pause(ms) => pair.pause(ms),
             TicketOp::SetLimits {
                 host,
                 ref limits,

@@ -273,10 +273,13 @@ impl MemoryStore {
         let (out, pending) = {
             let mut guard = host.inner.lock().expect("host lock");
             let now = self.clock.now_ms();
+            // A pause not yet applied to the host is applied before the read, as a change
+            // would (see `apply_host`).
             let due = guard
                 .core
                 .state
-                .housekeeping_due(&guard.core.limits.limits, now);
+                .housekeeping_due(&guard.core.limits.limits, now)
+                || guard.resumed != self.pauses.look_at(now);
             let pending = if due && writable {
                 drop(guard);
                 let (_, pending) = self.apply_host(host_id, host, HostOp::Housekeeping);
