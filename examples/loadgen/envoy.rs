@@ -77,13 +77,7 @@ impl Envoy {
 impl Envoy {
     /// CPU seconds this Envoy has used so far (user + system), from /proc.
     fn cpu_secs(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<f64> = rest
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0.0))
-            .collect();
-        (f[11] + f[12]) / 100.0
+        cpu_secs_of(self.child.id())
     }
 }
 

