@@ -457,6 +457,7 @@ async fn tickets_alike<T: Twin>(
                     rss_mb,
                     priority,
                     resubmit_expired: false,
+                    keyed: None,
                 },
             )),
             TicketOp::Replay {
@@ -601,6 +602,7 @@ async fn tickets_alike<T: Twin>(
                             rss_mb: None,
                             priority: 3,
                             resubmit_expired: false,
+                            keyed: None,
                         };
                         let (memory, redis) =
                             (TicketId::random(HOSTS[host]), TicketId::random(HOSTS[host]));

@@ -126,34 +126,55 @@ async fn a_killed_authority_keeps_every_answer_it_gave() {
             holders.push((r.ticket_id, r.grant));
         }
 
-        // 16 workers: Submit, then Release (free, or withdraw when queued), as fast as they can.
+        // 16 workers: two Submits of one key (each worker its own key policy, half of them
+        // debounced keep-newest), then both Released (free, withdraw when queued, nothing
+        // when superseded), as fast as they can.
         let acked = Arc::new(Mutex::new(Acked::default()));
         let mut workers = Vec::new();
         for w in 0..16 {
             let (mut c, acked) = (server.client().await, acked.clone());
             workers.push(tokio::spawn(async move {
                 for n in 0..100_000 {
-                    let run = format!("w{w}-{n}");
-                    let Ok(r) = c
-                        .submit(submit_req("h", &format!("worker-{}", w % 4), &run))
-                        .await
-                    else {
-                        return;
-                    };
-                    let r = r.into_inner();
-                    acked
-                        .lock()
-                        .unwrap()
-                        .submitted
-                        .insert(r.ticket_id.clone(), r.grant);
-                    let release = api::ReleaseRequest {
-                        ticket_id: r.ticket_id.clone(),
-                        ..Default::default()
-                    };
-                    if c.release(release).await.is_err() {
-                        return;
+                    let mut made = Vec::new();
+                    for second in [false, true] {
+                        let mut req = submit_req(
+                            "h",
+                            &format!("worker-{}", w % 4),
+                            &format!("w{w}-{n}-{second}"),
+                        );
+                        req.key = format!("w{w}-conv-{}", n % 3);
+                        req.key_policy = w % 5;
+                        if req.key_policy == api::KeyPolicy::KeepNewest as i32 && w >= 8 {
+                            req.debounce = Some(prost_types::Duration {
+                                seconds: 0,
+                                nanos: 20_000_000,
+                            });
+                        }
+                        match c.submit(req).await {
+                            Ok(r) => {
+                                let r = r.into_inner();
+                                acked
+                                    .lock()
+                                    .unwrap()
+                                    .submitted
+                                    .insert(r.ticket_id.clone(), r.grant);
+                                made.push(r.ticket_id);
+                            }
+                            // The reject-new key's second Submit.
+                            Err(e) if e.code() == tonic::Code::ResourceExhausted => {}
+                            Err(_) => return,
+                        }
                     }
-                    acked.lock().unwrap().released.insert(r.ticket_id);
+                    for id in made {
+                        let release = api::ReleaseRequest {
+                            ticket_id: id.clone(),
+                            ..Default::default()
+                        };
+                        if c.release(release).await.is_err() {
+                            return;
+                        }
+                        acked.lock().unwrap().released.insert(id);
+                    }
                 }
             }));
         }
@@ -181,7 +202,9 @@ async fn a_killed_authority_keeps_every_answer_it_gave() {
                 assert!(
                     matches!(
                         state,
-                        api::TicketState::Released | api::TicketState::Cancelled
+                        api::TicketState::Released
+                            | api::TicketState::Cancelled
+                            | api::TicketState::Superseded
                     ),
                     "{sync}: {id} was released, and is {state:?}"
                 );

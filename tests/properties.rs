@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 
 use admission_authority::scheduler::{
-    HostState, Limits, OverflowPolicy, SubmitArgs, SubmitMode, TicketKey, TicketState,
+    HostState, KeyArgs, KeyPolicy, Limits, OverflowPolicy, SubmitArgs, SubmitMode, TicketKey,
+    TicketState,
 };
 use proptest::prelude::*;
 
@@ -16,6 +17,7 @@ mod strategies;
 const HOSTS: usize = 2;
 const SUBJECTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
 const ACCOUNTS: [Option<&str>; 3] = [None, Some("acct-1"), Some("acct-2")];
+const KEYS: [&str; 3] = ["conv-1", "conv-2", "conv-3"];
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -25,6 +27,8 @@ enum Op {
         account: usize,
         try_mode: bool,
         rss_mb: Option<u32>,
+        /// (key, policy in `KeyPolicy::ALL`, supersede_running, debounce ms).
+        keyed: Option<(usize, usize, bool, u64)>,
     },
     /// Release (or cancel) the n-th ticket ever made on the host, modulo their number.
     Release {
@@ -51,9 +55,19 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     let rss = prop_oneof![Just(None), (0u32..1200).prop_map(Some)];
+    let keyed = prop_oneof![
+        Just(None),
+        (
+            0..KEYS.len(),
+            0..KeyPolicy::ALL.len(),
+            any::<bool>(),
+            prop_oneof![Just(0u64), 1u64..500]
+        )
+            .prop_map(Some),
+    ];
     prop_oneof![
-        4 => (0..HOSTS, 0..SUBJECTS.len(), 0..ACCOUNTS.len(), any::<bool>(), rss.clone())
-            .prop_map(|(host, subject, account, try_mode, rss_mb)| Op::Submit { host, subject, account, try_mode, rss_mb }),
+        4 => (0..HOSTS, 0..SUBJECTS.len(), 0..ACCOUNTS.len(), any::<bool>(), rss.clone(), keyed)
+            .prop_map(|(host, subject, account, try_mode, rss_mb, keyed)| Op::Submit { host, subject, account, try_mode, rss_mb, keyed }),
         3 => (0..HOSTS, any::<usize>()).prop_map(|(host, pick)| Op::Release { host, pick }),
         2 => (0..HOSTS, any::<usize>(), rss).prop_map(|(host, pick, rss_mb)| Op::Renew { host, pick, rss_mb }),
         1 => (1u64..400).prop_map(|ms| Op::Advance { ms }),
@@ -91,8 +105,20 @@ proptest! {
 
         for op in ops {
             match op {
-                Op::Submit { host, subject, account, try_mode, rss_mb } => {
+                Op::Submit { host, subject, account, try_mode, rss_mb, keyed } => {
                     run += 1;
+                    // What the edge lets through: supersede_running and debounce only with a
+                    // keep-newest policy, debounce only queued.
+                    let keyed = keyed.map(|(k, p, supersede, debounce)| {
+                        let policy = KeyPolicy::ALL[p];
+                        KeyArgs {
+                            key: KEYS[k].to_string(),
+                            policy,
+                            supersede_running: supersede && policy.keeps_newest(),
+                            debounce_ms: if policy.keeps_newest() && !try_mode { debounce } else { 0 },
+                            debounce_max_ms: if policy.keeps_newest() && !try_mode { debounce * 2 } else { 0 },
+                        }
+                    });
                     let args = SubmitArgs {
                         instance_id: format!("replica-{}", run % 2),
                         subject: SUBJECTS[subject].to_string(),
@@ -102,6 +128,7 @@ proptest! {
                         rss_mb,
                         priority: 3,
                         resubmit_expired: false,
+                        keyed,
                     };
                     let key = next_key;
                     next_key += 1;
@@ -151,6 +178,10 @@ proptest! {
                 if let Err(e) = hosts[h].audit(&limits[h], now) {
                     return Err(TestCaseError::fail(format!("host {h}: {e}")));
                 }
+                // What a data dir writes down brings back the same host.
+                let image = hosts[h].image();
+                let back = HostState::from_image(image.clone()).map_err(TestCaseError::fail)?;
+                prop_assert_eq!(back.image(), image);
                 for key in &made[h] {
                     let state = hosts[h].state_of(*key);
                     match (ended.get(&(h, *key)), state) {
@@ -189,6 +220,7 @@ proptest! {
             rss_mb: None,
             priority: 3,
             resubmit_expired: false,
+            keyed: None,
         };
         let holder = host.submit(&limits, args("holder", 0), 0, now).unwrap();
         let mut subject_of = HashMap::new();
@@ -253,6 +285,7 @@ fn prio_args(subject: &str, account: Option<&str>, run: usize, priority: u8) -> 
         rss_mb: None,
         priority,
         resubmit_expired: false,
+        keyed: None,
     }
 }
 

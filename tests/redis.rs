@@ -31,6 +31,7 @@ fn queue_args(subject: &str, run: &str) -> admission_authority::scheduler::Submi
         rss_mb: None,
         priority: 3,
         resubmit_expired: false,
+        keyed: None,
     }
 }
 

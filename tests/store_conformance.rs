@@ -156,6 +156,7 @@ fn args(subject: &str, account: Option<&str>, run: &str, mode: SubmitMode) -> Su
         rss_mb: None,
         priority: 3,
         resubmit_expired: false,
+        keyed: None,
     }
 }
 

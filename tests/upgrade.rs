@@ -21,8 +21,8 @@ use admission_authority::ledger::{
 };
 use admission_authority::ratelimit::{Hit, Unit};
 use admission_authority::scheduler::{
-    Adaptive, HeldArgs, Limits, LimitsSource, LimitsTable, MemoryLimits, Outcome, Report,
-    SubmitArgs, SubmitMode, TicketState,
+    Adaptive, Blocker, HeldArgs, KeyArgs, KeyPolicy, Limits, LimitsSource, LimitsTable,
+    MemoryLimits, Outcome, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
 };
 use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
@@ -34,6 +34,8 @@ use admission_authority::store::{
 const T0: u64 = 1_000_000;
 const HOST: &str = "shop";
 const OPS_HOST: &str = "ops-host";
+/// The host of the keyed tickets (from format 4's fixture on).
+const CHAT_HOST: &str = "chat";
 
 fn limits() -> Limits {
     Limits {
@@ -101,6 +103,7 @@ fn submit(subject: &str, account: Option<&str>, run: &str, priority: u8) -> Subm
         rss_mb: Some(1000),
         priority,
         resubmit_expired: false,
+        keyed: None,
     }
 }
 
@@ -118,7 +121,31 @@ fn authorize(run: &str, step: u32, account: Option<&str>, tokens: u64) -> Author
 }
 
 async fn ok(store: &MemoryStore, args: SubmitArgs) -> TicketId {
-    store.submit(HOST, args).await.unwrap().unwrap().0
+    ok_on(store, HOST, args).await
+}
+
+async fn ok_on(store: &MemoryStore, host: &str, args: SubmitArgs) -> TicketId {
+    store.submit(host, args).await.unwrap().unwrap().0
+}
+
+/// A Submit of `run` on `CHAT_HOST` with a key.
+fn keyed(
+    run: &str,
+    key: &str,
+    policy: KeyPolicy,
+    supersede_running: bool,
+    debounce_ms: u64,
+) -> SubmitArgs {
+    SubmitArgs {
+        keyed: Some(KeyArgs {
+            key: key.into(),
+            policy,
+            supersede_running,
+            debounce_ms,
+            debounce_max_ms: debounce_ms * 2,
+        }),
+        ..submit("quinn", None, run, 3)
+    }
 }
 
 /// Every kind of state the data dir keeps, written in two process lifetimes (the first ends
@@ -179,6 +206,32 @@ async fn write_every_kind_of_state(dir: &Path) {
         .await
         .unwrap()
         .unwrap();
+    // Keys (from format 4's fixture on), in the snapshot: a serial keep-newest key whose
+    // holder runs, whose first waiter a newer one superseded (telling the holder).
+    ok_on(
+        &store,
+        CHAT_HOST,
+        keyed(
+            "run-key-holder",
+            "k1",
+            KeyPolicy::SerialKeepNewest,
+            false,
+            0,
+        ),
+    )
+    .await;
+    ok_on(
+        &store,
+        CHAT_HOST,
+        keyed("run-key-first", "k1", KeyPolicy::SerialKeepNewest, false, 0),
+    )
+    .await;
+    ok_on(
+        &store,
+        CHAT_HOST,
+        keyed("run-key-newest", "k1", KeyPolicy::SerialKeepNewest, true, 0),
+    )
+    .await;
     // The sweep takes the snapshot that is due; closing waits for it to be written.
     store.sweep().await.unwrap();
     store.close();
@@ -262,6 +315,46 @@ async fn write_every_kind_of_state(dir: &Path) {
         .rate_limit_hits("ai-gateway", 10, &[rate_hit("tokens=acme|day", 130)])
         .await
         .unwrap();
+    // Keys in the log: a debounced keep-newest key, its first ticket superseded; a
+    // reject-new key's holder, and a Submit it refused.
+    ok_on(
+        &store,
+        CHAT_HOST,
+        keyed(
+            "run-debounced-1",
+            "k2",
+            KeyPolicy::KeepNewest,
+            false,
+            600_000,
+        ),
+    )
+    .await;
+    ok_on(
+        &store,
+        CHAT_HOST,
+        keyed(
+            "run-debounced-2",
+            "k2",
+            KeyPolicy::KeepNewest,
+            false,
+            600_000,
+        ),
+    )
+    .await;
+    ok_on(
+        &store,
+        CHAT_HOST,
+        keyed("run-solo", "k3", KeyPolicy::RejectNew, false, 0),
+    )
+    .await;
+    let busy = store
+        .submit(
+            CHAT_HOST,
+            keyed("run-solo-2", "k3", KeyPolicy::RejectNew, false, 0),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(busy, Err(SubmitError::KeyBusy { .. })), "{busy:?}");
     // A subtraction (from format 3's fixture on): an estimate charged, then taken back.
     store
         .rate_limit_hits("ai-gateway", 10, &[rate_hit("tokens=acme|day", 40)])
@@ -286,7 +379,7 @@ fn rate_hit(key: &str, addend: u64) -> Hit {
 /// [`write_every_kind_of_state`] wrote (the rate limit counters only where the fixture's
 /// build wrote them: `rate_limits`; its subtraction, which leaves the same counts, is in the
 /// dirs of format 3 on).
-async fn check_every_item(dir: &Path, rate_limits: bool) {
+async fn check_every_item(dir: &Path, rate_limits: bool, keys: bool) {
     // The fixture's store time goes on from where it stopped.
     let clock = ManualClock::new(0);
     let store = open(dir, &clock, 64 << 20);
@@ -453,7 +546,85 @@ async fn check_every_item(dir: &Path, rate_limits: bool) {
         assert_eq!(looks, vec![Some(0), Some(0)], "written before rate limits");
         assert!(hottest.is_empty());
     }
+    if keys {
+        check_keys(&store).await;
+    }
     store.close();
+}
+
+/// The keyed tickets of `CHAT_HOST`, as [`write_every_kind_of_state`] left them.
+async fn check_keys(store: &MemoryStore) {
+    let (list, _) = store.list(CHAT_HOST, 100).await.unwrap();
+    let by_run = |run: &str| {
+        list.iter()
+            .find(|t| t.run_id == run)
+            .unwrap_or_else(|| panic!("{run} is live: {list:?}"))
+    };
+    let holder = by_run("run-key-holder");
+    let newest = by_run("run-key-newest");
+    assert_eq!(holder.state, TicketState::Admitted);
+    assert_eq!(
+        holder.keyed,
+        Some(("k1".into(), KeyPolicy::SerialKeepNewest))
+    );
+    assert_eq!(
+        holder.superseded_by,
+        Some(newest.key),
+        "told by supersede_running"
+    );
+    assert_eq!(
+        (newest.state, newest.blocked_by),
+        (TicketState::Queued, Some(Blocker::Key))
+    );
+    let debounced = by_run("run-debounced-2");
+    assert_eq!(debounced.blocked_by, Some(Blocker::Key));
+    assert!(debounced.debounce_left_ms > 0, "{debounced:?}");
+    assert_eq!(
+        by_run("run-solo").keyed,
+        Some(("k3".into(), KeyPolicy::RejectNew))
+    );
+    // Superseded tickets answer their end and who ended them.
+    for (run, key, policy, by) in [
+        (
+            "run-key-first",
+            "k1",
+            KeyPolicy::SerialKeepNewest,
+            newest.key,
+        ),
+        (
+            "run-debounced-1",
+            "k2",
+            KeyPolicy::KeepNewest,
+            debounced.key,
+        ),
+    ] {
+        let (_, view) = store
+            .submit(CHAT_HOST, keyed(run, key, policy, false, 0))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (view.state, view.superseded_by),
+            (TicketState::Superseded, Some(by)),
+            "{run}"
+        );
+    }
+    let c = store.stats(CHAT_HOST).await.unwrap().counters;
+    assert_eq!((c.superseded, c.key_refused), (2, 1), "{c:?}");
+    // The reject-new key still refuses, naming its holder.
+    let busy = store
+        .submit(
+            CHAT_HOST,
+            keyed("run-solo-3", "k3", KeyPolicy::RejectNew, false, 0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        busy.err(),
+        Some(SubmitError::KeyBusy {
+            holder: by_run("run-solo").key
+        })
+    );
 }
 
 fn fixture(version: u32) -> PathBuf {
@@ -485,10 +656,10 @@ fn scratch(name: &str) -> PathBuf {
 async fn a_dir_written_now_holds_every_item() {
     let dir = scratch("upgrade-fresh");
     write_every_kind_of_state(&dir).await;
-    assert_eq!(formats(&dir).0, "format 3");
+    assert_eq!(formats(&dir).0, "format 4");
     let copy = scratch("upgrade-fresh-opened");
     copy_dir(&dir, &copy);
-    check_every_item(&copy, true).await;
+    check_every_item(&copy, true, true).await;
 }
 
 /// What `dir` holds now: its FORMAT line, and each log segment's and snapshot's format (the
@@ -518,20 +689,20 @@ fn formats(dir: &Path) -> (String, Vec<(String, u8)>) {
 }
 
 /// The dir of format 1 (written by the build before the data dir had a format of its own)
-/// opens, every item is as written, and it has been rewritten in format 3: a second opening
-/// reads only format 3 and finds the same.
+/// opens, every item is as written, and it has been rewritten in format 4: a second opening
+/// reads only format 4 and finds the same.
 #[tokio::test]
 async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
     let dir = scratch("upgrade-v1");
     copy_dir(&fixture(1), &dir);
     assert_eq!(formats(&dir).0, "format 1");
-    check_every_item(&dir, false).await;
+    check_every_item(&dir, false, false).await;
     let (format, files) = formats(&dir);
-    assert_eq!(format, "format 3");
-    assert!(files.iter().all(|(_, v)| *v == 3), "{files:?}");
+    assert_eq!(format, "format 4");
+    assert!(files.iter().all(|(_, v)| *v == 4), "{files:?}");
     assert!(files.iter().any(|(f, _)| f.ends_with(".aas")), "{files:?}");
     // The check's own calls (repeated Submits, Authorizes) are in the new log; what it wrote
-    // itself is checked again after a restart in format 3.
+    // itself is checked again after a restart in format 4.
     let clock = ManualClock::new(0);
     let store = open(&dir, &clock, 64 << 20);
     let stats = store.stats(HOST).await.unwrap();
@@ -540,27 +711,40 @@ async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
 }
 
 /// The dir of format 2 as the last build of format 2 wrote it (with rate limit counters)
-/// opens with every item, and is rewritten in format 3: a build of format 2 refuses it from
+/// opens with every item, and is rewritten in format 4: a build of format 2 refuses it from
 /// then on as newer, rather than misread a subtraction.
 #[tokio::test]
 async fn the_format_2_fixture_opens_with_every_item_and_is_rewritten() {
     let dir = scratch("upgrade-v2");
     copy_dir(&fixture(2), &dir);
     assert_eq!(formats(&dir).0, "format 2");
-    check_every_item(&dir, true).await;
+    check_every_item(&dir, true, false).await;
     let (format, files) = formats(&dir);
-    assert_eq!(format, "format 3");
-    assert!(files.iter().all(|(_, v)| *v == 3), "{files:?}");
+    assert_eq!(format, "format 4");
+    assert!(files.iter().all(|(_, v)| *v == 4), "{files:?}");
 }
 
-/// The dir of format 3 as it is written now (with a rate limit subtraction in its log) opens
-/// with every item.
+/// The dir of format 3 as the last build of format 3 wrote it (with a rate limit subtraction
+/// in its log) opens with every item, and is rewritten in format 4.
 #[tokio::test]
 async fn the_format_3_fixture_opens_with_every_item() {
     let dir = scratch("upgrade-v3");
     copy_dir(&fixture(3), &dir);
     assert_eq!(formats(&dir).0, "format 3");
-    check_every_item(&dir, true).await;
+    check_every_item(&dir, true, false).await;
+    let (format, files) = formats(&dir);
+    assert_eq!(format, "format 4");
+    assert!(files.iter().all(|(_, v)| *v == 4), "{files:?}");
+}
+
+/// The dir of format 4 as it is written now (with keyed tickets in its snapshot and its log)
+/// opens with every item.
+#[tokio::test]
+async fn the_format_4_fixture_opens_with_every_item() {
+    let dir = scratch("upgrade-v4");
+    copy_dir(&fixture(4), &dir);
+    assert_eq!(formats(&dir).0, "format 4");
+    check_every_item(&dir, true, true).await;
 }
 
 /// A dir of format 2 kept from the build that introduced the format, before rate limit counters
@@ -571,8 +755,8 @@ async fn a_format_2_dir_written_before_rate_limits_opens_with_every_item() {
     let dir = scratch("upgrade-v2-before-rate-limits");
     copy_dir(&fixture_named("v2-before-rate-limits"), &dir);
     assert_eq!(formats(&dir).0, "format 2");
-    check_every_item(&dir, false).await;
-    assert_eq!(formats(&dir).0, "format 3");
+    check_every_item(&dir, false, false).await;
+    assert_eq!(formats(&dir).0, "format 4");
 }
 
 /// A crash at any point of the rewrite of a format 1 dir leaves one that opens with every
@@ -591,7 +775,7 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         _ => format!("snapshot-{n:016}.aas"),
     };
     let snapshot_bytes = std::fs::read(done.join(name("snapshot", 5))).unwrap();
-    let header = b"AAlog\0\0\x03";
+    let header = b"AAlog\0\0\x04";
     let cut = |d: &Path, step: usize| {
         std::fs::write(d.join(name("log", 4)), header).unwrap();
         if step >= 1 {
@@ -613,7 +797,7 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         "the new segment made",
         "the snapshot half written",
         "the snapshot in place, FORMAT still 1",
-        "FORMAT 3, the replaced files not yet removed",
+        "FORMAT 4, the replaced files not yet removed",
     ]
     .into_iter()
     .enumerate()
@@ -622,8 +806,8 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         copy_dir(&fixture(1), &dir);
         cut(&dir, step);
         eprintln!("cut short: {what}");
-        check_every_item(&dir, false).await;
-        assert_eq!(formats(&dir).0, "format 3", "{what}");
+        check_every_item(&dir, false, false).await;
+        assert_eq!(formats(&dir).0, "format 4", "{what}");
     }
 }
 
@@ -634,7 +818,7 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
     copy_dir(&fixture(3), &dir);
     std::fs::write(
         dir.join("FORMAT"),
-        "admission-authority data dir\nformat 4\nepoch_us 0\n",
+        "admission-authority data dir\nformat 5\nepoch_us 0\n",
     )
     .unwrap();
     let options = OpenOptions {
@@ -650,7 +834,7 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
         .expect("refused")
         .to_string();
     assert!(
-        err.contains("format 4") && err.contains("formats 1 to 3") && err.contains("FORMAT"),
+        err.contains("format 5") && err.contains("formats 1 to 4") && err.contains("FORMAT"),
         "{err}"
     );
     // A file of a newer format is refused the same way, even under a FORMAT this build reads.
@@ -662,14 +846,14 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
         .unwrap()
         .0;
     let mut bytes = std::fs::read(dir.join(&segment)).unwrap();
-    bytes[7] = 4;
+    bytes[7] = 5;
     std::fs::write(dir.join(&segment), bytes).unwrap();
     let err = MemoryStore::open(&options, policy(), Arc::new(ManualClock::new(0)))
         .err()
         .expect("refused")
         .to_string();
     assert!(
-        err.contains(&segment) && err.contains("format 4") && err.contains("newer"),
+        err.contains(&segment) && err.contains("format 5") && err.contains("newer"),
         "{err}"
     );
 }
@@ -756,7 +940,7 @@ fn data_dir_inspect_prints_each_count_and_changes_nothing() {
         let (ok, text) = inspect(&dir, false);
         assert!(ok, "{text}");
         for line in [
-            format!("format {version} (this build writes format 3)"),
+            format!("format {version} (this build writes format 4)"),
             "in use: no".to_string(),
             "hosts: 2".to_string(),
             "shop: admitted 3, queued 3, parked 1, retained 3; reservations open 2 (uncertain \
@@ -785,7 +969,7 @@ fn data_dir_inspect_prints_each_count_and_changes_nothing() {
         }
         assert_eq!(
             text.contains("older: serving from it rewrites it"),
-            version < 3,
+            version < 4,
             "{text}"
         );
         let (ok, json) = inspect(&dir, true);
@@ -891,7 +1075,7 @@ fn a_server_killed_while_it_rewrites_an_old_dir_leaves_one_that_opens() {
             continue; // it served: what it changed since is not the rewrite's
         }
         before += 1;
-        if formats(&dir).0 == "format 3" {
+        if formats(&dir).0 == "format 4" {
             rewritten += 1;
         }
         assert_eq!(
@@ -906,7 +1090,7 @@ fn a_server_killed_while_it_rewrites_an_old_dir_leaves_one_that_opens() {
         let stats = store.stats(HOST).await_blocking().unwrap();
         assert_eq!((stats.in_flight, stats.queued, stats.parked), (3, 3, 1));
         store.close();
-        assert_eq!(formats(&dir).0, "format 3");
+        assert_eq!(formats(&dir).0, "format 4");
     }
     assert!(before > 0, "no kill landed before the server listened");
     eprintln!("{before} kills before listening, {rewritten} of them after FORMAT was rewritten");

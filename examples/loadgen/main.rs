@@ -332,6 +332,7 @@ fn submit(host: &str, subject: String, run: String, mode: api::SubmitMode) -> ap
         rss_mb: None,
         priority: 0,
         resubmit_expired: false,
+        ..Default::default()
     }
 }
 

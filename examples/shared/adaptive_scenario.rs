@@ -175,6 +175,7 @@ pub async fn run(
                         rss_mb: None,
                         priority: 0,
                         resubmit_expired: false,
+                        ..Default::default()
                     })
                     .await
                 else {

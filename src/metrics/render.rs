@@ -64,6 +64,8 @@ impl HostCounts {
         c.shed += d.shed;
         c.expired += d.expired;
         c.reclaimed += d.reclaimed;
+        c.superseded += d.superseded;
+        c.key_refused += d.key_refused;
         for (b, n) in c.queue_wait.buckets.iter_mut().zip(d.queue_wait.buckets) {
             *b += n;
         }
@@ -276,6 +278,8 @@ pub async fn render<S: Store>(
                 ("shed", c.shed),
                 ("expired", c.expired),
                 ("reclaimed", c.reclaimed),
+                ("superseded", c.superseded),
+                ("key_refused", c.key_refused),
             ] {
                 let _ = writeln!(
                     totals,

@@ -152,7 +152,7 @@ impl HostState {
             }
         }
         let c = self.counters;
-        let ended = c.released + c.cancelled + c.shed + c.expired;
+        let ended = c.released + c.cancelled + c.shed + c.expired + c.superseded;
         if c.submitted + c.reclaimed != ended + u64::from(in_flight + queued + parked) {
             return Err(format!(
                 "submitted {} + reclaimed {} != ended {ended} + live {}",
@@ -164,9 +164,54 @@ impl HostState {
         if c.admitted + c.reclaimed < u64::from(in_flight) + c.released {
             return Err("fewer admissions than admitted and released tickets".into());
         }
+        self.audit_keys()?;
         for name in self.subjects.keys() {
             if let Some(key) = self.first_fitting(limits, name, now) {
                 return Err(format!("waiter {key:x} of {name} fits but is still queued"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl HostState {
+    /// The key index recomputed from the tickets: every keyed live ticket indexed under its
+    /// key once, the key's holders counted, a serial key held at most once, no key without
+    /// tickets, and the debounce index holding only queued tickets.
+    fn audit_keys(&self) -> Result<(), String> {
+        let mut seen: HashMap<&str, (usize, u32)> = HashMap::new();
+        for (key, t) in &self.tickets {
+            let Some(name) = &t.keyed else { continue };
+            let ks = self
+                .keys
+                .get(name)
+                .ok_or_else(|| format!("ticket {key:x}: key {name:?} not indexed"))?;
+            if ks.tickets.get(&t.key_seq) != Some(key) {
+                return Err(format!("ticket {key:x}: out of place in key {name:?}"));
+            }
+            let e = seen.entry(name).or_default();
+            e.0 += 1;
+            if matches!(t.state, TicketState::Admitted | TicketState::Parked) {
+                e.1 += 1;
+            }
+        }
+        for (name, ks) in &self.keys {
+            let (n, held) = seen.get(&**name).copied().unwrap_or_default();
+            if (n, held) != (ks.tickets.len(), ks.held) {
+                return Err(format!(
+                    "key {name:?}: ({n}, {held}) live and held, index says ({}, {})",
+                    ks.tickets.len(),
+                    ks.held
+                ));
+            }
+            let reclaimed = ks.tickets.values().any(|k| self.tickets[k].reclaimed);
+            if ks.policy.is_serial() && ks.held > 1 && !reclaimed {
+                return Err(format!("serial key {name:?} held {} times", ks.held));
+            }
+        }
+        for (_, key) in &self.debouncing {
+            if self.tickets.get(key).map(|t| t.state) != Some(TicketState::Queued) {
+                return Err(format!("debounced {key:x} is not queued"));
             }
         }
         Ok(())

@@ -3,7 +3,7 @@
 
 use super::{HostState, Limits, Millis, Ticket, account_has_room};
 
-/// What holds a queued ticket: the first that applies of `StateLoss`, `Memory`, `Subject`,
+/// What holds a queued ticket: the first that applies of `StateLoss`, `Key`, `Memory`, `Subject`,
 /// `Account`, then `Total` while the host is at its total, else `Turn`. Whether a waiter is
 /// next in line does not matter: while the host is full, the full host is what every waiter
 /// not held by its own caps waits for, and `Turn` says that a slot is free but others go first.
@@ -21,6 +21,9 @@ pub enum Blocker {
     Turn,
     /// A learning window after the shared store lost its state (only Redis opens one).
     StateLoss,
+    /// Its key: an earlier ticket of a serial key holds it or waits ahead of it, or its
+    /// debounce has not run out.
+    Key,
 }
 
 impl Blocker {
@@ -33,6 +36,7 @@ impl Blocker {
             Blocker::Memory => "memory",
             Blocker::Turn => "turn",
             Blocker::StateLoss => "state_loss",
+            Blocker::Key => "key",
         }
     }
 
@@ -44,6 +48,7 @@ impl Blocker {
             Blocker::Memory,
             Blocker::Turn,
             Blocker::StateLoss,
+            Blocker::Key,
         ]
         .into_iter()
         .find(|b| b.code() == code)
@@ -53,6 +58,9 @@ impl Blocker {
 impl HostState {
     /// What holds queued ticket `t` (see [`Blocker`]).
     pub(super) fn blocker(&self, limits: &Limits, t: &Ticket, now: Millis) -> Blocker {
+        if !self.key_ready(t, now) {
+            return Blocker::Key;
+        }
         if self.is_soft(limits, &t.instance, now) {
             return Blocker::Memory;
         }

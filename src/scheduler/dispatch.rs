@@ -61,7 +61,9 @@ impl HostState {
         }
         self.counters.admitted += 1;
         self.changes.push(key);
-        t.subject.clone()
+        let subject = t.subject.clone();
+        self.key_hold(key, true);
+        subject
     }
 
     /// Make room in the queue for one more ticket of `subject` at level index `level`, per
@@ -149,11 +151,12 @@ impl HostState {
                     // Stale entry: the lane's waiters left by other ways than dispatch.
                     continue;
                 };
-                let (tickets, accounts, instances, adaptive) = (
+                let (tickets, accounts, instances, adaptive, keys) = (
                     &self.tickets,
                     &self.accounts,
                     &self.instances,
                     &self.adaptive,
+                    &self.keys,
                 );
                 let lane = &mut s.lanes[level];
                 let pick = if shadow {
@@ -165,6 +168,7 @@ impl HostState {
                             let t = &tickets[*key];
                             account_has_room(limits, accounts, adaptive, t.account.as_deref())
                                 && !instance_is_soft(limits, instances, &t.instance, now)
+                                && keys::key_ready(keys, t, now)
                         })
                         .map(|(order, key)| (*order, *key))
                 } else {
@@ -224,12 +228,14 @@ impl HostState {
             .find(|key| {
                 let t = &self.tickets[key];
                 limits.shadow()
-                    || (account_has_room(
-                        limits,
-                        &self.accounts,
-                        &self.adaptive,
-                        t.account.as_deref(),
-                    ) && !instance_is_soft(limits, &self.instances, &t.instance, now))
+                    || (self.key_ready(t, now)
+                        && account_has_room(
+                            limits,
+                            &self.accounts,
+                            &self.adaptive,
+                            t.account.as_deref(),
+                        )
+                        && !instance_is_soft(limits, &self.instances, &t.instance, now))
             })
     }
 }

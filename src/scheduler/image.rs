@@ -30,6 +30,8 @@ pub struct HostImage {
     pub adaptive: Vec<(String, AdaptiveState)>,
     /// The latest memory report of each replica: (instance, rss_mb, when).
     pub instances: Vec<(String, u32, Millis)>,
+    /// The last `key_seq` handed out.
+    pub next_key_seq: u64,
 }
 
 /// A live ticket.
@@ -53,6 +55,16 @@ pub struct TicketImage {
     pub level: u8,
     /// Re-registered by its holder (counted apart by the audit).
     pub reclaimed: bool,
+    /// Its key and the key's policy (the key's tickets all carry the same).
+    pub keyed: Option<(String, KeyPolicy)>,
+    /// Its place among its key's tickets (the order of their Submits).
+    pub key_seq: u64,
+    /// Debounced: not dispatched before this (0 otherwise).
+    pub ready_at: Millis,
+    /// Debounced: when the first ticket of its burst came.
+    pub burst_since: Option<Millis>,
+    /// A newer ticket of its key that supersedes it.
+    pub superseded_by: Option<TicketKey>,
 }
 
 /// An ended ticket still remembered for idempotent retries.
@@ -67,6 +79,8 @@ pub struct EndedImage {
     /// Whether a Submit of `run_id` answers this ticket (false only when the run id came to
     /// name another ticket since).
     pub answers_run: bool,
+    /// SUPERSEDED: the ticket that ended it.
+    pub superseded_by: Option<TicketKey>,
 }
 
 impl HostState {
@@ -88,6 +102,14 @@ impl HostState {
                 since: t.since,
                 level: t.level,
                 reclaimed: t.reclaimed,
+                keyed: t
+                    .keyed
+                    .as_ref()
+                    .map(|k| (k.to_string(), self.keys[k].policy)),
+                key_seq: t.key_seq,
+                ready_at: t.ready_at,
+                burst_since: t.burst_since,
+                superseded_by: t.superseded_by,
             })
             .collect();
         // A stable order, so that one state always makes the same image.
@@ -104,6 +126,7 @@ impl HostState {
                     grant: e.grant,
                     forget_at: *forget_at,
                     answers_run: self.runs.get(run_id) == Some(key),
+                    superseded_by: e.superseded_by,
                 })
             })
             .collect();
@@ -141,6 +164,7 @@ impl HostState {
             counters: self.counters,
             adaptive,
             instances,
+            next_key_seq: self.next_key_seq,
         }
     }
 
@@ -155,6 +179,7 @@ impl HostState {
             grant: image.grant,
             grant_floor: image.grant_floor,
             counters: image.counters,
+            next_key_seq: image.next_key_seq,
             ..HostState::default()
         };
         let mut names: HashMap<Arc<str>, ()> = HashMap::new();
@@ -188,6 +213,27 @@ impl HostState {
             if h.runs.insert(run_id.clone(), t.key).is_some() {
                 return Err(format!("run id {run_id:?} names two live tickets"));
             }
+            let keyed = match t.keyed {
+                Some((k, policy)) => {
+                    let k = name(k);
+                    let ks = h.keys.entry(k.clone()).or_insert_with(|| keys::KeyState {
+                        policy,
+                        tickets: BTreeMap::new(),
+                        held: 0,
+                    });
+                    if ks.policy != policy || ks.tickets.insert(t.key_seq, t.key).is_some() {
+                        return Err(format!("ticket {:x}: out of place in key {k:?}", t.key));
+                    }
+                    if matches!(t.state, TicketState::Admitted | TicketState::Parked) {
+                        ks.held += 1;
+                    }
+                    if t.state == TicketState::Queued && t.burst_since.is_some() {
+                        h.debouncing.insert((t.ready_at, t.key));
+                    }
+                    Some(k)
+                }
+                None => None,
+            };
             let ticket = Ticket {
                 subject: subject.clone(),
                 account: account.clone(),
@@ -200,6 +246,11 @@ impl HostState {
                 since: t.since,
                 level: t.level,
                 reclaimed: t.reclaimed,
+                keyed,
+                key_seq: t.key_seq,
+                ready_at: t.ready_at,
+                burst_since: t.burst_since,
+                superseded_by: t.superseded_by,
             };
             if h.tickets.insert(t.key, ticket).is_some() {
                 return Err(format!("ticket {:x} appears twice", t.key));
@@ -264,6 +315,7 @@ impl HostState {
                         Ended {
                             state: e.state,
                             grant: e.grant,
+                            superseded_by: e.superseded_by,
                         },
                     )
                     .is_some()

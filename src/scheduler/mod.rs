@@ -14,7 +14,8 @@
 //! rotation; `dispatch` fitting, admitting and shedding; `retention` ending and forgetting;
 //! `estimates` the hold average, places and waits; `image` the host as plain data (what a
 //! store writes down to bring it back); `shadow` shadow mode; `views` what callers
-//! see (view, list, stats); `blocked` why a waiter waits; `reclaim` re-registration; `adaptive`
+//! see (view, list, stats); `blocked` why a waiter waits; `keys` a Submit's key and its policy
+//! (supersede, serial, debounce); `reclaim` re-registration; `adaptive`
 //! the adaptive account cap; `limits` a host's limits; `audit` the invariant audit. Each room
 //! adds methods to [`HostState`] and touches only what its opening comment says.
 
@@ -24,6 +25,7 @@ mod blocked;
 mod dispatch;
 mod estimates;
 mod image;
+mod keys;
 mod limits;
 mod queue;
 mod reclaim;
@@ -31,6 +33,8 @@ mod retention;
 mod shadow;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_keys;
 mod types;
 mod views;
 
@@ -73,6 +77,16 @@ struct Ticket {
     level: u8,
     /// Admitted by [`HostState::reclaim`], whatever the caps said (the audit counts it apart).
     reclaimed: bool,
+    /// Its key (an entry of `HostState::keys`), if its Submit named one.
+    keyed: Option<Arc<str>>,
+    /// Its place among its key's tickets (the order of their Submits).
+    key_seq: u64,
+    /// Debounced: not dispatched before this (0 otherwise).
+    ready_at: Millis,
+    /// Debounced: when the first ticket of its burst came (for `debounce_max`).
+    burst_since: Option<Millis>,
+    /// A newer ticket of its key that supersedes it (see [`TicketView::superseded_by`]).
+    superseded_by: Option<TicketKey>,
 }
 
 /// An ended ticket: only what an idempotent retry needs (its run_id lives in `runs` and
@@ -81,6 +95,8 @@ struct Ticket {
 struct Ended {
     state: TicketState,
     grant: u64,
+    /// SUPERSEDED: the ticket that ended it.
+    superseded_by: Option<TicketKey>,
 }
 
 #[derive(Debug, Default)]
@@ -188,6 +204,12 @@ pub struct HostState {
     /// Tickets whose state changed since the last [`HostState::take_changes`] (not kept on
     /// disk: a restored host wakes no stream).
     changes: Vec<TicketKey>,
+    /// Keys with live tickets (see `keys`).
+    keys: HashMap<Arc<str>, keys::KeyState>,
+    /// The last `key_seq` handed out.
+    next_key_seq: u64,
+    /// Debounced waiters by the time they become ready, until then.
+    debouncing: BTreeSet<(Millis, TicketKey)>,
 }
 
 impl HostState {
@@ -241,6 +263,12 @@ impl HostState {
                 .expect("runs point at known tickets"));
         }
 
+        // A key that refuses the Submit refuses it before anything else changes. Shadow mode
+        // admits every Submit: a key only labels its ticket there.
+        let keyed = args.keyed.clone();
+        if let Some(k) = keyed.as_ref().filter(|_| !limits.shadow()) {
+            self.key_gate(k)?;
+        }
         let instance: Arc<str> = Arc::from(args.instance_id.as_str());
         if let Some(rss_mb) = args.rss_mb {
             self.report_rss(limits, &instance, rss_mb, now);
@@ -255,20 +283,56 @@ impl HostState {
         // Queued work goes first.
         self.dispatch(limits, now);
 
+        // A keep-newest ticket ends its key's waiters once it is accepted; a debounced one
+        // waits until its burst is quiet.
+        let ended_before = self.counters.shed + self.counters.superseded;
+        let waiters = keyed
+            .as_ref()
+            .map_or_else(Vec::new, |k| self.key_waiters(k));
+        let debounce = keyed.as_ref().filter(|k| k.debounce_ms > 0).map(|k| {
+            let since = self.burst_of(&waiters).unwrap_or(now);
+            (since, keys::debounce_ready_at(k, since, now))
+        });
+        let waits_on_key = debounce.is_some_and(|(_, ready)| ready > now)
+            || keyed.as_ref().is_some_and(|k| self.key_holds_new(k));
         let soft = self.is_soft(limits, &instance, now);
-        let eligible = !soft && self.fits(limits, &args.subject, args.account_id.as_deref());
+        let eligible =
+            !soft && !waits_on_key && self.fits(limits, &args.subject, args.account_id.as_deref());
         if !eligible {
             // Make room before interning the newcomer's names: shedding may drop idle names.
             if args.mode == SubmitMode::Try || limits.queue_total == 0 {
                 return Err(self.refuse(Refusal::Busy));
             }
-            self.make_room(limits, &args.subject, level, now)?;
+            if !self.room_after(limits, &args.subject, &waiters) {
+                self.make_room(limits, &args.subject, level, now)?;
+            }
         }
+        // The key's waiters leave before the newcomer's names are interned (ending them may
+        // drop idle names, as shedding does).
+        self.supersede(limits, &waiters, key, now);
         self.insert_ticket(args, instance, key);
+        if let Some(k) = &keyed {
+            if k.supersede_running {
+                self.tell_holders(&k.key, key);
+            }
+            if let Some((since, ready)) = debounce {
+                let t = self.tickets.get_mut(&key).expect("just inserted");
+                t.burst_since = Some(since);
+                t.ready_at = ready;
+                if ready > now {
+                    self.debouncing.insert((ready, key));
+                }
+            }
+        }
         if eligible {
             self.admit(limits, key, now);
         } else {
             self.enqueue(limits, key, false, now);
+        }
+        if self.counters.shed + self.counters.superseded != ended_before {
+            // A waiter that left may have been what a serial key's next waiter (this one
+            // among them) waited for.
+            self.dispatch(limits, now);
         }
         Ok(self.view(limits, key, now).expect("just inserted"))
     }
@@ -357,6 +421,8 @@ impl HostState {
                 let (subject, account, instance) =
                     (t.subject.clone(), t.account.clone(), t.instance.clone());
                 self.parked -= 1;
+                // It holds its key again once admitted (or waits first in its key's line).
+                self.key_hold(key, false);
                 let subject = intern(&mut self.subjects, &subject);
                 if let Some(a) = &account {
                     intern(&mut self.accounts, a);
@@ -419,7 +485,8 @@ impl HostState {
             TicketState::Released
             | TicketState::Cancelled
             | TicketState::Shed
-            | TicketState::Expired => {}
+            | TicketState::Expired
+            | TicketState::Superseded => {}
         }
         Some(previous)
     }
@@ -515,6 +582,7 @@ impl HostState {
         while self.retained.front().is_some_and(|r| r.0 <= now) {
             self.forget_oldest();
         }
+        freed |= self.debounce_due(now);
         if limits.priority_aging_ms > 0 {
             let cutoff = now.saturating_sub(limits.priority_aging_ms);
             while let Some((&(since, _), &key)) = self.aging.first_key_value() {
@@ -547,6 +615,7 @@ impl HostState {
     /// when this says so.
     pub fn housekeeping_due(&self, limits: &Limits, now: Millis) -> bool {
         self.leases.first().is_some_and(|(d, _)| *d <= now)
+            || self.debouncing.first().is_some_and(|(d, _)| *d <= now)
             || self.retained.front().is_some_and(|r| r.0 <= now)
             || (limits.priority_aging_ms > 0
                 && self
@@ -650,7 +719,7 @@ impl HostState {
     }
 
     /// A new ticket for a Submit under `key` (state still to set: the caller admits or
-    /// queues it), its names interned and its run_id indexed.
+    /// queues it), its names interned, its run_id and its key indexed.
     fn insert_ticket(&mut self, args: SubmitArgs, instance: Arc<str>, key: TicketKey) {
         self.counters.submitted += 1;
         let subject = intern(&mut self.subjects, &args.subject);
@@ -672,8 +741,16 @@ impl HostState {
             since: 0,
             level: level_of(args.priority),
             reclaimed: false,
+            keyed: None,
+            key_seq: 0,
+            ready_at: 0,
+            burst_since: None,
+            superseded_by: None,
         };
         self.tickets.insert(key, t);
+        if let Some(k) = &args.keyed {
+            self.key_join(k, key);
+        }
     }
 }
 

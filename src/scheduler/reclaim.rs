@@ -111,6 +111,8 @@ impl HostState {
             rss_mb: None,
             priority: held.priority,
             resubmit_expired: false,
+            // A re-registered ticket comes back without its key: its Reclaim does not name one.
+            keyed: None,
         };
         self.insert_ticket(args, instance, key);
         self.counters.submitted -= 1;

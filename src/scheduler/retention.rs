@@ -36,11 +36,17 @@ impl HostState {
         }
         let t = self.tickets.remove(&key).expect("known");
         self.leases.remove(&(t.deadline, key));
+        if let Some(name) = &t.keyed {
+            self.debouncing.remove(&(t.ready_at, key));
+            let held = matches!(previous, TicketState::Admitted | TicketState::Parked);
+            self.key_leave(name, t.key_seq, held);
+        }
         self.ended.insert(
             key,
             Ended {
                 state,
                 grant: t.grant,
+                superseded_by: t.superseded_by.filter(|_| state == TicketState::Superseded),
             },
         );
         self.retained

@@ -48,6 +48,7 @@ impl Host {
             rss_mb,
             priority: DEFAULT_PRIORITY,
             resubmit_expired: false,
+            keyed: None,
         };
         self.submit_args(args)
     }
@@ -639,6 +640,7 @@ impl Host {
             rss_mb: None,
             priority,
             resubmit_expired: false,
+            keyed: None,
         })
         .expect("submit")
     }
@@ -772,6 +774,7 @@ fn shed_oldest_sheds_the_lowest_level_and_never_above_the_newcomer() {
         rss_mb: None,
         priority: 5,
         resubmit_expired: false,
+        keyed: None,
     });
     assert_eq!(refused, Err(SubmitError::Refused(Refusal::QueueFull)));
     assert_eq!(h.stats().counters.shed, 1);
@@ -1041,6 +1044,7 @@ fn a_run_whose_ticket_lapsed_before_it_started_asks_again_under_its_run_id() {
         rss_mb: None,
         priority: DEFAULT_PRIORITY,
         resubmit_expired: resubmit,
+        keyed: None,
     };
     let lapsed = h.submit_args(args("r1", false)).unwrap();
     assert_eq!(lapsed.state, TicketState::Admitted);

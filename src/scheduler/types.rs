@@ -45,6 +45,8 @@ pub enum TicketState {
     Shed,
     Expired,
     Parked,
+    /// Terminal: a newer ticket of its key (a keep-newest policy) took its place in the queue.
+    Superseded,
 }
 
 impl TicketState {
@@ -82,6 +84,77 @@ pub struct SubmitArgs {
     /// The run's earlier ticket lapsed before the run started: if that ticket ended EXPIRED,
     /// a new one is made under the same run_id (see [`HostState::submit`]).
     pub resubmit_expired: bool,
+    /// The ticket's key and what it asks of the key's other tickets; `None`: no key.
+    pub keyed: Option<KeyArgs>,
+}
+
+/// A Submit's key (e.g. a conversation id) and its policy, already validated at the edge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyArgs {
+    /// 1..=128 bytes of printable ASCII.
+    pub key: String,
+    pub policy: KeyPolicy,
+    /// With a keep-newest policy: the key's admitted (or parked) holders are told that this
+    /// ticket supersedes them (`superseded_by`); they keep their slots until they release.
+    pub supersede_running: bool,
+    /// With a keep-newest policy: not admitted before this long passed without a newer ticket
+    /// of the key (0 = off).
+    pub debounce_ms: u64,
+    /// With `debounce_ms`: admitted at the latest this long after the first ticket of the
+    /// key's burst (0 = no bound).
+    pub debounce_max_ms: u64,
+}
+
+/// What a ticket's key asks of the key's other tickets on its host. The policy of a key is
+/// that of its first live ticket; a Submit asking another is refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KeyPolicy {
+    /// The key only labels.
+    #[default]
+    None,
+    /// A new ticket ends the key's queued tickets SUPERSEDED; admitted ones run on.
+    KeepNewest,
+    /// At most one admitted (or parked) ticket per key; the others wait in order.
+    Serial,
+    /// Both: one running, at most one waiting, the newest.
+    SerialKeepNewest,
+    /// A new ticket is refused while the key has a live ticket.
+    RejectNew,
+}
+
+impl KeyPolicy {
+    pub const ALL: [KeyPolicy; 5] = [
+        KeyPolicy::None,
+        KeyPolicy::KeepNewest,
+        KeyPolicy::Serial,
+        KeyPolicy::SerialKeepNewest,
+        KeyPolicy::RejectNew,
+    ];
+
+    /// Its name in the API (`KEY_POLICY_*`), in messages and in the Redis scripts.
+    pub fn code(self) -> &'static str {
+        match self {
+            KeyPolicy::None => "KEY_POLICY_NONE",
+            KeyPolicy::KeepNewest => "KEY_POLICY_KEEP_NEWEST",
+            KeyPolicy::Serial => "KEY_POLICY_SERIAL",
+            KeyPolicy::SerialKeepNewest => "KEY_POLICY_SERIAL_KEEP_NEWEST",
+            KeyPolicy::RejectNew => "KEY_POLICY_REJECT_NEW",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Option<KeyPolicy> {
+        KeyPolicy::ALL.into_iter().find(|p| p.code() == code)
+    }
+
+    /// A new ticket supersedes the key's queued ones.
+    pub fn keeps_newest(self) -> bool {
+        matches!(self, KeyPolicy::KeepNewest | KeyPolicy::SerialKeepNewest)
+    }
+
+    /// At most one admitted (or parked) ticket per key.
+    pub fn is_serial(self) -> bool {
+        matches!(self, KeyPolicy::Serial | KeyPolicy::SerialKeepNewest)
+    }
 }
 
 /// A refusal that the caller should retry later. A normal outcome, not an error.
@@ -163,6 +236,21 @@ pub enum SubmitError {
     RunIdConflict {
         field: &'static str,
     },
+    /// `KEY_POLICY_REJECT_NEW`: the key has a live ticket, `holder` (counted in `rejected`
+    /// and `key_refused`).
+    KeyBusy {
+        holder: TicketKey,
+    },
+    /// The key's live tickets were submitted under policy `live`, this Submit asks `asked`.
+    KeyPolicyConflict {
+        live: KeyPolicy,
+        asked: KeyPolicy,
+    },
+    /// The store cannot decide what the Submit asks (`field`: why, in `rule`).
+    Unsupported {
+        field: &'static str,
+        rule: &'static str,
+    },
 }
 
 /// A ticket as callers see it.
@@ -182,6 +270,9 @@ pub struct TicketView {
     pub shadow: Option<ShadowDecision>,
     /// While queued, what holds it.
     pub blocked_by: Option<Blocker>,
+    /// A SUPERSEDED ticket: the newer ticket of its key that ended it. An admitted or parked
+    /// one: the newest ticket of its key submitted with `supersede_running` (it should stop).
+    pub superseded_by: Option<TicketKey>,
 }
 
 /// Cumulative counters of one host.
@@ -209,6 +300,11 @@ pub struct Counters {
     pub latency_count: u64,
     /// Tickets re-registered by their holders ([`HostState::reclaim`]).
     pub reclaimed: u64,
+    /// Queued tickets a newer ticket of their key ended (SUPERSEDED).
+    pub superseded: u64,
+    /// Submits refused because their key was busy (`KEY_POLICY_REJECT_NEW`); also counted in
+    /// `rejected`.
+    pub key_refused: u64,
 }
 
 /// What a Release says about the run's call to the model provider.

@@ -31,6 +31,12 @@ pub struct TicketInfo {
     pub place: u32,
     /// With `place`, the expected wait as a Submit answers it; 0 otherwise or unknown.
     pub eta_ms: u64,
+    /// Its key and the key's policy, if its Submit named one.
+    pub keyed: Option<(String, KeyPolicy)>,
+    /// A newer ticket of its key told to supersede it (`supersede_running`).
+    pub superseded_by: Option<TicketKey>,
+    /// While debounced, the ms until it may be dispatched; 0 otherwise.
+    pub debounce_left_ms: u64,
 }
 
 impl HostState {
@@ -47,6 +53,7 @@ impl HostState {
                 eta_ms: 0,
                 shadow: None,
                 blocked_by: None,
+                superseded_by: e.superseded_by,
             });
         };
         let blocked_by = (t.state == TicketState::Queued).then(|| self.blocker(limits, t, now));
@@ -65,6 +72,7 @@ impl HostState {
             eta_ms: eta,
             shadow: None,
             blocked_by,
+            superseded_by: t.superseded_by,
         })
     }
 
@@ -162,6 +170,16 @@ impl HostState {
                     in_state_ms: now.saturating_sub(t.since),
                     place,
                     eta_ms: eta,
+                    keyed: t
+                        .keyed
+                        .as_ref()
+                        .map(|k| (k.to_string(), self.keys[k].policy)),
+                    superseded_by: t.superseded_by,
+                    debounce_left_ms: if queued {
+                        t.ready_at.saturating_sub(now)
+                    } else {
+                        0
+                    },
                 }
             })
             .collect();

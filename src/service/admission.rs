@@ -78,11 +78,18 @@ impl<S: Store> api::admission_server::Admission for AdmissionService<S> {
             return Err(ApiError::Refused(Refusal::MemoryPressure).into());
         }
         let (id, view) = self.store.submit(&host_id, args).await?.map_err(|e| {
-            if let SubmitError::Refused(r) | SubmitError::Learning { refusal: r, .. } = &e {
-                record("decision", &r.code());
-                self.metrics.decision("Submit", "refused", r.code());
+            match &e {
+                SubmitError::Refused(r) | SubmitError::Learning { refusal: r, .. } => {
+                    record("decision", &r.code());
+                    self.metrics.decision("Submit", "refused", r.code());
+                }
+                SubmitError::KeyBusy { .. } => {
+                    record("decision", &"KEY_BUSY");
+                    self.metrics.decision("Submit", "refused", "KEY_BUSY");
+                }
+                _ => {}
             }
-            ApiError::from(e)
+            crate::service::status::submit_error(&host_id, e)
         })?;
         record("decision", &format_args!("{:?}", view.state));
         self.metrics.decision(

@@ -7,7 +7,7 @@ use crate::auth::{AuthPolicy, BucketRule, BucketSource, MAX_AUTH_MS};
 use crate::config::{MAX_TOKENS, check_id};
 use crate::ledger::{AuthorizeArgs, Coverage, Resolution, Usage, usd_to_micros};
 use crate::scheduler::{
-    DEFAULT_PRIORITY, HeldArgs, LEVELS, Outcome, Report, SubmitArgs, SubmitMode,
+    DEFAULT_PRIORITY, HeldArgs, KeyArgs, KeyPolicy, LEVELS, Outcome, Report, SubmitArgs, SubmitMode,
 };
 use crate::store::TicketId;
 
@@ -19,6 +19,8 @@ pub const MAX_RENEW_IDS: usize = 1000;
 pub const MAX_LIST: u32 = 10_000;
 /// Largest rss_mb accepted (16 TiB): anything above is a unit mistake, not a measurement.
 pub const MAX_RSS_MB: u32 = 16 * 1024 * 1024;
+/// The longest debounce and debounce_max: a debounce is seconds of typing, not a schedule.
+pub const MAX_DEBOUNCE_MS: u64 = 3_600_000;
 /// A ticket id is a host id (≤ 128 bytes), a dot and 32 hex digits.
 const MAX_TICKET_ID: usize = 128 + 1 + 32;
 
@@ -143,6 +145,7 @@ pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiE
             ));
         }
     };
+    let keyed = keyed(&req, mode)?;
     let account_id = (!req.account_id.is_empty()).then_some(req.account_id);
     Ok((
         req.host_id,
@@ -155,8 +158,107 @@ pub fn submit_args(req: api::SubmitRequest) -> Result<(String, SubmitArgs), ApiE
             rss_mb,
             priority,
             resubmit_expired: req.resubmit_expired,
+            keyed,
         },
     ))
+}
+
+/// Validate a Submit's key, key_policy, supersede_running, debounce and debounce_max.
+fn keyed(req: &api::SubmitRequest, mode: SubmitMode) -> Result<Option<KeyArgs>, ApiError> {
+    let policy = match api::KeyPolicy::try_from(req.key_policy) {
+        Ok(api::KeyPolicy::None) => KeyPolicy::None,
+        Ok(api::KeyPolicy::KeepNewest) => KeyPolicy::KeepNewest,
+        Ok(api::KeyPolicy::Serial) => KeyPolicy::Serial,
+        Ok(api::KeyPolicy::SerialKeepNewest) => KeyPolicy::SerialKeepNewest,
+        Ok(api::KeyPolicy::RejectNew) => KeyPolicy::RejectNew,
+        Err(_) => {
+            return Err(ApiError::invalid(
+                "key_policy",
+                format!(
+                    "unknown value {}; use KEY_POLICY_NONE (0), KEY_POLICY_KEEP_NEWEST (1), \
+                     KEY_POLICY_SERIAL (2), KEY_POLICY_SERIAL_KEEP_NEWEST (3) or \
+                     KEY_POLICY_REJECT_NEW (4)",
+                    req.key_policy
+                ),
+            ));
+        }
+    };
+    let debounce_ms = duration_ms(req.debounce.as_ref(), "debounce")?;
+    let debounce_max_ms = duration_ms(req.debounce_max.as_ref(), "debounce_max")?;
+    if req.key.is_empty() {
+        if policy != KeyPolicy::None {
+            return Err(ApiError::invalid(
+                "key",
+                format!("must be set with key_policy {}", policy.code()),
+            ));
+        }
+    } else {
+        id(&req.key, "key")?;
+    }
+    let keep_newest = |field: &str| {
+        ApiError::invalid(
+            field,
+            format!(
+                "needs key_policy KEY_POLICY_KEEP_NEWEST or KEY_POLICY_SERIAL_KEEP_NEWEST, not {}",
+                policy.code()
+            ),
+        )
+    };
+    if req.supersede_running && !policy.keeps_newest() {
+        return Err(keep_newest("supersede_running"));
+    }
+    if debounce_ms > 0 {
+        if !policy.keeps_newest() {
+            return Err(keep_newest("debounce"));
+        }
+        if mode == SubmitMode::Try {
+            return Err(ApiError::invalid(
+                "debounce",
+                "needs mode SUBMIT_MODE_QUEUE: a debounced ticket waits",
+            ));
+        }
+    }
+    if debounce_max_ms > 0 && debounce_max_ms < debounce_ms {
+        return Err(ApiError::invalid(
+            "debounce_max",
+            format!("must be at least debounce ({debounce_ms} ms), or unset"),
+        ));
+    }
+    if debounce_max_ms > 0 && debounce_ms == 0 {
+        return Err(ApiError::invalid("debounce_max", "needs debounce"));
+    }
+    Ok((!req.key.is_empty()).then(|| KeyArgs {
+        key: req.key.clone(),
+        policy,
+        supersede_running: req.supersede_running,
+        debounce_ms,
+        debounce_max_ms,
+    }))
+}
+
+/// A Duration field as whole milliseconds: not negative, at most [`MAX_DEBOUNCE_MS`], no
+/// fraction of a millisecond; unset is 0.
+fn duration_ms(d: Option<&prost_types::Duration>, field: &str) -> Result<u64, ApiError> {
+    let Some(d) = d else { return Ok(0) };
+    if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
+        return Err(ApiError::invalid(field, "must not be negative"));
+    }
+    if d.nanos % 1_000_000 != 0 {
+        return Err(ApiError::invalid(
+            field,
+            "must be a whole number of milliseconds",
+        ));
+    }
+    let ms = (d.seconds as u64)
+        .saturating_mul(1000)
+        .saturating_add(d.nanos as u64 / 1_000_000);
+    if ms > MAX_DEBOUNCE_MS {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be at most {MAX_DEBOUNCE_MS} ms (1 hour)"),
+        ));
+    }
+    Ok(ms)
 }
 
 /// Validate a ReclaimRequest: the ticket it names (an id this authority issues, for

@@ -27,6 +27,7 @@ impl From<TicketState> for api::TicketState {
             TicketState::Shed => api::TicketState::Shed,
             TicketState::Expired => api::TicketState::Expired,
             TicketState::Parked => api::TicketState::Parked,
+            TicketState::Superseded => api::TicketState::Superseded,
         }
     }
 }
@@ -46,6 +47,30 @@ fn blocker(b: Option<crate::scheduler::Blocker>) -> i32 {
         Some(B::Memory) => api::Blocker::Memory,
         Some(B::Turn) => api::Blocker::Turn,
         Some(B::StateLoss) => api::Blocker::StateLoss,
+        Some(B::Key) => api::Blocker::Key,
+    }) as i32
+}
+
+/// A ticket id of `host_id` on the wire, empty for none.
+fn id_of(host_id: &str, key: Option<crate::scheduler::TicketKey>) -> String {
+    key.map_or_else(String::new, |key| {
+        TicketId {
+            host_id: host_id.to_string(),
+            key,
+        }
+        .to_string()
+    })
+}
+
+/// The wire's key policy.
+pub fn key_policy(p: crate::scheduler::KeyPolicy) -> i32 {
+    use crate::scheduler::KeyPolicy as P;
+    (match p {
+        P::None => api::KeyPolicy::None,
+        P::KeepNewest => api::KeyPolicy::KeepNewest,
+        P::Serial => api::KeyPolicy::Serial,
+        P::SerialKeepNewest => api::KeyPolicy::SerialKeepNewest,
+        P::RejectNew => api::KeyPolicy::RejectNew,
     }) as i32
 }
 
@@ -62,6 +87,7 @@ impl From<(TicketId, TicketView)> for api::SubmitResponse {
             eta_ms: ms32(v.eta_ms),
             shadow_reason: v.shadow.map_or_else(String::new, |d| d.code().to_string()),
             blocked_by: blocker(v.blocked_by),
+            superseded_by: id_of(&id.host_id, v.superseded_by),
         }
     }
 }
@@ -80,16 +106,19 @@ pub fn wait_event(id: &TicketId, v: &TicketView) -> api::WaitEvent {
         } else {
             0
         },
+        superseded_by: id_of(&id.host_id, v.superseded_by),
     }
 }
 
 /// One ticket of a Renew, as named in the request: a ticket the store does not know (never
 /// issued, or forgotten) is answered EXPIRED.
 pub fn renewed(ticket_id: String, view: Option<TicketView>) -> api::RenewedTicket {
-    let (s, lease) = view.map_or((TicketState::Expired, 0), |v| {
-        (v.state, v.lease_remaining_ms)
+    let (s, lease, by) = view.map_or((TicketState::Expired, 0, None), |v| {
+        (v.state, v.lease_remaining_ms, v.superseded_by)
     });
+    let host_id = ticket_id.rsplit_once('.').map_or("", |(h, _)| h);
     api::RenewedTicket {
+        superseded_by: id_of(host_id, by),
         ticket_id,
         state: state(s),
         lease_ttl_ms: ms32(lease),
@@ -242,6 +271,8 @@ pub fn stats(
         latency_count: s.counters.latency_count,
         accounts_capped: limits.caps_accounts(),
         reclaimed: s.counters.reclaimed,
+        superseded: s.counters.superseded,
+        key_refused: s.counters.key_refused,
         learning_left_ms: ms32(s.learning_left_ms),
         state_losses,
         last_state_loss_unix_ms,
@@ -289,6 +320,10 @@ pub fn ticket_info(host_id: &str, t: TicketInfo) -> api::TicketInfo {
         in_state_ms: t.in_state_ms,
         place: t.place,
         eta_ms: ms32(t.eta_ms),
+        key_policy: t.keyed.as_ref().map_or(0, |(_, p)| key_policy(*p)),
+        key: t.keyed.map(|(k, _)| k).unwrap_or_default(),
+        superseded_by: id_of(host_id, t.superseded_by),
+        debounce_left_ms: ms32(t.debounce_left_ms),
     }
 }
 

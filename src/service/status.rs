@@ -10,7 +10,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::MAX_DECLARED_BUCKETS;
 use crate::ledger::LedgerError;
-use crate::scheduler::{ReclaimRefusal, Refusal, SubmitError};
+use crate::scheduler::{KeyPolicy, ReclaimRefusal, Refusal, SubmitError};
 use crate::store::StoreError;
 
 /// The ErrorInfo domain of every refusal.
@@ -27,6 +27,23 @@ pub enum ApiError {
     Refused(Refusal),
     #[error("run_id: already names a ticket with another {field}")]
     RunIdConflict { field: &'static str },
+    #[error(
+        "KEY_BUSY: key: ticket {holder} holds this key (key_policy KEY_POLICY_REJECT_NEW); \
+         submit again once it ends"
+    )]
+    KeyBusy { holder: String },
+    #[error(
+        "key_policy: the key's live tickets were submitted with {}, this Submit asks {}; a key \
+         keeps the policy of its first live ticket",
+        live.code(),
+        asked.code()
+    )]
+    KeyPolicyConflict { live: KeyPolicy, asked: KeyPolicy },
+    #[error("{field}: {rule}")]
+    Unsupported {
+        field: &'static str,
+        rule: &'static str,
+    },
     #[error("ticket_id: no such ticket: {0}")]
     NotFound(String),
     #[error("domain: {0:?} is not a configured rate limit domain (rate_limits)")]
@@ -78,9 +95,34 @@ impl From<SubmitError> for ApiError {
             SubmitError::Refused(r) => ApiError::Refused(r),
             SubmitError::Learning { refusal, left_ms } => ApiError::Learning { refusal, left_ms },
             SubmitError::RunIdConflict { field } => ApiError::RunIdConflict { field },
+            // Without its host the holder is named by its key alone: see [`submit_error`].
+            SubmitError::KeyBusy { holder } => ApiError::KeyBusy {
+                holder: format!("{holder:032x}"),
+            },
+            SubmitError::KeyPolicyConflict { live, asked } => {
+                ApiError::KeyPolicyConflict { live, asked }
+            }
+            SubmitError::Unsupported { field, rule } => ApiError::Unsupported { field, rule },
         }
     }
 }
+
+/// A Submit's refusal for host `host_id`, naming a busy key's holder by its ticket id.
+pub fn submit_error(host_id: &str, e: SubmitError) -> ApiError {
+    match e {
+        SubmitError::KeyBusy { holder } => ApiError::KeyBusy {
+            holder: crate::store::TicketId {
+                host_id: host_id.to_string(),
+                key: holder,
+            }
+            .to_string(),
+        },
+        e => e.into(),
+    }
+}
+
+/// How long a caller refused KEY_BUSY should wait before trying again.
+pub const KEY_BUSY_RETRY: Duration = Duration::from_secs(1);
 
 /// Store, ledger, security and scheduling failures become statuses through [`ApiError`], so a
 /// handler answers any of them with `?`.
@@ -189,7 +231,18 @@ impl From<ApiError> for Status {
                 details.set_retry_info(Some(Duration::from_millis(left_ms.max(100))));
                 Status::with_error_details(Code::ResourceExhausted, message, details)
             }
-            ApiError::RunIdConflict { .. } => Status::failed_precondition(message),
+            ApiError::RunIdConflict { .. }
+            | ApiError::KeyPolicyConflict { .. }
+            | ApiError::Unsupported { .. } => Status::failed_precondition(message),
+            ApiError::KeyBusy { holder } => {
+                let mut details = ErrorDetails::with_error_info(
+                    "KEY_BUSY",
+                    ERROR_DOMAIN,
+                    HashMap::from([("holder".to_string(), holder)]),
+                );
+                details.set_retry_info(Some(KEY_BUSY_RETRY));
+                Status::with_error_details(Code::ResourceExhausted, message, details)
+            }
             ApiError::ReclaimRefused(r) => Status::with_error_details(
                 Code::FailedPrecondition,
                 message,

@@ -230,6 +230,7 @@ pub fn submit_req(host: &str, subject: &str, run: &str) -> api::SubmitRequest {
         rss_mb: None,
         priority: 0,
         resubmit_expired: false,
+        ..Default::default()
     }
 }
 

@@ -148,6 +148,7 @@ impl<S: Store> Exchange<S> {
                 run_id: run_id.clone(),
                 mode: SubmitMode::Queue,
                 rss_mb: None,
+                keyed: None,
                 priority: if ask.priority == 0 {
                     DEFAULT_PRIORITY
                 } else {
@@ -164,6 +165,14 @@ impl<S: Store> Exchange<S> {
                 }
                 Ok(Err(SubmitError::Refused(r) | SubmitError::Learning { refusal: r, .. })) => {
                     return Err(self.refused(r));
+                }
+                // The filter submits no key.
+                Ok(Err(
+                    e @ (SubmitError::KeyBusy { .. }
+                    | SubmitError::KeyPolicyConflict { .. }
+                    | SubmitError::Unsupported { .. }),
+                )) => {
+                    return Err(self.unavailable(&format!("{e:?}")));
                 }
                 Err(e) => return Err(self.unavailable(&e.to_string())),
             }

@@ -84,6 +84,7 @@ pub(super) fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, Stor
                 lease_remaining_ms: int(&f[3]).ok_or_else(bad)?,
                 eta_ms: int(&f[4]).ok_or_else(bad)?,
                 shadow: None,
+                superseded_by: None,
                 blocked_by: match text(&f[5]).ok_or_else(bad)?.as_str() {
                     "" => None,
                     code => Some(Blocker::from_code(code).ok_or_else(bad)?),
@@ -225,6 +226,8 @@ pub(super) fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         latency_sum_ms: 0,
         latency_count: 0,
         reclaimed: 0,
+        superseded: 0,
+        key_refused: 0,
     };
     let mut i = 11;
     // Rows of name, in_flight, queued and (with `cap`) the cap in force (-1: none).

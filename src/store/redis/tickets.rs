@@ -160,6 +160,13 @@ impl TicketStore for RedisStore {
         host_id: &str,
         args: SubmitArgs,
     ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
+        if args.keyed.is_some() {
+            return Ok(Err(SubmitError::Unsupported {
+                field: "key",
+                rule: "keys are decided by the embedded store only in this version: \
+                       the redis store refuses a Submit that names a key",
+            }));
+        }
         self.register_host(host_id).await?;
         self.listener_ready().await;
         let key = TicketId::random_key();
@@ -437,6 +444,9 @@ impl TicketStore for RedisStore {
                     in_state_ms: now.saturating_sub(int(&r[11])?),
                     place: u32::try_from(int(&r[12])?).ok()?,
                     eta_ms: int(&r[13])?,
+                    keyed: None,
+                    superseded_by: None,
+                    debounce_left_ms: 0,
                 };
                 // Smaller is earlier; an unparked ticket goes ahead of its subject's queue (< 0).
                 Some((info, text(&r[8])?.parse::<i64>().ok()?))

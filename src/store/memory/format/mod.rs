@@ -12,7 +12,24 @@
 //! then the value, enums as their variant's index then its fields, structs as their fields in
 //! order.
 //!
-//! # Format 3 (written now)
+//! # Format 4 (written now)
+//!
+//! Format 3 with keys (a Submit's `key` and its policy):
+//! * record `1 Host`'s `op` may also be `12 SubmitKeyed { args, key, keyed }`: a Submit that
+//!   named a key, `args` and `key` as in `1 Submit`, `keyed` = (key, policy 0 none / 1 keep
+//!   newest / 2 serial / 3 serial keep newest / 4 reject new, supersede_running, debounce_ms,
+//!   debounce_max_ms); a Submit without a key is still written as `1 Submit`;
+//! * every host's snapshot piece is `5 HostKeyed { id, seq, limits, host, keys }`: `0 Host`
+//!   followed by `keys` = (next_key_seq, superseded, key_refused, keyed tickets as (ticket key,
+//!   key, policy, key_seq, ready_at, burst_since?, superseded_by?), superseded ended tickets as
+//!   (ticket key, superseded_by));
+//! * a ticket's state may be `7 superseded`.
+//!
+//! Its records and pieces are read with format 2's types ([`v2`]); a file of an older format
+//! holding a record or piece only format 4 has is refused. An older dir is rewritten in
+//! format 4 when opened, so an older build refuses it from then on, as newer.
+//!
+//! # Format 3 (read)
 //!
 //! Format 2 with one more rate limit record: `4 RateLimit`'s `op` may also be `2 Subtract {
 //! domain, hits, epoch_ms }` (Envoy's `hits_subtrahend`), `hits` as in `0 Hit`. Its records
@@ -103,7 +120,7 @@ mod tests;
 
 // The journal names files with the format this module writes, and refuses what it cannot read.
 const _: () =
-    assert!(crate::store::journal::FORMAT == 3 && crate::store::journal::OLDEST_FORMAT == 1);
+    assert!(crate::store::journal::FORMAT == 4 && crate::store::journal::OLDEST_FORMAT == 1);
 
 /// A snapshot piece in the core's terms.
 #[derive(Debug, PartialEq)]
@@ -150,10 +167,13 @@ pub fn decode_record(version: u32, bytes: &[u8]) -> Result<Record<'static>, Stri
         1 => Ok(postcard::from_bytes::<v1::RecordV1>(bytes)
             .map_err(bad)?
             .into()),
-        2 | 3 => {
+        2..=4 => {
             let record = postcard::from_bytes::<v2::records::RecordV2>(bytes).map_err(bad)?;
-            if version == 2 && record.is_of_format_3() {
-                return Err("a record of format 2 that only format 3 has".into());
+            if record.format() > version {
+                return Err(format!(
+                    "a record of format {version} that only format {} has",
+                    record.format()
+                ));
             }
             record
                 .try_into()
@@ -180,10 +200,18 @@ pub fn decode_piece(version: u32, bytes: &[u8]) -> Result<Piece, String> {
             .map_err(bad)?
             .try_into()
             .map_err(|e| format!("a piece of format 1 with {e}")),
-        2 | 3 => postcard::from_bytes::<v2::pieces::PieceV2>(bytes)
-            .map_err(bad)?
-            .try_into()
-            .map_err(|e| format!("a piece of format {version} with {e}")),
+        2..=4 => {
+            let piece = postcard::from_bytes::<v2::pieces::PieceV2>(bytes).map_err(bad)?;
+            if piece.format() > version {
+                return Err(format!(
+                    "a piece of format {version} that only format {} has",
+                    piece.format()
+                ));
+            }
+            piece
+                .try_into()
+                .map_err(|e| format!("a piece of format {version} with {e}"))
+        }
         v => Err(format!(
             "snapshots of format {v} are not read by this build"
         )),

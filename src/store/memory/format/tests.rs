@@ -18,6 +18,8 @@ enum Op {
         subject: u8,
         account: u8,
         priority: u8,
+        /// 0: no key; else a key (of three), a policy and a debounce drawn from it.
+        keyed: u8,
     },
     Release {
         pick: u8,
@@ -44,10 +46,11 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..5u8, 0..3u8, 0..6u8).prop_map(|(subject, account, priority)| Op::Submit {
+        4 => (0..5u8, 0..3u8, 0..6u8, any::<u8>()).prop_map(|(subject, account, priority, keyed)| Op::Submit {
             subject,
             account,
-            priority
+            priority,
+            keyed,
         }),
         2 => (any::<u8>(), 0..5u8).prop_map(|(pick, outcome)| Op::Release { pick, outcome }),
         1 => any::<u8>().prop_map(Op::Park),
@@ -104,7 +107,23 @@ impl World {
                 subject,
                 account,
                 priority,
+                keyed,
             } => {
+                let keyed = (keyed > 0).then(|| {
+                    let policy = crate::scheduler::KeyPolicy::ALL[usize::from(keyed / 3) % 5];
+                    let debounce = if policy.keeps_newest() {
+                        u64::from(keyed % 4) * 100
+                    } else {
+                        0
+                    };
+                    crate::scheduler::KeyArgs {
+                        key: format!("k{}", keyed % 3),
+                        policy,
+                        supersede_running: policy.keeps_newest() && keyed % 2 == 0,
+                        debounce_ms: debounce,
+                        debounce_max_ms: debounce * 2,
+                    }
+                });
                 let key = self.next_key;
                 self.next_key += 1;
                 self.keys.push(key);
@@ -117,6 +136,7 @@ impl World {
                     rss_mb: Some(100),
                     priority,
                     resubmit_expired: false,
+                    keyed,
                 };
                 format!("{:?}", self.host.submit(limits, args, key, self.now))
             }
@@ -223,7 +243,7 @@ impl World {
         let mut back = pieces.into_iter().map(|piece| {
             let mut bytes = Vec::new();
             encode_piece(&piece, &mut bytes).unwrap();
-            let decoded = decode_piece(2, &bytes).unwrap();
+            let decoded = decode_piece(crate::store::journal::FORMAT, &bytes).unwrap();
             assert_eq!(decoded, piece, "a piece comes back as it went");
             decoded
         });

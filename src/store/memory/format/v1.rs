@@ -718,6 +718,7 @@ impl From<HostOpV1> for HostOp {
                     rss_mb: a.rss_mb,
                     priority: a.priority,
                     resubmit_expired: false,
+                    keyed: None,
                 },
                 key,
             },
@@ -856,6 +857,11 @@ fn host_image(h: HostStateV1) -> Result<HostImage, String> {
             since: t.since,
             level: t.level,
             reclaimed: t.reclaimed,
+            keyed: None,
+            key_seq: 0,
+            ready_at: 0,
+            burst_since: None,
+            superseded_by: None,
         })
         .collect();
     tickets.sort_by_key(|t| t.key);
@@ -867,6 +873,7 @@ fn host_image(h: HostStateV1) -> Result<HostImage, String> {
             .ok_or_else(|| format!("retained ticket {key:x} is not among the ended"))?;
         ended.push(EndedImage {
             answers_run: h.runs.get(&run_id) == Some(&key),
+            superseded_by: None,
             key,
             run_id,
             state: e.state.into(),
@@ -934,9 +941,12 @@ fn host_image(h: HostStateV1) -> Result<HostImage, String> {
             latency_sum_ms: c.latency_sum_ms,
             latency_count: c.latency_count,
             reclaimed: c.reclaimed,
+            superseded: 0,
+            key_refused: 0,
         },
         adaptive,
         instances,
+        next_key_seq: 0,
     })
 }
 

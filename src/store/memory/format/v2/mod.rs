@@ -17,8 +17,8 @@ use crate::ledger::{
 };
 use crate::ratelimit::Unit;
 use crate::scheduler::{
-    Adaptive, Limits, LimitsRecord, LimitsSource, MemoryLimits, Mode, Outcome, OverflowPolicy,
-    Report, SubmitMode, TicketState,
+    Adaptive, KeyPolicy, Limits, LimitsRecord, LimitsSource, MemoryLimits, Mode, Outcome,
+    OverflowPolicy, Report, SubmitMode, TicketState,
 };
 
 pub mod pieces;
@@ -77,6 +77,8 @@ pub enum StateV2 {
     Shed,
     Expired,
     Parked,
+    /// Format 4 on.
+    Superseded,
 }
 
 impl From<TicketState> for StateV2 {
@@ -89,6 +91,7 @@ impl From<TicketState> for StateV2 {
             TicketState::Shed => StateV2::Shed,
             TicketState::Expired => StateV2::Expired,
             TicketState::Parked => StateV2::Parked,
+            TicketState::Superseded => StateV2::Superseded,
         }
     }
 }
@@ -103,6 +106,7 @@ impl From<StateV2> for TicketState {
             StateV2::Shed => TicketState::Shed,
             StateV2::Expired => TicketState::Expired,
             StateV2::Parked => TicketState::Parked,
+            StateV2::Superseded => TicketState::Superseded,
         }
     }
 }
@@ -150,6 +154,22 @@ pub fn submit_mode(m: SubmitMode) -> u8 {
         SubmitMode::Queue => 0,
         SubmitMode::Try => 1,
     }
+}
+
+/// A key policy's code: its place in [`KeyPolicy::ALL`] (0 none, 1 keep newest, 2 serial,
+/// 3 serial keep newest, 4 reject new).
+pub fn key_policy_code(p: KeyPolicy) -> u8 {
+    KeyPolicy::ALL
+        .iter()
+        .position(|x| *x == p)
+        .expect("every policy is listed") as u8
+}
+
+pub fn key_policy_of(code: u8) -> Result<KeyPolicy, String> {
+    KeyPolicy::ALL
+        .get(usize::from(code))
+        .copied()
+        .ok_or_else(|| format!("a key policy of {code}"))
 }
 
 pub fn submit_mode_of(m: u8) -> Result<SubmitMode, String> {

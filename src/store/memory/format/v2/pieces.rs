@@ -7,7 +7,10 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text, unit_code, unit_of};
+use super::{
+    AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text, key_policy_code, key_policy_of,
+    unit_code, unit_of,
+};
 use crate::auth::{AuthImage, EndpointImage};
 use crate::ledger::{LedgerImage, LedgerStats, RunImage, StepImage};
 use crate::ratelimit::CounterImage;
@@ -51,7 +54,45 @@ pub enum PieceV2<'a> {
         #[serde(borrow)]
         domains: Vec<(Text<'a>, Vec<CounterV2<'a>>)>,
     },
+    /// 5 (format 4 on, which writes every host so): `0 Host` with its tickets' keys.
+    HostKeyed {
+        #[serde(borrow)]
+        id: Text<'a>,
+        seq: u64,
+        limits: LimitsRecordV2,
+        #[serde(borrow)]
+        host: Box<HostV2<'a>>,
+        #[serde(borrow)]
+        keys: KeysV4<'a>,
+    },
 }
+
+impl PieceV2<'_> {
+    /// The first format that has this piece: 4 for a host with keys, else 2.
+    pub fn format(&self) -> u32 {
+        match self {
+            PieceV2::HostKeyed { .. } => 4,
+            _ => 2,
+        }
+    }
+}
+
+/// What a host's tickets hold of keys (format 4): the last key sequence number handed out,
+/// the superseded and key-refused counts, its keyed live tickets, and the ended tickets that
+/// were superseded with the ticket that superseded them.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct KeysV4<'a> {
+    pub next_key_seq: u64,
+    pub superseded: u64,
+    pub key_refused: u64,
+    #[serde(borrow)]
+    pub tickets: Vec<KeyedTicketV4<'a>>,
+    pub ended: Vec<(u128, u128)>,
+}
+
+/// A live ticket's key: (ticket key, key, policy as in a keyed Submit's record, key_seq,
+/// ready_at, burst_since?, superseded_by?).
+pub type KeyedTicketV4<'a> = (u128, Text<'a>, u8, u64, u64, Option<u64>, Option<u128>);
 
 /// A rate limit counter: (key, window start s, unit, count).
 pub type CounterV2<'a> = (Text<'a>, u64, u8, u64);
@@ -216,11 +257,12 @@ impl<'a> From<&'a Piece> for PieceV2<'a> {
                 seq,
                 limits,
                 image,
-            } => PieceV2::Host {
+            } => PieceV2::HostKeyed {
                 id: text(id),
                 seq: *seq,
                 limits: limits.into(),
                 host: Box::new((&**image).into()),
+                keys: keys_of(image),
             },
             Piece::Ledger { id, seq, image } => PieceV2::Ledger {
                 id: text(id),
@@ -270,6 +312,22 @@ impl TryFrom<PieceV2<'_>> for Piece {
                 limits: limits.try_into()?,
                 image: Box::new((*host).try_into()?),
             },
+            PieceV2::HostKeyed {
+                id,
+                seq,
+                limits,
+                host,
+                keys,
+            } => {
+                let mut image: HostImage = (*host).try_into()?;
+                with_keys(&mut image, keys)?;
+                Piece::Host {
+                    id: id.into_owned(),
+                    seq,
+                    limits: limits.try_into()?,
+                    image: Box::new(image),
+                }
+            }
             PieceV2::Ledger { id, seq, ledger } => Piece::Ledger {
                 id: id.into_owned(),
                 seq,
@@ -302,6 +360,64 @@ impl TryFrom<PieceV2<'_>> for Piece {
             },
         })
     }
+}
+
+/// The keys of a host's image, as format 4 writes them beside its tickets.
+fn keys_of(h: &HostImage) -> KeysV4<'_> {
+    KeysV4 {
+        next_key_seq: h.next_key_seq,
+        superseded: h.counters.superseded,
+        key_refused: h.counters.key_refused,
+        tickets: h
+            .tickets
+            .iter()
+            .filter_map(|t| {
+                let (key, policy) = t.keyed.as_ref()?;
+                Some((
+                    t.key,
+                    text(key),
+                    key_policy_code(*policy),
+                    t.key_seq,
+                    t.ready_at,
+                    t.burst_since,
+                    t.superseded_by,
+                ))
+            })
+            .collect(),
+        ended: h
+            .ended
+            .iter()
+            .filter_map(|e| Some((e.key, e.superseded_by?)))
+            .collect(),
+    }
+}
+
+/// Put a host's keys back into its image (read without them).
+fn with_keys(h: &mut HostImage, keys: KeysV4<'_>) -> Result<(), String> {
+    h.next_key_seq = keys.next_key_seq;
+    h.counters.superseded = keys.superseded;
+    h.counters.key_refused = keys.key_refused;
+    let mut tickets: std::collections::HashMap<u128, &mut TicketImage> =
+        h.tickets.iter_mut().map(|t| (t.key, t)).collect();
+    for (ticket, key, policy, key_seq, ready_at, burst_since, superseded_by) in keys.tickets {
+        let t = tickets
+            .get_mut(&ticket)
+            .ok_or_else(|| format!("the key of ticket {ticket:x}, which is not live"))?;
+        t.keyed = Some((key.into_owned(), key_policy_of(policy)?));
+        t.key_seq = key_seq;
+        t.ready_at = ready_at;
+        t.burst_since = burst_since;
+        t.superseded_by = superseded_by;
+    }
+    let mut ended: std::collections::HashMap<u128, &mut EndedImage> =
+        h.ended.iter_mut().map(|e| (e.key, e)).collect();
+    for (ticket, by) in keys.ended {
+        ended
+            .get_mut(&ticket)
+            .ok_or_else(|| format!("superseded ticket {ticket:x}, which is not remembered"))?
+            .superseded_by = Some(by);
+    }
+    Ok(())
 }
 
 impl<'a> From<&'a HostImage> for HostV2<'a> {
@@ -395,6 +511,7 @@ impl TryFrom<HostV2<'_>> for HostImage {
                 .collect()
         });
         Ok(HostImage {
+            next_key_seq: 0,
             tickets: h
                 .tickets
                 .into_iter()
@@ -411,6 +528,11 @@ impl TryFrom<HostV2<'_>> for HostImage {
                     since: t.since,
                     level: t.level,
                     reclaimed: t.reclaimed,
+                    keyed: None,
+                    key_seq: 0,
+                    ready_at: 0,
+                    burst_since: None,
+                    superseded_by: None,
                 })
                 .collect(),
             ended: h
@@ -423,6 +545,7 @@ impl TryFrom<HostV2<'_>> for HostImage {
                     grant: e.grant,
                     forget_at: e.forget_at,
                     answers_run: e.answers_run,
+                    superseded_by: None,
                 })
                 .collect(),
             rotation: std::array::from_fn(|_| levels.next().expect("LEVELS lists")),
@@ -448,6 +571,8 @@ impl TryFrom<HostV2<'_>> for HostImage {
                 latency_sum_ms: c.latency_sum_ms,
                 latency_count: c.latency_count,
                 reclaimed: c.reclaimed,
+                superseded: 0,
+                key_refused: 0,
             },
             adaptive: h
                 .adaptive

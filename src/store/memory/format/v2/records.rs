@@ -8,12 +8,12 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    LimitsRecordV2, PolicyV2, ReportV2, RuleV2, Text, UsageV2, resolution, resolution_of,
-    submit_mode, submit_mode_of, unit_code, unit_of,
+    LimitsRecordV2, PolicyV2, ReportV2, RuleV2, Text, UsageV2, key_policy_code, key_policy_of,
+    resolution, resolution_of, submit_mode, submit_mode_of, unit_code, unit_of,
 };
 use crate::ledger::AuthorizeArgs;
 use crate::ratelimit::Hit;
-use crate::scheduler::{HeldArgs, SubmitArgs};
+use crate::scheduler::{HeldArgs, KeyArgs, SubmitArgs};
 use crate::store::memory::ops::{AuthOp, HostOp, LedgerOp, RateLimitOp, Record};
 
 /// One record of the log.
@@ -56,15 +56,20 @@ pub enum RecordV2<'a> {
 }
 
 impl RecordV2<'_> {
-    /// Whether only format 3 has this record (a rate limit subtraction).
-    pub fn is_of_format_3(&self) -> bool {
-        matches!(
-            self,
+    /// The first format that has this record: 3 for a rate limit subtraction, 4 for a keyed
+    /// Submit, else 2.
+    pub fn format(&self) -> u32 {
+        match self {
             RecordV2::RateLimit {
                 op: RateLimitOpV2::Subtract { .. },
                 ..
-            }
-        )
+            } => 3,
+            RecordV2::Host {
+                op: HostOpV2::SubmitKeyed { .. },
+                ..
+            } => 4,
+            _ => 2,
+        }
     }
 }
 
@@ -132,6 +137,26 @@ pub enum HostOpV2<'a> {
         held: HeldV2<'a>,
         key: u128,
     },
+    /// 12 (format 4 on): a Submit that named a key, under ticket key `key`.
+    SubmitKeyed {
+        #[serde(borrow)]
+        args: SubmitV2<'a>,
+        key: u128,
+        #[serde(borrow)]
+        keyed: KeyedV4<'a>,
+    },
+}
+
+/// A Submit's key: (key, policy 0 none / 1 keep newest / 2 serial / 3 serial keep newest /
+/// 4 reject new, supersede_running, debounce_ms, debounce_max_ms).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct KeyedV4<'a> {
+    #[serde(borrow)]
+    pub key: Text<'a>,
+    pub policy: u8,
+    pub supersede_running: bool,
+    pub debounce_ms: u64,
+    pub debounce_max_ms: u64,
 }
 
 /// A Submit's arguments; `mode` 0 queue, 1 try.
@@ -308,8 +333,8 @@ impl<'a> From<&'a HostOp> for HostOpV2<'a> {
     fn from(op: &'a HostOp) -> Self {
         match op {
             HostOp::Create(l) => HostOpV2::Create(l.into()),
-            HostOp::Submit { args, key } => HostOpV2::Submit {
-                args: SubmitV2 {
+            HostOp::Submit { args, key } => {
+                let v2 = SubmitV2 {
                     instance_id: text(&args.instance_id),
                     subject: text(&args.subject),
                     account_id: opt(&args.account_id),
@@ -318,9 +343,25 @@ impl<'a> From<&'a HostOp> for HostOpV2<'a> {
                     rss_mb: args.rss_mb,
                     priority: args.priority,
                     resubmit_expired: args.resubmit_expired,
-                },
-                key: *key,
-            },
+                };
+                match &args.keyed {
+                    None => HostOpV2::Submit {
+                        args: v2,
+                        key: *key,
+                    },
+                    Some(k) => HostOpV2::SubmitKeyed {
+                        args: v2,
+                        key: *key,
+                        keyed: KeyedV4 {
+                            key: text(&k.key),
+                            policy: key_policy_code(k.policy),
+                            supersede_running: k.supersede_running,
+                            debounce_ms: k.debounce_ms,
+                            debounce_max_ms: k.debounce_max_ms,
+                        },
+                    },
+                }
+            }
             HostOp::Renew { key, rss_mb } => HostOpV2::Renew {
                 key: *key,
                 rss_mb: *rss_mb,
@@ -354,22 +395,41 @@ impl<'a> From<&'a HostOp> for HostOpV2<'a> {
     }
 }
 
+/// A Submit's arguments as the core takes them.
+fn submit_args(args: SubmitV2<'_>, keyed: Option<KeyArgs>) -> Result<SubmitArgs, String> {
+    Ok(SubmitArgs {
+        instance_id: args.instance_id.into_owned(),
+        subject: args.subject.into_owned(),
+        account_id: owned(args.account_id),
+        run_id: args.run_id.into_owned(),
+        mode: submit_mode_of(args.mode)?,
+        rss_mb: args.rss_mb,
+        priority: args.priority,
+        resubmit_expired: args.resubmit_expired,
+        keyed,
+    })
+}
+
 impl TryFrom<HostOpV2<'_>> for HostOp {
     type Error = String;
     fn try_from(op: HostOpV2<'_>) -> Result<Self, String> {
         Ok(match op {
             HostOpV2::Create(l) => HostOp::Create(l.try_into()?),
             HostOpV2::Submit { args, key } => HostOp::Submit {
-                args: SubmitArgs {
-                    instance_id: args.instance_id.into_owned(),
-                    subject: args.subject.into_owned(),
-                    account_id: owned(args.account_id),
-                    run_id: args.run_id.into_owned(),
-                    mode: submit_mode_of(args.mode)?,
-                    rss_mb: args.rss_mb,
-                    priority: args.priority,
-                    resubmit_expired: args.resubmit_expired,
-                },
+                args: submit_args(args, None)?,
+                key,
+            },
+            HostOpV2::SubmitKeyed { args, key, keyed } => HostOp::Submit {
+                args: submit_args(
+                    args,
+                    Some(KeyArgs {
+                        key: keyed.key.into_owned(),
+                        policy: key_policy_of(keyed.policy)?,
+                        supersede_running: keyed.supersede_running,
+                        debounce_ms: keyed.debounce_ms,
+                        debounce_max_ms: keyed.debounce_max_ms,
+                    }),
+                )?,
                 key,
             },
             HostOpV2::Renew { key, rss_mb } => HostOp::Renew { key, rss_mb },
