@@ -29,8 +29,9 @@ use admission_authority::ledger::{
     Allowance, AuthorizeArgs, Budget, Coverage, Resolution, ResourcePolicy, UnknownUsage, Usage,
 };
 use admission_authority::scheduler::{
-    Adaptive, Blocker, HeldArgs, Limits, LimitsTable, Mode, Outcome, ReclaimRefusal, Reclaimed,
-    Report, ShadowDecision, SubmitArgs, SubmitMode, TicketView,
+    Adaptive, Blocker, HeldArgs, KeyArgs, KeyPolicy, Limits, LimitsTable, Mode, Outcome,
+    ReclaimRefusal, Reclaimed, Report, ShadowDecision, SubmitArgs, SubmitError, SubmitMode,
+    TicketView,
 };
 use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
@@ -45,6 +46,7 @@ mod strategies;
 
 const HOSTS: [&str; 3] = ["h0", "h1", "h.2"];
 const SUBJECTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
+const KEYS: [&str; 3] = ["conv-1", "conv-2", "conv-3"];
 const ACCOUNTS: [Option<&str>; 3] = [None, Some("acct-1"), Some("acct-2")];
 
 /// Sequences of each kind: `ADMISSION_DIFFERENTIAL_CASES`, else `default`.
@@ -239,6 +241,8 @@ enum TicketOp {
         try_mode: bool,
         rss_mb: Option<u32>,
         priority: u8,
+        /// (key, policy in `KeyPolicy::ALL`, supersede_running, debounce ms).
+        keyed: Option<(usize, usize, bool, u64)>,
     },
     /// Submit an earlier run again, as it was or with another subject or account; with
     /// `resubmit`, as a client whose ticket lapsed before its run started does.
@@ -281,9 +285,11 @@ enum TicketOp {
 fn ticket_op() -> impl Strategy<Value = TicketOp> {
     prop_oneof![
         5 => (0..HOSTS.len(), 0..SUBJECTS.len(), 0..ACCOUNTS.len(), any::<bool>(), rss(),
-              prop_oneof![2 => Just(3u8), 3 => 1u8..=5])
-            .prop_map(|(host, subject, account, try_mode, rss_mb, priority)| TicketOp::Submit {
-                host, subject, account, try_mode, rss_mb, priority
+              prop_oneof![2 => Just(3u8), 3 => 1u8..=5],
+              prop::option::weighted(0.5, (0..KEYS.len(), 0..KeyPolicy::ALL.len(), any::<bool>(),
+                  prop_oneof![Just(0u64), 1u64..3_000])))
+            .prop_map(|(host, subject, account, try_mode, rss_mb, priority, keyed)| TicketOp::Submit {
+                host, subject, account, try_mode, rss_mb, priority, keyed
             }),
         1 => (any::<usize>(), prop::option::weighted(0.3, 0..SUBJECTS.len()),
               prop::option::weighted(0.3, 0..ACCOUNTS.len()), prop::bool::weighted(0.5))
@@ -399,6 +405,8 @@ fn view(
     u64,
     Option<ShadowDecision>,
     Option<Blocker>,
+    bool,
+    u64,
 ) {
     (
         format!("{:?}", v.state),
@@ -408,6 +416,8 @@ fn view(
         v.eta_ms,
         v.shadow,
         v.blocked_by,
+        v.superseded_by.is_some(),
+        v.debounce_left_ms,
     )
 }
 
@@ -442,6 +452,7 @@ async fn tickets_alike<T: Twin>(
                 try_mode,
                 rss_mb,
                 priority,
+                keyed,
             } => Some((
                 host,
                 SubmitArgs {
@@ -457,7 +468,23 @@ async fn tickets_alike<T: Twin>(
                     rss_mb,
                     priority,
                     resubmit_expired: false,
-                    keyed: None,
+                    // What the edge lets through: supersede_running and debounce only with a
+                    // keep-newest policy, debounce only queued.
+                    keyed: keyed.map(|(k, p, supersede, debounce)| {
+                        let policy = KeyPolicy::ALL[p];
+                        let debounce = if policy.keeps_newest() && !try_mode {
+                            debounce
+                        } else {
+                            0
+                        };
+                        KeyArgs {
+                            key: KEYS[k].into(),
+                            policy,
+                            supersede_running: supersede && policy.keeps_newest(),
+                            debounce_ms: debounce,
+                            debounce_max_ms: debounce * 3 / 2,
+                        }
+                    }),
                 },
             )),
             TicketOp::Replay {
@@ -497,7 +524,22 @@ async fn tickets_alike<T: Twin>(
                         });
                     }
                 }
-                (a, b) => prop_assert_eq!(a.err(), b.err(), "op {}: submit", i),
+                (a, b) => {
+                    // A busy key's holder, by its place among the tickets made.
+                    let norm = |e: Option<SubmitError>, redis: bool| match e {
+                        Some(SubmitError::KeyBusy { holder }) => Err(made.iter().position(|t| {
+                            let id = if redis { &t.redis } else { &t.memory };
+                            id.key == holder
+                        })),
+                        e => Ok(e),
+                    };
+                    prop_assert_eq!(
+                        norm(a.err(), false),
+                        norm(b.err(), true),
+                        "op {}: submit",
+                        i
+                    )
+                }
             }
         }
         match op {
@@ -677,6 +719,9 @@ async fn tickets_alike<T: Twin>(
                             t.instance_id,
                             t.priority,
                             t.blocked_by,
+                            t.keyed,
+                            t.superseded_by.map(|k| index(k, redis)),
+                            t.debounce_left_ms,
                         )
                     })
                     .collect();
@@ -698,6 +743,22 @@ async fn tickets_alike<T: Twin>(
                 a.as_ref().map(view),
                 b.as_ref().map(view),
                 "op {}: ticket {}",
+                i,
+                j
+            );
+            // Who superseded it, by its place among the tickets made.
+            let by = |v: &Option<TicketView>, redis: bool| {
+                v.as_ref().and_then(|v| v.superseded_by).map(|k| {
+                    made.iter().position(|t| {
+                        let id = if redis { &t.redis } else { &t.memory };
+                        id.key == k
+                    })
+                })
+            };
+            prop_assert_eq!(
+                by(&a, false),
+                by(&b, true),
+                "op {}: superseded_by of {}",
                 i,
                 j
             );

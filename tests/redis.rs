@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use admission_authority::auth::{AuthPolicy, AuthVerdict, BucketRule};
 use admission_authority::clock::ManualClock;
-use admission_authority::scheduler::Report;
+use admission_authority::scheduler::{Report, SubmitArgs, SubmitError};
 use admission_authority::store::redis::{AUTH_SKIP_MS, RedisStore};
 use admission_authority::store::{AuthStore, Policy};
 
@@ -716,10 +716,11 @@ async fn ended_tickets_leave_only_keys_that_expire() {
 }
 
 /// Replicas of two layouts share a prefix only when each runs beside the other's: a replica of
-/// this version joins beside a live registration of layout 1 (the release before, which runs
-/// beside layout 2), refuses to join beside a live one of a layout that does not run beside
-/// it (or that it does not run beside), and joins once that registration has expired. A prefix
-/// that still holds layout 0's `limits` hashes is refused too, naming the key.
+/// this version joins beside a live registration of layout 2 (the release before, which runs
+/// beside layout 3) and refuses Submits with a key while it lives (its scripts would dispatch
+/// them as if they had none), refuses to join beside a live one of a layout that does not run
+/// beside it (or that it does not run beside), and joins once that registration has expired.
+/// A prefix that still holds layout 0's `limits` hashes is refused too, naming the key.
 #[tokio::test]
 async fn replicas_of_two_layouts_share_a_prefix_only_when_each_runs_beside_the_other() {
     use admission_authority::store::redis::layout::{LAYOUT, RUNS_BESIDE};
@@ -758,26 +759,46 @@ async fn replicas_of_two_layouts_share_a_prefix_only_when_each_runs_beside_the_o
             .await
             .unwrap()
     };
-    assert_eq!((LAYOUT, RUNS_BESIDE), (2, 1));
+    assert_eq!((LAYOUT, RUNS_BESIDE), (3, 2));
+    let keyed = |run: &str| SubmitArgs {
+        keyed: Some(admission_authority::scheduler::KeyArgs {
+            key: "conv".into(),
+            policy: admission_authority::scheduler::KeyPolicy::Serial,
+            supersede_running: false,
+            debounce_ms: 0,
+            debounce_max_ms: 0,
+        }),
+        ..queue_args("alice", run)
+    };
 
-    // A live replica of the release before: layout 1, running beside layout 2.
-    register(&mut conn, "older", format!("1|1|{}", now + 5_000)).await;
+    // A live replica of the release before: layout 2, running beside layout 1.
+    register(&mut conn, "older", format!("2|1|{}", now + 5_000)).await;
     store.join().await.unwrap();
     assert_eq!(entries(&mut conn).await.len(), 2, "registered beside it");
+    let refused = store.submit("h", keyed("k1")).await.unwrap();
+    let Err(SubmitError::Unsupported { field, rule }) = refused else {
+        panic!("{refused:?}");
+    };
+    assert!(field == "key" && rule.contains("layout 2"), "{rule}");
+    store
+        .submit("h", queue_args("alice", "plain"))
+        .await
+        .unwrap()
+        .unwrap();
 
-    // A live replica of a later layout that does not run beside layout 2.
-    register(&mut conn, "newer", format!("3|3|{}", now + 5_000)).await;
+    // A live replica of a later layout that does not run beside layout 3.
+    register(&mut conn, "newer", format!("4|4|{}", now + 5_000)).await;
     let refused = store.join().await.unwrap_err();
     let StoreError::Incompatible { what } = &refused else {
         panic!("{refused:?}");
     };
     assert!(
-        what.contains("replica newer of Redis layout 3")
-            && what.contains("this version writes layout 2")
+        what.contains("replica newer of Redis layout 4")
+            && what.contains("this version writes layout 3")
             && what.contains("stop the other replicas first"),
         "{what}"
     );
-    assert!(store.readiness().unwrap_err().contains("layout 3"));
+    assert!(store.readiness().unwrap_err().contains("layout 4"));
     let denied = store
         .submit("h", queue_args("alice", "r1"))
         .await
@@ -800,6 +821,8 @@ async fn replicas_of_two_layouts_share_a_prefix_only_when_each_runs_beside_the_o
         .await
         .unwrap()
         .unwrap();
+    // The older replica is gone too: keys are decided.
+    store.submit("h", keyed("k2")).await.unwrap().unwrap();
     store.leave().await;
     assert!(
         entries(&mut conn).await.is_empty(),

@@ -107,7 +107,7 @@ pub struct KeyArgs {
 
 /// What a ticket's key asks of the key's other tickets on its host. The policy of a key is
 /// that of its first live ticket; a Submit asking another is refused.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KeyPolicy {
     /// The key only labels.
     #[default]
@@ -273,6 +273,9 @@ pub struct TicketView {
     /// A SUPERSEDED ticket: the newer ticket of its key that ended it. An admitted or parked
     /// one: the newest ticket of its key submitted with `supersede_running` (it should stop).
     pub superseded_by: Option<TicketKey>,
+    /// While queued and debounced, the ms until its debounce runs out (a Wait stream looks
+    /// again then); 0 otherwise.
+    pub debounce_left_ms: u64,
 }
 
 /// Cumulative counters of one host.

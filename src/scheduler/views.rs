@@ -54,6 +54,7 @@ impl HostState {
                 shadow: None,
                 blocked_by: None,
                 superseded_by: e.superseded_by,
+                debounce_left_ms: 0,
             });
         };
         let blocked_by = (t.state == TicketState::Queued).then(|| self.blocker(limits, t, now));
@@ -73,6 +74,11 @@ impl HostState {
             shadow: None,
             blocked_by,
             superseded_by: t.superseded_by,
+            debounce_left_ms: if t.state == TicketState::Queued {
+                t.ready_at.saturating_sub(now)
+            } else {
+                0
+            },
         })
     }
 

@@ -138,8 +138,20 @@ pub(super) async fn follow<S: Store>(
         POSITION_REFRESH,
     );
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A debounced waiter looks again the moment its debounce runs out.
+    let ready_at = |v: &TicketView| {
+        (v.debounce_left_ms > 0)
+            .then(|| tokio::time::Instant::now() + Duration::from_millis(v.debounce_left_ms + 1))
+    };
+    let mut debounced = ready_at(&last);
     while last.state == TicketState::Queued {
         tokio::select! {
+            _ = async {
+                match debounced {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
             _ = tx.closed() => return,
             _ = closing.changed() => {
                 let _ = tx
@@ -177,6 +189,7 @@ pub(super) async fn follow<S: Store>(
                 return;
             }
         };
+        debounced = ready_at(&next);
         if next.state != last.state
             || next.position != last.position
             || next.blocked_by != last.blocked_by

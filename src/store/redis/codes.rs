@@ -6,9 +6,9 @@
 use crate::auth::AuthVerdict;
 use crate::ledger::{Coverage, Decision, Reason, Resolution, StepState, UnknownUsage, Usage};
 use crate::scheduler::{
-    DEFAULT_PRIORITY, EXACT_POSITION_SUBJECTS, LEVELS, LISTED_PLACE_DEPTH, MAX_ADAPTIVE_ACCOUNTS,
-    Mode, OverflowPolicy, PROBE_SLOWDOWN, QUEUE_WAIT_BOUNDS_MS, RETAIN_SLACK, Refusal,
-    ShadowDecision, SubmitMode, TicketState,
+    DEFAULT_PRIORITY, EXACT_POSITION_SUBJECTS, KeyPolicy, LEVELS, LISTED_PLACE_DEPTH,
+    MAX_ADAPTIVE_ACCOUNTS, Mode, OverflowPolicy, PROBE_SLOWDOWN, QUEUE_WAIT_BOUNDS_MS,
+    RETAIN_SLACK, Refusal, ShadowDecision, SubmitMode, TicketState,
 };
 
 /// The least version of an operator's limits of record: above any replica's start time in µs
@@ -16,7 +16,7 @@ use crate::scheduler::{
 pub(super) const OPERATOR_LIMITS: u64 = 1 << 52;
 
 /// A ticket's `state` field: the state, its code, and the Lua local that names it.
-const TICKET_STATES: [(TicketState, &str, &str); 7] = [
+const TICKET_STATES: [(TicketState, &str, &str); 8] = [
     (TicketState::Queued, "Q", "QUEUED"),
     (TicketState::Admitted, "A", "ADMITTED"),
     (TicketState::Parked, "P", "PARKED"),
@@ -24,7 +24,34 @@ const TICKET_STATES: [(TicketState, &str, &str); 7] = [
     (TicketState::Cancelled, "C", "CANCELLED"),
     (TicketState::Shed, "S", "SHED"),
     (TicketState::Expired, "E", "EXPIRED"),
+    (TicketState::Superseded, "X", "SUPERSEDED"),
 ];
+
+/// A key's policy, in a keyed Submit's arguments and the key index.
+const KEY_POLICIES: [(KeyPolicy, &str, &str); 5] = [
+    (KeyPolicy::None, "0", "KP_NONE"),
+    (KeyPolicy::KeepNewest, "1", "KP_KEEP_NEWEST"),
+    (KeyPolicy::Serial, "2", "KP_SERIAL"),
+    (KeyPolicy::SerialKeepNewest, "3", "KP_SERIAL_KEEP_NEWEST"),
+    (KeyPolicy::RejectNew, "4", "KP_REJECT_NEW"),
+];
+
+/// A key policy's code in the scripts.
+pub(super) fn key_policy_code(p: KeyPolicy) -> &'static str {
+    KEY_POLICIES
+        .iter()
+        .find(|(x, _, _)| *x == p)
+        .map(|(_, c, _)| *c)
+        .expect("every policy is listed")
+}
+
+/// The key policy of a script's code.
+pub(super) fn key_policy(code: &str) -> Option<KeyPolicy> {
+    KEY_POLICIES
+        .iter()
+        .find(|(_, c, _)| *c == code)
+        .map(|(p, _, _)| *p)
+}
 
 /// Submit's mode argument.
 const SUBMIT_MODES: [(SubmitMode, &str, &str); 2] = [
@@ -226,6 +253,10 @@ pub(super) fn ticket_constants() -> String {
     locals(&mut out, REFUSALS.iter().map(|(_, c)| (*c, quoted(c))));
     locals(
         &mut out,
+        KEY_POLICIES.iter().map(|(_, c, n)| (*n, quoted(c))),
+    );
+    locals(
+        &mut out,
         OVERFLOWS.iter().map(|(o, n)| (*n, quoted(o.name()))),
     );
     let bounds: Vec<String> = QUEUE_WAIT_BOUNDS_MS.iter().map(u64::to_string).collect();
@@ -307,7 +338,7 @@ mod tests {
     #[test]
     fn the_preludes_define_every_name_once() {
         let t = ticket_constants();
-        assert!(t.contains("local QUEUED, ADMITTED, PARKED, RELEASED, CANCELLED, SHED, EXPIRED = 'Q', 'A', 'P', 'R', 'C', 'S', 'E'"), "{t}");
+        assert!(t.contains("local QUEUED, ADMITTED, PARKED, RELEASED, CANCELLED, SHED, EXPIRED, SUPERSEDED = 'Q', 'A', 'P', 'R', 'C', 'S', 'E', 'X'"), "{t}");
         assert!(t.contains(&format!(
             "RETAIN_SLACK, EXACT_POSITION_SUBJECTS = {RETAIN_SLACK}, {EXACT_POSITION_SUBJECTS}"
         )));

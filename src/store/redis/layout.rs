@@ -6,10 +6,14 @@
 //! sweep (about once a second), so the registry says which layouts run on the prefix now; an
 //! entry not renewed for [`REGISTERED_FOR_MS`] is dropped, and a replica that stops leaves at
 //! once. Two replicas may share a prefix when each one's layout is at least the oldest the other
-//! runs beside. This version writes layout 2 and runs beside layout 1 (the release before it,
-//! which did not register: its keys and rules are the same, only the reading of `blocked_by`
-//! differs). A replica that finds a live one it may not run beside refuses to start, naming it
-//! (or, finding it later, says so in `/readyz` and refuses changes).
+//! runs beside. This version writes layout 3 (layout 2 and keys: a ticket's `key`, `kseq`,
+//! `ready`, `burst` and `sby` fields, the host's `keys`, `k:<key>` and `deb`, the counters'
+//! `kseq`, `superseded` and `key_refused`, state code `X`) and runs beside layout 2, the
+//! release before it: their rules are the same for tickets without a key, and while a replica
+//! of layout 2 is live a Submit with a key is refused ([`KEYS_LAYOUT`]). Layout 1 replicas,
+//! which did not register, may not share its prefix. A replica that finds a live one it may
+//! not run beside refuses to start, naming it (or, finding it later, says so in `/readyz` and
+//! refuses changes).
 //!
 //! Layout 0, before December 2026, kept a host's operator limits in a `limits` hash; layout 1
 //! read it and moved it into the host's counters when its limits were next written. This
@@ -22,9 +26,13 @@ use super::StoreError;
 use super::connection::Connections;
 
 /// The layout this version writes.
-pub const LAYOUT: u32 = 2;
+pub const LAYOUT: u32 = 3;
 /// The oldest layout whose replicas may share a prefix with this version's.
-pub const RUNS_BESIDE: u32 = 1;
+pub const RUNS_BESIDE: u32 = 2;
+/// The first layout whose scripts decide keys: while a replica of an older one is live on the
+/// prefix, a Submit with a key is refused (the older scripts would dispatch its ticket as if
+/// it had none).
+pub const KEYS_LAYOUT: u32 = 3;
 /// How long a registration lasts without being renewed.
 pub const REGISTERED_FOR_MS: u64 = 30_000;
 
@@ -32,7 +40,8 @@ pub const REGISTERED_FOR_MS: u64 = 30_000;
 /// `ARGV[3]`, until now + `ARGV[4]` ms; `ARGV[5]` now in ms (0 = Redis TIME). KEYS[1] the
 /// registry. Expired entries are dropped. Returns {'ok', was_empty (1/0)}, or {'refused',
 /// replica, layout, runs_beside, ms since it registered} for a live replica this one may not
-/// run beside (then nothing is written).
+/// run beside (then nothing is written). `{'ok', ...}` also says the oldest layout of the
+/// other live replicas ('' none).
 const JOIN: &str = r"
 local now = tonumber(ARGV[5])
 if now == 0 then
@@ -41,7 +50,7 @@ if now == 0 then
 end
 local me, layout, beside, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local all = redis.call('HGETALL', KEYS[1])
-local live = 0
+local live, oldest = 0, nil
 for i = 1, #all, 2 do
   local id, v = all[i], all[i + 1]
   local l, b, u = string.match(v, '^(%d+)|(%d+)|(%d+)$')
@@ -49,13 +58,14 @@ for i = 1, #all, 2 do
     redis.call('HDEL', KEYS[1], id)
   elseif id ~= me then
     live = live + 1
+    if not oldest or tonumber(l) < oldest then oldest = tonumber(l) end
     if tonumber(l) < beside or layout < tonumber(b) then
       return {'refused', id, l, b, tostring(now - (tonumber(u) - ttl))}
     end
   end
 end
 redis.call('HSET', KEYS[1], me, layout .. '|' .. beside .. '|' .. (now + ttl))
-return {'ok', live == 0 and 1 or 0}
+return {'ok', live == 0 and 1 or 0, oldest and tostring(oldest) or ''}
 ";
 
 /// This replica in the registry.
@@ -66,8 +76,9 @@ pub(super) struct Registration {
 
 /// What joining found.
 pub(super) enum Joined {
-    /// Registered; `first`: no other replica is registered on the prefix.
-    Ok { first: bool },
+    /// Registered; `first`: no other replica is registered on the prefix; `oldest`: the
+    /// oldest layout of the other live replicas.
+    Ok { first: bool, oldest: Option<u32> },
     /// A live replica this one may not run beside.
     Refused(String),
 }
@@ -112,6 +123,7 @@ impl Registration {
         match text(0).as_deref() {
             Some("ok") => Ok(Joined::Ok {
                 first: text(1).as_deref() == Some("1"),
+                oldest: text(2).and_then(|l| l.parse().ok()),
             }),
             Some("refused") => {
                 let (id, layout, beside, ago) = (

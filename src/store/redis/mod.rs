@@ -67,6 +67,8 @@ pub struct RedisStore {
     /// Why this replica may not use the prefix (a live replica it cannot run beside, or
     /// layout 0's limits left), when it found so after it started: changes are refused.
     incompatible: Mutex<Option<String>>,
+    /// A replica of a layout before keys is live on the prefix (see [`layout::KEYS_LAYOUT`]).
+    keys_refused_by_layout: std::sync::atomic::AtomicBool,
     auth_batcher: Arc<auth_batch::AuthBatcher>,
     auth_reset: redis::Script,
     auth_peek: redis::Script,
@@ -162,6 +164,7 @@ impl RedisStore {
             registration: layout::Registration::new(),
             layout_0_checked: std::sync::atomic::AtomicBool::new(false),
             incompatible: Mutex::new(None),
+            keys_refused_by_layout: std::sync::atomic::AtomicBool::new(false),
             auth_batcher,
             auth_reset: redis::Script::new(&scripts::auth_reset()),
             auth_peek: redis::Script::new(&scripts::auth_peek()),
@@ -226,13 +229,16 @@ impl RedisStore {
     /// left on it; with the connection's error when Redis cannot be reached.
     pub async fn join(&self) -> Result<(), StoreError> {
         let registry = self.keys.replicas();
-        let refused = match self
+        let joined = self
             .registration
             .join(&self.conns, registry.clone(), self.now_arg())
-            .await?
-        {
+            .await?;
+        if let layout::Joined::Ok { oldest, .. } = joined {
+            self.note_oldest(oldest);
+        }
+        let refused = match joined {
             layout::Joined::Refused(why) => Some(why),
-            layout::Joined::Ok { first: true }
+            layout::Joined::Ok { first: true, .. }
                 if !self
                     .layout_0_checked
                     .load(std::sync::atomic::Ordering::Relaxed) =>
@@ -281,6 +287,21 @@ impl RedisStore {
     }
 
     /// Refuse a change while this replica may not use the prefix (see [`Self::join`]).
+    /// Remember the oldest layout live beside this replica (keys wait for every replica to
+    /// decide them).
+    fn note_oldest(&self, oldest: Option<u32>) {
+        self.keys_refused_by_layout.store(
+            oldest.is_some_and(|l| l < layout::KEYS_LAYOUT),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Whether a Submit with a key must be refused: a replica of a layout before keys is live
+    /// on the prefix.
+    pub(super) fn keys_refused_by_layout(&self) -> bool {
+        self.keys_refused_by_layout.load(Ordering::Relaxed)
+    }
+
     fn refuse_if_incompatible(&self) -> Result<(), StoreError> {
         match &*self.incompatible.lock().expect("layout lock") {
             Some(why) => Err(StoreError::Incompatible { what: why.clone() }),

@@ -68,11 +68,12 @@ pub(super) fn epoch_reply(reply: &Value) -> Option<String> {
     }
 }
 
-/// A `{state, position, grant, lease, eta, blocker}` reply (or nil) as a view.
+/// A `{state, position, grant, lease, eta, blocker, superseded_by, debounce left}` reply (or
+/// nil) as a view.
 pub(super) fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, StoreError> {
     match v {
         Value::Nil => Ok(None),
-        Value::Array(f) if f.len() == 6 => {
+        Value::Array(f) if f.len() == 8 => {
             let bad = || StoreError::protocol(format!("redis: malformed ticket view {v:?}"));
             Ok(Some(TicketView {
                 key,
@@ -84,7 +85,11 @@ pub(super) fn view(key: TicketKey, v: &Value) -> Result<Option<TicketView>, Stor
                 lease_remaining_ms: int(&f[3]).ok_or_else(bad)?,
                 eta_ms: int(&f[4]).ok_or_else(bad)?,
                 shadow: None,
-                superseded_by: None,
+                superseded_by: match text(&f[6]).ok_or_else(bad)?.as_str() {
+                    "" => None,
+                    _ => Some(key_of(&f[6]).ok_or_else(bad)?),
+                },
+                debounce_left_ms: int(&f[7]).ok_or_else(bad)?,
                 blocked_by: match text(&f[5]).ok_or_else(bad)?.as_str() {
                     "" => None,
                     code => Some(Blocker::from_code(code).ok_or_else(bad)?),
@@ -131,8 +136,8 @@ pub(super) fn parked(
         };
     };
     match f.first().and_then(text).as_deref() {
-        Some("ok") if f.len() == 7 => Ok(Some(Ok(
-            view(key, &Value::Array(f[1..7].to_vec()))?.ok_or_else(malformed)?
+        Some("ok") if f.len() == 9 => Ok(Some(Ok(
+            view(key, &Value::Array(f[1..9].to_vec()))?.ok_or_else(malformed)?
         ))),
         Some("state") => Ok(Some(Err(f.get(1).and_then(state).ok_or_else(malformed)?))),
         _ => Err(malformed()),
@@ -270,7 +275,8 @@ pub(super) fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
     }
     let (latency_sum_ms, latency_count) = (n(i + 10)?, n(i + 11)?);
     let (reclaimed, learning_left_ms) = (n(i + 12)?, n(i + 13)?);
-    let limits = limits_of(f.get(i + 14..).ok_or_else(bad)?).ok_or_else(bad)?;
+    let (superseded, key_refused) = (n(i + 14)?, n(i + 15)?);
+    let limits = limits_of(f.get(i + 16..).ok_or_else(bad)?).ok_or_else(bad)?;
     let subjects = subject_rows
         .into_iter()
         .map(|(name, in_flight, queued, _)| UsageRow {
@@ -303,6 +309,8 @@ pub(super) fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
             latency_sum_ms,
             latency_count,
             reclaimed,
+            superseded,
+            key_refused,
             ..counters
         },
         reported_rss_mb: n32(10)?,

@@ -190,10 +190,13 @@ const SUBMIT_BODY: &str = include_str!("lua/submit_body.lua");
 /// Its header in `lua/submit_fast.lua` says what it takes and answers.
 const SUBMIT_FAST: &str = include_str!("lua/submit_fast.lua");
 
-/// The Submit script's one call of its fast path, which answers when it applies.
+/// The Submit script's one call of its fast path, which answers when it applies (never to a
+/// Submit with a key: the full rules decide those).
 const SUBMIT_FAST_CALL: &str = "local EPOCH, EPOCH_INIT = ARGV[13], ARGV[14]
-local fast = submit_fast(ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[12], EPOCH)
-if fast then return fast end
+if (ARGV[16] or '') == '' then
+  local fast = submit_fast(ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[12], EPOCH)
+  if fast then return fast end
+end
 ";
 
 /// Renew leases.

@@ -160,16 +160,18 @@ impl TicketStore for RedisStore {
         host_id: &str,
         args: SubmitArgs,
     ) -> Result<Result<(TicketId, TicketView), SubmitError>, StoreError> {
-        if args.keyed.is_some() {
+        if args.keyed.is_some() && self.keys_refused_by_layout() {
             return Ok(Err(SubmitError::Unsupported {
                 field: "key",
-                rule: "keys are decided by the embedded store only in this version: \
-                       the redis store refuses a Submit that names a key",
+                rule: "a replica of an older version (Redis layout 2) runs on this prefix and \
+                       would dispatch a keyed ticket as if it had no key: Submits with a key \
+                       are refused until every replica runs this version (docs/upgrading.md)",
             }));
         }
         self.register_host(host_id).await?;
         self.listener_ready().await;
         let key = TicketId::random_key();
+        let args_policy = args.keyed.as_ref().map(|k| k.policy);
         let mode = codes::mode_code(args.mode);
         let argv: Arc<[String]> = Arc::from([
             hex(key),
@@ -184,10 +186,27 @@ impl TicketStore for RedisStore {
             String::new(),
             if args.resubmit_expired { "1" } else { "" }.into(),
         ]);
+        // A keyed Submit goes alone, with the full rules (the coalesced fast paths take no
+        // key): its key's arguments follow the others.
+        let keyed: Option<Arc<[String]>> = args.keyed.as_ref().map(|k| {
+            let mut all = argv.to_vec();
+            all.extend([
+                k.key.clone(),
+                codes::key_policy_code(k.policy).into(),
+                if k.supersede_running { "1" } else { "" }.into(),
+                k.debounce_ms.to_string(),
+                k.debounce_max_ms.to_string(),
+            ]);
+            Arc::from(all)
+        });
+        let argv = keyed.clone().unwrap_or(argv);
         // A host of another epoch than this replica knows changes nothing and says so: learn
         // the store's epoch (a loss, or a new host) and call again, beginning the host under it.
         let started = self.epoch.tick();
-        let mut reply = self.coalesced(Kind::Submit, host_id, argv.clone()).await?;
+        let mut reply = match &keyed {
+            Some(all) => self.sched(&self.submit, host_id, all).await?,
+            None => self.coalesced(Kind::Submit, host_id, argv.clone()).await?,
+        };
         for _ in 0..2 {
             let Some(seen) = epoch_reply(&reply) else {
                 break;
@@ -225,10 +244,20 @@ impl TicketStore for RedisStore {
                     None => SubmitError::Refused(refusal),
                 }))
             }
-            "ok" if f.len() == 9 => {
+            "key_policy" => Ok(Err(SubmitError::KeyPolicyConflict {
+                live: detail
+                    .as_deref()
+                    .and_then(codes::key_policy)
+                    .ok_or_else(malformed)?,
+                asked: args_policy.ok_or_else(malformed)?,
+            })),
+            "key_busy" => Ok(Err(SubmitError::KeyBusy {
+                holder: f.get(1).and_then(key_of).ok_or_else(malformed)?,
+            })),
+            "ok" if f.len() == 11 => {
                 let key = key_of(&f[1]).ok_or_else(malformed)?;
-                let mut v = view(key, &Value::Array(f[2..8].to_vec()))?.ok_or_else(malformed)?;
-                v.shadow = match text(&f[8]).ok_or_else(malformed)?.as_str() {
+                let mut v = view(key, &Value::Array(f[2..10].to_vec()))?.ok_or_else(malformed)?;
+                v.shadow = match text(&f[10]).ok_or_else(malformed)?.as_str() {
                     "" => None,
                     code => Some(ShadowDecision::from_code(code).ok_or_else(malformed)?),
                 };
@@ -353,8 +382,8 @@ impl TicketStore for RedisStore {
             return Err(malformed());
         };
         match f.first().and_then(text).as_deref() {
-            Some("ok") if f.len() == 8 => {
-                let view = view(id.key, &Value::Array(f[2..8].to_vec()))?.ok_or_else(malformed)?;
+            Some("ok") if f.len() == 10 => {
+                let view = view(id.key, &Value::Array(f[2..10].to_vec()))?.ok_or_else(malformed)?;
                 Ok(Ok(Reclaimed {
                     view,
                     reclaimed: int(&f[1]).ok_or_else(malformed)? == 1,
@@ -421,11 +450,11 @@ impl TicketStore for RedisStore {
         let bad = || StoreError::protocol(format!("redis: list answered {f:?}"));
         let now = f.first().and_then(int).ok_or_else(bad)?;
         let body = &f[1..];
-        if !body.len().is_multiple_of(14) {
+        if !body.len().is_multiple_of(18) {
             return Err(bad());
         }
         let mut rows: Vec<(TicketInfo, i64)> = body
-            .chunks(14)
+            .chunks(18)
             .map(|r| {
                 let info = TicketInfo {
                     key: key_of(&r[0])?,
@@ -444,9 +473,15 @@ impl TicketStore for RedisStore {
                     in_state_ms: now.saturating_sub(int(&r[11])?),
                     place: u32::try_from(int(&r[12])?).ok()?,
                     eta_ms: int(&r[13])?,
-                    keyed: None,
-                    superseded_by: None,
-                    debounce_left_ms: 0,
+                    keyed: match text(&r[14])?.as_str() {
+                        "" => None,
+                        key => Some((key.to_string(), codes::key_policy(&text(&r[15])?)?)),
+                    },
+                    superseded_by: match text(&r[16])?.as_str() {
+                        "" => None,
+                        _ => Some(key_of(&r[16])?),
+                    },
+                    debounce_left_ms: int(&r[17])?,
                 };
                 // Smaller is earlier; an unparked ticket goes ahead of its subject's queue (< 0).
                 Some((info, text(&r[8])?.parse::<i64>().ok()?))

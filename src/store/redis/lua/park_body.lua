@@ -17,4 +17,4 @@ elseif t.state ~= PARKED then
   return {'state', t.state}
 end
 local v = view(k)
-return {'ok', v[1], v[2], v[3], v[4], v[5], v[6]}
+return {'ok', v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]}

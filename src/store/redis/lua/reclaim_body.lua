@@ -9,7 +9,7 @@ local grant = tonumber(ARGV[10])
 local t = ticket(key)
 local function answer(again)
   local v = view(key)
-  return {'ok', again, v[1], v[2], v[3], v[4], v[5], v[6]}
+  return {'ok', again, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]}
 end
 if t and live(t.state) then
   if t.run ~= run then return {'refused', 'TICKET_MISMATCH', t.state} end
@@ -27,6 +27,9 @@ if t then
   redis.call('LREM', B .. 'ended', 1, key)
   redis.call('PERSIST', tkey(key))
 end
+-- It comes back without its key (a Reclaim names none), also from the fields of a ticket
+-- forgotten but not yet expired.
+redis.call('HDEL', tkey(key), 'key', 'kseq', 'ready', 'burst', 'sby')
 redis.call('SET', runkey(run), key)
 admit_new(key, subject, account, inst, run, grant, ARGV[11])
 if grant > cnt('grant') then redis.call('HSET', C, 'grant', fmt(grant)) end

@@ -1,5 +1,5 @@
 -- Release's common case in few commands, before the helpers are built: the limits of record
--- the caller's own or newer (`adopt`), an admitted ticket,
+-- the caller's own or newer (`adopt`), an admitted ticket without a key,
 -- no lease due (see `due_bound`), nothing queued (so nothing to dispatch). As `finish` and the
 -- full rules do it. Answers as release_body.lua does ({ADMITTED, key}, or false for a run_id
 -- that names no ticket); nil when anything else holds, and then nothing was written: the full
@@ -14,8 +14,8 @@ local function release_fast(k, run, outcome, latency)
     if not k then return false end
   end
   local tk = B .. 't:' .. k
-  local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state', 'qat')
-  if t[4] ~= ADMITTED then return nil, k end
+  local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state', 'qat', 'key')
+  if t[4] ~= ADMITTED or t[6] then return nil, k end
   local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
                       'lv', 'ls', 'lm', 'hold', 'a:' .. t[2])
   -- This ticket's own lease is in the set, so the bound is never the fallback.

@@ -31,7 +31,7 @@ local function submit_fast(key, inst, subject, account, run, prio, epoch)
                's:' .. subject, fmt(num(c[6]) + 1),
                'next_due', nd > now + L.lease and deadline or fmt(nd))
     if account ~= '' then redis.call('HINCRBY', AF, account, '1') end
-    return {'ok', key, ADMITTED, 0, g, L.lease, 0, '', ''}
+    return {'ok', key, ADMITTED, 0, g, L.lease, 0, '', '', 0, ''}
   end
   return nil
 end

@@ -71,15 +71,66 @@ end
 local function report_rss(inst, mb)
   if L.max_rss > 0 then redis.call('HSET', RSS, inst, fmt(mb) .. '|' .. fmt(now)) end
 end
+-- A ticket's fields; a keyed one also has `key` (its key), `kseq` (its place among the key's
+-- tickets), `ready` and `burst` (debounced: not dispatched before `ready`; its burst began at
+-- `burst`) and `sby` (the newer ticket that supersedes it). Tickets of versions before keys
+-- have none of them: no key.
 local function ticket(k)
   local t = redis.call('HMGET', tkey(k), 'subject', 'account', 'instance', 'run', 'state',
-                       'grant', 'deadline', 'order', 'qat', 'lvl')
+                       'grant', 'deadline', 'order', 'qat', 'lvl', 'key', 'kseq', 'ready',
+                       'burst', 'sby')
   if not t[5] then return nil end
   -- An ended ticket past its retention is forgotten (its keys expire by TTL soon after).
   if t[5] ~= QUEUED and t[5] ~= ADMITTED and t[5] ~= PARKED and num(t[7]) <= now then return nil end
-  return {subject = t[1], account = t[2], instance = t[3], run = t[4], state = t[5],
+  return {id = k, subject = t[1], account = t[2], instance = t[3], run = t[4], state = t[5],
           grant = num(t[6]), deadline = num(t[7]), order = num(t[8]), qat = num(t[9]),
-          lvl = tonumber(t[10]) or DEFAULT_PRIORITY}
+          lvl = tonumber(t[10]) or DEFAULT_PRIORITY, key = t[11] or '', kseq = num(t[12]),
+          ready = num(t[13]), burst = tonumber(t[14]), sby = t[15] or ''}
+end
+-- Keys (scheduler::keys): `keys` hash, key → `<policy>|<held>` (its policy code and how many
+-- of its tickets are admitted or parked), while it has live tickets; `k:<key>` zset of its
+-- live tickets by `kseq`; `deb` zset of debounced waiters by `ready`, until then; the
+-- counters' `kseq` the last place handed out, `superseded` and `key_refused`.
+local KEYS_H, DEB = B .. 'keys', B .. 'deb'
+local function kkey(name) return B .. 'k:' .. name end
+local function key_meta(name)
+  local v = redis.call('HGET', KEYS_H, name)
+  if not v then return nil, 0 end
+  local sep = string.find(v, '|', 1, true)
+  return string.sub(v, 1, sep - 1), tonumber(string.sub(v, sep + 1))
+end
+local function serial(p) return p == KP_SERIAL or p == KP_SERIAL_KEEP_NEWEST end
+local function keeps_newest(p) return p == KP_KEEP_NEWEST or p == KP_SERIAL_KEEP_NEWEST end
+-- A keyed ticket became a holder (`d` 1) or stopped being one (-1).
+local function key_hold(name, d)
+  local p, held = key_meta(name)
+  redis.call('HSET', KEYS_H, name, p .. '|' .. fmt(held + d))
+end
+-- Index new ticket k under key `name` (its first live ticket sets the key's policy).
+local function key_join(k, name, policy)
+  local seq = redis.call('HINCRBY', C, 'kseq', 1)
+  redis.call('HSETNX', KEYS_H, name, policy .. '|0')
+  redis.call('ZADD', kkey(name), seq, k)
+  redis.call('HSET', tkey(k), 'key', name, 'kseq', seq)
+end
+-- A keyed ticket ended: out of its key (forgotten with its last ticket) and the debounce index.
+local function key_leave(k, t, held)
+  local kk = kkey(t.key)
+  redis.call('ZREM', kk, k)
+  redis.call('ZREM', DEB, k)
+  if redis.call('EXISTS', kk) == 0 then
+    redis.call('HDEL', KEYS_H, t.key)
+  elseif held then
+    key_hold(t.key, -1)
+  end
+end
+-- Whether waiter t's key lets it be dispatched (scheduler::keys::key_ready).
+local function key_ready(t)
+  if t.key == '' then return true end
+  if t.ready > now then return false end
+  local p, held = key_meta(t.key)
+  if not serial(p) then return true end
+  return held == 0 and redis.call('ZRANGE', kkey(t.key), 0, 0)[1] == t.id
 end
 local function live(state) return state == QUEUED or state == ADMITTED or state == PARKED end
 local function set_lease(k, deadline)
@@ -97,6 +148,7 @@ local function admit(k, t)
   redis.call('HINCRBY', C, 'admitted', 1)
   hincr(C, sf(t.subject), 1)
   if t.account ~= '' then hincr(AF, t.account, 1) end
+  if t.key ~= '' then key_hold(t.key, 1) end
   changed(k)
 end
 -- A slot held since `since` was freed (an admitted ticket released, parked or expired). While
@@ -193,6 +245,7 @@ local function finish(k, t, state)
     return
   end
   redis.call('ZREM', LEASES, k)
+  if t.key ~= '' then key_leave(k, t, t.state == ADMITTED or t.state == PARKED) end
   retire(k, tkey(k), t.run, state)
   -- A Wait stream follows a ticket only while it is queued.
   if was_queued then changed(k) end
@@ -219,7 +272,7 @@ local function dispatch()
       elseif num(redis.call('HGET', C, sf(s))) < subject_cap(s) then
         for _, k in ipairs(redis.call('ZRANGEBYSCORE', q, lane_lo(p), lane_hi(p))) do
           local t = ticket(k)
-          if account_has_room(t.account) and not instance_soft(t.instance) then
+          if account_has_room(t.account) and not instance_soft(t.instance) and key_ready(t) then
             pick, pt = k, t
             break
           end
@@ -275,6 +328,12 @@ local function housekeeping(forget)
   end
   local holds = batch
   batch = nil
+  -- Debounced waiters whose time came (scheduler::HostState::debounce_due).
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', DEB, '-inf', fmt(now))) do
+    redis.call('ZREM', DEB, k)
+    changed(k)
+    freed = true
+  end
   if #holds > 0 then
     table.sort(holds)
     local avg = tonumber(redis.call('HGET', C, 'hold')) or 0
@@ -358,13 +417,21 @@ end
 -- turn (a slot is free, others go first).
 local function blocker(t)
   if cnt('lu') > now then return 'state_loss' end
+  if not key_ready(t) then return 'key' end
   if instance_soft(t.instance) then return 'memory' end
   if num(redis.call('HGET', C, sf(t.subject))) >= subject_cap(t.subject) then return 'subject' end
   if not account_has_room(t.account) then return 'account' end
   if cnt('in_flight') >= L.total then return 'total' end
   return 'turn'
 end
--- {state, position, grant, lease, eta, blocker ('' unless queued)}, or false when unknown.
+-- The ticket that supersedes t, as its view tells it: a live ticket's (supersede_running),
+-- or a SUPERSEDED one's; '' otherwise.
+local function superseded_by(t)
+  if live(t.state) or t.state == SUPERSEDED then return t.sby end
+  return ''
+end
+-- {state, position, grant, lease, eta, blocker ('' unless queued), superseded_by ('' none),
+-- debounce left (ms, while queued)}, or false when unknown.
 local function view(k)
   local t = ticket(k)
   if not t then return false end
@@ -376,7 +443,9 @@ local function view(k)
     by = blocker(t)
   end
   if live(t.state) then lease = math.max(t.deadline - now, 0) end
-  return {t.state, pos, t.grant, lease, wait, by}
+  local left = 0
+  if t.state == QUEUED then left = math.max(t.ready - now, 0) end
+  return {t.state, pos, t.grant, lease, wait, by, superseded_by(t), left}
 end
 -- Append the limits of record to a reply (the stats and limits scripts): the scalars, then
 -- the cap maps and the weights each as a count and name, value pairs, then aging and mode.
