@@ -440,6 +440,9 @@ export class AuthorityScheduler {
       rssMb: this.rssMb(),
       priority: 0,
       resubmitExpired: false,
+      key: "",
+      keyPolicy: gen.KeyPolicy.KEY_POLICY_NONE,
+      supersedeRunning: false,
     };
     try {
       const opts = this.unreachable ? { timeoutMs: UNREACHABLE_TRY_MS } : {};

@@ -38,7 +38,7 @@ export { gen };
 export const ERROR_DOMAIN = "admission.v1";
 
 /** The refusal reasons of the contract. */
-export type RefusalReason = "BUSY" | "QUEUE_FULL" | "MEMORY_PRESSURE" | "DRAINING";
+export type RefusalReason = "BUSY" | "QUEUE_FULL" | "MEMORY_PRESSURE" | "DRAINING" | "KEY_BUSY";
 
 /** Anything the authority refused or failed to answer. `code` is the gRPC status code,
  * `reason` the google.rpc.ErrorInfo reason when the authority sent one. */
@@ -77,6 +77,19 @@ export class AdmissionRefusedError extends AdmissionError {
   }
 }
 
+/** `keyPolicy: "reject_new"`: the key has a live ticket, `holder` (its ticket id). Submit
+ * again once it ended. */
+export class KeyBusyError extends AdmissionRefusedError {
+  constructor(
+    message: string,
+    retryAfterMs: number | undefined,
+    readonly holder: string,
+  ) {
+    super(message, "KEY_BUSY", retryAfterMs);
+    this.name = "KeyBusyError";
+  }
+}
+
 /** The ticket ended (shed, expired, cancelled) before it was admitted; or, with `runId`, the
  * Submit's run id names a ticket that has already ended (Submit is idempotent per run id, so it
  * answers that earlier ticket): a new run needs a new run id. */
@@ -97,6 +110,28 @@ export class TicketEndedError extends AdmissionError {
   }
 }
 
+/** A newer ticket of the run's key (`keyPolicy` "keep_newest" or "serial_keep_newest") took
+ * this one's place while it waited: the run never started, and should not. `supersededBy` is
+ * the newer ticket's id. */
+export class SupersededError extends TicketEndedError {
+  constructor(
+    ticketId: string,
+    readonly supersededBy: string,
+    runId?: string,
+  ) {
+    super(ticketId, "SUPERSEDED", runId);
+    this.message = `ticket ${ticketId} was superseded by ${supersededBy}, a newer ticket of its key, before it was admitted`;
+    this.name = "SupersededError";
+  }
+}
+
+/** The error for a ticket that ended before its run started. */
+function ended(ticketId: string, state: gen.TicketState, supersededBy: string, runId?: string): TicketEndedError {
+  return state === gen.TicketState.TICKET_STATE_SUPERSEDED
+    ? new SupersededError(ticketId, supersededBy, runId)
+    : new TicketEndedError(ticketId, stateName(state), runId);
+}
+
 /** A call on a client after its `close()`: it fails at once, is never retried, and opens no
  * connection. Background work of the client (renewals, releases by run) stops on it. */
 export class ClientClosedError extends AdmissionError {
@@ -109,21 +144,31 @@ export class ClientClosedError extends AdmissionError {
 /** The typed error for a failed call. */
 export function translate(err: ServiceError): AdmissionError {
   const message = err.details || err.message;
-  const { reason, retryAfterMs } = details(err.metadata);
+  const { reason, retryAfterMs, metadata } = details(err.metadata);
+  if (err.code === grpcStatus.RESOURCE_EXHAUSTED && reason === "KEY_BUSY") {
+    return new KeyBusyError(message, retryAfterMs, metadata?.holder ?? "");
+  }
   if (err.code === grpcStatus.RESOURCE_EXHAUSTED && reason) {
     return new AdmissionRefusedError(message, reason as RefusalReason, retryAfterMs);
   }
   return new AdmissionError(message, err.code, reason ?? "");
 }
 
-function details(metadata: Metadata | undefined): { reason?: string; retryAfterMs?: number } {
+function details(metadata: Metadata | undefined): {
+  reason?: string;
+  retryAfterMs?: number;
+  metadata?: Record<string, string>;
+} {
   const raw = metadata?.get("grpc-status-details-bin")[0];
   if (!(raw instanceof Buffer)) return {};
-  const out: { reason?: string; retryAfterMs?: number } = {};
+  const out: { reason?: string; retryAfterMs?: number; metadata?: Record<string, string> } = {};
   for (const any of Status.decode(raw).details) {
     if (any.typeUrl.endsWith("/google.rpc.ErrorInfo")) {
       const info = ErrorInfo.decode(any.value);
-      if (info.domain === ERROR_DOMAIN) out.reason = info.reason;
+      if (info.domain === ERROR_DOMAIN) {
+        out.reason = info.reason;
+        out.metadata = info.metadata;
+      }
     } else if (any.typeUrl.endsWith("/google.rpc.RetryInfo")) {
       const d = RetryInfo.decode(any.value).retryDelay;
       if (d) out.retryAfterMs = d.seconds * 1000 + Math.round(d.nanos / 1e6);
@@ -201,6 +246,37 @@ export interface AcquireOptions {
   onQueued?: (position: number, etaMs: number, blockedBy: Blocker) => void;
   /** Aborting while queued withdraws the ticket and rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** What the run is about, e.g. a conversation id (1..128 printable ASCII). With `keyPolicy`
+   * it lets the newest message of a conversation win, or runs a key's runs one at a time. */
+  key?: string;
+  /** "none" (the key only labels), "keep_newest" (a new ticket ends the key's waiters: they
+   * reject with {@link SupersededError}), "serial" (one admitted per key, the rest in order),
+   * "serial_keep_newest" (one running, the newest waiting), "reject_new" (refused with
+   * {@link KeyBusyError} while the key has a live ticket). */
+  keyPolicy?: KeyPolicy;
+  /** With a keep-newest policy: the key's running slots learn it at their next renewal
+   * ({@link SlotHandle.supersededBy}); their slots stay counted until they release. */
+  supersedeRunning?: boolean;
+  /** With a keep-newest policy: admitted only once no newer ticket of the key came for this
+   * long (ms), at most `debounceMaxMs` after the first. */
+  debounceMs?: number;
+  debounceMaxMs?: number;
+}
+
+/** What a ticket asks of its key's other live tickets (see {@link AcquireOptions.keyPolicy}). */
+export type KeyPolicy = "none" | "keep_newest" | "serial" | "serial_keep_newest" | "reject_new";
+
+const KEY_POLICIES: Record<KeyPolicy, gen.KeyPolicy> = {
+  none: gen.KeyPolicy.KEY_POLICY_NONE,
+  keep_newest: gen.KeyPolicy.KEY_POLICY_KEEP_NEWEST,
+  serial: gen.KeyPolicy.KEY_POLICY_SERIAL,
+  serial_keep_newest: gen.KeyPolicy.KEY_POLICY_SERIAL_KEEP_NEWEST,
+  reject_new: gen.KeyPolicy.KEY_POLICY_REJECT_NEW,
+};
+
+function duration(ms: number | undefined): { seconds: number; nanos: number } | undefined {
+  if (!ms) return undefined;
+  return { seconds: Math.floor(ms / 1000), nanos: Math.round(ms % 1000) * 1_000_000 };
 }
 
 export interface Authorization {
@@ -313,6 +389,9 @@ export class SlotHandle {
   /** The outcome to report when the slot is released without one (e.g. by `await using`);
    * unset: none is reported. */
   outcome: Outcome | undefined;
+  /** Set when a background renewal heard that a newer ticket of the slot's key was submitted
+   * with `supersedeRunning`: its id. The run should stop (and release). */
+  supersededBy = "";
   private readonly admittedAt = Date.now();
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
@@ -358,6 +437,7 @@ export class SlotHandle {
         { timeoutMs: this.leaseTtlMs, attemptMs: every / 2, background: true },
       );
       let state = r.tickets[0]?.state ?? gen.TicketState.TICKET_STATE_ADMITTED;
+      if (r.tickets[0]?.supersededBy) this.supersededBy = r.tickets[0].supersededBy;
       if (state === gen.TicketState.TICKET_STATE_EXPIRED && this.held !== undefined && !this.lost) {
         const back = await this.client.call(this.client.stub.reclaim, this.held);
         if (back.reclaimed) this.reclaims += 1;
@@ -565,7 +645,13 @@ export class AdmissionClient {
       rssMb: opts.rssMb,
       priority: opts.priority ?? 0,
       resubmitExpired: false,
+      key: opts.key ?? "",
+      keyPolicy: KEY_POLICIES[opts.keyPolicy ?? "none"],
+      supersedeRunning: opts.supersedeRunning ?? false,
+      debounce: duration(opts.debounceMs),
+      debounceMax: duration(opts.debounceMaxMs),
     };
+    if (request.keyPolicy === undefined) throw new TypeError(`keyPolicy: unknown ${opts.keyPolicy}`);
     let r: gen.SubmitResponse;
     try {
       r = await this.call(this.stub.submit, request);
@@ -580,7 +666,7 @@ export class AdmissionClient {
         opts.onQueued?.(r.position, r.etaMs, blockerName(r.blockedBy));
         grant = await this.admitQueued(current, request, opts.signal, opts.onQueued);
       } else if (r.state !== gen.TicketState.TICKET_STATE_ADMITTED) {
-        throw new TicketEndedError(r.ticketId, stateName(r.state), runId);
+        throw ended(r.ticketId, r.state, r.supersededBy, runId);
       }
     } catch (e) {
       await this.releaseTicket(current.ticketId);
@@ -650,7 +736,7 @@ export class AdmissionClient {
       current.leaseTtlMs = r.leaseTtlMs;
       if (r.state === gen.TicketState.TICKET_STATE_ADMITTED) return r.grant;
       if (r.state !== gen.TicketState.TICKET_STATE_QUEUED) {
-        throw new TicketEndedError(r.ticketId, stateName(r.state), request.runId);
+        throw ended(r.ticketId, r.state, r.supersededBy, request.runId);
       }
       onQueued?.(r.position, r.etaMs, blockerName(r.blockedBy));
     }
@@ -721,7 +807,7 @@ export class AdmissionClient {
           stream.cancel();
           finish(() => resolve(e.grant));
         } else if (e.state !== gen.TicketState.TICKET_STATE_QUEUED) {
-          finish(() => reject(new TicketEndedError(ticketId, stateName(e.state))));
+          finish(() => reject(ended(ticketId, e.state, e.supersededBy)));
         } else {
           onQueued(e.position, e.etaMs, blockerName(e.blockedBy));
         }

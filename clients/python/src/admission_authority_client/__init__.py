@@ -6,7 +6,9 @@ replicas.
   block's provider call came to, see :func:`outcome_of`); ``authorize`` / ``settle`` reserve
   and record model-step budgets; ``check_auth_attempt`` counts auth attempts.
 * Refusals raise :class:`AdmissionRefused` subclasses (:class:`Busy`, :class:`QueueFull`,
-  :class:`MemoryPressure`, :class:`Draining`) with ``reason`` and ``retry_after`` (seconds).
+  :class:`MemoryPressure`, :class:`Draining`, :class:`KeyBusy`) with ``reason`` and
+  ``retry_after`` (seconds); a waiting slot a newer ticket of its key took over raises
+  :class:`Superseded` (a :class:`TicketEnded`).
 * :class:`OperatorClient`: a host's limits while the fleet runs (``get_limits``,
   ``update_limits``, ``set_limits``, ``reset_limits``).
 * The generated messages and stubs are in :mod:`admission_authority_client.v1`.
@@ -18,6 +20,7 @@ from ._client import (
     AuthAttempt,
     Authorization,
     Coverage,
+    KeyPolicy,
     Mode,
     OperatorClient,
     Outcome,
@@ -31,8 +34,10 @@ from .errors import (
     Busy,
     ClientClosed,
     Draining,
+    KeyBusy,
     MemoryPressure,
     QueueFull,
+    Superseded,
     TicketEnded,
 )
 
@@ -51,9 +56,12 @@ __all__ = [
     "ClientClosed",
     "Coverage",
     "Draining",
+    "KeyBusy",
+    "KeyPolicy",
     "MemoryPressure",
     "Mode",
     "QueueFull",
     "Slot",
+    "Superseded",
     "TicketEnded",
 ]

@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 import grpc
 import grpc.aio
 
-from .errors import AdmissionError, ClientClosed, TicketEnded, translate
+from .errors import AdmissionError, ClientClosed, Superseded, TicketEnded, translate
 from .v1 import admission_pb2 as pb
 from .v1 import admission_pb2_grpc as pb_grpc
 
@@ -49,6 +49,20 @@ def _give_up(err: AdmissionError, idempotent: bool, left: float, backoff: float)
     return not err.retryable or (err.may_have_applied and not idempotent) or left <= backoff
 
 Mode = Literal["queue", "try"]
+#: What a ticket asks of its key's other live tickets (``slot(key=..., key_policy=...)``):
+#: ``none`` (the key only labels), ``keep_newest`` (a new ticket ends the key's waiters:
+#: :class:`~admission_authority_client.Superseded`), ``serial`` (one admitted per key, the
+#: rest in order), ``serial_keep_newest`` (one running, the newest waiting), ``reject_new``
+#: (refused :class:`~admission_authority_client.KeyBusy` while the key has a live ticket).
+KeyPolicy = Literal["none", "keep_newest", "serial", "serial_keep_newest", "reject_new"]
+
+_KEY_POLICIES = {
+    "none": pb.KEY_POLICY_NONE,
+    "keep_newest": pb.KEY_POLICY_KEEP_NEWEST,
+    "serial": pb.KEY_POLICY_SERIAL,
+    "serial_keep_newest": pb.KEY_POLICY_SERIAL_KEEP_NEWEST,
+    "reject_new": pb.KEY_POLICY_REJECT_NEW,
+}
 Coverage = Literal["complete", "partial", "unknown"]
 
 _COVERAGE = {
@@ -83,6 +97,10 @@ class Slot:
     #: it, or its lease ran out while this replica was cut off) and re-registered it
     #: (Reclaim), so that the run kept counting against the caps.
     reclaims: int = 0
+    #: Set when a background renewal heard that a newer ticket of the slot's key was submitted
+    #: with ``supersede_running``: its id. The run should stop (the slot stays counted until the
+    #: block ends and releases it).
+    superseded_by: str = ""
 
 
 #: What a run's provider call came to: ``ok``; ``rate_limited`` (429); ``overloaded`` (5xx, a
@@ -179,8 +197,20 @@ class _Renewer:
                 await self._task
 
 
-def _after_renew(slot: Slot, state: int, reclaimed: bool) -> bool:
+def _ended(ticket_id: str, state: int, superseded_by: str = "", run_id: str | None = None) -> TicketEnded:
+    """The error for a ticket that ended before its run started: :class:`Superseded` when a
+    newer ticket of its key took its place."""
+    if state == pb.TICKET_STATE_SUPERSEDED:
+        return Superseded(ticket_id, superseded_by, run_id)
+    return TicketEnded(ticket_id, _state_name(state), run_id)
+
+
+def _after_renew(slot: Slot, state: int, reclaimed: bool, superseded_by: str = "") -> bool:
     """Record what a background renewal found; True while the slot is still held."""
+    if superseded_by and superseded_by != slot.superseded_by:
+        slot.superseded_by = superseded_by
+        log.warning("ticket %s is superseded by %s, a newer ticket of its key: its run should stop",
+                    slot.ticket_id, superseded_by)
     if reclaimed:
         slot.reclaims += 1
         log.warning("ticket %s was unknown to the authority (its state was lost, or its lease "
@@ -204,7 +234,7 @@ def _queued_again(slot: Slot, r: pb.SubmitResponse, req: pb.SubmitRequest,
         slot.grant = r.grant
         return True
     if r.state != pb.TICKET_STATE_QUEUED:
-        raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
+        raise _ended(r.ticket_id, r.state, r.superseded_by, req.run_id)
     return False
 
 
@@ -324,6 +354,37 @@ def _default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+@dataclass
+class _Key:
+    """A Submit's key and what it asks of the key's other tickets."""
+
+    key: str
+    policy: KeyPolicy
+    supersede_running: bool
+    debounce: float | None
+    debounce_max: float | None
+
+    def into(self, req: pb.SubmitRequest) -> None:
+        if self.policy not in _KEY_POLICIES:
+            raise ValueError(f"key_policy must be one of {sorted(_KEY_POLICIES)}, not {self.policy!r}")
+        req.key = self.key
+        req.key_policy = _KEY_POLICIES[self.policy]
+        req.supersede_running = self.supersede_running
+        if self.debounce:
+            req.debounce.FromMilliseconds(round(self.debounce * 1000))
+        if self.debounce_max:
+            req.debounce_max.FromMilliseconds(round(self.debounce_max * 1000))
+
+
+def _key(key: str | None, policy: KeyPolicy, supersede_running: bool, debounce: float | None,
+         debounce_max: float | None) -> _Key | None:
+    if key is None:
+        if policy != "none" or supersede_running or debounce or debounce_max:
+            raise ValueError("key_policy, supersede_running and debounce need a key")
+        return None
+    return _Key(key, policy, supersede_running, debounce, debounce_max)
+
+
 class _Requests:
     """Builds requests for one host and replica."""
 
@@ -339,6 +400,7 @@ class _Requests:
         mode: Mode,
         rss_mb: int | None,
         priority: int,
+        key: _Key | None = None,
     ) -> pb.SubmitRequest:
         req = pb.SubmitRequest(
             host_id=self.host_id,
@@ -351,6 +413,8 @@ class _Requests:
         )
         if rss_mb is not None:
             req.rss_mb = rss_mb
+        if key is not None:
+            key.into(req)
         return req
 
     def authorize(
@@ -529,6 +593,11 @@ class AdmissionClient(_Connection):
         wait_timeout: float | None = None,
         priority: int = 0,
         on_queued: Callable[..., None] | None = None,
+        key: str | None = None,
+        key_policy: KeyPolicy = "none",
+        supersede_running: bool = False,
+        debounce: float | None = None,
+        debounce_max: float | None = None,
     ) -> Iterator[Slot]:
         """Hold one installation-wide slot for the block: Submit, wait in the queue if need be,
         renew in the background, and Release on exit, on error and on interruption (a queued
@@ -546,8 +615,20 @@ class AdmissionClient(_Connection):
         A Submit the authority could not answer is repeated with the same run_id within the
         client's deadline; when it still fails and may have made a ticket, that ticket is
         released by run before the error is raised, so no slot is left held.
+
+        ``key`` (e.g. a conversation id) with ``key_policy`` lets the newest message of a
+        conversation win (``keep_newest``, ``serial_keep_newest``: a waiting slot whose ticket a
+        newer one took over raises :class:`~admission_authority_client.Superseded`), or runs a
+        key's runs one at a time (``serial``), or refuses a second one
+        (``reject_new``: :class:`~admission_authority_client.KeyBusy`). With
+        ``supersede_running`` the key's running slots learn it at their next renewal
+        (:attr:`Slot.superseded_by`); ``debounce`` (seconds) admits a ticket only once no newer
+        one of its key came for that long, at most ``debounce_max`` after the first.
         """
-        req = self._req.submit(subject, run_id, account_id, mode, rss_mb, priority)
+        req = self._req.submit(
+            subject, run_id, account_id, mode, rss_mb, priority,
+            _key(key, key_policy, supersede_running, debounce, debounce_max),
+        )
         try:
             r = self._unary(self.stub.Submit, req)
         except AdmissionError as e:
@@ -580,7 +661,7 @@ class AdmissionClient(_Connection):
                     if _queued_again(slot, r, req, why):
                         break
             elif r.state != pb.TICKET_STATE_ADMITTED:
-                raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
+                raise _ended(r.ticket_id, r.state, r.superseded_by, req.run_id)
             stop = threading.Event()
             renewer = threading.Thread(
                 target=self._renew_until, args=(slot, stop, req), daemon=True,
@@ -625,7 +706,7 @@ class AdmissionClient(_Connection):
                     if event.state == pb.TICKET_STATE_ADMITTED:
                         return event.grant
                     if event.state != pb.TICKET_STATE_QUEUED:
-                        raise TicketEnded(ticket_id, _state_name(event.state))
+                        raise _ended(ticket_id, event.state, event.superseded_by)
                     if on_queued is not None:
                         _tell(on_queued, event.position, event.eta_ms, event.blocked_by)
                 err = AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
@@ -704,6 +785,7 @@ class AdmissionClient(_Connection):
                 try:
                     r = self.stub.Renew(pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every / 2, metadata=self._md)
                     state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
+                    superseded_by = r.tickets[0].superseded_by if r.tickets else ""
                     if state == pb.TICKET_STATE_EXPIRED:
                         back = self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
                         state, reclaimed = back.state, back.reclaimed
@@ -722,7 +804,7 @@ class AdmissionClient(_Connection):
                     continue
                 if tries > 1:
                     log.info("renewed %s after %d tries", slot.ticket_id, tries)
-                if not _after_renew(slot, state, reclaimed):
+                if not _after_renew(slot, state, reclaimed, superseded_by):
                     return
                 break
 
@@ -1057,10 +1139,18 @@ class AsyncAdmissionClient(_Connection):
         wait_timeout: float | None = None,
         priority: int = 0,
         on_queued: Callable[..., None] | None = None,
+        key: str | None = None,
+        key_policy: KeyPolicy = "none",
+        supersede_running: bool = False,
+        debounce: float | None = None,
+        debounce_max: float | None = None,
     ) -> AsyncIterator[Slot]:
         """As :meth:`AdmissionClient.slot`; cancelling the task while it waits in the queue
         withdraws the ticket."""
-        req = self._req.submit(subject, run_id, account_id, mode, rss_mb, priority)
+        req = self._req.submit(
+            subject, run_id, account_id, mode, rss_mb, priority,
+            _key(key, key_policy, supersede_running, debounce, debounce_max),
+        )
         try:
             r = await self._unary(self.stub.Submit, req)
         except AdmissionError as e:
@@ -1097,7 +1187,7 @@ class AsyncAdmissionClient(_Connection):
                     if _queued_again(slot, r, req, why):
                         break
             elif r.state != pb.TICKET_STATE_ADMITTED:
-                raise TicketEnded(r.ticket_id, _state_name(r.state), req.run_id)
+                raise _ended(r.ticket_id, r.state, r.superseded_by, req.run_id)
             renewer = _Renewer(self, slot, req)
             started = time.monotonic()
             failure: BaseException | None = None
@@ -1135,7 +1225,7 @@ class AsyncAdmissionClient(_Connection):
                     if event.state == pb.TICKET_STATE_ADMITTED:
                         return int(event.grant)
                     if event.state != pb.TICKET_STATE_QUEUED:
-                        raise TicketEnded(ticket_id, _state_name(event.state))
+                        raise _ended(ticket_id, event.state, event.superseded_by)
                     if on_queued is not None:
                         _tell(on_queued, event.position, event.eta_ms, event.blocked_by)
                 err = AdmissionError(f"the Wait stream of ticket {ticket_id} ended without an answer")
@@ -1212,6 +1302,7 @@ class AsyncAdmissionClient(_Connection):
                         pb.RenewRequest(ticket_ids=[slot.ticket_id]), timeout=every / 2, metadata=self._md
                     )
                     state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
+                    superseded_by = r.tickets[0].superseded_by if r.tickets else ""
                     if state == pb.TICKET_STATE_EXPIRED:
                         back = await self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
                         state, reclaimed = back.state, back.reclaimed
@@ -1229,7 +1320,7 @@ class AsyncAdmissionClient(_Connection):
                     continue
                 if tries > 1:
                     log.info("renewed %s after %d tries", slot.ticket_id, tries)
-                if not _after_renew(slot, state, reclaimed):
+                if not _after_renew(slot, state, reclaimed, superseded_by):
                     return
                 break
 

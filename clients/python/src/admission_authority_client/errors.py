@@ -74,6 +74,15 @@ class Draining(AdmissionRefused):
     """The authority is draining and admits no new tickets."""
 
 
+class KeyBusy(AdmissionRefused):
+    """``key_policy="reject_new"``: the key has a live ticket, ``holder`` (its ticket id).
+    Submit again once it ended."""
+
+    def __init__(self, message: str, reason: str, retry_after: float | None, holder: str = "") -> None:
+        super().__init__(message, reason, retry_after)
+        self.holder = holder
+
+
 class TicketEnded(AdmissionError):
     """The ticket ended before it was admitted (shed, expired or cancelled), or the Submit's
     ``run_id`` names a ticket that has already ended (``run_id`` set): Submit is idempotent per
@@ -90,6 +99,19 @@ class TicketEnded(AdmissionError):
         self.ticket_id = ticket_id
         self.state = state
         self.run_id = run_id
+
+
+class Superseded(TicketEnded):
+    """A newer ticket of the run's key (``key_policy="keep_newest"`` or
+    ``"serial_keep_newest"``) took this one's place while it waited: the run never started, and
+    should not. ``superseded_by`` is the newer ticket's id."""
+
+    def __init__(self, ticket_id: str, superseded_by: str, run_id: str | None = None) -> None:
+        super().__init__(ticket_id, "SUPERSEDED", run_id)
+        self.args = (f"ticket {ticket_id} was superseded by {superseded_by}, a newer ticket of "
+                     "its key, before it was admitted",)
+        self.message = self.args[0]
+        self.superseded_by = superseded_by
 
 
 class AuthorityUnavailable(AdmissionError):
@@ -112,6 +134,7 @@ _REFUSALS: dict[str, type[AdmissionRefused]] = {
     "QUEUE_FULL": QueueFull,
     "MEMORY_PRESSURE": MemoryPressure,
     "DRAINING": Draining,
+    "KEY_BUSY": KeyBusy,
 }
 
 
@@ -119,7 +142,9 @@ def translate(err: grpc.RpcError) -> AdmissionError:
     """The typed error for a failed call (sync ``grpc.RpcError`` or ``grpc.aio.AioRpcError``)."""
     code: grpc.StatusCode = err.code()
     message: str = err.details() or str(code)
-    reason, retry_after = _details(err)
+    reason, retry_after, metadata = _details(err)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason == "KEY_BUSY":
+        return KeyBusy(message, reason, retry_after, metadata.get("holder", ""))
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason:
         return _REFUSALS.get(reason, AdmissionRefused)(message, reason, retry_after)
     if code == grpc.StatusCode.UNAVAILABLE:
@@ -127,23 +152,25 @@ def translate(err: grpc.RpcError) -> AdmissionError:
     return AdmissionError(message, code, reason)
 
 
-def _details(err: grpc.RpcError) -> tuple[str, float | None]:
-    """ErrorInfo reason and RetryInfo delay (seconds) from the status details, if present."""
+def _details(err: grpc.RpcError) -> tuple[str, float | None, dict[str, str]]:
+    """ErrorInfo reason and metadata, and RetryInfo delay (seconds), from the status details,
+    if present."""
     # (key, value) pairs at run time, whatever the stubs call them.
     trailing: Any = err.trailing_metadata() or ()
     raw = next((v for k, v in trailing if k == "grpc-status-details-bin"), None)
     if not isinstance(raw, bytes):
-        return "", None
+        return "", None, {}
     status = status_pb2.Status.FromString(raw)
-    reason, retry_after = "", None
+    reason, retry_after, metadata = "", None, {}
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
             if info.domain == ERROR_DOMAIN:
                 reason = info.reason
+                metadata = dict(info.metadata)
         elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
             retry = error_details_pb2.RetryInfo()
             detail.Unpack(retry)
             retry_after = retry.retry_delay.seconds + retry.retry_delay.nanos / 1e9
-    return reason, retry_after
+    return reason, retry_after, metadata

@@ -687,7 +687,7 @@ class AuthorityGate:
     def _refusal(self, e: grpc.aio.AioRpcError) -> Exception:
         """A Submit refusal as AuthorityRejected; other errors (bad credential, bad input) are
         logged and treated as the authority being unusable."""
-        reason, retry_after = _details(e)
+        reason, retry_after, _ = _details(e)
         if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
             self._count("rejected")
             return AuthorityRejected(self.busy_message, reason or "BUSY", retry_after)

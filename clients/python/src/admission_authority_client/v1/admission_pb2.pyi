@@ -5,13 +5,14 @@ The admission authority: one shared decision point that every replica of an AI-a
 calls to learn, installation-wide, who may run now.
 
 Refusals a caller should retry come back as RESOURCE_EXHAUSTED carrying google.rpc.ErrorInfo
-(domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE or DRAINING) and
+(domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE, DRAINING or KEY_BUSY) and
 google.rpc.RetryInfo. Malformed input is INVALID_ARGUMENT naming the field and the rule, and
 changes no state.
 """
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -74,6 +75,11 @@ class _TicketStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TicketSta
     """
     TICKET_STATE_PARKED: _TicketState.ValueType  # 7
     """An admitted ticket that lent its slot out while its run waits on a human."""
+    TICKET_STATE_SUPERSEDED: _TicketState.ValueType  # 8
+    """Terminal: a queued ticket ended by a newer ticket of its key (KEY_POLICY_KEEP_NEWEST or
+    SERIAL_KEEP_NEWEST); superseded_by names the newer one. The gateway drops the older
+    message's run (or folds it into the newer one); it never ran.
+    """
 
 class TicketState(_TicketState, metaclass=_TicketStateEnumTypeWrapper):
     """Where a ticket is in its life. QUEUED and ADMITTED are live; the others are terminal except
@@ -98,6 +104,11 @@ for ids the authority does not know (never issued, or forgotten after retention)
 """
 TICKET_STATE_PARKED: TicketState.ValueType  # 7
 """An admitted ticket that lent its slot out while its run waits on a human."""
+TICKET_STATE_SUPERSEDED: TicketState.ValueType  # 8
+"""Terminal: a queued ticket ended by a newer ticket of its key (KEY_POLICY_KEEP_NEWEST or
+SERIAL_KEEP_NEWEST); superseded_by names the newer one. The gateway drops the older
+message's run (or folds it into the newer one); it never ran.
+"""
 Global___TicketState: _TypeAlias = TicketState  # noqa: Y015
 
 class _Blocker:
@@ -128,11 +139,15 @@ class _BlockerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Blocker.Value
     """A learning window after the shared store lost its state: no one is admitted until the
     runs still holding slots have re-registered (Stats.learning_left_ms).
     """
+    BLOCKER_KEY: _Blocker.ValueType  # 7
+    """Its key (SubmitRequest.key_policy): a serial key's earlier ticket holds it or waits ahead
+    of it, or its debounce has not run out (TicketInfo.debounce_left_ms).
+    """
 
 class Blocker(_Blocker, metaclass=_BlockerEnumTypeWrapper):
     """What holds a queued ticket (SubmitResponse, WaitEvent and TicketInfo.blocked_by): the first
-    that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is at its
-    total, or TURN while a slot is free. The same on every store.
+    that applies of STATE_LOSS, KEY, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is
+    at its total, or TURN while a slot is free. The same on every store.
     """
 
 BLOCKER_UNSPECIFIED: Blocker.ValueType  # 0
@@ -157,7 +172,69 @@ BLOCKER_STATE_LOSS: Blocker.ValueType  # 6
 """A learning window after the shared store lost its state: no one is admitted until the
 runs still holding slots have re-registered (Stats.learning_left_ms).
 """
+BLOCKER_KEY: Blocker.ValueType  # 7
+"""Its key (SubmitRequest.key_policy): a serial key's earlier ticket holds it or waits ahead
+of it, or its debounce has not run out (TicketInfo.debounce_left_ms).
+"""
 Global___Blocker: _TypeAlias = Blocker  # noqa: Y015
+
+class _KeyPolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _KeyPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_KeyPolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    KEY_POLICY_NONE: _KeyPolicy.ValueType  # 0
+    """The key only labels the ticket."""
+    KEY_POLICY_KEEP_NEWEST: _KeyPolicy.ValueType  # 1
+    """The newest message wins: a new ticket, once accepted (admitted or queued; a refused one
+    ends nothing), ends every queued ticket of its key SUPERSEDED, and their Wait streams end
+    with that state and superseded_by naming it. Admitted tickets run on (see
+    supersede_running).
+    """
+    KEY_POLICY_SERIAL: _KeyPolicy.ValueType  # 2
+    """One at a time: at most one admitted (or parked) ticket per key; the others queue in the
+    order of their Submits with blocked_by BLOCKER_KEY, and the oldest is dispatched when the
+    holder ends, if the caps have room.
+    """
+    KEY_POLICY_SERIAL_KEEP_NEWEST: _KeyPolicy.ValueType  # 3
+    """Both: one running, at most one waiting (the newest; each new ticket supersedes the
+    waiting one).
+    """
+    KEY_POLICY_REJECT_NEW: _KeyPolicy.ValueType  # 4
+    """While the key has a live ticket (queued, admitted or parked), a new Submit is refused as
+    BUSY is (RESOURCE_EXHAUSTED with RetryInfo) with ErrorInfo reason KEY_BUSY, its message
+    and its metadata ("holder") naming the ticket that holds the key.
+    """
+
+class KeyPolicy(_KeyPolicy, metaclass=_KeyPolicyEnumTypeWrapper):
+    """What a Submit's ticket asks of the other live tickets of its key (same host_id). Every
+    outcome is a named state told on the Wait stream, the same on every store.
+    """
+
+KEY_POLICY_NONE: KeyPolicy.ValueType  # 0
+"""The key only labels the ticket."""
+KEY_POLICY_KEEP_NEWEST: KeyPolicy.ValueType  # 1
+"""The newest message wins: a new ticket, once accepted (admitted or queued; a refused one
+ends nothing), ends every queued ticket of its key SUPERSEDED, and their Wait streams end
+with that state and superseded_by naming it. Admitted tickets run on (see
+supersede_running).
+"""
+KEY_POLICY_SERIAL: KeyPolicy.ValueType  # 2
+"""One at a time: at most one admitted (or parked) ticket per key; the others queue in the
+order of their Submits with blocked_by BLOCKER_KEY, and the oldest is dispatched when the
+holder ends, if the caps have room.
+"""
+KEY_POLICY_SERIAL_KEEP_NEWEST: KeyPolicy.ValueType  # 3
+"""Both: one running, at most one waiting (the newest; each new ticket supersedes the
+waiting one).
+"""
+KEY_POLICY_REJECT_NEW: KeyPolicy.ValueType  # 4
+"""While the key has a live ticket (queued, admitted or parked), a new Submit is refused as
+BUSY is (RESOURCE_EXHAUSTED with RetryInfo) with ErrorInfo reason KEY_BUSY, its message
+and its metadata ("holder") naming the ticket that holds the key.
+"""
+Global___KeyPolicy: _TypeAlias = KeyPolicy  # noqa: Y015
 
 class _Outcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -340,6 +417,11 @@ class SubmitRequest(_message.Message):
     RSS_MB_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     RESUBMIT_EXPIRED_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    KEY_POLICY_FIELD_NUMBER: _builtins.int
+    SUPERSEDE_RUNNING_FIELD_NUMBER: _builtins.int
+    DEBOUNCE_FIELD_NUMBER: _builtins.int
+    DEBOUNCE_MAX_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     """The installation (all replicas of one gateway deployment). Limits are per host_id.
     1..128 bytes of printable ASCII.
@@ -379,6 +461,39 @@ class SubmitRequest(_message.Message):
     is answered as any repeat is. A client never sets it for a run that started: that run's
     ticket is re-registered with Reclaim instead, which counts it even above the caps.
     """
+    key: _builtins.str
+    """What the run is about, e.g. a conversation or a document: 0..128 bytes of printable
+    ASCII (empty: no key). Keys are per host_id. With key_policy it lets the newest message of
+    a conversation win, or runs a conversation's messages one at a time; without, it only
+    labels the ticket (ListTickets, the console). Never a metric label.
+    """
+    key_policy: Global___KeyPolicy.ValueType
+    """What this ticket asks of the key's other live tickets (see KeyPolicy). A policy other
+    than NONE needs a key. The policy of a key is that of its first live ticket: a Submit
+    asking another while that one lives is FAILED_PRECONDITION naming both. In
+    scheduling.mode shadow (every Submit admitted) a key only labels.
+    """
+    supersede_running: _builtins.bool
+    """With KEEP_NEWEST or SERIAL_KEEP_NEWEST: the key's admitted (and parked) tickets are told
+    that this one supersedes them: their next Renew answers superseded_by, and so does a Wait
+    on them. They keep their slots, counted against every cap, until they release or their
+    leases lapse: the authority never takes a slot from a running run. INVALID_ARGUMENT with
+    another policy.
+    """
+    @_builtins.property
+    def debounce(self) -> _duration_pb2.Duration:
+        """With KEEP_NEWEST or SERIAL_KEEP_NEWEST and mode QUEUE: this ticket is not admitted until
+        no newer ticket of its key came for this long (a newer one supersedes it and starts the
+        wait again). Unset or 0: off. At most 1 hour; a whole number of milliseconds.
+        """
+
+    @_builtins.property
+    def debounce_max(self) -> _duration_pb2.Duration:
+        """With debounce: the ticket may be admitted at the latest this long after the first ticket
+        of its burst (the chain of queued tickets of the key that superseded each other), however
+        often newer ones come. Unset or 0: no bound. At least debounce, at most 1 hour.
+        """
+
     def __init__(
         self,
         *,
@@ -391,10 +506,15 @@ class SubmitRequest(_message.Message):
         rss_mb: _builtins.int | None = ...,
         priority: _builtins.int = ...,
         resubmit_expired: _builtins.bool = ...,
+        key: _builtins.str = ...,
+        key_policy: Global___KeyPolicy.ValueType = ...,
+        supersede_running: _builtins.bool = ...,
+        debounce: _duration_pb2.Duration | None = ...,
+        debounce_max: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "rss_mb", b"rss_mb"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "debounce", b"debounce", "debounce_max", b"debounce_max", "rss_mb", b"rss_mb"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "account_id", b"account_id", "host_id", b"host_id", "instance_id", b"instance_id", "mode", b"mode", "priority", b"priority", "resubmit_expired", b"resubmit_expired", "rss_mb", b"rss_mb", "run_id", b"run_id", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb", "account_id", b"account_id", "debounce", b"debounce", "debounce_max", b"debounce_max", "host_id", b"host_id", "instance_id", b"instance_id", "key", b"key", "key_policy", b"key_policy", "mode", b"mode", "priority", b"priority", "resubmit_expired", b"resubmit_expired", "rss_mb", b"rss_mb", "run_id", b"run_id", "subject", b"subject", "supersede_running", b"supersede_running"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__rss_mb: _TypeAlias = _typing.Literal["rss_mb"]  # noqa: Y015
     _WhichOneofArgType__rss_mb: _TypeAlias = _typing.Literal["_rss_mb", b"_rss_mb"]  # noqa: Y015
@@ -414,6 +534,7 @@ class SubmitResponse(_message.Message):
     ETA_MS_FIELD_NUMBER: _builtins.int
     SHADOW_REASON_FIELD_NUMBER: _builtins.int
     BLOCKED_BY_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """Opaque ticket id, "<host_id>.<32 hex digits>"; pass it to Wait, Renew and Release. Those
     accept any id of 1..161 printable ASCII bytes: one the authority never issued is an unknown
@@ -445,6 +566,10 @@ class SubmitResponse(_message.Message):
     """
     blocked_by: Global___Blocker.ValueType
     """While QUEUED, what holds it (see Blocker); BLOCKER_UNSPECIFIED otherwise."""
+    superseded_by: _builtins.str
+    """For a repeated run_id whose ticket ended SUPERSEDED: the ticket id that superseded it.
+    For an admitted one: a newer ticket of its key submitted with supersede_running.
+    """
     def __init__(
         self,
         *,
@@ -456,10 +581,11 @@ class SubmitResponse(_message.Message):
         eta_ms: _builtins.int = ...,
         shadow_reason: _builtins.str = ...,
         blocked_by: Global___Blocker.ValueType = ...,
+        superseded_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "shadow_reason", b"shadow_reason", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "lease_ttl_ms", b"lease_ttl_ms", "position", b"position", "shadow_reason", b"shadow_reason", "state", b"state", "superseded_by", b"superseded_by", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -496,6 +622,7 @@ class WaitEvent(_message.Message):
     ETA_MS_FIELD_NUMBER: _builtins.int
     BLOCKED_BY_FIELD_NUMBER: _builtins.int
     LEASE_REMAINING_MS_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket followed."""
     state: Global___TicketState.ValueType
@@ -518,6 +645,11 @@ class WaitEvent(_message.Message):
     interval renews before it starts the run, and one whose renewal answers EXPIRED submits
     again with resubmit_expired (the run never started on that lease).
     """
+    superseded_by: _builtins.str
+    """SUPERSEDED: the newer ticket of its key that ended it (the stream ends with this event).
+    ADMITTED or PARKED: a newer ticket of its key submitted with supersede_running; the run
+    should stop and Release (its slot stays counted until then).
+    """
     def __init__(
         self,
         *,
@@ -528,10 +660,11 @@ class WaitEvent(_message.Message):
         eta_ms: _builtins.int = ...,
         blocked_by: Global___Blocker.ValueType = ...,
         lease_remaining_ms: _builtins.int = ...,
+        superseded_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "lease_remaining_ms", b"lease_remaining_ms", "position", b"position", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "lease_remaining_ms", b"lease_remaining_ms", "position", b"position", "state", b"state", "superseded_by", b"superseded_by", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -596,22 +729,29 @@ class RenewedTicket(_message.Message):
     TICKET_ID_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The id as requested."""
     state: Global___TicketState.ValueType
     """The ticket's state after the renewal; EXPIRED for unknown ids."""
     lease_ttl_ms: _builtins.int
     """Lease time granted from now; 0 when the ticket is no longer live."""
+    superseded_by: _builtins.str
+    """A newer ticket of its key that supersedes this one: for a live ticket, one submitted with
+    supersede_running (stop the run and Release; the slot stays counted until then); for a
+    SUPERSEDED one, the ticket that ended it. Empty otherwise.
+    """
     def __init__(
         self,
         *,
         ticket_id: _builtins.str = ...,
         state: Global___TicketState.ValueType = ...,
         lease_ttl_ms: _builtins.int = ...,
+        superseded_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ttl_ms", b"lease_ttl_ms", "state", b"state", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ttl_ms", b"lease_ttl_ms", "state", b"state", "superseded_by", b"superseded_by", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -756,6 +896,8 @@ class Stats(_message.Message):
     LEARNING_LEFT_MS_FIELD_NUMBER: _builtins.int
     STATE_LOSSES_FIELD_NUMBER: _builtins.int
     LAST_STATE_LOSS_UNIX_MS_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
+    KEY_REFUSED_FIELD_NUMBER: _builtins.int
     total: _builtins.int
     """The host's total cap on admitted tickets."""
     queue_total: _builtins.int
@@ -848,6 +990,14 @@ class Stats(_message.Message):
     """When the last of state_losses was detected, in milliseconds since the Unix epoch; 0 for
     none (also admission_state_loss_last_timestamp_seconds).
     """
+    superseded: _builtins.int
+    """Queued tickets ended SUPERSEDED by a newer ticket of their key
+    (admission_tickets_total{outcome="superseded"}).
+    """
+    key_refused: _builtins.int
+    """Submits refused KEY_BUSY (KEY_POLICY_REJECT_NEW), also counted in rejected
+    (admission_tickets_total{outcome="key_refused"}).
+    """
     @_builtins.property
     def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___SubjectStats]:
         """Per-subject rows, for subjects with admitted or queued tickets, by subject name."""
@@ -901,10 +1051,12 @@ class Stats(_message.Message):
         learning_left_ms: _builtins.int = ...,
         state_losses: _builtins.int = ...,
         last_state_loss_unix_ms: _builtins.int = ...,
+        superseded: _builtins.int = ...,
+        key_refused: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "accounts_capped", b"accounts_capped", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "last_state_loss_unix_ms", b"last_state_loss_unix_ms", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "learning_left_ms", b"learning_left_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "reclaimed", b"reclaimed", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "state_losses", b"state_losses", "subjects", b"subjects", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accounts", b"accounts", "accounts_capped", b"accounts_capped", "admitted", b"admitted", "authorize_allowed", b"authorize_allowed", "authorize_deferred", b"authorize_deferred", "authorize_denied", b"authorize_denied", "cancelled", b"cancelled", "draining", b"draining", "expired", b"expired", "hold_avg_ms", b"hold_avg_ms", "in_flight", b"in_flight", "key_refused", b"key_refused", "last_state_loss_unix_ms", b"last_state_loss_unix_ms", "latency_count", b"latency_count", "latency_sum_ms", b"latency_sum_ms", "learning_left_ms", b"learning_left_ms", "max_rss_mb", b"max_rss_mb", "mode", b"mode", "outcome_failed", b"outcome_failed", "outcome_ok", b"outcome_ok", "outcome_overloaded", b"outcome_overloaded", "outcome_rate_limited", b"outcome_rate_limited", "parked", b"parked", "per_subject", b"per_subject", "queue_hard_total", b"queue_hard_total", "queue_per_subject", b"queue_per_subject", "queue_total", b"queue_total", "queued", b"queued", "reclaimed", b"reclaimed", "rejected", b"rejected", "released", b"released", "reported_rss_mb", b"reported_rss_mb", "reservations_open", b"reservations_open", "reservations_uncertain", b"reservations_uncertain", "settled", b"settled", "shadow_busy", b"shadow_busy", "shadow_memory_pressure", b"shadow_memory_pressure", "shadow_queue_full", b"shadow_queue_full", "shadow_queued", b"shadow_queued", "shed", b"shed", "state_losses", b"state_losses", "subjects", b"subjects", "superseded", b"superseded", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1128,6 +1280,10 @@ class TicketInfo(_message.Message):
     IN_STATE_MS_FIELD_NUMBER: _builtins.int
     PLACE_FIELD_NUMBER: _builtins.int
     ETA_MS_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    KEY_POLICY_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
+    DEBOUNCE_LEFT_MS_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket id."""
     state: Global___TicketState.ValueType
@@ -1161,6 +1317,13 @@ class TicketInfo(_message.Message):
     """With place: the expected wait in milliseconds, as SubmitResponse.eta_ms; 0 otherwise or
     unknown.
     """
+    key: _builtins.str
+    """Its Submit's key, empty for none, and the key's policy."""
+    key_policy: Global___KeyPolicy.ValueType
+    superseded_by: _builtins.str
+    """A newer ticket of its key submitted with supersede_running, told to this admitted one."""
+    debounce_left_ms: _builtins.int
+    """While queued and debounced, the milliseconds until it may be admitted; 0 otherwise."""
     def __init__(
         self,
         *,
@@ -1177,10 +1340,14 @@ class TicketInfo(_message.Message):
         in_state_ms: _builtins.int = ...,
         place: _builtins.int = ...,
         eta_ms: _builtins.int = ...,
+        key: _builtins.str = ...,
+        key_policy: Global___KeyPolicy.ValueType = ...,
+        superseded_by: _builtins.str = ...,
+        debounce_left_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "blocked_by", b"blocked_by", "eta_ms", b"eta_ms", "grant", b"grant", "in_state_ms", b"in_state_ms", "instance_id", b"instance_id", "lease_remaining_ms", b"lease_remaining_ms", "place", b"place", "priority", b"priority", "run_id", b"run_id", "state", b"state", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "blocked_by", b"blocked_by", "debounce_left_ms", b"debounce_left_ms", "eta_ms", b"eta_ms", "grant", b"grant", "in_state_ms", b"in_state_ms", "instance_id", b"instance_id", "key", b"key", "key_policy", b"key_policy", "lease_remaining_ms", b"lease_remaining_ms", "place", b"place", "priority", b"priority", "run_id", b"run_id", "state", b"state", "subject", b"subject", "superseded_by", b"superseded_by", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

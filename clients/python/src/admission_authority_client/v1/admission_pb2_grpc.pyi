@@ -5,7 +5,7 @@ The admission authority: one shared decision point that every replica of an AI-a
 calls to learn, installation-wide, who may run now.
 
 Refusals a caller should retry come back as RESOURCE_EXHAUSTED carrying google.rpc.ErrorInfo
-(domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE or DRAINING) and
+(domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE, DRAINING or KEY_BUSY) and
 google.rpc.RetryInfo. Malformed input is INVALID_ARGUMENT naming the field and the rule, and
 changes no state.
 """

@@ -6,6 +6,7 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
+import { Duration } from "../../google/protobuf/duration.js";
 
 export const protobufPackage = "admission.v1";
 
@@ -16,7 +17,7 @@ export const protobufFileName = "admission/v1/admission.proto";
  * calls to learn, installation-wide, who may run now.
  *
  * Refusals a caller should retry come back as RESOURCE_EXHAUSTED carrying google.rpc.ErrorInfo
- * (domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE or DRAINING) and
+ * (domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE, DRAINING or KEY_BUSY) and
  * google.rpc.RetryInfo. Malformed input is INVALID_ARGUMENT naming the field and the rule, and
  * changes no state.
  */
@@ -56,13 +57,19 @@ export enum TicketState {
   TICKET_STATE_EXPIRED = 6,
   /** TICKET_STATE_PARKED - An admitted ticket that lent its slot out while its run waits on a human. */
   TICKET_STATE_PARKED = 7,
+  /**
+   * TICKET_STATE_SUPERSEDED - Terminal: a queued ticket ended by a newer ticket of its key (KEY_POLICY_KEEP_NEWEST or
+   * SERIAL_KEEP_NEWEST); superseded_by names the newer one. The gateway drops the older
+   * message's run (or folds it into the newer one); it never ran.
+   */
+  TICKET_STATE_SUPERSEDED = 8,
   UNRECOGNIZED = -1,
 }
 
 /**
  * What holds a queued ticket (SubmitResponse, WaitEvent and TicketInfo.blocked_by): the first
- * that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is at its
- * total, or TURN while a slot is free. The same on every store.
+ * that applies of STATE_LOSS, KEY, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is
+ * at its total, or TURN while a slot is free. The same on every store.
  */
 export enum Blocker {
   /** BLOCKER_UNSPECIFIED - Not queued. */
@@ -91,6 +98,45 @@ export enum Blocker {
    * runs still holding slots have re-registered (Stats.learning_left_ms).
    */
   BLOCKER_STATE_LOSS = 6,
+  /**
+   * BLOCKER_KEY - Its key (SubmitRequest.key_policy): a serial key's earlier ticket holds it or waits ahead
+   * of it, or its debounce has not run out (TicketInfo.debounce_left_ms).
+   */
+  BLOCKER_KEY = 7,
+  UNRECOGNIZED = -1,
+}
+
+/**
+ * What a Submit's ticket asks of the other live tickets of its key (same host_id). Every
+ * outcome is a named state told on the Wait stream, the same on every store.
+ */
+export enum KeyPolicy {
+  /** KEY_POLICY_NONE - The key only labels the ticket. */
+  KEY_POLICY_NONE = 0,
+  /**
+   * KEY_POLICY_KEEP_NEWEST - The newest message wins: a new ticket, once accepted (admitted or queued; a refused one
+   * ends nothing), ends every queued ticket of its key SUPERSEDED, and their Wait streams end
+   * with that state and superseded_by naming it. Admitted tickets run on (see
+   * supersede_running).
+   */
+  KEY_POLICY_KEEP_NEWEST = 1,
+  /**
+   * KEY_POLICY_SERIAL - One at a time: at most one admitted (or parked) ticket per key; the others queue in the
+   * order of their Submits with blocked_by BLOCKER_KEY, and the oldest is dispatched when the
+   * holder ends, if the caps have room.
+   */
+  KEY_POLICY_SERIAL = 2,
+  /**
+   * KEY_POLICY_SERIAL_KEEP_NEWEST - Both: one running, at most one waiting (the newest; each new ticket supersedes the
+   * waiting one).
+   */
+  KEY_POLICY_SERIAL_KEEP_NEWEST = 3,
+  /**
+   * KEY_POLICY_REJECT_NEW - While the key has a live ticket (queued, admitted or parked), a new Submit is refused as
+   * BUSY is (RESOURCE_EXHAUSTED with RetryInfo) with ErrorInfo reason KEY_BUSY, its message
+   * and its metadata ("holder") naming the ticket that holds the key.
+   */
+  KEY_POLICY_REJECT_NEW = 4,
   UNRECOGNIZED = -1,
 }
 
@@ -223,6 +269,42 @@ export interface SubmitRequest {
    * ticket is re-registered with Reclaim instead, which counts it even above the caps.
    */
   resubmitExpired: boolean;
+  /**
+   * What the run is about, e.g. a conversation or a document: 0..128 bytes of printable
+   * ASCII (empty: no key). Keys are per host_id. With key_policy it lets the newest message of
+   * a conversation win, or runs a conversation's messages one at a time; without, it only
+   * labels the ticket (ListTickets, the console). Never a metric label.
+   */
+  key: string;
+  /**
+   * What this ticket asks of the key's other live tickets (see KeyPolicy). A policy other
+   * than NONE needs a key. The policy of a key is that of its first live ticket: a Submit
+   * asking another while that one lives is FAILED_PRECONDITION naming both. In
+   * scheduling.mode shadow (every Submit admitted) a key only labels.
+   */
+  keyPolicy: KeyPolicy;
+  /**
+   * With KEEP_NEWEST or SERIAL_KEEP_NEWEST: the key's admitted (and parked) tickets are told
+   * that this one supersedes them: their next Renew answers superseded_by, and so does a Wait
+   * on them. They keep their slots, counted against every cap, until they release or their
+   * leases lapse: the authority never takes a slot from a running run. INVALID_ARGUMENT with
+   * another policy.
+   */
+  supersedeRunning: boolean;
+  /**
+   * With KEEP_NEWEST or SERIAL_KEEP_NEWEST and mode QUEUE: this ticket is not admitted until
+   * no newer ticket of its key came for this long (a newer one supersedes it and starts the
+   * wait again). Unset or 0: off. At most 1 hour; a whole number of milliseconds.
+   */
+  debounce?:
+    | Duration
+    | undefined;
+  /**
+   * With debounce: the ticket may be admitted at the latest this long after the first ticket
+   * of its burst (the chain of queued tickets of the key that superseded each other), however
+   * often newer ones come. Unset or 0: no bound. At least debounce, at most 1 hour.
+   */
+  debounceMax?: Duration | undefined;
 }
 
 export interface SubmitResponse {
@@ -261,6 +343,11 @@ export interface SubmitResponse {
   shadowReason: string;
   /** While QUEUED, what holds it (see Blocker); BLOCKER_UNSPECIFIED otherwise. */
   blockedBy: Blocker;
+  /**
+   * For a repeated run_id whose ticket ended SUPERSEDED: the ticket id that superseded it.
+   * For an admitted one: a newer ticket of its key submitted with supersede_running.
+   */
+  supersededBy: string;
 }
 
 export interface WaitRequest {
@@ -293,6 +380,12 @@ export interface WaitEvent {
    * again with resubmit_expired (the run never started on that lease).
    */
   leaseRemainingMs: number;
+  /**
+   * SUPERSEDED: the newer ticket of its key that ended it (the stream ends with this event).
+   * ADMITTED or PARKED: a newer ticket of its key submitted with supersede_running; the run
+   * should stop and Release (its slot stays counted until then).
+   */
+  supersededBy: string;
 }
 
 export interface RenewRequest {
@@ -317,6 +410,12 @@ export interface RenewedTicket {
   state: TicketState;
   /** Lease time granted from now; 0 when the ticket is no longer live. */
   leaseTtlMs: number;
+  /**
+   * A newer ticket of its key that supersedes this one: for a live ticket, one submitted with
+   * supersede_running (stop the run and Release; the slot stays counted until then); for a
+   * SUPERSEDED one, the ticket that ended it. Empty otherwise.
+   */
+  supersededBy: string;
 }
 
 export interface ReleaseRequest {
@@ -464,6 +563,16 @@ export interface Stats {
    * none (also admission_state_loss_last_timestamp_seconds).
    */
   lastStateLossUnixMs: number;
+  /**
+   * Queued tickets ended SUPERSEDED by a newer ticket of their key
+   * (admission_tickets_total{outcome="superseded"}).
+   */
+  superseded: number;
+  /**
+   * Submits refused KEY_BUSY (KEY_POLICY_REJECT_NEW), also counted in rejected
+   * (admission_tickets_total{outcome="key_refused"}).
+   */
+  keyRefused: number;
 }
 
 export interface ReclaimRequest {
@@ -577,6 +686,13 @@ export interface TicketInfo {
    * unknown.
    */
   etaMs: number;
+  /** Its Submit's key, empty for none, and the key's policy. */
+  key: string;
+  keyPolicy: KeyPolicy;
+  /** A newer ticket of its key submitted with supersede_running, told to this admitted one. */
+  supersededBy: string;
+  /** While queued and debounced, the milliseconds until it may be admitted; 0 otherwise. */
+  debounceLeftMs: number;
 }
 
 export interface DrainRequest {
@@ -1104,6 +1220,11 @@ function createBaseSubmitRequest(): SubmitRequest {
     rssMb: undefined,
     priority: 0,
     resubmitExpired: false,
+    key: "",
+    keyPolicy: 0,
+    supersedeRunning: false,
+    debounce: undefined,
+    debounceMax: undefined,
   };
 }
 
@@ -1135,6 +1256,21 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     }
     if (message.resubmitExpired !== false) {
       writer.uint32(72).bool(message.resubmitExpired);
+    }
+    if (message.key !== "") {
+      writer.uint32(82).string(message.key);
+    }
+    if (message.keyPolicy !== 0) {
+      writer.uint32(88).int32(message.keyPolicy);
+    }
+    if (message.supersedeRunning !== false) {
+      writer.uint32(96).bool(message.supersedeRunning);
+    }
+    if (message.debounce !== undefined) {
+      Duration.encode(message.debounce, writer.uint32(106).fork()).join();
+    }
+    if (message.debounceMax !== undefined) {
+      Duration.encode(message.debounceMax, writer.uint32(114).fork()).join();
     }
     return writer;
   },
@@ -1224,6 +1360,46 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
             message.resubmitExpired = reader.bool();
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.keyPolicy = reader.int32() as any;
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.supersedeRunning = reader.bool();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.debounce = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.debounceMax = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1250,12 +1426,31 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     message.rssMb = object.rssMb ?? undefined;
     message.priority = object.priority ?? 0;
     message.resubmitExpired = object.resubmitExpired ?? false;
+    message.key = object.key ?? "";
+    message.keyPolicy = object.keyPolicy ?? 0;
+    message.supersedeRunning = object.supersedeRunning ?? false;
+    message.debounce = (object.debounce !== undefined && object.debounce !== null)
+      ? Duration.fromPartial(object.debounce)
+      : undefined;
+    message.debounceMax = (object.debounceMax !== undefined && object.debounceMax !== null)
+      ? Duration.fromPartial(object.debounceMax)
+      : undefined;
     return message;
   },
 };
 
 function createBaseSubmitResponse(): SubmitResponse {
-  return { ticketId: "", state: 0, position: 0, leaseTtlMs: 0, grant: 0, etaMs: 0, shadowReason: "", blockedBy: 0 };
+  return {
+    ticketId: "",
+    state: 0,
+    position: 0,
+    leaseTtlMs: 0,
+    grant: 0,
+    etaMs: 0,
+    shadowReason: "",
+    blockedBy: 0,
+    supersededBy: "",
+  };
 }
 
 export const SubmitResponse: MessageFns<SubmitResponse> = {
@@ -1283,6 +1478,9 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     }
     if (message.blockedBy !== 0) {
       writer.uint32(64).int32(message.blockedBy);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(74).string(message.supersededBy);
     }
     return writer;
   },
@@ -1364,6 +1562,14 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
             message.blockedBy = reader.int32() as any;
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1389,6 +1595,7 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     message.etaMs = object.etaMs ?? 0;
     message.shadowReason = object.shadowReason ?? "";
     message.blockedBy = object.blockedBy ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
     return message;
   },
 };
@@ -1449,7 +1656,16 @@ export const WaitRequest: MessageFns<WaitRequest> = {
 };
 
 function createBaseWaitEvent(): WaitEvent {
-  return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0, leaseRemainingMs: 0 };
+  return {
+    ticketId: "",
+    state: 0,
+    position: 0,
+    grant: 0,
+    etaMs: 0,
+    blockedBy: 0,
+    leaseRemainingMs: 0,
+    supersededBy: "",
+  };
 }
 
 export const WaitEvent: MessageFns<WaitEvent> = {
@@ -1474,6 +1690,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     }
     if (message.leaseRemainingMs !== 0) {
       writer.uint32(56).uint32(message.leaseRemainingMs);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(66).string(message.supersededBy);
     }
     return writer;
   },
@@ -1547,6 +1766,14 @@ export const WaitEvent: MessageFns<WaitEvent> = {
             message.leaseRemainingMs = reader.uint32();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1571,6 +1798,7 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     message.etaMs = object.etaMs ?? 0;
     message.blockedBy = object.blockedBy ?? 0;
     message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
     return message;
   },
 };
@@ -1698,7 +1926,7 @@ export const RenewResponse: MessageFns<RenewResponse> = {
 };
 
 function createBaseRenewedTicket(): RenewedTicket {
-  return { ticketId: "", state: 0, leaseTtlMs: 0 };
+  return { ticketId: "", state: 0, leaseTtlMs: 0, supersededBy: "" };
 }
 
 export const RenewedTicket: MessageFns<RenewedTicket> = {
@@ -1711,6 +1939,9 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
     }
     if (message.leaseTtlMs !== 0) {
       writer.uint32(24).uint32(message.leaseTtlMs);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(34).string(message.supersededBy);
     }
     return writer;
   },
@@ -1752,6 +1983,14 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
             message.leaseTtlMs = reader.uint32();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1772,6 +2011,7 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
     message.ticketId = object.ticketId ?? "";
     message.state = object.state ?? 0;
     message.leaseTtlMs = object.leaseTtlMs ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
     return message;
   },
 };
@@ -2045,6 +2285,8 @@ function createBaseStats(): Stats {
     learningLeftMs: 0,
     stateLosses: 0,
     lastStateLossUnixMs: 0,
+    superseded: 0,
+    keyRefused: 0,
   };
 }
 
@@ -2175,6 +2417,12 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.lastStateLossUnixMs !== 0) {
       writer.uint32(336).uint64(message.lastStateLossUnixMs);
+    }
+    if (message.superseded !== 0) {
+      writer.uint32(344).uint64(message.superseded);
+    }
+    if (message.keyRefused !== 0) {
+      writer.uint32(352).uint64(message.keyRefused);
     }
     return writer;
   },
@@ -2528,6 +2776,22 @@ export const Stats: MessageFns<Stats> = {
             message.lastStateLossUnixMs = longToNumber(reader.uint64());
             continue;
           }
+          case 43: {
+            if (tag !== 344) {
+              break;
+            }
+
+            message.superseded = longToNumber(reader.uint64());
+            continue;
+          }
+          case 44: {
+            if (tag !== 352) {
+              break;
+            }
+
+            message.keyRefused = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2587,6 +2851,8 @@ export const Stats: MessageFns<Stats> = {
     message.learningLeftMs = object.learningLeftMs ?? 0;
     message.stateLosses = object.stateLosses ?? 0;
     message.lastStateLossUnixMs = object.lastStateLossUnixMs ?? 0;
+    message.superseded = object.superseded ?? 0;
+    message.keyRefused = object.keyRefused ?? 0;
     return message;
   },
 };
@@ -3164,6 +3430,10 @@ function createBaseTicketInfo(): TicketInfo {
     inStateMs: 0,
     place: 0,
     etaMs: 0,
+    key: "",
+    keyPolicy: 0,
+    supersededBy: "",
+    debounceLeftMs: 0,
   };
 }
 
@@ -3207,6 +3477,18 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     }
     if (message.etaMs !== 0) {
       writer.uint32(104).uint32(message.etaMs);
+    }
+    if (message.key !== "") {
+      writer.uint32(114).string(message.key);
+    }
+    if (message.keyPolicy !== 0) {
+      writer.uint32(120).int32(message.keyPolicy);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(130).string(message.supersededBy);
+    }
+    if (message.debounceLeftMs !== 0) {
+      writer.uint32(136).uint32(message.debounceLeftMs);
     }
     return writer;
   },
@@ -3328,6 +3610,38 @@ export const TicketInfo: MessageFns<TicketInfo> = {
             message.etaMs = reader.uint32();
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.keyPolicy = reader.int32() as any;
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.debounceLeftMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3358,6 +3672,10 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     message.inStateMs = object.inStateMs ?? 0;
     message.place = object.place ?? 0;
     message.etaMs = object.etaMs ?? 0;
+    message.key = object.key ?? "";
+    message.keyPolicy = object.keyPolicy ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
+    message.debounceLeftMs = object.debounceLeftMs ?? 0;
     return message;
   },
 };

@@ -20,6 +20,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Duration } from "../../google/protobuf/duration.js";
 
 export const protobufPackage = "admission.v1";
 
@@ -30,7 +31,7 @@ export const protobufFileName = "admission/v1/admission.proto";
  * calls to learn, installation-wide, who may run now.
  *
  * Refusals a caller should retry come back as RESOURCE_EXHAUSTED carrying google.rpc.ErrorInfo
- * (domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE or DRAINING) and
+ * (domain "admission.v1", reason BUSY, QUEUE_FULL, MEMORY_PRESSURE, DRAINING or KEY_BUSY) and
  * google.rpc.RetryInfo. Malformed input is INVALID_ARGUMENT naming the field and the rule, and
  * changes no state.
  */
@@ -102,6 +103,12 @@ export enum TicketState {
   TICKET_STATE_EXPIRED = 6,
   /** TICKET_STATE_PARKED - An admitted ticket that lent its slot out while its run waits on a human. */
   TICKET_STATE_PARKED = 7,
+  /**
+   * TICKET_STATE_SUPERSEDED - Terminal: a queued ticket ended by a newer ticket of its key (KEY_POLICY_KEEP_NEWEST or
+   * SERIAL_KEEP_NEWEST); superseded_by names the newer one. The gateway drops the older
+   * message's run (or folds it into the newer one); it never ran.
+   */
+  TICKET_STATE_SUPERSEDED = 8,
   UNRECOGNIZED = -1,
 }
 
@@ -131,6 +138,9 @@ export function ticketStateFromJSON(object: any): TicketState {
     case 7:
     case "TICKET_STATE_PARKED":
       return TicketState.TICKET_STATE_PARKED;
+    case 8:
+    case "TICKET_STATE_SUPERSEDED":
+      return TicketState.TICKET_STATE_SUPERSEDED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -156,6 +166,8 @@ export function ticketStateToJSON(object: TicketState): string {
       return "TICKET_STATE_EXPIRED";
     case TicketState.TICKET_STATE_PARKED:
       return "TICKET_STATE_PARKED";
+    case TicketState.TICKET_STATE_SUPERSEDED:
+      return "TICKET_STATE_SUPERSEDED";
     case TicketState.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -164,8 +176,8 @@ export function ticketStateToJSON(object: TicketState): string {
 
 /**
  * What holds a queued ticket (SubmitResponse, WaitEvent and TicketInfo.blocked_by): the first
- * that applies of STATE_LOSS, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is at its
- * total, or TURN while a slot is free. The same on every store.
+ * that applies of STATE_LOSS, KEY, MEMORY, SUBJECT, ACCOUNT, and then TOTAL while the host is
+ * at its total, or TURN while a slot is free. The same on every store.
  */
 export enum Blocker {
   /** BLOCKER_UNSPECIFIED - Not queued. */
@@ -194,6 +206,11 @@ export enum Blocker {
    * runs still holding slots have re-registered (Stats.learning_left_ms).
    */
   BLOCKER_STATE_LOSS = 6,
+  /**
+   * BLOCKER_KEY - Its key (SubmitRequest.key_policy): a serial key's earlier ticket holds it or waits ahead
+   * of it, or its debounce has not run out (TicketInfo.debounce_left_ms).
+   */
+  BLOCKER_KEY = 7,
   UNRECOGNIZED = -1,
 }
 
@@ -220,6 +237,9 @@ export function blockerFromJSON(object: any): Blocker {
     case 6:
     case "BLOCKER_STATE_LOSS":
       return Blocker.BLOCKER_STATE_LOSS;
+    case 7:
+    case "BLOCKER_KEY":
+      return Blocker.BLOCKER_KEY;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -243,7 +263,85 @@ export function blockerToJSON(object: Blocker): string {
       return "BLOCKER_TURN";
     case Blocker.BLOCKER_STATE_LOSS:
       return "BLOCKER_STATE_LOSS";
+    case Blocker.BLOCKER_KEY:
+      return "BLOCKER_KEY";
     case Blocker.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/**
+ * What a Submit's ticket asks of the other live tickets of its key (same host_id). Every
+ * outcome is a named state told on the Wait stream, the same on every store.
+ */
+export enum KeyPolicy {
+  /** KEY_POLICY_NONE - The key only labels the ticket. */
+  KEY_POLICY_NONE = 0,
+  /**
+   * KEY_POLICY_KEEP_NEWEST - The newest message wins: a new ticket, once accepted (admitted or queued; a refused one
+   * ends nothing), ends every queued ticket of its key SUPERSEDED, and their Wait streams end
+   * with that state and superseded_by naming it. Admitted tickets run on (see
+   * supersede_running).
+   */
+  KEY_POLICY_KEEP_NEWEST = 1,
+  /**
+   * KEY_POLICY_SERIAL - One at a time: at most one admitted (or parked) ticket per key; the others queue in the
+   * order of their Submits with blocked_by BLOCKER_KEY, and the oldest is dispatched when the
+   * holder ends, if the caps have room.
+   */
+  KEY_POLICY_SERIAL = 2,
+  /**
+   * KEY_POLICY_SERIAL_KEEP_NEWEST - Both: one running, at most one waiting (the newest; each new ticket supersedes the
+   * waiting one).
+   */
+  KEY_POLICY_SERIAL_KEEP_NEWEST = 3,
+  /**
+   * KEY_POLICY_REJECT_NEW - While the key has a live ticket (queued, admitted or parked), a new Submit is refused as
+   * BUSY is (RESOURCE_EXHAUSTED with RetryInfo) with ErrorInfo reason KEY_BUSY, its message
+   * and its metadata ("holder") naming the ticket that holds the key.
+   */
+  KEY_POLICY_REJECT_NEW = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function keyPolicyFromJSON(object: any): KeyPolicy {
+  switch (object) {
+    case 0:
+    case "KEY_POLICY_NONE":
+      return KeyPolicy.KEY_POLICY_NONE;
+    case 1:
+    case "KEY_POLICY_KEEP_NEWEST":
+      return KeyPolicy.KEY_POLICY_KEEP_NEWEST;
+    case 2:
+    case "KEY_POLICY_SERIAL":
+      return KeyPolicy.KEY_POLICY_SERIAL;
+    case 3:
+    case "KEY_POLICY_SERIAL_KEEP_NEWEST":
+      return KeyPolicy.KEY_POLICY_SERIAL_KEEP_NEWEST;
+    case 4:
+    case "KEY_POLICY_REJECT_NEW":
+      return KeyPolicy.KEY_POLICY_REJECT_NEW;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return KeyPolicy.UNRECOGNIZED;
+  }
+}
+
+export function keyPolicyToJSON(object: KeyPolicy): string {
+  switch (object) {
+    case KeyPolicy.KEY_POLICY_NONE:
+      return "KEY_POLICY_NONE";
+    case KeyPolicy.KEY_POLICY_KEEP_NEWEST:
+      return "KEY_POLICY_KEEP_NEWEST";
+    case KeyPolicy.KEY_POLICY_SERIAL:
+      return "KEY_POLICY_SERIAL";
+    case KeyPolicy.KEY_POLICY_SERIAL_KEEP_NEWEST:
+      return "KEY_POLICY_SERIAL_KEEP_NEWEST";
+    case KeyPolicy.KEY_POLICY_REJECT_NEW:
+      return "KEY_POLICY_REJECT_NEW";
+    case KeyPolicy.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
   }
@@ -590,6 +688,42 @@ export interface SubmitRequest {
    * ticket is re-registered with Reclaim instead, which counts it even above the caps.
    */
   resubmitExpired: boolean;
+  /**
+   * What the run is about, e.g. a conversation or a document: 0..128 bytes of printable
+   * ASCII (empty: no key). Keys are per host_id. With key_policy it lets the newest message of
+   * a conversation win, or runs a conversation's messages one at a time; without, it only
+   * labels the ticket (ListTickets, the console). Never a metric label.
+   */
+  key: string;
+  /**
+   * What this ticket asks of the key's other live tickets (see KeyPolicy). A policy other
+   * than NONE needs a key. The policy of a key is that of its first live ticket: a Submit
+   * asking another while that one lives is FAILED_PRECONDITION naming both. In
+   * scheduling.mode shadow (every Submit admitted) a key only labels.
+   */
+  keyPolicy: KeyPolicy;
+  /**
+   * With KEEP_NEWEST or SERIAL_KEEP_NEWEST: the key's admitted (and parked) tickets are told
+   * that this one supersedes them: their next Renew answers superseded_by, and so does a Wait
+   * on them. They keep their slots, counted against every cap, until they release or their
+   * leases lapse: the authority never takes a slot from a running run. INVALID_ARGUMENT with
+   * another policy.
+   */
+  supersedeRunning: boolean;
+  /**
+   * With KEEP_NEWEST or SERIAL_KEEP_NEWEST and mode QUEUE: this ticket is not admitted until
+   * no newer ticket of its key came for this long (a newer one supersedes it and starts the
+   * wait again). Unset or 0: off. At most 1 hour; a whole number of milliseconds.
+   */
+  debounce?:
+    | Duration
+    | undefined;
+  /**
+   * With debounce: the ticket may be admitted at the latest this long after the first ticket
+   * of its burst (the chain of queued tickets of the key that superseded each other), however
+   * often newer ones come. Unset or 0: no bound. At least debounce, at most 1 hour.
+   */
+  debounceMax?: Duration | undefined;
 }
 
 export interface SubmitResponse {
@@ -628,6 +762,11 @@ export interface SubmitResponse {
   shadowReason: string;
   /** While QUEUED, what holds it (see Blocker); BLOCKER_UNSPECIFIED otherwise. */
   blockedBy: Blocker;
+  /**
+   * For a repeated run_id whose ticket ended SUPERSEDED: the ticket id that superseded it.
+   * For an admitted one: a newer ticket of its key submitted with supersede_running.
+   */
+  supersededBy: string;
 }
 
 export interface WaitRequest {
@@ -660,6 +799,12 @@ export interface WaitEvent {
    * again with resubmit_expired (the run never started on that lease).
    */
   leaseRemainingMs: number;
+  /**
+   * SUPERSEDED: the newer ticket of its key that ended it (the stream ends with this event).
+   * ADMITTED or PARKED: a newer ticket of its key submitted with supersede_running; the run
+   * should stop and Release (its slot stays counted until then).
+   */
+  supersededBy: string;
 }
 
 export interface RenewRequest {
@@ -684,6 +829,12 @@ export interface RenewedTicket {
   state: TicketState;
   /** Lease time granted from now; 0 when the ticket is no longer live. */
   leaseTtlMs: number;
+  /**
+   * A newer ticket of its key that supersedes this one: for a live ticket, one submitted with
+   * supersede_running (stop the run and Release; the slot stays counted until then); for a
+   * SUPERSEDED one, the ticket that ended it. Empty otherwise.
+   */
+  supersededBy: string;
 }
 
 export interface ReleaseRequest {
@@ -831,6 +982,16 @@ export interface Stats {
    * none (also admission_state_loss_last_timestamp_seconds).
    */
   lastStateLossUnixMs: number;
+  /**
+   * Queued tickets ended SUPERSEDED by a newer ticket of their key
+   * (admission_tickets_total{outcome="superseded"}).
+   */
+  superseded: number;
+  /**
+   * Submits refused KEY_BUSY (KEY_POLICY_REJECT_NEW), also counted in rejected
+   * (admission_tickets_total{outcome="key_refused"}).
+   */
+  keyRefused: number;
 }
 
 export interface ReclaimRequest {
@@ -944,6 +1105,13 @@ export interface TicketInfo {
    * unknown.
    */
   etaMs: number;
+  /** Its Submit's key, empty for none, and the key's policy. */
+  key: string;
+  keyPolicy: KeyPolicy;
+  /** A newer ticket of its key submitted with supersede_running, told to this admitted one. */
+  supersededBy: string;
+  /** While queued and debounced, the milliseconds until it may be admitted; 0 otherwise. */
+  debounceLeftMs: number;
 }
 
 export interface DrainRequest {
@@ -1471,6 +1639,11 @@ function createBaseSubmitRequest(): SubmitRequest {
     rssMb: undefined,
     priority: 0,
     resubmitExpired: false,
+    key: "",
+    keyPolicy: 0,
+    supersedeRunning: false,
+    debounce: undefined,
+    debounceMax: undefined,
   };
 }
 
@@ -1502,6 +1675,21 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     }
     if (message.resubmitExpired !== false) {
       writer.uint32(72).bool(message.resubmitExpired);
+    }
+    if (message.key !== "") {
+      writer.uint32(82).string(message.key);
+    }
+    if (message.keyPolicy !== 0) {
+      writer.uint32(88).int32(message.keyPolicy);
+    }
+    if (message.supersedeRunning !== false) {
+      writer.uint32(96).bool(message.supersedeRunning);
+    }
+    if (message.debounce !== undefined) {
+      Duration.encode(message.debounce, writer.uint32(106).fork()).join();
+    }
+    if (message.debounceMax !== undefined) {
+      Duration.encode(message.debounceMax, writer.uint32(114).fork()).join();
     }
     return writer;
   },
@@ -1591,6 +1779,46 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
             message.resubmitExpired = reader.bool();
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.keyPolicy = reader.int32() as any;
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.supersedeRunning = reader.bool();
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.debounce = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.debounceMax = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1638,6 +1866,23 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
         : isSet(object.resubmit_expired)
         ? globalThis.Boolean(object.resubmit_expired)
         : false,
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      keyPolicy: isSet(object.keyPolicy)
+        ? keyPolicyFromJSON(object.keyPolicy)
+        : isSet(object.key_policy)
+        ? keyPolicyFromJSON(object.key_policy)
+        : 0,
+      supersedeRunning: isSet(object.supersedeRunning)
+        ? globalThis.Boolean(object.supersedeRunning)
+        : isSet(object.supersede_running)
+        ? globalThis.Boolean(object.supersede_running)
+        : false,
+      debounce: isSet(object.debounce) ? Duration.fromJSON(object.debounce) : undefined,
+      debounceMax: isSet(object.debounceMax)
+        ? Duration.fromJSON(object.debounceMax)
+        : isSet(object.debounce_max)
+        ? Duration.fromJSON(object.debounce_max)
+        : undefined,
     };
   },
 
@@ -1670,6 +1915,21 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     if (message.resubmitExpired !== false) {
       obj.resubmitExpired = message.resubmitExpired;
     }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.keyPolicy !== 0) {
+      obj.keyPolicy = keyPolicyToJSON(message.keyPolicy);
+    }
+    if (message.supersedeRunning !== false) {
+      obj.supersedeRunning = message.supersedeRunning;
+    }
+    if (message.debounce !== undefined) {
+      obj.debounce = Duration.toJSON(message.debounce);
+    }
+    if (message.debounceMax !== undefined) {
+      obj.debounceMax = Duration.toJSON(message.debounceMax);
+    }
     return obj;
   },
 
@@ -1687,12 +1947,31 @@ export const SubmitRequest: MessageFns<SubmitRequest> = {
     message.rssMb = object.rssMb ?? undefined;
     message.priority = object.priority ?? 0;
     message.resubmitExpired = object.resubmitExpired ?? false;
+    message.key = object.key ?? "";
+    message.keyPolicy = object.keyPolicy ?? 0;
+    message.supersedeRunning = object.supersedeRunning ?? false;
+    message.debounce = (object.debounce !== undefined && object.debounce !== null)
+      ? Duration.fromPartial(object.debounce)
+      : undefined;
+    message.debounceMax = (object.debounceMax !== undefined && object.debounceMax !== null)
+      ? Duration.fromPartial(object.debounceMax)
+      : undefined;
     return message;
   },
 };
 
 function createBaseSubmitResponse(): SubmitResponse {
-  return { ticketId: "", state: 0, position: 0, leaseTtlMs: 0, grant: 0, etaMs: 0, shadowReason: "", blockedBy: 0 };
+  return {
+    ticketId: "",
+    state: 0,
+    position: 0,
+    leaseTtlMs: 0,
+    grant: 0,
+    etaMs: 0,
+    shadowReason: "",
+    blockedBy: 0,
+    supersededBy: "",
+  };
 }
 
 export const SubmitResponse: MessageFns<SubmitResponse> = {
@@ -1720,6 +1999,9 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     }
     if (message.blockedBy !== 0) {
       writer.uint32(64).int32(message.blockedBy);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(74).string(message.supersededBy);
     }
     return writer;
   },
@@ -1801,6 +2083,14 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
             message.blockedBy = reader.int32() as any;
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1843,6 +2133,11 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
         : isSet(object.blocked_by)
         ? blockerFromJSON(object.blocked_by)
         : 0,
+      supersededBy: isSet(object.supersededBy)
+        ? globalThis.String(object.supersededBy)
+        : isSet(object.superseded_by)
+        ? globalThis.String(object.superseded_by)
+        : "",
     };
   },
 
@@ -1872,6 +2167,9 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     if (message.blockedBy !== 0) {
       obj.blockedBy = blockerToJSON(message.blockedBy);
     }
+    if (message.supersededBy !== "") {
+      obj.supersededBy = message.supersededBy;
+    }
     return obj;
   },
 
@@ -1888,6 +2186,7 @@ export const SubmitResponse: MessageFns<SubmitResponse> = {
     message.etaMs = object.etaMs ?? 0;
     message.shadowReason = object.shadowReason ?? "";
     message.blockedBy = object.blockedBy ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
     return message;
   },
 };
@@ -1966,7 +2265,16 @@ export const WaitRequest: MessageFns<WaitRequest> = {
 };
 
 function createBaseWaitEvent(): WaitEvent {
-  return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0, leaseRemainingMs: 0 };
+  return {
+    ticketId: "",
+    state: 0,
+    position: 0,
+    grant: 0,
+    etaMs: 0,
+    blockedBy: 0,
+    leaseRemainingMs: 0,
+    supersededBy: "",
+  };
 }
 
 export const WaitEvent: MessageFns<WaitEvent> = {
@@ -1991,6 +2299,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     }
     if (message.leaseRemainingMs !== 0) {
       writer.uint32(56).uint32(message.leaseRemainingMs);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(66).string(message.supersededBy);
     }
     return writer;
   },
@@ -2064,6 +2375,14 @@ export const WaitEvent: MessageFns<WaitEvent> = {
             message.leaseRemainingMs = reader.uint32();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2101,6 +2420,11 @@ export const WaitEvent: MessageFns<WaitEvent> = {
         : isSet(object.lease_remaining_ms)
         ? globalThis.Number(object.lease_remaining_ms)
         : 0,
+      supersededBy: isSet(object.supersededBy)
+        ? globalThis.String(object.supersededBy)
+        : isSet(object.superseded_by)
+        ? globalThis.String(object.superseded_by)
+        : "",
     };
   },
 
@@ -2127,6 +2451,9 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     if (message.leaseRemainingMs !== 0) {
       obj.leaseRemainingMs = Math.round(message.leaseRemainingMs);
     }
+    if (message.supersededBy !== "") {
+      obj.supersededBy = message.supersededBy;
+    }
     return obj;
   },
 
@@ -2142,6 +2469,7 @@ export const WaitEvent: MessageFns<WaitEvent> = {
     message.etaMs = object.etaMs ?? 0;
     message.blockedBy = object.blockedBy ?? 0;
     message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
     return message;
   },
 };
@@ -2311,7 +2639,7 @@ export const RenewResponse: MessageFns<RenewResponse> = {
 };
 
 function createBaseRenewedTicket(): RenewedTicket {
-  return { ticketId: "", state: 0, leaseTtlMs: 0 };
+  return { ticketId: "", state: 0, leaseTtlMs: 0, supersededBy: "" };
 }
 
 export const RenewedTicket: MessageFns<RenewedTicket> = {
@@ -2324,6 +2652,9 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
     }
     if (message.leaseTtlMs !== 0) {
       writer.uint32(24).uint32(message.leaseTtlMs);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(34).string(message.supersededBy);
     }
     return writer;
   },
@@ -2365,6 +2696,14 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
             message.leaseTtlMs = reader.uint32();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2390,6 +2729,11 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
         : isSet(object.lease_ttl_ms)
         ? globalThis.Number(object.lease_ttl_ms)
         : 0,
+      supersededBy: isSet(object.supersededBy)
+        ? globalThis.String(object.supersededBy)
+        : isSet(object.superseded_by)
+        ? globalThis.String(object.superseded_by)
+        : "",
     };
   },
 
@@ -2404,6 +2748,9 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
     if (message.leaseTtlMs !== 0) {
       obj.leaseTtlMs = Math.round(message.leaseTtlMs);
     }
+    if (message.supersededBy !== "") {
+      obj.supersededBy = message.supersededBy;
+    }
     return obj;
   },
 
@@ -2415,6 +2762,7 @@ export const RenewedTicket: MessageFns<RenewedTicket> = {
     message.ticketId = object.ticketId ?? "";
     message.state = object.state ?? 0;
     message.leaseTtlMs = object.leaseTtlMs ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
     return message;
   },
 };
@@ -2778,6 +3126,8 @@ function createBaseStats(): Stats {
     learningLeftMs: 0,
     stateLosses: 0,
     lastStateLossUnixMs: 0,
+    superseded: 0,
+    keyRefused: 0,
   };
 }
 
@@ -2908,6 +3258,12 @@ export const Stats: MessageFns<Stats> = {
     }
     if (message.lastStateLossUnixMs !== 0) {
       writer.uint32(336).uint64(message.lastStateLossUnixMs);
+    }
+    if (message.superseded !== 0) {
+      writer.uint32(344).uint64(message.superseded);
+    }
+    if (message.keyRefused !== 0) {
+      writer.uint32(352).uint64(message.keyRefused);
     }
     return writer;
   },
@@ -3261,6 +3617,22 @@ export const Stats: MessageFns<Stats> = {
             message.lastStateLossUnixMs = longToNumber(reader.uint64());
             continue;
           }
+          case 43: {
+            if (tag !== 344) {
+              break;
+            }
+
+            message.superseded = longToNumber(reader.uint64());
+            continue;
+          }
+          case 44: {
+            if (tag !== 352) {
+              break;
+            }
+
+            message.keyRefused = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3429,6 +3801,12 @@ export const Stats: MessageFns<Stats> = {
         : isSet(object.last_state_loss_unix_ms)
         ? globalThis.Number(object.last_state_loss_unix_ms)
         : 0,
+      superseded: isSet(object.superseded) ? globalThis.Number(object.superseded) : 0,
+      keyRefused: isSet(object.keyRefused)
+        ? globalThis.Number(object.keyRefused)
+        : isSet(object.key_refused)
+        ? globalThis.Number(object.key_refused)
+        : 0,
     };
   },
 
@@ -3560,6 +3938,12 @@ export const Stats: MessageFns<Stats> = {
     if (message.lastStateLossUnixMs !== 0) {
       obj.lastStateLossUnixMs = Math.round(message.lastStateLossUnixMs);
     }
+    if (message.superseded !== 0) {
+      obj.superseded = Math.round(message.superseded);
+    }
+    if (message.keyRefused !== 0) {
+      obj.keyRefused = Math.round(message.keyRefused);
+    }
     return obj;
   },
 
@@ -3610,6 +3994,8 @@ export const Stats: MessageFns<Stats> = {
     message.learningLeftMs = object.learningLeftMs ?? 0;
     message.stateLosses = object.stateLosses ?? 0;
     message.lastStateLossUnixMs = object.lastStateLossUnixMs ?? 0;
+    message.superseded = object.superseded ?? 0;
+    message.keyRefused = object.keyRefused ?? 0;
     return message;
   },
 };
@@ -4387,6 +4773,10 @@ function createBaseTicketInfo(): TicketInfo {
     inStateMs: 0,
     place: 0,
     etaMs: 0,
+    key: "",
+    keyPolicy: 0,
+    supersededBy: "",
+    debounceLeftMs: 0,
   };
 }
 
@@ -4430,6 +4820,18 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     }
     if (message.etaMs !== 0) {
       writer.uint32(104).uint32(message.etaMs);
+    }
+    if (message.key !== "") {
+      writer.uint32(114).string(message.key);
+    }
+    if (message.keyPolicy !== 0) {
+      writer.uint32(120).int32(message.keyPolicy);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(130).string(message.supersededBy);
+    }
+    if (message.debounceLeftMs !== 0) {
+      writer.uint32(136).uint32(message.debounceLeftMs);
     }
     return writer;
   },
@@ -4551,6 +4953,38 @@ export const TicketInfo: MessageFns<TicketInfo> = {
             message.etaMs = reader.uint32();
             continue;
           }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.keyPolicy = reader.int32() as any;
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
+          case 17: {
+            if (tag !== 136) {
+              break;
+            }
+
+            message.debounceLeftMs = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4610,6 +5044,22 @@ export const TicketInfo: MessageFns<TicketInfo> = {
         : isSet(object.eta_ms)
         ? globalThis.Number(object.eta_ms)
         : 0,
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      keyPolicy: isSet(object.keyPolicy)
+        ? keyPolicyFromJSON(object.keyPolicy)
+        : isSet(object.key_policy)
+        ? keyPolicyFromJSON(object.key_policy)
+        : 0,
+      supersededBy: isSet(object.supersededBy)
+        ? globalThis.String(object.supersededBy)
+        : isSet(object.superseded_by)
+        ? globalThis.String(object.superseded_by)
+        : "",
+      debounceLeftMs: isSet(object.debounceLeftMs)
+        ? globalThis.Number(object.debounceLeftMs)
+        : isSet(object.debounce_left_ms)
+        ? globalThis.Number(object.debounce_left_ms)
+        : 0,
     };
   },
 
@@ -4654,6 +5104,18 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     if (message.etaMs !== 0) {
       obj.etaMs = Math.round(message.etaMs);
     }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.keyPolicy !== 0) {
+      obj.keyPolicy = keyPolicyToJSON(message.keyPolicy);
+    }
+    if (message.supersededBy !== "") {
+      obj.supersededBy = message.supersededBy;
+    }
+    if (message.debounceLeftMs !== 0) {
+      obj.debounceLeftMs = Math.round(message.debounceLeftMs);
+    }
     return obj;
   },
 
@@ -4675,6 +5137,10 @@ export const TicketInfo: MessageFns<TicketInfo> = {
     message.inStateMs = object.inStateMs ?? 0;
     message.place = object.place ?? 0;
     message.etaMs = object.etaMs ?? 0;
+    message.key = object.key ?? "";
+    message.keyPolicy = object.keyPolicy ?? 0;
+    message.supersededBy = object.supersededBy ?? "";
+    message.debounceLeftMs = object.debounceLeftMs ?? 0;
     return message;
   },
 };
