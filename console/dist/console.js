@@ -34,6 +34,7 @@
     HostLimits_AdaptiveAccountsEntry: () => HostLimits_AdaptiveAccountsEntry,
     HostLimits_SubjectsEntry: () => HostLimits_SubjectsEntry,
     HostLimits_WeightsEntry: () => HostLimits_WeightsEntry,
+    KeyPolicy: () => KeyPolicy,
     LimitsSource: () => LimitsSource,
     ListHostsRequest: () => ListHostsRequest,
     ListHostsResponse: () => ListHostsResponse,
@@ -974,6 +975,79 @@
     }
   }
 
+  // src/gen/google/protobuf/duration.ts
+  function createBaseDuration() {
+    return { seconds: 0, nanos: 0 };
+  }
+  var Duration = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.seconds !== 0) {
+        writer.uint32(8).int64(message.seconds);
+      }
+      if (message.nanos !== 0) {
+        writer.uint32(16).int32(message.nanos);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseDuration();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 8) {
+                break;
+              }
+              message.seconds = longToNumber(reader.int64());
+              continue;
+            }
+            case 2: {
+              if (tag !== 16) {
+                break;
+              }
+              message.nanos = reader.int32();
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return Duration.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseDuration();
+      message.seconds = object.seconds ?? 0;
+      message.nanos = object.nanos ?? 0;
+      return message;
+    }
+  };
+  function longToNumber(int64) {
+    const num = globalThis.Number(int64.toString());
+    if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+      throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+    }
+    if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+      throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+    }
+    return num;
+  }
+
   // src/gen/admission/v1/admission.ts
   var protobufPackage = "admission.v1";
   var protobufFileName = "admission/v1/admission.proto";
@@ -993,6 +1067,7 @@
     TicketState2[TicketState2["TICKET_STATE_SHED"] = 5] = "TICKET_STATE_SHED";
     TicketState2[TicketState2["TICKET_STATE_EXPIRED"] = 6] = "TICKET_STATE_EXPIRED";
     TicketState2[TicketState2["TICKET_STATE_PARKED"] = 7] = "TICKET_STATE_PARKED";
+    TicketState2[TicketState2["TICKET_STATE_SUPERSEDED"] = 8] = "TICKET_STATE_SUPERSEDED";
     TicketState2[TicketState2["UNRECOGNIZED"] = -1] = "UNRECOGNIZED";
     return TicketState2;
   })(TicketState || {});
@@ -1004,9 +1079,19 @@
     Blocker2[Blocker2["BLOCKER_MEMORY"] = 4] = "BLOCKER_MEMORY";
     Blocker2[Blocker2["BLOCKER_TURN"] = 5] = "BLOCKER_TURN";
     Blocker2[Blocker2["BLOCKER_STATE_LOSS"] = 6] = "BLOCKER_STATE_LOSS";
+    Blocker2[Blocker2["BLOCKER_KEY"] = 7] = "BLOCKER_KEY";
     Blocker2[Blocker2["UNRECOGNIZED"] = -1] = "UNRECOGNIZED";
     return Blocker2;
   })(Blocker || {});
+  var KeyPolicy = /* @__PURE__ */ ((KeyPolicy2) => {
+    KeyPolicy2[KeyPolicy2["KEY_POLICY_NONE"] = 0] = "KEY_POLICY_NONE";
+    KeyPolicy2[KeyPolicy2["KEY_POLICY_KEEP_NEWEST"] = 1] = "KEY_POLICY_KEEP_NEWEST";
+    KeyPolicy2[KeyPolicy2["KEY_POLICY_SERIAL"] = 2] = "KEY_POLICY_SERIAL";
+    KeyPolicy2[KeyPolicy2["KEY_POLICY_SERIAL_KEEP_NEWEST"] = 3] = "KEY_POLICY_SERIAL_KEEP_NEWEST";
+    KeyPolicy2[KeyPolicy2["KEY_POLICY_REJECT_NEW"] = 4] = "KEY_POLICY_REJECT_NEW";
+    KeyPolicy2[KeyPolicy2["UNRECOGNIZED"] = -1] = "UNRECOGNIZED";
+    return KeyPolicy2;
+  })(KeyPolicy || {});
   var Outcome = /* @__PURE__ */ ((Outcome2) => {
     Outcome2[Outcome2["OUTCOME_UNSPECIFIED"] = 0] = "OUTCOME_UNSPECIFIED";
     Outcome2[Outcome2["OUTCOME_OK"] = 1] = "OUTCOME_OK";
@@ -1063,7 +1148,12 @@
       mode: 0,
       rssMb: void 0,
       priority: 0,
-      resubmitExpired: false
+      resubmitExpired: false,
+      key: "",
+      keyPolicy: 0,
+      supersedeRunning: false,
+      debounce: void 0,
+      debounceMax: void 0
     };
   }
   var SubmitRequest = {
@@ -1094,6 +1184,21 @@
       }
       if (message.resubmitExpired !== false) {
         writer.uint32(72).bool(message.resubmitExpired);
+      }
+      if (message.key !== "") {
+        writer.uint32(82).string(message.key);
+      }
+      if (message.keyPolicy !== 0) {
+        writer.uint32(88).int32(message.keyPolicy);
+      }
+      if (message.supersedeRunning !== false) {
+        writer.uint32(96).bool(message.supersedeRunning);
+      }
+      if (message.debounce !== void 0) {
+        Duration.encode(message.debounce, writer.uint32(106).fork()).join();
+      }
+      if (message.debounceMax !== void 0) {
+        Duration.encode(message.debounceMax, writer.uint32(114).fork()).join();
       }
       return writer;
     },
@@ -1173,6 +1278,41 @@
               message.resubmitExpired = reader.bool();
               continue;
             }
+            case 10: {
+              if (tag !== 82) {
+                break;
+              }
+              message.key = reader.string();
+              continue;
+            }
+            case 11: {
+              if (tag !== 88) {
+                break;
+              }
+              message.keyPolicy = reader.int32();
+              continue;
+            }
+            case 12: {
+              if (tag !== 96) {
+                break;
+              }
+              message.supersedeRunning = reader.bool();
+              continue;
+            }
+            case 13: {
+              if (tag !== 106) {
+                break;
+              }
+              message.debounce = Duration.decode(reader, reader.uint32());
+              continue;
+            }
+            case 14: {
+              if (tag !== 114) {
+                break;
+              }
+              message.debounceMax = Duration.decode(reader, reader.uint32());
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -1198,11 +1338,26 @@
       message.rssMb = object.rssMb ?? void 0;
       message.priority = object.priority ?? 0;
       message.resubmitExpired = object.resubmitExpired ?? false;
+      message.key = object.key ?? "";
+      message.keyPolicy = object.keyPolicy ?? 0;
+      message.supersedeRunning = object.supersedeRunning ?? false;
+      message.debounce = object.debounce !== void 0 && object.debounce !== null ? Duration.fromPartial(object.debounce) : void 0;
+      message.debounceMax = object.debounceMax !== void 0 && object.debounceMax !== null ? Duration.fromPartial(object.debounceMax) : void 0;
       return message;
     }
   };
   function createBaseSubmitResponse() {
-    return { ticketId: "", state: 0, position: 0, leaseTtlMs: 0, grant: 0, etaMs: 0, shadowReason: "", blockedBy: 0 };
+    return {
+      ticketId: "",
+      state: 0,
+      position: 0,
+      leaseTtlMs: 0,
+      grant: 0,
+      etaMs: 0,
+      shadowReason: "",
+      blockedBy: 0,
+      supersededBy: ""
+    };
   }
   var SubmitResponse = {
     encode(message, writer = new BinaryWriter()) {
@@ -1229,6 +1384,9 @@
       }
       if (message.blockedBy !== 0) {
         writer.uint32(64).int32(message.blockedBy);
+      }
+      if (message.supersededBy !== "") {
+        writer.uint32(74).string(message.supersededBy);
       }
       return writer;
     },
@@ -1277,7 +1435,7 @@
               if (tag !== 40) {
                 break;
               }
-              message.grant = longToNumber(reader.uint64());
+              message.grant = longToNumber2(reader.uint64());
               continue;
             }
             case 6: {
@@ -1299,6 +1457,13 @@
                 break;
               }
               message.blockedBy = reader.int32();
+              continue;
+            }
+            case 9: {
+              if (tag !== 74) {
+                break;
+              }
+              message.supersededBy = reader.string();
               continue;
             }
           }
@@ -1325,6 +1490,7 @@
       message.etaMs = object.etaMs ?? 0;
       message.shadowReason = object.shadowReason ?? "";
       message.blockedBy = object.blockedBy ?? 0;
+      message.supersededBy = object.supersededBy ?? "";
       return message;
     }
   };
@@ -1379,7 +1545,16 @@
     }
   };
   function createBaseWaitEvent() {
-    return { ticketId: "", state: 0, position: 0, grant: 0, etaMs: 0, blockedBy: 0, leaseRemainingMs: 0 };
+    return {
+      ticketId: "",
+      state: 0,
+      position: 0,
+      grant: 0,
+      etaMs: 0,
+      blockedBy: 0,
+      leaseRemainingMs: 0,
+      supersededBy: ""
+    };
   }
   var WaitEvent = {
     encode(message, writer = new BinaryWriter()) {
@@ -1403,6 +1578,9 @@
       }
       if (message.leaseRemainingMs !== 0) {
         writer.uint32(56).uint32(message.leaseRemainingMs);
+      }
+      if (message.supersededBy !== "") {
+        writer.uint32(66).string(message.supersededBy);
       }
       return writer;
     },
@@ -1444,7 +1622,7 @@
               if (tag !== 32) {
                 break;
               }
-              message.grant = longToNumber(reader.uint64());
+              message.grant = longToNumber2(reader.uint64());
               continue;
             }
             case 5: {
@@ -1466,6 +1644,13 @@
                 break;
               }
               message.leaseRemainingMs = reader.uint32();
+              continue;
+            }
+            case 8: {
+              if (tag !== 66) {
+                break;
+              }
+              message.supersededBy = reader.string();
               continue;
             }
           }
@@ -1491,6 +1676,7 @@
       message.etaMs = object.etaMs ?? 0;
       message.blockedBy = object.blockedBy ?? 0;
       message.leaseRemainingMs = object.leaseRemainingMs ?? 0;
+      message.supersededBy = object.supersededBy ?? "";
       return message;
     }
   };
@@ -1606,7 +1792,7 @@
     }
   };
   function createBaseRenewedTicket() {
-    return { ticketId: "", state: 0, leaseTtlMs: 0 };
+    return { ticketId: "", state: 0, leaseTtlMs: 0, supersededBy: "" };
   }
   var RenewedTicket = {
     encode(message, writer = new BinaryWriter()) {
@@ -1618,6 +1804,9 @@
       }
       if (message.leaseTtlMs !== 0) {
         writer.uint32(24).uint32(message.leaseTtlMs);
+      }
+      if (message.supersededBy !== "") {
+        writer.uint32(34).string(message.supersededBy);
       }
       return writer;
     },
@@ -1655,6 +1844,13 @@
               message.leaseTtlMs = reader.uint32();
               continue;
             }
+            case 4: {
+              if (tag !== 34) {
+                break;
+              }
+              message.supersededBy = reader.string();
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -1674,6 +1870,7 @@
       message.ticketId = object.ticketId ?? "";
       message.state = object.state ?? 0;
       message.leaseTtlMs = object.leaseTtlMs ?? 0;
+      message.supersededBy = object.supersededBy ?? "";
       return message;
     }
   };
@@ -1925,7 +2122,9 @@
       reclaimed: 0,
       learningLeftMs: 0,
       stateLosses: 0,
-      lastStateLossUnixMs: 0
+      lastStateLossUnixMs: 0,
+      superseded: 0,
+      keyRefused: 0
     };
   }
   var Stats = {
@@ -2056,6 +2255,12 @@
       if (message.lastStateLossUnixMs !== 0) {
         writer.uint32(336).uint64(message.lastStateLossUnixMs);
       }
+      if (message.superseded !== 0) {
+        writer.uint32(344).uint64(message.superseded);
+      }
+      if (message.keyRefused !== 0) {
+        writer.uint32(352).uint64(message.keyRefused);
+      }
       return writer;
     },
     decode(input, length) {
@@ -2103,35 +2308,35 @@
               if (tag !== 40) {
                 break;
               }
-              message.admitted = longToNumber(reader.uint64());
+              message.admitted = longToNumber2(reader.uint64());
               continue;
             }
             case 6: {
               if (tag !== 48) {
                 break;
               }
-              message.rejected = longToNumber(reader.uint64());
+              message.rejected = longToNumber2(reader.uint64());
               continue;
             }
             case 7: {
               if (tag !== 56) {
                 break;
               }
-              message.shed = longToNumber(reader.uint64());
+              message.shed = longToNumber2(reader.uint64());
               continue;
             }
             case 8: {
               if (tag !== 64) {
                 break;
               }
-              message.cancelled = longToNumber(reader.uint64());
+              message.cancelled = longToNumber2(reader.uint64());
               continue;
             }
             case 9: {
               if (tag !== 72) {
                 break;
               }
-              message.expired = longToNumber(reader.uint64());
+              message.expired = longToNumber2(reader.uint64());
               continue;
             }
             case 10: {
@@ -2166,7 +2371,7 @@
               if (tag !== 112) {
                 break;
               }
-              message.released = longToNumber(reader.uint64());
+              message.released = longToNumber2(reader.uint64());
               continue;
             }
             case 15: {
@@ -2201,42 +2406,42 @@
               if (tag !== 152) {
                 break;
               }
-              message.reservationsOpen = longToNumber(reader.uint64());
+              message.reservationsOpen = longToNumber2(reader.uint64());
               continue;
             }
             case 20: {
               if (tag !== 160) {
                 break;
               }
-              message.reservationsUncertain = longToNumber(reader.uint64());
+              message.reservationsUncertain = longToNumber2(reader.uint64());
               continue;
             }
             case 21: {
               if (tag !== 168) {
                 break;
               }
-              message.authorizeAllowed = longToNumber(reader.uint64());
+              message.authorizeAllowed = longToNumber2(reader.uint64());
               continue;
             }
             case 22: {
               if (tag !== 176) {
                 break;
               }
-              message.authorizeDenied = longToNumber(reader.uint64());
+              message.authorizeDenied = longToNumber2(reader.uint64());
               continue;
             }
             case 23: {
               if (tag !== 184) {
                 break;
               }
-              message.authorizeDeferred = longToNumber(reader.uint64());
+              message.authorizeDeferred = longToNumber2(reader.uint64());
               continue;
             }
             case 24: {
               if (tag !== 192) {
                 break;
               }
-              message.settled = longToNumber(reader.uint64());
+              message.settled = longToNumber2(reader.uint64());
               continue;
             }
             case 25: {
@@ -2257,28 +2462,28 @@
               if (tag !== 216) {
                 break;
               }
-              message.shadowQueued = longToNumber(reader.uint64());
+              message.shadowQueued = longToNumber2(reader.uint64());
               continue;
             }
             case 28: {
               if (tag !== 224) {
                 break;
               }
-              message.shadowBusy = longToNumber(reader.uint64());
+              message.shadowBusy = longToNumber2(reader.uint64());
               continue;
             }
             case 29: {
               if (tag !== 232) {
                 break;
               }
-              message.shadowQueueFull = longToNumber(reader.uint64());
+              message.shadowQueueFull = longToNumber2(reader.uint64());
               continue;
             }
             case 30: {
               if (tag !== 240) {
                 break;
               }
-              message.shadowMemoryPressure = longToNumber(reader.uint64());
+              message.shadowMemoryPressure = longToNumber2(reader.uint64());
               continue;
             }
             case 31: {
@@ -2292,42 +2497,42 @@
               if (tag !== 256) {
                 break;
               }
-              message.outcomeOk = longToNumber(reader.uint64());
+              message.outcomeOk = longToNumber2(reader.uint64());
               continue;
             }
             case 33: {
               if (tag !== 264) {
                 break;
               }
-              message.outcomeRateLimited = longToNumber(reader.uint64());
+              message.outcomeRateLimited = longToNumber2(reader.uint64());
               continue;
             }
             case 34: {
               if (tag !== 272) {
                 break;
               }
-              message.outcomeOverloaded = longToNumber(reader.uint64());
+              message.outcomeOverloaded = longToNumber2(reader.uint64());
               continue;
             }
             case 35: {
               if (tag !== 280) {
                 break;
               }
-              message.outcomeFailed = longToNumber(reader.uint64());
+              message.outcomeFailed = longToNumber2(reader.uint64());
               continue;
             }
             case 36: {
               if (tag !== 288) {
                 break;
               }
-              message.latencySumMs = longToNumber(reader.uint64());
+              message.latencySumMs = longToNumber2(reader.uint64());
               continue;
             }
             case 37: {
               if (tag !== 296) {
                 break;
               }
-              message.latencyCount = longToNumber(reader.uint64());
+              message.latencyCount = longToNumber2(reader.uint64());
               continue;
             }
             case 38: {
@@ -2341,7 +2546,7 @@
               if (tag !== 312) {
                 break;
               }
-              message.reclaimed = longToNumber(reader.uint64());
+              message.reclaimed = longToNumber2(reader.uint64());
               continue;
             }
             case 40: {
@@ -2355,14 +2560,28 @@
               if (tag !== 328) {
                 break;
               }
-              message.stateLosses = longToNumber(reader.uint64());
+              message.stateLosses = longToNumber2(reader.uint64());
               continue;
             }
             case 42: {
               if (tag !== 336) {
                 break;
               }
-              message.lastStateLossUnixMs = longToNumber(reader.uint64());
+              message.lastStateLossUnixMs = longToNumber2(reader.uint64());
+              continue;
+            }
+            case 43: {
+              if (tag !== 344) {
+                break;
+              }
+              message.superseded = longToNumber2(reader.uint64());
+              continue;
+            }
+            case 44: {
+              if (tag !== 352) {
+                break;
+              }
+              message.keyRefused = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -2423,6 +2642,8 @@
       message.learningLeftMs = object.learningLeftMs ?? 0;
       message.stateLosses = object.stateLosses ?? 0;
       message.lastStateLossUnixMs = object.lastStateLossUnixMs ?? 0;
+      message.superseded = object.superseded ?? 0;
+      message.keyRefused = object.keyRefused ?? 0;
       return message;
     }
   };
@@ -2516,7 +2737,7 @@
               if (tag !== 56) {
                 break;
               }
-              message.grant = longToNumber(reader.uint64());
+              message.grant = longToNumber2(reader.uint64());
               continue;
             }
             case 8: {
@@ -2603,7 +2824,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.grant = longToNumber(reader.uint64());
+              message.grant = longToNumber2(reader.uint64());
               continue;
             }
             case 4: {
@@ -2949,7 +3170,11 @@
       blockedBy: 0,
       inStateMs: 0,
       place: 0,
-      etaMs: 0
+      etaMs: 0,
+      key: "",
+      keyPolicy: 0,
+      supersededBy: "",
+      debounceLeftMs: 0
     };
   }
   var TicketInfo = {
@@ -2992,6 +3217,18 @@
       }
       if (message.etaMs !== 0) {
         writer.uint32(104).uint32(message.etaMs);
+      }
+      if (message.key !== "") {
+        writer.uint32(114).string(message.key);
+      }
+      if (message.keyPolicy !== 0) {
+        writer.uint32(120).int32(message.keyPolicy);
+      }
+      if (message.supersededBy !== "") {
+        writer.uint32(130).string(message.supersededBy);
+      }
+      if (message.debounceLeftMs !== 0) {
+        writer.uint32(136).uint32(message.debounceLeftMs);
       }
       return writer;
     },
@@ -3054,7 +3291,7 @@
               if (tag !== 56) {
                 break;
               }
-              message.grant = longToNumber(reader.uint64());
+              message.grant = longToNumber2(reader.uint64());
               continue;
             }
             case 8: {
@@ -3082,7 +3319,7 @@
               if (tag !== 88) {
                 break;
               }
-              message.inStateMs = longToNumber(reader.uint64());
+              message.inStateMs = longToNumber2(reader.uint64());
               continue;
             }
             case 12: {
@@ -3097,6 +3334,34 @@
                 break;
               }
               message.etaMs = reader.uint32();
+              continue;
+            }
+            case 14: {
+              if (tag !== 114) {
+                break;
+              }
+              message.key = reader.string();
+              continue;
+            }
+            case 15: {
+              if (tag !== 120) {
+                break;
+              }
+              message.keyPolicy = reader.int32();
+              continue;
+            }
+            case 16: {
+              if (tag !== 130) {
+                break;
+              }
+              message.supersededBy = reader.string();
+              continue;
+            }
+            case 17: {
+              if (tag !== 136) {
+                break;
+              }
+              message.debounceLeftMs = reader.uint32();
               continue;
             }
           }
@@ -3128,6 +3393,10 @@
       message.inStateMs = object.inStateMs ?? 0;
       message.place = object.place ?? 0;
       message.etaMs = object.etaMs ?? 0;
+      message.key = object.key ?? "";
+      message.keyPolicy = object.keyPolicy ?? 0;
+      message.supersededBy = object.supersededBy ?? "";
+      message.debounceLeftMs = object.debounceLeftMs ?? 0;
       return message;
     }
   };
@@ -3343,14 +3612,14 @@
               if (tag !== 16) {
                 break;
               }
-              message.windowMs = longToNumber(reader.uint64());
+              message.windowMs = longToNumber2(reader.uint64());
               continue;
             }
             case 3: {
               if (tag !== 24) {
                 break;
               }
-              message.lockoutMs = longToNumber(reader.uint64());
+              message.lockoutMs = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -3846,14 +4115,14 @@
               if (tag !== 56) {
                 break;
               }
-              message.requestedOutputTokens = longToNumber(reader.int64());
+              message.requestedOutputTokens = longToNumber2(reader.int64());
               continue;
             }
             case 8: {
               if (tag !== 64) {
                 break;
               }
-              message.estimatedInputTokens = longToNumber(reader.int64());
+              message.estimatedInputTokens = longToNumber2(reader.int64());
               continue;
             }
             case 9: {
@@ -3954,7 +4223,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.grantedOutputTokens = longToNumber(reader.uint64());
+              message.grantedOutputTokens = longToNumber2(reader.uint64());
               continue;
             }
             case 4: {
@@ -3968,7 +4237,7 @@
               if (tag !== 40) {
                 break;
               }
-              message.remainingTokens = longToNumber(reader.uint64());
+              message.remainingTokens = longToNumber2(reader.uint64());
               continue;
             }
             case 6: {
@@ -4039,14 +4308,14 @@
               if (tag !== 8) {
                 break;
               }
-              message.inputTokens = longToNumber(reader.int64());
+              message.inputTokens = longToNumber2(reader.int64());
               continue;
             }
             case 2: {
               if (tag !== 16) {
                 break;
               }
-              message.outputTokens = longToNumber(reader.int64());
+              message.outputTokens = longToNumber2(reader.int64());
               continue;
             }
             case 3: {
@@ -4444,7 +4713,7 @@
               if (tag !== 56) {
                 break;
               }
-              message.reservedTokens = longToNumber(reader.uint64());
+              message.reservedTokens = longToNumber2(reader.uint64());
               continue;
             }
             case 8: {
@@ -4458,7 +4727,7 @@
               if (tag !== 72) {
                 break;
               }
-              message.ageMs = longToNumber(reader.uint64());
+              message.ageMs = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -4825,7 +5094,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.grant = longToNumber(reader.uint64());
+              message.grant = longToNumber2(reader.uint64());
               continue;
             }
             case 4: {
@@ -5006,14 +5275,14 @@
               if (tag !== 64) {
                 break;
               }
-              message.leaseTtlMs = longToNumber(reader.uint64());
+              message.leaseTtlMs = longToNumber2(reader.uint64());
               continue;
             }
             case 9: {
               if (tag !== 72) {
                 break;
               }
-              message.retentionMs = longToNumber(reader.uint64());
+              message.retentionMs = longToNumber2(reader.uint64());
               continue;
             }
             case 10: {
@@ -5037,7 +5306,7 @@
               if (tag !== 96) {
                 break;
               }
-              message.priorityAgingMs = longToNumber(reader.uint64());
+              message.priorityAgingMs = longToNumber2(reader.uint64());
               continue;
             }
             case 13: {
@@ -5438,7 +5707,7 @@
               if (tag !== 40) {
                 break;
               }
-              message.cooldownMs = longToNumber(reader.uint64());
+              message.cooldownMs = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -5759,7 +6028,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.revision = longToNumber(reader.uint64());
+              message.revision = longToNumber2(reader.uint64());
               continue;
             }
             case 4: {
@@ -5911,7 +6180,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.expectedRevision = longToNumber(reader.uint64());
+              message.expectedRevision = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -5983,7 +6252,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.revision = longToNumber(reader.uint64());
+              message.revision = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -6045,7 +6314,7 @@
               if (tag !== 16) {
                 break;
               }
-              message.expectedRevision = longToNumber(reader.uint64());
+              message.expectedRevision = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -6116,7 +6385,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.revision = longToNumber(reader.uint64());
+              message.revision = longToNumber2(reader.uint64());
               continue;
             }
           }
@@ -6463,14 +6732,14 @@
               if (tag !== 24) {
                 break;
               }
-              message.count = longToNumber(reader.uint64());
+              message.count = longToNumber2(reader.uint64());
               continue;
             }
             case 4: {
               if (tag !== 32) {
                 break;
               }
-              message.windowStart = longToNumber(reader.uint64());
+              message.windowStart = longToNumber2(reader.uint64());
               continue;
             }
             case 5: {
@@ -6554,7 +6823,7 @@
               if (tag !== 24) {
                 break;
               }
-              message.maxCounters = longToNumber(reader.uint64());
+              message.maxCounters = longToNumber2(reader.uint64());
               continue;
             }
             case 4: {
@@ -6587,7 +6856,7 @@
       return message;
     }
   };
-  function longToNumber(int64) {
+  function longToNumber2(int64) {
     const num = globalThis.Number(int64.toString());
     if (num > globalThis.Number.MAX_SAFE_INTEGER) {
       throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
@@ -7061,8 +7330,25 @@
     [admission_exports.Blocker.BLOCKER_ACCOUNT]: "account cap",
     [admission_exports.Blocker.BLOCKER_MEMORY]: "memory pressure",
     [admission_exports.Blocker.BLOCKER_TURN]: "its turn (others go first)",
-    [admission_exports.Blocker.BLOCKER_STATE_LOSS]: "learning window after a state loss"
+    [admission_exports.Blocker.BLOCKER_STATE_LOSS]: "learning window after a state loss",
+    [admission_exports.Blocker.BLOCKER_KEY]: "its key (an earlier ticket of the key holds it or waits ahead)"
   };
+  var KEY_POLICIES = {
+    [admission_exports.KeyPolicy.KEY_POLICY_NONE]: "label",
+    [admission_exports.KeyPolicy.KEY_POLICY_KEEP_NEWEST]: "keep newest",
+    [admission_exports.KeyPolicy.KEY_POLICY_SERIAL]: "serial",
+    [admission_exports.KeyPolicy.KEY_POLICY_SERIAL_KEEP_NEWEST]: "serial, keep newest",
+    [admission_exports.KeyPolicy.KEY_POLICY_REJECT_NEW]: "reject new"
+  };
+  function keyOf(t) {
+    return t.key ? `${t.key} (${KEY_POLICIES[t.keyPolicy] ?? ""})` : "";
+  }
+  function blockerText(t) {
+    if (t.blockedBy === admission_exports.Blocker.BLOCKER_KEY && t.debounceLeftMs > 0) {
+      return `its key's debounce (${duration(t.debounceLeftMs)} left)`;
+    }
+    return BLOCKERS[t.blockedBy] ?? "";
+  }
   var STATES = {
     [admission_exports.TicketState.TICKET_STATE_QUEUED]: "queued",
     [admission_exports.TicketState.TICKET_STATE_ADMITTED]: "admitted",
@@ -7350,14 +7636,15 @@
         t.priority,
         duration(t.inStateMs),
         t.etaMs > 0 ? duration(t.etaMs) : "—",
-        h("td", { class: "blocker" }, BLOCKERS[t.blockedBy] ?? "")
+        h("td", { class: "key" }, keyOf(t)),
+        h("td", { class: "blocker" }, blockerText(t))
       )
     );
     fill(
       byId("queue"),
       summary.length > 0 && h("ul", { class: "lines" }, ...summary),
       truncated && h("p", { class: "banner warn" }, "More than 10,000 live tickets: the listing shows the first 10,000."),
-      table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "blocked by"], rows, "Nobody waits."),
+      table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "key", "blocked by"], rows, "Nobody waits."),
       ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => state.queuePage = p, "queue-pager")
     );
   }
@@ -7385,6 +7672,7 @@
         t.subject,
         t.accountId,
         t.instanceId,
+        h("td", { class: "key" }, keyOf(t), t.supersededBy && ` · superseded by ${shortId(t.supersededBy)}`),
         STATES[t.state] ?? "",
         duration(t.inStateMs),
         duration(t.leaseRemainingMs),
@@ -7408,7 +7696,7 @@
     );
     fill(
       byId("holders"),
-      table(["ticket", "run", "subject", "account", "gateway instance", "state", "held for", "lease left", ""], rows, "Nobody holds a slot."),
+      table(["ticket", "run", "subject", "account", "gateway instance", "key", "state", "held for", "lease left", ""], rows, "Nobody holds a slot."),
       holders.length > PAGE_ROWS && pager(holders.length, page, (p) => state.holderPage = p, "holder-pager")
     );
     const form = byId("release-run");

@@ -21,7 +21,28 @@ const BLOCKERS: Record<number, string> = {
   [pb.Blocker.BLOCKER_MEMORY]: "memory pressure",
   [pb.Blocker.BLOCKER_TURN]: "its turn (others go first)",
   [pb.Blocker.BLOCKER_STATE_LOSS]: "learning window after a state loss",
+  [pb.Blocker.BLOCKER_KEY]: "its key (an earlier ticket of the key holds it or waits ahead)",
 };
+const KEY_POLICIES: Record<number, string> = {
+  [pb.KeyPolicy.KEY_POLICY_NONE]: "label",
+  [pb.KeyPolicy.KEY_POLICY_KEEP_NEWEST]: "keep newest",
+  [pb.KeyPolicy.KEY_POLICY_SERIAL]: "serial",
+  [pb.KeyPolicy.KEY_POLICY_SERIAL_KEEP_NEWEST]: "serial, keep newest",
+  [pb.KeyPolicy.KEY_POLICY_REJECT_NEW]: "reject new",
+};
+
+/** A ticket's key and its policy, for the tables; "" without one. */
+function keyOf(t: pb.TicketInfo): string {
+  return t.key ? `${t.key} (${KEY_POLICIES[t.keyPolicy] ?? ""})` : "";
+}
+
+/** Why a waiter waits, in words: its debounce says how long is left. */
+function blockerText(t: pb.TicketInfo): string {
+  if (t.blockedBy === pb.Blocker.BLOCKER_KEY && t.debounceLeftMs > 0) {
+    return `its key's debounce (${duration(t.debounceLeftMs)} left)`;
+  }
+  return BLOCKERS[t.blockedBy] ?? "";
+}
 const STATES: Record<number, string> = {
   [pb.TicketState.TICKET_STATE_QUEUED]: "queued",
   [pb.TicketState.TICKET_STATE_ADMITTED]: "admitted",
@@ -349,14 +370,15 @@ function queue(queued: pb.TicketInfo[], truncated: boolean): void {
       t.priority,
       duration(t.inStateMs),
       t.etaMs > 0 ? duration(t.etaMs) : "—",
-      h("td", { class: "blocker" }, BLOCKERS[t.blockedBy] ?? ""),
+      h("td", { class: "key" }, keyOf(t)),
+      h("td", { class: "blocker" }, blockerText(t)),
     ),
   );
   fill(
     byId("queue"),
     summary.length > 0 && h("ul", { class: "lines" }, ...summary),
     truncated && h("p", { class: "banner warn" }, "More than 10,000 live tickets: the listing shows the first 10,000."),
-    table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "blocked by"], rows, "Nobody waits."),
+    table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "key", "blocked by"], rows, "Nobody waits."),
     ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => (state.queuePage = p), "queue-pager"),
   );
 }
@@ -390,6 +412,7 @@ function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
       t.subject,
       t.accountId,
       t.instanceId,
+      h("td", { class: "key" }, keyOf(t), t.supersededBy && ` · superseded by ${shortId(t.supersededBy)}`),
       STATES[t.state] ?? "",
       duration(t.inStateMs),
       duration(t.leaseRemainingMs),
@@ -414,7 +437,7 @@ function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
   );
   fill(
     byId("holders"),
-    table(["ticket", "run", "subject", "account", "gateway instance", "state", "held for", "lease left", ""], rows, "Nobody holds a slot."),
+    table(["ticket", "run", "subject", "account", "gateway instance", "key", "state", "held for", "lease left", ""], rows, "Nobody holds a slot."),
     holders.length > PAGE_ROWS && pager(holders.length, page, (p) => (state.holderPage = p), "holder-pager"),
   );
   const form = byId<HTMLFormElement>("release-run");

@@ -110,6 +110,8 @@ function gateway(addr: string, token?: string) {
     attempt: (endpoint: string, identity: string, peek = false) =>
       call("checkAuthAttempt", gen.AuthAttemptRequest.fromPartial({ endpoint, identity, peek })),
     releaseRun: (hostId: string, runId: string) => call("release", gen.ReleaseRequest.fromPartial({ hostId, runId })),
+    submitKeyed: (hostId: string, subject: string, runId: string, key: string, keyPolicy: number, supersedeRunning = false) =>
+      call("submit", gen.SubmitRequest.fromPartial({ hostId, subject, runId, instanceId: "gw-test", key, keyPolicy, supersedeRunning })),
     close,
   };
 }
@@ -244,6 +246,20 @@ resources:
     assert.equal(holding + waiting, 2, line!);
     await gw.releaseRun("shop", "run-envoy-1");
     await gw.releaseRun("shop", "run-envoy-2");
+    gw.close();
+  });
+
+  test("keys: each waiter shows its key, and one waiting behind its key's earlier ticket says so", async () => {
+    // The host is full (bob holds its one slot): the key's first ticket waits for the total,
+    // the second for its key.
+    const gw = gateway(authority.grpc, GW);
+    const first = await gw.submitKeyed("shop", "gina", "run-key-1", "conv-9", gen.KeyPolicy.KEY_POLICY_SERIAL);
+    const second = await gw.submitKeyed("shop", "gina", "run-key-2", "conv-9", gen.KeyPolicy.KEY_POLICY_SERIAL);
+    assert.equal(second.state, gen.TicketState.TICKET_STATE_QUEUED);
+    await until(page, `#queue tr[data-ticket="${first.ticketId}"]`, /conv-9 \(serial\)host total cap/);
+    await until(page, `#queue tr[data-ticket="${second.ticketId}"]`, /conv-9 \(serial\)its key/);
+    await gw.releaseRun("shop", "run-key-1");
+    await gw.releaseRun("shop", "run-key-2");
     gw.close();
   });
 
