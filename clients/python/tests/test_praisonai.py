@@ -37,6 +37,7 @@ from admission_authority_client.praisonai import (  # noqa: E402
     AuthorityAuthLimiter,
     AuthorityGate,
     AuthorityRejected,
+    SUPERSEDED_MESSAGE,
     install,
     patch_praisonai,
 )
@@ -1060,3 +1061,36 @@ def test_a_gate_from_the_patched_factory_keeps_praisonais_gate_behaviour(start_s
                                                          overflow_policy="shed_oldest")))
     finally:
         undo.undo()
+
+
+def test_the_newest_message_of_a_conversation_wins(start_server: StartServer) -> None:
+    server = start_server("--total", "4", "--per-subject", "4", "--queue-total", "10")
+    agents = Agents()
+
+    async def main() -> None:
+        a, b = Replica(agents), Replica(agents)
+        gate_a = install(a.bos, client(server, "replica-a"), newest_message_wins=True)
+        install(b.bos, client(server, "replica-b"), newest_message_wins=True)
+        await a.start()
+        await b.start()
+        first = a.send("u1", "first")
+        await until("the first message to run", lambda: agents.running == 1 or None)
+        # Its conversation runs one turn at a time: the second message waits for its key.
+        second = a.send("u1", "second")
+        await until("the second to wait", lambda: gate_a.queued == 1 or None)
+        other = b.send("u2", "elsewhere")
+        await until("another conversation to run beside it", lambda: agents.running == 2 or None)
+        # A third message, on the other replica, supersedes the waiting one at once.
+        third = b.send("u1", "third")
+        assert await asyncio.wait_for(second, 10) == SUPERSEDED_MESSAGE
+        agents.go.set()
+        assert await first == "done:first"
+        assert await third == "done:third"
+        assert await other == "done:elsewhere"
+        s = authority_stats(server.addr)
+        assert (s.superseded, s.in_flight, s.queued) == (1, 0, 0)
+        assert gate_a.stats()["superseded"] == 1
+        await a.stop()
+        await b.stop()
+
+    asyncio.run(main())

@@ -68,6 +68,7 @@ FailureMode = Literal["closed", "local"]
 BUSY_MESSAGE = "Busy right now — please resend in a moment."
 UNAVAILABLE_MESSAGE = "Busy right now — please resend in a moment."
 BUDGET_MESSAGE = "This conversation has used up its budget for now."
+SUPERSEDED_MESSAGE = "A newer message in this conversation replaced this one."
 
 #: Codes that say the authority could not answer (as opposed to answering no).
 _UNREACHABLE = {
@@ -172,6 +173,9 @@ class _Turn:
     grant: int = 0
     parked: bool = False
     lost: bool = False
+    #: A newer message of its conversation, submitted with ``supersede_running``: that turn's
+    #: ticket id, heard at a renewal. The turn may stop (its slot counts until it ends).
+    superseded_by: str = ""
     closed: bool = False
     authorized: bool = False
     waits: int = 0
@@ -319,6 +323,16 @@ class AuthorityGate:
     ``subject(session_id)`` (default: the session id, so the authority's per-subject cap and
     round robin are per user) and its account ``account(session_id)`` (default: none).
 
+    With ``newest_message_wins``, the newest message of a conversation wins: each turn is keyed
+    by ``conversation(session_id)`` (default: the session id, which PraisonAI's channels set
+    per chat) with ``KEY_POLICY_SERIAL_KEEP_NEWEST``, so a conversation runs one turn at a time
+    and, while one runs, only its newest message waits: an older waiting turn is refused with
+    ``superseded_message`` (reason ``SUPERSEDED``) the moment a newer one arrives. With
+    ``supersede_running`` as well, the running turn learns it too (:attr:`superseded`, at the
+    next renewal) and may stop. A turn admitted without a session id (a gateway that does not
+    know the conversation: ``admit()`` called bare, as PraisonAI's HTTP and WebSocket gateways
+    do for requests without one) carries no key and is scheduled as before.
+
     ``failure_mode`` says what a turn gets when the authority cannot be reached: ``"closed"``
     (default) refuses it with ``unavailable_message``; ``"local"`` admits it through a bounded
     local PraisonAI gate of ``local_max_concurrent_runs`` / ``local_queue_depth`` (per replica).
@@ -351,6 +365,10 @@ class AuthorityGate:
         replaces: Any = None,
         resource_policy: Any = None,
         resource_sampler: Any = None,
+        newest_message_wins: bool = False,
+        conversation: Callable[[str], str | None] | None = None,
+        supersede_running: bool = False,
+        superseded_message: str = SUPERSEDED_MESSAGE,
     ) -> None:
         if failure_mode not in ("closed", "local"):
             raise ValueError(f"failure_mode: must be 'closed' or 'local', not {failure_mode!r}")
@@ -362,7 +380,13 @@ class AuthorityGate:
             raise ValueError("authorize_output_tokens: must be at least 1 (or None: no Authorize)")
         if unknown_usage not in ("reject", "allow"):
             raise ValueError(f"unknown_usage: must be 'reject' or 'allow', not {unknown_usage!r}")
+        if supersede_running and not newest_message_wins:
+            raise ValueError("supersede_running: needs newest_message_wins")
         self._client = client
+        self._newest_wins = newest_message_wins
+        self._conversation = conversation or (lambda session_id: session_id or None)
+        self._supersede_running = supersede_running
+        self.superseded_message = superseded_message
         self._subject = subject or (lambda session_id: session_id or "anonymous")
         self._account = account or (lambda session_id: None)
         self.failure_mode: FailureMode = failure_mode
@@ -382,7 +406,8 @@ class AuthorityGate:
         self._in_flight = 0
         self._queued = 0
         self._awaiting_human = 0
-        self._counters = {"admitted": 0, "rejected": 0, "shed": 0, "local_admitted": 0}
+        self._counters = {"admitted": 0, "rejected": 0, "shed": 0, "superseded": 0,
+                          "local_admitted": 0}
         self._held: dict[str, _Turn] = {}
         self._renew_every = 10.0
         self._renewer: asyncio.Task[None] | None = None
@@ -464,6 +489,7 @@ class AuthorityGate:
             "admitted": self._counters["admitted"] + int(local.get("admitted", 0)),
             "rejected": self._counters["rejected"] + int(local.get("rejected", 0)),
             "shed": self._counters["shed"] + int(local.get("shed", 0)),
+            "superseded": self._counters["superseded"],
             "max_rss_mb": self._max_rss_mb(),
             # Beyond PraisonAI's keys: the installation as the authority last reported it.
             "authority_reachable": self._reachable,
@@ -588,6 +614,11 @@ class AuthorityGate:
             run_id=uuid.uuid4().hex,
             mode=pb.SUBMIT_MODE_QUEUE,
         )
+        conversation = self._conversation(session_id) if self._newest_wins else None
+        if conversation:
+            request.key = wire_name(conversation)
+            request.key_policy = pb.KEY_POLICY_SERIAL_KEEP_NEWEST
+            request.supersede_running = self._supersede_running
         rss = process_rss_mb()
         if rss is not None:
             request.rss_mb = rss
@@ -728,6 +759,11 @@ class AuthorityGate:
                     if event.state == pb.TICKET_STATE_SHED:
                         self._count("shed")
                         raise AuthorityRejected(self.busy_message, "SHED")
+                    if event.state == pb.TICKET_STATE_SUPERSEDED:
+                        self._count("superseded")
+                        log.info("turn %s superseded by %s, a newer message of its conversation",
+                                 ticket_id, event.superseded_by)
+                        raise AuthorityRejected(self.superseded_message, "SUPERSEDED")
                     if event.state != pb.TICKET_STATE_QUEUED:
                         self._count("rejected")
                         raise AuthorityRejected(self.busy_message, _state(event.state))
@@ -894,6 +930,10 @@ class AuthorityGate:
                     continue
                 for t in r.tickets:
                     turn = self._held.get(t.ticket_id)
+                    if turn is not None and t.superseded_by and not turn.superseded_by:
+                        turn.superseded_by = t.superseded_by
+                        log.info("turn %s is superseded by %s, a newer message of its "
+                                 "conversation", t.ticket_id, t.superseded_by)
                     if turn is None or t.state in _LIVE or turn.lost:
                         continue
                     if t.state == pb.TICKET_STATE_EXPIRED and turn.grant > 0 and not turn.parked:
