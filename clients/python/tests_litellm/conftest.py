@@ -348,13 +348,23 @@ class Proxy:
     def log(self) -> str:
         return self.log_path.read_text()[-4000:]
 
-    def chat(self, key: str, text: str, *, stream: bool = False, timeout: float = 60.0, **body: Any) -> httpx.Response:
+    def chat(
+        self,
+        key: str,
+        text: str,
+        *,
+        stream: bool = False,
+        timeout: float = 60.0,
+        headers: dict[str, str] | None = None,
+        **body: Any,
+    ) -> httpx.Response:
         """One chat completion; a stream is read to its end."""
         payload = {"model": body.pop("model", "fake"), "messages": [{"role": "user", "content": text}], "stream": stream, **body}
+        sent = {"authorization": f"Bearer {key}", **(headers or {})}
         with httpx.Client(timeout=timeout) as c:
             if not stream:
-                return c.post(f"{self.url}/v1/chat/completions", json=payload, headers={"authorization": f"Bearer {key}"})
-            with c.stream("POST", f"{self.url}/v1/chat/completions", json=payload, headers={"authorization": f"Bearer {key}"}) as r:
+                return c.post(f"{self.url}/v1/chat/completions", json=payload, headers=sent)
+            with c.stream("POST", f"{self.url}/v1/chat/completions", json=payload, headers=sent) as r:
                 r.read()
                 return r
 
@@ -419,6 +429,8 @@ class Fleet:
             "ADMISSION_RATE_LIMIT_DOMAIN": "litellm",
             "ADMISSION_TIMEOUT": "2",
             "ADMISSION_LIMITS_RECHECK": "0",
+            # Calls that carry it are keyed by it (serial, keep newest); others are not.
+            "ADMISSION_KEY_HEADER": "x-conversation-id",
         }
 
 

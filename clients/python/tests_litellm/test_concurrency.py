@@ -64,3 +64,33 @@ def test_reject_mode_answers_429_with_retry_after(fleet: Fleet, reject: Proxy) -
     assert fleet.upstream.tag("reject-other").total == 0
     fleet.authority.settled()
     assert fleet.authority.stats().released >= 1
+
+
+def test_the_newest_call_of_a_conversation_wins(fleet: Fleet, a: Proxy, b: Proxy) -> None:
+    # ADMISSION_KEY_HEADER=x-conversation-id (serial, keep newest): one call per conversation
+    # at a time, the newest waiting; an older waiting call answers 409 at once.
+    fleet.authority.limits(total=4)
+    stats0 = fleet.authority.stats()
+    conv = {"x-conversation-id": "conv-42"}
+    replies: dict[str, int] = {}
+
+    def call(proxy: Proxy, name: str, delay: float) -> None:
+        replies[name] = proxy.chat("sk-conv", f"tag=conv-{name} delay={delay}", headers=conv).status_code
+
+    first = threading.Thread(target=call, args=(a, "first", 1.0))
+    first.start()
+    eventually("the first call at the upstream", lambda: fleet.upstream.tag("conv-first").now == 1 or None)
+    second = threading.Thread(target=call, args=(a, "second", 0))
+    second.start()
+    eventually("the second waiting for its conversation", lambda: fleet.authority.stats().queued == 1 or None)
+    third = threading.Thread(target=call, args=(b, "third", 0))
+    third.start()
+    second.join(10)
+    assert replies.get("second") == 409, replies
+    for t in (first, third):
+        t.join(30)
+    assert replies == {"first": 200, "second": 409, "third": 200}, replies
+    assert fleet.upstream.tag("conv-second").total == 0, "the superseded call never reached the upstream"
+    assert fleet.upstream.tag("conv-third").max == 1
+    assert fleet.authority.stats().superseded - stats0.superseded == 1
+    eventually("every slot released", lambda: fleet.authority.stats().in_flight == 0 or None)

@@ -41,6 +41,13 @@ wrong setting stops the proxy with the variable named):
 ``ADMISSION_RATE_LIMIT_DOMAIN``    the rate limit domain LiteLLM's ``rpm_limit`` and
                                    ``tpm_limit`` are counted in, installation-wide (unset: per
                                    proxy only)
+``ADMISSION_KEY_HEADER``           a request header (e.g. ``x-conversation-id``) whose value
+                                   keys the call's ticket; a call without it has no key
+``ADMISSION_KEY_POLICY``           what a keyed call asks of its key's others:
+                                   ``serial_keep_newest`` (default: one call per key at a time,
+                                   the newest waiting; an older waiting call answers 409),
+                                   ``keep_newest``, ``serial``, ``reject_new`` (429 ``KEY_BUSY``
+                                   while the key has a call) or ``none``
 =================================  ===========================================================
 
 What a call gets (docs/litellm.md says more):

@@ -19,7 +19,7 @@ from fastapi import HTTPException
 from litellm.integrations.custom_logger import CustomLogger
 
 from .._client import AsyncAdmissionClient
-from ..errors import AdmissionError, AdmissionRefused, TicketEnded
+from ..errors import AdmissionError, AdmissionRefused, Superseded, TicketEnded
 from .limits import Caps, RateLimits, Window, deployments, group_cap, windows
 from .settings import Settings
 
@@ -169,6 +169,12 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
                 account, run_id = await self._admit(stack, watch, subject, account, run_id, data)
             finally:
                 watch.stop()
+        except Superseded as e:
+            log.info("call %s: superseded by %s, a newer call with the same %s", call_id, e.superseded_by, s.key_header)
+            raise HTTPException(
+                status_code=409,
+                detail=f"superseded by a newer request with the same {s.key_header}",
+            ) from None
         except TicketEnded:
             if not watch.gone:
                 raise self._refused_late() from None
@@ -264,10 +270,19 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         s = self.settings
         mode: Literal["try", "queue"] = "try" if s.mode == "reject" else "queue"
 
+        key = self._key(data)
+
         async def slot(account: str | None, run: str, mode: Literal["try", "queue"]) -> None:
             await stack.enter_async_context(
                 self.client.slot(
-                    subject, run_id=run, account_id=account, mode=mode, wait_timeout=s.wait_timeout, on_queued=watch.queued
+                    subject,
+                    run_id=run,
+                    account_id=account,
+                    mode=mode,
+                    wait_timeout=s.wait_timeout,
+                    on_queued=watch.queued,
+                    key=key,
+                    key_policy=s.key_policy if key is not None else "none",  # type: ignore[arg-type]
                 )
             )
 
@@ -361,6 +376,18 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
                 headers={"retry-after": str(max(1, 60 - int(time.time()) % 60))},
             )
         return tuple(w for w in found if w.kind == "tpm")
+
+    def _key(self, data: dict[str, Any]) -> str | None:
+        """The call's key: the value of ``ADMISSION_KEY_HEADER`` in its request (any case),
+        as a wire name; None without the setting or the header."""
+        header = self.settings.key_header
+        if header is None:
+            return None
+        headers = (data.get("proxy_server_request") or {}).get("headers") or {}
+        for name, value in headers.items():
+            if str(name).lower() == header and str(value).strip():
+                return _id(str(value).strip())
+        return None
 
     def _refused_late(self) -> HTTPException:
         """A ticket that ended while it was queued (shed, drained, or lapsed past retrying)."""

@@ -38,6 +38,10 @@ class Settings:
     limits_token: str | None = None
     limits_recheck: float = 5.0
     rate_limit_domain: str | None = None
+    #: The request header whose value keys a call's ticket (lower case), e.g. a conversation
+    #: id; None: calls carry no key.
+    key_header: str | None = None
+    key_policy: str = "serial_keep_newest"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -117,6 +121,16 @@ class Settings:
         timeout = number("ADMISSION_TIMEOUT", 10.0, 0.1, 600.0)
         limits_recheck = number("ADMISSION_LIMITS_RECHECK", 5.0, 0, 3600)
         local_max = number("ADMISSION_LOCAL_MAX_PARALLEL", 0, 0, 1_000_000)
+        key_header = e.get("ADMISSION_KEY_HEADER", "").strip().lower() or None
+        if key_header is not None and not all(c.isalnum() or c in "-_" for c in key_header):
+            problems.append(f"ADMISSION_KEY_HEADER: must be a header name (letters, digits, - and _), got {key_header!r}")
+        key_policy = choice(
+            "ADMISSION_KEY_POLICY",
+            ("serial_keep_newest", "keep_newest", "serial", "reject_new", "none"),
+            "serial_keep_newest",
+        )
+        if e.get("ADMISSION_KEY_POLICY", "").strip() and key_header is None:
+            problems.append("ADMISSION_KEY_POLICY: needs ADMISSION_KEY_HEADER (the header that keys a call)")
         if failure_mode == "local" and local_max < 1:
             problems.append(
                 "ADMISSION_LOCAL_MAX_PARALLEL: required (at least 1) with ADMISSION_FAILURE_MODE=local"
@@ -140,6 +154,8 @@ class Settings:
             limits_token=limits_token,
             limits_recheck=limits_recheck,
             rate_limit_domain=domain,
+            key_header=key_header,
+            key_policy=key_policy,
         )
 
 
