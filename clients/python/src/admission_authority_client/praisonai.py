@@ -329,9 +329,9 @@ class AuthorityGate:
     and, while one runs, only its newest message waits: an older waiting turn is refused with
     ``superseded_message`` (reason ``SUPERSEDED``) the moment a newer one arrives. With
     ``supersede_running`` as well, the running turn learns it too (:attr:`superseded`, at the
-    next renewal) and may stop. A turn admitted without a session id (a gateway that does not
-    know the conversation: ``admit()`` called bare, as PraisonAI's HTTP and WebSocket gateways
-    do for requests without one) carries no key and is scheduled as before.
+    next renewal) and may stop. A turn admitted without a session id (where the gateway does
+    not know the conversation: ``admit()`` called bare) carries no key and is scheduled as
+    before.
 
     ``failure_mode`` says what a turn gets when the authority cannot be reached: ``"closed"``
     (default) refuses it with ``unavailable_message``; ``"local"`` admits it through a bounded
