@@ -32,6 +32,7 @@ mod adaptive;
 mod console;
 mod durable;
 mod envoy;
+mod keys;
 mod on_redis;
 mod ratelimit;
 use tokio::sync::Mutex;
@@ -127,6 +128,8 @@ enum Only {
     RateLimit,
     /// `envoy`: a real Envoy with the external processing filter against without it.
     Envoy,
+    /// `keys`: cycles with a key (serial, keep newest) against without, and a flood of keys.
+    Keys,
 }
 
 impl Only {
@@ -142,12 +145,13 @@ impl Only {
             "console" => Only::Console,
             "ratelimit" => Only::RateLimit,
             "envoy" => Only::Envoy,
+            "keys" => Only::Keys,
             _ => return None,
         })
     }
 }
 
-const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console|ratelimit|envoy] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
+const USAGE: &str = "usage: loadgen [--seconds 2] [--rounds 3] [--concurrency 1,16,64,256] [--streams 10000] [--redis-url URL] [--redis-pool N] [--only redis|wake|eta|adaptive|rules|durable|durable-cpu|console|ratelimit|envoy|keys] [--csv PATH] [--soak SECONDS]\n(see docs/benchmark.md)";
 
 fn args() -> Args {
     let mut a = Args {
@@ -551,6 +555,11 @@ async fn submit_release(
             let bound = host.starts_with("bound");
             if host == "weighted" {
                 req.priority = 1 + (i % 5) as u32;
+            }
+            // The keys' host: one conversation per worker, the newest message winning.
+            if host == "keyed" {
+                req.key = format!("conversation-{w}");
+                req.key_policy = api::KeyPolicy::SerialKeepNewest as i32;
             }
             if bound {
                 req.account_id = format!("acct-{}", w % 50);
@@ -1032,6 +1041,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
         Some(Only::Console) => return console::console(a, dir).await,
         Some(Only::RateLimit) => return ratelimit::rate_limits(a, dir).await,
         Some(Only::Envoy) => return envoy::envoy(a, dir).await,
+        Some(Only::Keys) => return keys::keys(a, dir).await,
         Some(Only::Durable) => return durable::durable(a, dir).await,
         Some(Only::DurableCpu) => return durable::durable_cpu(a, dir).await,
         Some(Only::Rules) => return rules(a, dir).await,
