@@ -185,7 +185,10 @@ class _KeyPolicy:
 class _KeyPolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_KeyPolicy.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     KEY_POLICY_NONE: _KeyPolicy.ValueType  # 0
-    """The key only labels the ticket."""
+    """The key only labels the ticket. (The default has a name of its own: "none" is a policy a
+    caller chooses, not a value left unset.)
+    buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
+    """
     KEY_POLICY_KEEP_NEWEST: _KeyPolicy.ValueType  # 1
     """The newest message wins: a new ticket, once accepted (admitted or queued; a refused one
     ends nothing), ends every queued ticket of its key SUPERSEDED, and their Wait streams end
@@ -213,7 +216,10 @@ class KeyPolicy(_KeyPolicy, metaclass=_KeyPolicyEnumTypeWrapper):
     """
 
 KEY_POLICY_NONE: KeyPolicy.ValueType  # 0
-"""The key only labels the ticket."""
+"""The key only labels the ticket. (The default has a name of its own: "none" is a policy a
+caller chooses, not a value left unset.)
+buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
+"""
 KEY_POLICY_KEEP_NEWEST: KeyPolicy.ValueType  # 1
 """The newest message wins: a new ticket, once accepted (admitted or queued; a refused one
 ends nothing), ends every queued ticket of its key SUPERSEDED, and their Wait streams end

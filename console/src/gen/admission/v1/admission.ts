@@ -111,7 +111,11 @@ export enum Blocker {
  * outcome is a named state told on the Wait stream, the same on every store.
  */
 export enum KeyPolicy {
-  /** KEY_POLICY_NONE - The key only labels the ticket. */
+  /**
+   * KEY_POLICY_NONE - The key only labels the ticket. (The default has a name of its own: "none" is a policy a
+   * caller chooses, not a value left unset.)
+   * buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
+   */
   KEY_POLICY_NONE = 0,
   /**
    * KEY_POLICY_KEEP_NEWEST - The newest message wins: a new ticket, once accepted (admitted or queued; a refused one
