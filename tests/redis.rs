@@ -909,7 +909,7 @@ async fn a_replica_refuses_to_start_beside_one_it_may_not_run_beside() {
         .await
         .unwrap();
     assert_eq!(registered.len(), 1, "{registered:?}");
-    assert!(registered[0].starts_with("2|1|"), "{registered:?}");
+    assert!(registered[0].starts_with("3|2|"), "{registered:?}");
     // SIGTERM: it drains (nothing is admitted here) and leaves.
     Command::new("kill")
         .args(["-TERM", &server.pid().to_string()])
@@ -933,7 +933,7 @@ async fn a_replica_refuses_to_start_beside_one_it_may_not_run_beside() {
     let _: () = redis::cmd("HSET")
         .arg("admission:replicas")
         .arg("newer")
-        .arg(format!("3|3|{until}"))
+        .arg(format!("4|4|{until}"))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -952,7 +952,7 @@ async fn a_replica_refuses_to_start_beside_one_it_may_not_run_beside() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("listening on"));
     assert!(
-        stderr.contains("may not use the prefix") && stderr.contains("layout 3"),
+        stderr.contains("may not use the prefix") && stderr.contains("layout 4"),
         "{stderr}"
     );
 }
