@@ -668,6 +668,7 @@ async fn tickets_alike<T: Twin>(
                         run_id: args.run_id.clone(),
                         grant: held_grant.max(1) + u64::from(wrong_grant),
                         priority: args.priority,
+                        key: args.keyed.as_ref().map(|k| (k.key.clone(), k.policy)),
                     };
                     let a = m.reclaim(&mi, held.clone()).await.unwrap();
                     let b = r.reclaim(&ri, held).await.unwrap();

@@ -298,6 +298,7 @@ async fn write_every_kind_of_state(dir: &Path) {
                 run_id: "run-reclaimed".into(),
                 grant: 42,
                 priority: 3,
+                key: None,
             },
         )
         .await

@@ -2648,7 +2648,18 @@
     }
   };
   function createBaseReclaimRequest() {
-    return { ticketId: "", hostId: "", runId: "", subject: "", accountId: "", instanceId: "", grant: 0, priority: 0 };
+    return {
+      ticketId: "",
+      hostId: "",
+      runId: "",
+      subject: "",
+      accountId: "",
+      instanceId: "",
+      grant: 0,
+      priority: 0,
+      key: "",
+      keyPolicy: 0
+    };
   }
   var ReclaimRequest = {
     encode(message, writer = new BinaryWriter()) {
@@ -2675,6 +2686,12 @@
       }
       if (message.priority !== 0) {
         writer.uint32(64).uint32(message.priority);
+      }
+      if (message.key !== "") {
+        writer.uint32(74).string(message.key);
+      }
+      if (message.keyPolicy !== 0) {
+        writer.uint32(80).int32(message.keyPolicy);
       }
       return writer;
     },
@@ -2747,6 +2764,20 @@
               message.priority = reader.uint32();
               continue;
             }
+            case 9: {
+              if (tag !== 74) {
+                break;
+              }
+              message.key = reader.string();
+              continue;
+            }
+            case 10: {
+              if (tag !== 80) {
+                break;
+              }
+              message.keyPolicy = reader.int32();
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -2771,6 +2802,8 @@
       message.instanceId = object.instanceId ?? "";
       message.grant = object.grant ?? 0;
       message.priority = object.priority ?? 0;
+      message.key = object.key ?? "";
+      message.keyPolicy = object.keyPolicy ?? 0;
       return message;
     }
   };

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use super::{
-    HostState, Limits, Millis, SubmitArgs, SubmitMode, TicketKey, TicketState, TicketView,
+    HostState, KeyArgs, KeyPolicy, Limits, Millis, SubmitArgs, SubmitMode, TicketKey, TicketState,
+    TicketView,
 };
 
 /// A ticket its holder re-registers (Reclaim), already validated at the edge: what its
@@ -22,6 +23,8 @@ pub struct HeldArgs {
     pub grant: u64,
     /// 1 (highest) ..= 5.
     pub priority: u8,
+    /// Its Submit's key and the key's policy: it comes back holding its key.
+    pub key: Option<(String, KeyPolicy)>,
 }
 
 /// Why a Reclaim was refused. Nothing changed.
@@ -111,8 +114,13 @@ impl HostState {
             rss_mb: None,
             priority: held.priority,
             resubmit_expired: false,
-            // A re-registered ticket comes back without its key: its Reclaim does not name one.
-            keyed: None,
+            keyed: held.key.map(|(key, policy)| KeyArgs {
+                key,
+                policy,
+                supersede_running: false,
+                debounce_ms: 0,
+                debounce_max_ms: 0,
+            }),
         };
         self.insert_ticket(args, instance, key);
         self.counters.submitted -= 1;
@@ -133,6 +141,8 @@ impl HostState {
         if let Some(a) = &t.account {
             self.accounts.get_mut(a).expect("interned").in_flight += 1;
         }
+        // It holds its key again (above a serial key's one holder if need be, as above the caps).
+        self.key_hold(key, true);
         self.changes.push(key);
         Ok(Reclaimed {
             view: self.view(limits, key, now).expect("just inserted"),

@@ -876,6 +876,7 @@ fn held(subject: &str, run: &str, grant: u64) -> HeldArgs {
         run_id: run.into(),
         grant,
         priority: DEFAULT_PRIORITY,
+        key: None,
     }
 }
 

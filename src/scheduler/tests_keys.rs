@@ -333,3 +333,28 @@ fn the_image_keeps_keys_debounce_and_who_superseded_whom() {
     h.advance(500);
     assert_eq!(h.view(c.key).state, TicketState::Admitted);
 }
+
+#[test]
+fn a_reclaimed_ticket_holds_its_key_again() {
+    let mut h = Host::new(5, 10);
+    let held = HeldArgs {
+        instance_id: "replica-1".into(),
+        subject: "alice".into(),
+        account_id: None,
+        run_id: "lost-run".into(),
+        grant: 7,
+        priority: DEFAULT_PRIORITY,
+        key: Some(("conv".into(), KeyPolicy::Serial)),
+    };
+    let back = h.state.reclaim(&h.limits, held, 99, h.now).unwrap();
+    assert!(back.reclaimed);
+    h.audit();
+    // The run that runs holds its conversation: a new message of it waits.
+    let next = h.keyed("m2", "conv", KeyPolicy::Serial);
+    assert_eq!(
+        (next.state, next.blocked_by),
+        (TicketState::Queued, Some(Blocker::Key))
+    );
+    h.release(99);
+    assert_eq!(h.view(next.key).state, TicketState::Admitted);
+}

@@ -293,6 +293,8 @@ pub fn reclaim_args(req: api::ReclaimRequest) -> Result<(TicketId, HeldArgs), Ap
         account_id: req.account_id,
         run_id: req.run_id,
         priority: req.priority,
+        key: req.key,
+        key_policy: req.key_policy,
         ..Default::default()
     })?;
     Ok((
@@ -304,6 +306,7 @@ pub fn reclaim_args(req: api::ReclaimRequest) -> Result<(TicketId, HeldArgs), Ap
             run_id: args.run_id,
             grant: req.grant,
             priority: args.priority,
+            key: args.keyed.map(|k| (k.key, k.policy)),
         },
     ))
 }

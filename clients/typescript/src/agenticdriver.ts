@@ -156,6 +156,8 @@ class AuthorityTicket implements Ticket {
       instanceId: req.instanceId,
       grant,
       priority: req.priority,
+      key: req.key,
+      keyPolicy: req.keyPolicy,
     });
     if (this.released) {
       await s.inOrder(() => slot.release()).catch(() => {});

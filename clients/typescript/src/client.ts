@@ -682,6 +682,8 @@ export class AdmissionClient {
       instanceId: this.instanceId,
       grant,
       priority: opts.priority ?? 0,
+      key: request.key,
+      keyPolicy: request.keyPolicy,
     };
     return new SlotHandle(this, r.ticketId, grant, r.leaseTtlMs, r.shadowReason, held);
   }

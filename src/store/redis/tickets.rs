@@ -375,6 +375,12 @@ impl TicketStore for RedisStore {
             held.run_id,
             held.grant.to_string(),
             level_of(held.priority).saturating_add(1).to_string(),
+            held.key
+                .as_ref()
+                .map_or_else(String::new, |(k, _)| k.clone()),
+            held.key
+                .as_ref()
+                .map_or_else(String::new, |(_, p)| codes::key_policy_code(*p).into()),
         ];
         let reply = self.sched(&self.reclaim, &id.host_id, &args).await?;
         let malformed = || StoreError::protocol(format!("redis: reclaim answered {reply:?}"));

@@ -136,7 +136,7 @@ def _held(req: pb.SubmitRequest, slot: Slot) -> pb.ReclaimRequest:
     return pb.ReclaimRequest(
         ticket_id=slot.ticket_id, host_id=req.host_id, run_id=req.run_id, subject=req.subject,
         account_id=req.account_id, instance_id=req.instance_id, grant=slot.grant,
-        priority=req.priority,
+        priority=req.priority, key=req.key, key_policy=req.key_policy,
     )
 
 

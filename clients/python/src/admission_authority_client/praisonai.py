@@ -173,6 +173,9 @@ class _Turn:
     grant: int = 0
     parked: bool = False
     lost: bool = False
+    #: Its conversation's key and the key's policy (empty: none), which a Reclaim names.
+    key: str = ""
+    key_policy: int = 0
     #: A newer message of its conversation, submitted with ``supersede_running``: that turn's
     #: ticket id, heard at a renewal. The turn may stop (its slot counts until it ends).
     superseded_by: str = ""
@@ -633,6 +636,7 @@ class AuthorityGate:
             raise self._refusal(e) from None
         self._refresh_soon()
         turn = _Turn(self, r.ticket_id, request.run_id, subject, account, asyncio.get_running_loop())
+        turn.key, turn.key_policy = request.key, request.key_policy
         self._renew_every = max(r.lease_ttl_ms / 3000, 0.01)
         turn.grant = int(r.grant)
         if r.state == pb.TICKET_STATE_QUEUED:
@@ -700,6 +704,7 @@ class AuthorityGate:
             ticket_id=turn.ticket_id, host_id=self._client.host_id, run_id=turn.run_id,
             subject=turn.subject, account_id=turn.account_id,
             instance_id=self._client.instance_id, grant=turn.grant,
+            key=turn.key, key_policy=turn.key_policy,  # type: ignore[arg-type]
         )
         try:
             r = await self._call(self._client.stub.Reclaim, request, timeout=self._renew_every)

@@ -18,7 +18,8 @@
 //! * record `1 Host`'s `op` may also be `12 SubmitKeyed { args, key, keyed }`: a Submit that
 //!   named a key, `args` and `key` as in `1 Submit`, `keyed` = (key, policy 0 none / 1 keep
 //!   newest / 2 serial / 3 serial keep newest / 4 reject new, supersede_running, debounce_ms,
-//!   debounce_max_ms); a Submit without a key is still written as `1 Submit`;
+//!   debounce_max_ms); a Submit without a key is still written as `1 Submit`; and `13
+//!   ReclaimKeyed { held, key, keyed }`: a Reclaim that named a key, `keyed` = (key, policy);
 //! * every host's snapshot piece is `5 HostKeyed { id, seq, limits, host, keys }`: `0 Host`
 //!   followed by `keys` = (next_key_seq, superseded, key_refused, keyed tickets as (ticket key,
 //!   key, policy, key_seq, ready_at, burst_since?, superseded_by?), superseded ended tickets as

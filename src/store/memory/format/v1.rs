@@ -745,6 +745,7 @@ impl From<HostOpV1> for HostOp {
                     run_id: h.run_id,
                     grant: h.grant,
                     priority: h.priority,
+                    key: None,
                 },
                 key,
             },

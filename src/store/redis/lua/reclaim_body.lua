@@ -1,6 +1,7 @@
 -- Re-register a ticket its holder still runs (scheduler::HostState::reclaim). ARGV[5] ticket
 -- key, ARGV[6] instance, ARGV[7] subject, ARGV[8] account ('' none), ARGV[9] run_id,
--- ARGV[10] grant (> 0), ARGV[11] priority (1..5).
+-- ARGV[10] grant (> 0), ARGV[11] priority (1..5), ARGV[12] its key ('' none; absent from
+-- replicas before keys), ARGV[13] the key's policy code.
 -- Returns {'ok', 1 re-created or 0 still held, state, position, grant, lease, eta, blocker} or
 -- {'refused', TICKET_ENDED | RUN_ID_TAKEN | TICKET_MISMATCH, the ticket's state ('' none)}.
 housekeeping(false)
@@ -32,6 +33,11 @@ end
 redis.call('HDEL', tkey(key), 'key', 'kseq', 'ready', 'burst', 'sby')
 redis.call('SET', runkey(run), key)
 admit_new(key, subject, account, inst, run, grant, ARGV[11])
+-- It holds its key again (above a serial key's one holder if need be, as above the caps).
+if (ARGV[12] or '') ~= '' then
+  key_join(key, ARGV[12], ARGV[13])
+  key_hold(ARGV[12], 1)
+end
 if grant > cnt('grant') then redis.call('HSET', C, 'grant', fmt(grant)) end
 incr('in_flight')
 incr('reclaimed')

@@ -1080,6 +1080,8 @@ class ReclaimRequest(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _builtins.int
     GRANT_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    KEY_POLICY_FIELD_NUMBER: _builtins.int
     ticket_id: _builtins.str
     """The ticket id Submit answered; its host part must be host_id."""
     host_id: _builtins.str
@@ -1097,6 +1099,12 @@ class ReclaimRequest(_message.Message):
     """Its Submit's priority (0 = the default, 3), so that a Park and Unpark later queue it at
     its level.
     """
+    key: _builtins.str
+    """Its Submit's key and key_policy (empty: none): the ticket comes back holding its key, so a
+    serial key stays held by the run that runs (the key keeps the policy of its live tickets
+    if it has any).
+    """
+    key_policy: Global___KeyPolicy.ValueType
     def __init__(
         self,
         *,
@@ -1108,10 +1116,12 @@ class ReclaimRequest(_message.Message):
         instance_id: _builtins.str = ...,
         grant: _builtins.int = ...,
         priority: _builtins.int = ...,
+        key: _builtins.str = ...,
+        key_policy: Global___KeyPolicy.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "grant", b"grant", "host_id", b"host_id", "instance_id", b"instance_id", "priority", b"priority", "run_id", b"run_id", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "grant", b"grant", "host_id", b"host_id", "instance_id", b"instance_id", "key", b"key", "key_policy", b"key_policy", "priority", b"priority", "run_id", b"run_id", "subject", b"subject", "ticket_id", b"ticket_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -599,6 +599,13 @@ export interface ReclaimRequest {
    * its level.
    */
   priority: number;
+  /**
+   * Its Submit's key and key_policy (empty: none): the ticket comes back holding its key, so a
+   * serial key stays held by the run that runs (the key keeps the policy of its live tickets
+   * if it has any).
+   */
+  key: string;
+  keyPolicy: KeyPolicy;
 }
 
 export interface ReclaimResponse {
@@ -2862,7 +2869,18 @@ export const Stats: MessageFns<Stats> = {
 };
 
 function createBaseReclaimRequest(): ReclaimRequest {
-  return { ticketId: "", hostId: "", runId: "", subject: "", accountId: "", instanceId: "", grant: 0, priority: 0 };
+  return {
+    ticketId: "",
+    hostId: "",
+    runId: "",
+    subject: "",
+    accountId: "",
+    instanceId: "",
+    grant: 0,
+    priority: 0,
+    key: "",
+    keyPolicy: 0,
+  };
 }
 
 export const ReclaimRequest: MessageFns<ReclaimRequest> = {
@@ -2890,6 +2908,12 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
     }
     if (message.priority !== 0) {
       writer.uint32(64).uint32(message.priority);
+    }
+    if (message.key !== "") {
+      writer.uint32(74).string(message.key);
+    }
+    if (message.keyPolicy !== 0) {
+      writer.uint32(80).int32(message.keyPolicy);
     }
     return writer;
   },
@@ -2971,6 +2995,22 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
             message.priority = reader.uint32();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.keyPolicy = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2996,6 +3036,8 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
     message.instanceId = object.instanceId ?? "";
     message.grant = object.grant ?? 0;
     message.priority = object.priority ?? 0;
+    message.key = object.key ?? "";
+    message.keyPolicy = object.keyPolicy ?? 0;
     return message;
   },
 };

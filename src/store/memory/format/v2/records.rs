@@ -65,7 +65,7 @@ impl RecordV2<'_> {
                 ..
             } => 3,
             RecordV2::Host {
-                op: HostOpV2::SubmitKeyed { .. },
+                op: HostOpV2::SubmitKeyed { .. } | HostOpV2::ReclaimKeyed { .. },
                 ..
             } => 4,
             _ => 2,
@@ -144,6 +144,15 @@ pub enum HostOpV2<'a> {
         key: u128,
         #[serde(borrow)]
         keyed: KeyedV4<'a>,
+    },
+    /// 13 (format 4 on): a holder re-registered a keyed ticket under `key`, with its key and
+    /// the key's policy.
+    ReclaimKeyed {
+        #[serde(borrow)]
+        held: HeldV2<'a>,
+        key: u128,
+        #[serde(borrow)]
+        keyed: (Text<'a>, u8),
     },
 }
 
@@ -380,18 +389,41 @@ impl<'a> From<&'a HostOp> for HostOpV2<'a> {
             HostOp::CountRejection => HostOpV2::CountRejection,
             HostOp::Limits(l) => HostOpV2::Limits(l.into()),
             HostOp::Restarted => HostOpV2::Restarted,
-            HostOp::Reclaim { held, key } => HostOpV2::Reclaim {
-                held: HeldV2 {
+            HostOp::Reclaim { held, key } => {
+                let v2 = HeldV2 {
                     instance_id: text(&held.instance_id),
                     subject: text(&held.subject),
                     account_id: opt(&held.account_id),
                     run_id: text(&held.run_id),
                     grant: held.grant,
                     priority: held.priority,
-                },
-                key: *key,
-            },
+                };
+                match &held.key {
+                    None => HostOpV2::Reclaim {
+                        held: v2,
+                        key: *key,
+                    },
+                    Some((name, policy)) => HostOpV2::ReclaimKeyed {
+                        held: v2,
+                        key: *key,
+                        keyed: (text(name), key_policy_code(*policy)),
+                    },
+                }
+            }
         }
+    }
+}
+
+/// A Reclaim's arguments as the core takes them.
+fn held_args(held: HeldV2<'_>, key: Option<(String, crate::scheduler::KeyPolicy)>) -> HeldArgs {
+    HeldArgs {
+        instance_id: held.instance_id.into_owned(),
+        subject: held.subject.into_owned(),
+        account_id: owned(held.account_id),
+        run_id: held.run_id.into_owned(),
+        grant: held.grant,
+        priority: held.priority,
+        key,
     }
 }
 
@@ -448,14 +480,15 @@ impl TryFrom<HostOpV2<'_>> for HostOp {
             HostOpV2::Limits(l) => HostOp::Limits(l.try_into()?),
             HostOpV2::Restarted => HostOp::Restarted,
             HostOpV2::Reclaim { held, key } => HostOp::Reclaim {
-                held: HeldArgs {
-                    instance_id: held.instance_id.into_owned(),
-                    subject: held.subject.into_owned(),
-                    account_id: owned(held.account_id),
-                    run_id: held.run_id.into_owned(),
-                    grant: held.grant,
-                    priority: held.priority,
-                },
+                held: held_args(held, None),
+                key,
+            },
+            HostOpV2::ReclaimKeyed {
+                held,
+                key,
+                keyed: (name, policy),
+            } => HostOp::Reclaim {
+                held: held_args(held, Some((name.into_owned(), key_policy_of(policy)?))),
                 key,
             },
         })

@@ -1018,6 +1018,13 @@ export interface ReclaimRequest {
    * its level.
    */
   priority: number;
+  /**
+   * Its Submit's key and key_policy (empty: none): the ticket comes back holding its key, so a
+   * serial key stays held by the run that runs (the key keeps the policy of its live tickets
+   * if it has any).
+   */
+  key: string;
+  keyPolicy: KeyPolicy;
 }
 
 export interface ReclaimResponse {
@@ -4005,7 +4012,18 @@ export const Stats: MessageFns<Stats> = {
 };
 
 function createBaseReclaimRequest(): ReclaimRequest {
-  return { ticketId: "", hostId: "", runId: "", subject: "", accountId: "", instanceId: "", grant: 0, priority: 0 };
+  return {
+    ticketId: "",
+    hostId: "",
+    runId: "",
+    subject: "",
+    accountId: "",
+    instanceId: "",
+    grant: 0,
+    priority: 0,
+    key: "",
+    keyPolicy: 0,
+  };
 }
 
 export const ReclaimRequest: MessageFns<ReclaimRequest> = {
@@ -4033,6 +4051,12 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
     }
     if (message.priority !== 0) {
       writer.uint32(64).uint32(message.priority);
+    }
+    if (message.key !== "") {
+      writer.uint32(74).string(message.key);
+    }
+    if (message.keyPolicy !== 0) {
+      writer.uint32(80).int32(message.keyPolicy);
     }
     return writer;
   },
@@ -4114,6 +4138,22 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
             message.priority = reader.uint32();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.keyPolicy = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4156,6 +4196,12 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
         : "",
       grant: isSet(object.grant) ? globalThis.Number(object.grant) : 0,
       priority: isSet(object.priority) ? globalThis.Number(object.priority) : 0,
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      keyPolicy: isSet(object.keyPolicy)
+        ? keyPolicyFromJSON(object.keyPolicy)
+        : isSet(object.key_policy)
+        ? keyPolicyFromJSON(object.key_policy)
+        : 0,
     };
   },
 
@@ -4185,6 +4231,12 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
     if (message.priority !== 0) {
       obj.priority = Math.round(message.priority);
     }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.keyPolicy !== 0) {
+      obj.keyPolicy = keyPolicyToJSON(message.keyPolicy);
+    }
     return obj;
   },
 
@@ -4201,6 +4253,8 @@ export const ReclaimRequest: MessageFns<ReclaimRequest> = {
     message.instanceId = object.instanceId ?? "";
     message.grant = object.grant ?? 0;
     message.priority = object.priority ?? 0;
+    message.key = object.key ?? "";
+    message.keyPolicy = object.keyPolicy ?? 0;
     return message;
   },
 };
