@@ -658,3 +658,28 @@ def test_a_closed_client_fails_every_call_at_once_and_never_reopens(start_server
         await aobserver.close()
 
     asyncio.run(main())
+
+
+class _ServerDeadline(grpc.RpcError):
+    """A failed call as grpc raises it: tonic's answer to a grpc-timeout that passed there."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> tuple[()]:
+        return ()
+
+
+def test_a_deadline_that_ran_out_on_the_server_is_deadline_exceeded() -> None:
+    from admission_authority_client.errors import translate
+
+    e = translate(_ServerDeadline(grpc.StatusCode.CANCELLED, "Timeout expired"))
+    assert e.code == grpc.StatusCode.DEADLINE_EXCEEDED and e.retryable and e.may_have_applied
+    other = translate(_ServerDeadline(grpc.StatusCode.CANCELLED, "gone"))
+    assert other.code == grpc.StatusCode.CANCELLED and not other.retryable

@@ -141,9 +141,17 @@ export class ClientClosedError extends AdmissionError {
   }
 }
 
-/** The typed error for a failed call. */
+/** What the authority's gRPC server (tonic) answers when a call's own deadline passes there
+ * first: CANCELLED with this message, where gRPC means DEADLINE_EXCEEDED. */
+const SERVER_DEADLINE = "Timeout expired";
+
+/** The typed error for a failed call. A deadline that ran out on the server is
+ * DEADLINE_EXCEEDED, as when it runs out here first: the call may have been applied. */
 export function translate(err: ServiceError): AdmissionError {
   const message = err.details || err.message;
+  if (err.code === grpcStatus.CANCELLED && err.details === SERVER_DEADLINE) {
+    return new AdmissionError(message, grpcStatus.DEADLINE_EXCEEDED);
+  }
   const { reason, retryAfterMs, metadata } = details(err.metadata);
   if (err.code === grpcStatus.RESOURCE_EXHAUSTED && reason === "KEY_BUSY") {
     return new KeyBusyError(message, retryAfterMs, metadata?.holder ?? "");

@@ -138,10 +138,19 @@ _REFUSALS: dict[str, type[AdmissionRefused]] = {
 }
 
 
+#: What the authority's gRPC server (tonic) answers when a call's own deadline passes there
+#: first: CANCELLED with this message, where gRPC means DEADLINE_EXCEEDED.
+_SERVER_DEADLINE = "Timeout expired"
+
+
 def translate(err: grpc.RpcError) -> AdmissionError:
-    """The typed error for a failed call (sync ``grpc.RpcError`` or ``grpc.aio.AioRpcError``)."""
+    """The typed error for a failed call (sync ``grpc.RpcError`` or ``grpc.aio.AioRpcError``). A
+    deadline that ran out on the server is DEADLINE_EXCEEDED, as when it runs out here first:
+    the call may have been applied."""
     code: grpc.StatusCode = err.code()
     message: str = err.details() or str(code)
+    if code == grpc.StatusCode.CANCELLED and message == _SERVER_DEADLINE:
+        return AdmissionError(message, grpc.StatusCode.DEADLINE_EXCEEDED)
     reason, retry_after, metadata = _details(err)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and reason == "KEY_BUSY":
         return KeyBusy(message, reason, retry_after, metadata.get("holder", ""))

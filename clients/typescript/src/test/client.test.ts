@@ -9,9 +9,9 @@ import { once } from "node:events";
 import { connect, createServer } from "node:net";
 import { test } from "node:test";
 
-import { status as grpcStatus } from "@grpc/grpc-js";
+import { Metadata, status as grpcStatus } from "@grpc/grpc-js";
 
-import { AdmissionClient, AdmissionError, AdmissionRefusedError, ClientClosedError, OperatorClient } from "../index.js";
+import { AdmissionClient, AdmissionError, AdmissionRefusedError, ClientClosedError, OperatorClient, translate } from "../index.js";
 import { LimitsSource } from "../gen/admission/v1/admission.js";
 import { eventually, freePort, startServer } from "./server.js";
 
@@ -717,4 +717,22 @@ test("a holder keeps its slot through a replica frozen or killed under it", asyn
     await a.kill();
     await b.stop();
   }
+});
+
+test("a deadline that ran out on the server is DEADLINE_EXCEEDED, as one that ran out here", () => {
+  // tonic answers a call whose grpc-timeout passed on the server CANCELLED "Timeout expired";
+  // the client's own timer answers DEADLINE_EXCEEDED. Whichever wins, the call may have
+  // been applied and is retried (or released by run) the same way.
+  const fromServer = Object.assign(new Error("1 CANCELLED: Timeout expired"), {
+    code: grpcStatus.CANCELLED,
+    details: "Timeout expired",
+    metadata: new Metadata(),
+  });
+  const e = translate(fromServer);
+  assert.equal(e.code, grpcStatus.DEADLINE_EXCEEDED);
+  assert.ok(e.retryable && e.mayHaveApplied);
+  // A call cancelled for any other reason stays CANCELLED, not retried.
+  const other = translate(Object.assign(new Error("1 CANCELLED: gone"), { code: grpcStatus.CANCELLED, details: "gone", metadata: new Metadata() }));
+  assert.equal(other.code, grpcStatus.CANCELLED);
+  assert.ok(!other.retryable);
 });
