@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use admission_authority::api;
 use admission_authority::api::admission_client::AdmissionClient;
-use common::{Server, config_file, follow, release, state_of, stats, submit_req};
+use common::{Server, config_file, follow, release, rss_kib, state_of, stats, submit_req};
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
@@ -19,9 +19,14 @@ use tonic_types::StatusExt;
 const SCHEDULING: &str =
     "scheduling: { total: 2, per_subject: 2, lease_ttl: 3s, queue: { total: 200000 } }\n";
 
-/// A server on the embedded store, or on Redis under a prefix of its own, with its admin
-/// endpoint on `admin`.
+/// A server on the embedded store, or on Redis under a prefix of its own (`<name>-redis`), with
+/// its admin endpoint on `admin`.
 fn server(name: &str, redis: bool, admin: u16) -> Server {
+    let name = if redis {
+        format!("{name}-redis")
+    } else {
+        name.to_string()
+    };
     let store = if redis {
         let url = std::env::var("ADMISSION_TEST_REDIS_URL")
             .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
@@ -70,11 +75,7 @@ async fn last_event(c: &mut AdmissionClient<Channel>, id: &str) -> api::WaitEven
 
 async fn every_policy(redis: bool) {
     let admin = common::free_port();
-    let s = server(
-        if redis { "policies-redis" } else { "policies" },
-        redis,
-        admin,
-    );
+    let s = server("policies", redis, admin);
     let mut c = s.client().await;
     use api::KeyPolicy as P;
     use api::TicketState as S;
@@ -230,11 +231,7 @@ async fn every_policy_on_redis() {
 /// Debounce across processes: messages 100 ms apart with a 400 ms debounce. Each supersedes
 /// the one before; the last is admitted once the key was quiet for the debounce, not before.
 async fn debounce(redis: bool) {
-    let s = server(
-        if redis { "debounce-redis" } else { "debounce" },
-        redis,
-        common::free_port(),
-    );
+    let s = server("debounce", redis, common::free_port());
     let mut c = s.client().await;
     let mut ids = Vec::new();
     let mut since_last = admission_authority::clock::Stopwatch::start();
@@ -282,11 +279,7 @@ async fn debounce_admits_the_newest_once_the_key_is_quiet_on_redis() {
 /// A keep-newest Submit racing the release that admits the key's waiter: exactly one outcome
 /// for the waiter, ADMITTED or SUPERSEDED, never both, and the caps hold.
 async fn supersede_races_admission(redis: bool) {
-    let s = server(
-        if redis { "race-redis" } else { "race" },
-        redis,
-        common::free_port(),
-    );
+    let s = server("race", redis, common::free_port());
     let mut c = s.client().await;
     for round in 0..30 {
         let a = submit(&mut c, submit_req("h", "bob", &format!("fill-a-{round}"))).await;
@@ -450,22 +443,8 @@ const FLOOD: usize = 16_000;
 /// A flood of distinct keys: every ticket keyed by a key of its own, then released. The
 /// authority's memory stays bounded, and nothing of the keys is left behind.
 async fn flood_of_keys(redis: bool) {
-    let s = server(
-        if redis { "flood-redis" } else { "flood" },
-        redis,
-        common::free_port(),
-    );
+    let s = server("flood", redis, common::free_port());
     let mut c = s.client().await;
-    let rss_kib = |pid: u32| -> u64 {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap()
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
     let before = rss_kib(s.pid());
     let workers: Vec<_> = (0..8)
         .map(|w| {

@@ -9,18 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use admission_authority::api;
-use common::{Server, submit_req};
-
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap()
-}
+use common::{Server, rss_kib, submit_req};
 
 type Client =
     admission_authority::api::admission_client::AdmissionClient<tonic::transport::Channel>;

@@ -18,6 +18,17 @@
 
 use super::*;
 
+/// What a new ticket's key asks before it is placed (see [`HostState::key_plan`]).
+#[derive(Default)]
+pub(super) struct KeyPlan {
+    /// The key's queued tickets it supersedes once it is accepted, oldest first.
+    pub(super) waiters: Vec<TicketKey>,
+    /// Debounced: when its burst began and when it may be dispatched.
+    debounce: Option<(Millis, Millis)>,
+    /// It waits on its key, whatever the caps: a serial key held, or a debounce not run out.
+    pub(super) waits: bool,
+}
+
 /// The live tickets of one key of a host.
 #[derive(Debug)]
 pub(super) struct KeyState {
@@ -51,10 +62,48 @@ impl HostState {
         Ok(())
     }
 
+    /// What a new ticket of this key asks before it is placed: the waiters it supersedes, its
+    /// debounce, and whether it waits on its key.
+    pub(super) fn key_plan(&self, keyed: &KeyArgs, now: Millis) -> KeyPlan {
+        let waiters = self.key_waiters(keyed);
+        let debounce = (keyed.debounce_ms > 0).then(|| {
+            let since = self.burst_of(&waiters).unwrap_or(now);
+            (since, debounce_ready_at(keyed, since, now))
+        });
+        let waits = debounce.is_some_and(|(_, ready)| ready > now) || self.key_holds_new(keyed);
+        KeyPlan {
+            waiters,
+            debounce,
+            waits,
+        }
+    }
+
+    /// A new keyed ticket was inserted under `key`: tell the key's holders (supersede_running)
+    /// and start its debounce.
+    pub(super) fn key_placed(
+        &mut self,
+        keyed: &KeyArgs,
+        plan: &KeyPlan,
+        key: TicketKey,
+        now: Millis,
+    ) {
+        if keyed.supersede_running {
+            self.tell_holders(&keyed.key, key);
+        }
+        if let Some((since, ready)) = plan.debounce {
+            let t = self.tickets.get_mut(&key).expect("just inserted");
+            t.burst_since = Some(since);
+            t.ready_at = ready;
+            if ready > now {
+                self.debouncing.insert((ready, key));
+            }
+        }
+    }
+
     /// Whether a new ticket of this key must wait on its key, whatever the caps: a serial key
     /// with a holder (or, without keep-newest, with waiters ahead). (Its debounce is the
     /// caller's.)
-    pub(super) fn key_holds_new(&self, keyed: &KeyArgs) -> bool {
+    fn key_holds_new(&self, keyed: &KeyArgs) -> bool {
         let Some(ks) = self.keys.get(keyed.key.as_str()) else {
             return false;
         };
@@ -66,7 +115,7 @@ impl HostState {
     }
 
     /// The queued tickets a new keep-newest ticket of this key supersedes, oldest first.
-    pub(super) fn key_waiters(&self, keyed: &KeyArgs) -> Vec<TicketKey> {
+    fn key_waiters(&self, keyed: &KeyArgs) -> Vec<TicketKey> {
         if !keyed.policy.keeps_newest() {
             return Vec::new();
         }
@@ -82,7 +131,7 @@ impl HostState {
     }
 
     /// The earliest burst start among debounced `waiters` (for `debounce_max`), if any.
-    pub(super) fn burst_of(&self, waiters: &[TicketKey]) -> Option<Millis> {
+    fn burst_of(&self, waiters: &[TicketKey]) -> Option<Millis> {
         waiters
             .iter()
             .filter_map(|k| self.tickets[k].burst_since)
@@ -125,7 +174,7 @@ impl HostState {
 
     /// Tell the key's admitted and parked tickets that `by` supersedes them (they stop on
     /// their own; their slots stay counted until they release or lapse).
-    pub(super) fn tell_holders(&mut self, key: &str, by: TicketKey) {
+    fn tell_holders(&mut self, key: &str, by: TicketKey) {
         let Some(ks) = self.keys.get(key) else {
             return;
         };
@@ -139,7 +188,7 @@ impl HostState {
     }
 
     /// Index a new ticket under its key (the ticket is inserted, its state still to set).
-    pub(super) fn key_join(&mut self, keyed: &KeyArgs, key: TicketKey) -> Arc<str> {
+    pub(super) fn key_join(&mut self, keyed: &KeyArgs, key: TicketKey) {
         self.next_key_seq += 1;
         let seq = self.next_key_seq;
         let name = match self.keys.get_key_value(keyed.key.as_str()) {
@@ -163,9 +212,8 @@ impl HostState {
             .tickets
             .insert(seq, key);
         let t = self.tickets.get_mut(&key).expect("inserted");
-        t.keyed = Some(name.clone());
+        t.keyed = Some(name);
         t.key_seq = seq;
-        name
     }
 
     /// A ticket of a key leaves the live ones (it ended): forget the key with its last ticket.
@@ -231,7 +279,7 @@ pub(super) fn key_ready(keys: &HashMap<Arc<str>, KeyState>, t: &Ticket, now: Mil
 }
 
 /// When a new debounced ticket submitted at `now` becomes ready, given the start of its burst.
-pub(super) fn debounce_ready_at(keyed: &KeyArgs, burst_since: Millis, now: Millis) -> Millis {
+fn debounce_ready_at(keyed: &KeyArgs, burst_since: Millis, now: Millis) -> Millis {
     let ready = now + keyed.debounce_ms;
     if keyed.debounce_max_ms == 0 {
         ready

@@ -286,43 +286,28 @@ impl HostState {
         // A keep-newest ticket ends its key's waiters once it is accepted; a debounced one
         // waits until its burst is quiet.
         let ended_before = self.counters.shed + self.counters.superseded;
-        let waiters = keyed
+        let plan = keyed
             .as_ref()
-            .map_or_else(Vec::new, |k| self.key_waiters(k));
-        let debounce = keyed.as_ref().filter(|k| k.debounce_ms > 0).map(|k| {
-            let since = self.burst_of(&waiters).unwrap_or(now);
-            (since, keys::debounce_ready_at(k, since, now))
-        });
-        let waits_on_key = debounce.is_some_and(|(_, ready)| ready > now)
-            || keyed.as_ref().is_some_and(|k| self.key_holds_new(k));
+            .map(|k| self.key_plan(k, now))
+            .unwrap_or_default();
         let soft = self.is_soft(limits, &instance, now);
         let eligible =
-            !soft && !waits_on_key && self.fits(limits, &args.subject, args.account_id.as_deref());
+            !soft && !plan.waits && self.fits(limits, &args.subject, args.account_id.as_deref());
         if !eligible {
             // Make room before interning the newcomer's names: shedding may drop idle names.
             if args.mode == SubmitMode::Try || limits.queue_total == 0 {
                 return Err(self.refuse(Refusal::Busy));
             }
-            if !self.room_after(limits, &args.subject, &waiters) {
+            if plan.waiters.is_empty() || !self.room_after(limits, &args.subject, &plan.waiters) {
                 self.make_room(limits, &args.subject, level, now)?;
             }
         }
         // The key's waiters leave before the newcomer's names are interned (ending them may
         // drop idle names, as shedding does).
-        self.supersede(limits, &waiters, key, now);
+        self.supersede(limits, &plan.waiters, key, now);
         self.insert_ticket(args, instance, key);
         if let Some(k) = &keyed {
-            if k.supersede_running {
-                self.tell_holders(&k.key, key);
-            }
-            if let Some((since, ready)) = debounce {
-                let t = self.tickets.get_mut(&key).expect("just inserted");
-                t.burst_since = Some(since);
-                t.ready_at = ready;
-                if ready > now {
-                    self.debouncing.insert((ready, key));
-                }
-            }
+            self.key_placed(k, &plan, key, now);
         }
         if eligible {
             self.admit(limits, key, now);

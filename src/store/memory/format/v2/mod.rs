@@ -21,6 +21,7 @@ use crate::scheduler::{
     OverflowPolicy, Report, SubmitMode, TicketState,
 };
 
+pub mod keys;
 pub mod pieces;
 pub mod records;
 
@@ -602,3 +603,8 @@ impl From<RuleV2> for BucketRule {
 /// A borrowed or owned string: records borrow from the state when written and from the bytes
 /// when read.
 pub type Text<'a> = Cow<'a, str>;
+
+/// A string borrowed into a record or piece.
+pub fn text(s: &str) -> Text<'_> {
+    Cow::Borrowed(s)
+}

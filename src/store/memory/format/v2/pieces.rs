@@ -7,9 +7,9 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
+use super::keys::{KeysV4, keys_of, with_keys};
 use super::{
-    AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text, key_policy_code, key_policy_of,
-    unit_code, unit_of,
+    AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text, text, unit_code, unit_of,
 };
 use crate::auth::{AuthImage, EndpointImage};
 use crate::ledger::{LedgerImage, LedgerStats, RunImage, StepImage};
@@ -76,23 +76,6 @@ impl PieceV2<'_> {
         }
     }
 }
-
-/// What a host's tickets hold of keys (format 4): the last key sequence number handed out,
-/// the superseded and key-refused counts, its keyed live tickets, and the ended tickets that
-/// were superseded with the ticket that superseded them.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct KeysV4<'a> {
-    pub next_key_seq: u64,
-    pub superseded: u64,
-    pub key_refused: u64,
-    #[serde(borrow)]
-    pub tickets: Vec<KeyedTicketV4<'a>>,
-    pub ended: Vec<(u128, u128)>,
-}
-
-/// A live ticket's key: (ticket key, key, policy as in a keyed Submit's record, key_seq,
-/// ready_at, burst_since?, superseded_by?).
-pub type KeyedTicketV4<'a> = (u128, Text<'a>, u8, u64, u64, Option<u64>, Option<u128>);
 
 /// A rate limit counter: (key, window start s, unit, count).
 pub type CounterV2<'a> = (Text<'a>, u64, u8, u64);
@@ -239,10 +222,6 @@ pub struct EndpointV2<'a> {
     pub expiries: Vec<(u64, Text<'a>)>,
 }
 
-fn text(s: &str) -> Text<'_> {
-    Cow::Borrowed(s)
-}
-
 fn array<const N: usize>(v: Vec<u64>, what: &str) -> Result<[u64; N], String> {
     let n = v.len();
     v.try_into()
@@ -360,64 +339,6 @@ impl TryFrom<PieceV2<'_>> for Piece {
             },
         })
     }
-}
-
-/// The keys of a host's image, as format 4 writes them beside its tickets.
-fn keys_of(h: &HostImage) -> KeysV4<'_> {
-    KeysV4 {
-        next_key_seq: h.next_key_seq,
-        superseded: h.counters.superseded,
-        key_refused: h.counters.key_refused,
-        tickets: h
-            .tickets
-            .iter()
-            .filter_map(|t| {
-                let (key, policy) = t.keyed.as_ref()?;
-                Some((
-                    t.key,
-                    text(key),
-                    key_policy_code(*policy),
-                    t.key_seq,
-                    t.ready_at,
-                    t.burst_since,
-                    t.superseded_by,
-                ))
-            })
-            .collect(),
-        ended: h
-            .ended
-            .iter()
-            .filter_map(|e| Some((e.key, e.superseded_by?)))
-            .collect(),
-    }
-}
-
-/// Put a host's keys back into its image (read without them).
-fn with_keys(h: &mut HostImage, keys: KeysV4<'_>) -> Result<(), String> {
-    h.next_key_seq = keys.next_key_seq;
-    h.counters.superseded = keys.superseded;
-    h.counters.key_refused = keys.key_refused;
-    let mut tickets: std::collections::HashMap<u128, &mut TicketImage> =
-        h.tickets.iter_mut().map(|t| (t.key, t)).collect();
-    for (ticket, key, policy, key_seq, ready_at, burst_since, superseded_by) in keys.tickets {
-        let t = tickets
-            .get_mut(&ticket)
-            .ok_or_else(|| format!("the key of ticket {ticket:x}, which is not live"))?;
-        t.keyed = Some((key.into_owned(), key_policy_of(policy)?));
-        t.key_seq = key_seq;
-        t.ready_at = ready_at;
-        t.burst_since = burst_since;
-        t.superseded_by = superseded_by;
-    }
-    let mut ended: std::collections::HashMap<u128, &mut EndedImage> =
-        h.ended.iter_mut().map(|e| (e.key, e)).collect();
-    for (ticket, by) in keys.ended {
-        ended
-            .get_mut(&ticket)
-            .ok_or_else(|| format!("superseded ticket {ticket:x}, which is not remembered"))?
-            .superseded_by = Some(by);
-    }
-    Ok(())
 }
 
 impl<'a> From<&'a HostImage> for HostV2<'a> {

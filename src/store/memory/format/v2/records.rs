@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     LimitsRecordV2, PolicyV2, ReportV2, RuleV2, Text, UsageV2, key_policy_code, key_policy_of,
-    resolution, resolution_of, submit_mode, submit_mode_of, unit_code, unit_of,
+    resolution, resolution_of, submit_mode, submit_mode_of, text, unit_code, unit_of,
 };
 use crate::ledger::AuthorizeArgs;
 use crate::ratelimit::Hit;
@@ -263,10 +263,6 @@ pub enum AuthOpV2<'a> {
     Prune,
     /// 3: the bound on keys per endpoint changed.
     MaxKeys(u64),
-}
-
-fn text(s: &str) -> Text<'_> {
-    Cow::Borrowed(s)
 }
 
 fn opt(s: &Option<String>) -> Option<Text<'_>> {
