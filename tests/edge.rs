@@ -120,6 +120,16 @@ async fn bytes_that_are_not_the_message_are_invalid_argument_and_change_nothing(
 /// left open unless `end`), and answer the call's `grpc-status` (from the headers of a
 /// trailers-only answer, or from the trailers) and how long the answer took. Bounded by 5 s.
 async fn raw_submit(server: &Server, body: Vec<u8>, end: bool) -> (Option<String>, Duration) {
+    raw_submit_with(server, body, end, &[]).await
+}
+
+/// [`raw_submit`] with extra request headers (a `grpc-timeout`).
+async fn raw_submit_with(
+    server: &Server,
+    body: Vec<u8>,
+    end: bool,
+    headers: &[(&str, &str)],
+) -> (Option<String>, Duration) {
     let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let (client, conn) = h2::client::handshake(tcp).await.unwrap();
     tokio::spawn(conn);
@@ -129,9 +139,12 @@ async fn raw_submit(server: &Server, body: Vec<u8>, end: bool) -> (Option<String
         server.addr
     ))
     .header("content-type", "application/grpc")
-    .header("te", "trailers")
-    .body(())
-    .unwrap();
+    .header("te", "trailers");
+    let req = headers
+        .iter()
+        .fold(req, |r, (k, v)| r.header(*k, *v))
+        .body(())
+        .unwrap();
     let (response, mut send) = client.send_request(req, false).unwrap();
     send.send_data(Bytes::from(body), end).unwrap();
     let started = Instant::now();
@@ -394,6 +407,22 @@ async fn a_half_sent_request_is_ended_by_the_unary_timeout() {
         took >= Duration::from_millis(900) && took < Duration::from_secs(4),
         "{took:?}"
     );
+}
+
+/// A deadline that runs out on the server is DEADLINE_EXCEEDED (grpc-status 4), what every
+/// gRPC caller retries on, whether it is the caller's (`grpc-timeout`) or the server's own
+/// bound (`grpc.unary_timeout`); tonic's own timeout answered CANCELLED "Timeout expired".
+#[tokio::test]
+async fn a_deadline_that_runs_out_on_the_server_is_deadline_exceeded() {
+    let server = Server::start_with_config("deadline", "grpc: { unary_timeout: 1s }\n", &[]);
+    let mut half = vec![0u8, 0, 0, 3, 232];
+    half.extend(std::iter::repeat_n(b'a', 999));
+    let (status, took) =
+        raw_submit_with(&server, half.clone(), false, &[("grpc-timeout", "300m")]).await;
+    assert_eq!(status.as_deref(), Some("4"), "the caller's deadline");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    let (status, _) = raw_submit(&server, half, false).await;
+    assert_eq!(status.as_deref(), Some("4"), "the server's bound");
 }
 
 /// `grpc.max_wait_streams` bounds the Wait streams of every connection together, not only of

@@ -145,7 +145,11 @@ fn id_ok(s: &str) -> bool {
 }
 
 /// The request with `headers` (and `body`, empty when not read) under `policy`: its subject
-/// (required), account and priority (optional), and its run id (`x-request-id`, else `made`).
+/// (required), account and priority (optional), and its run id: the request's own, made of
+/// `stream` (a random number of its processing stream) after its `x-request-id` when it has
+/// one (`<x-request-id>.<16 hex digits>`, so operators find it by the request id), else
+/// `ext-proc-<16 hex digits>`. Each HTTP request is one ticket: a client can send any
+/// `x-request-id`, and two live requests that send the same one must not share a slot.
 ///
 /// Fails when the subject is missing, or a value is not an id (1..128 printable ASCII bytes)
 /// or a priority (1..5).
@@ -153,7 +157,7 @@ pub fn ask(
     policy: &HttpPolicy,
     headers: &[(String, String)],
     body: &[u8],
-    made: impl FnOnce() -> String,
+    stream: u64,
 ) -> Result<Ask, BadRequest> {
     let id = |source: &Source, role: &'static str| -> Result<Option<String>, BadRequest> {
         match source.read(headers, body) {
@@ -195,8 +199,9 @@ pub fn ask(
     };
     let request_id = Source::Header("x-request-id".into());
     let run_id = match request_id.read(headers, body) {
-        Some(v) if id_ok(&v) => v,
-        _ => made(),
+        // 128 bytes at most: the request id's first 111, a dot and 16 hex digits.
+        Some(v) if id_ok(&v) => format!("{}.{stream:016x}", &v[..v.len().min(111)]),
+        _ => format!("ext-proc-{stream:016x}"),
     };
     Ok(Ask {
         host_id: policy.host_id.clone(),
@@ -238,7 +243,7 @@ mod tests {
             ("x-priority", "2"),
             ("x-request-id", "req-1"),
         ]);
-        let a = ask(&policy(), &h, b"", || unreachable!()).unwrap();
+        let a = ask(&policy(), &h, b"", 0xab).unwrap();
         assert_eq!(
             a,
             Ask {
@@ -246,17 +251,24 @@ mod tests {
                 subject: "acme".into(),
                 account_id: Some("openai".into()),
                 priority: 2,
-                run_id: "req-1".into(),
+                run_id: "req-1.00000000000000ab".into(),
             }
         );
-        let a = ask(&policy(), &headers(&[("x-tenant", "acme")]), b"", || {
-            "made".into()
-        })
-        .unwrap();
+        let a = ask(&policy(), &headers(&[("x-tenant", "acme")]), b"", 7).unwrap();
         assert_eq!(
             (a.account_id, a.priority, a.run_id.as_str()),
-            (None, 0, "made")
+            (None, 0, "ext-proc-0000000000000007")
         );
+        // Two streams that send one x-request-id are two runs; a long id still fits.
+        let long = "r".repeat(128);
+        let h = headers(&[("x-tenant", "acme"), ("x-request-id", &long)]);
+        let (a, b) = (
+            ask(&policy(), &h, b"", 1).unwrap(),
+            ask(&policy(), &h, b"", 2).unwrap(),
+        );
+        assert_ne!(a.run_id, b.run_id);
+        assert_eq!(a.run_id.len(), 128);
+        assert!(a.run_id.starts_with(&long[..111]));
     }
 
     #[test]
@@ -265,16 +277,16 @@ mod tests {
         p.account = Some(Source::Body("model".into()));
         assert!(p.needs_body());
         let h = headers(&[("x-tenant", "acme")]);
-        let a = ask(&p, &h, br#"{"model":"gpt-x"}"#, || "r".into()).unwrap();
+        let a = ask(&p, &h, br#"{"model":"gpt-x"}"#, 1).unwrap();
         assert_eq!(a.account_id.as_deref(), Some("gpt-x"));
-        let a = ask(&p, &h, b"not json", || "r".into()).unwrap();
+        let a = ask(&p, &h, b"not json", 1).unwrap();
         assert_eq!(a.account_id, None, "absent, as a missing header is");
         assert!(!policy().needs_body());
     }
 
     #[test]
     fn a_missing_or_bad_value_names_the_header_and_the_policy() {
-        let e = ask(&policy(), &headers(&[("x-tenant", "")]), b"", String::new).unwrap_err();
+        let e = ask(&policy(), &headers(&[("x-tenant", "")]), b"", 1).unwrap_err();
         assert_eq!(
             e.to_string(),
             "header x-tenant: missing (policy \"chat\" takes the subject from it)"
@@ -283,7 +295,7 @@ mod tests {
             &policy(),
             &headers(&[("x-tenant", "a"), ("x-priority", "9")]),
             b"",
-            String::new,
+            1,
         )
         .unwrap_err();
         assert_eq!(
@@ -294,7 +306,7 @@ mod tests {
             &policy(),
             &headers(&[("x-tenant", "a\u{7f}")]),
             b"",
-            String::new,
+            1,
         )
         .unwrap_err();
         assert!(e.to_string().contains("printable ASCII"), "{e}");

@@ -186,3 +186,41 @@ fn a_spent_per_run_cap_is_the_reason_before_a_spent_allowance() {
         (Decision::Deny, Some(Reason::ResourceLimit))
     );
 }
+
+/// A usage of 2^64 − 1 tokens (what a response can claim) saturates the run's and the
+/// window's counts: it never wraps them, so the next request is refused, not admitted.
+#[test]
+fn a_usage_past_any_count_saturates_and_never_wraps_an_allowance() {
+    let policy = ResourcePolicy {
+        allowances: [(
+            "acct".to_string(),
+            Allowance {
+                tokens: Some(1_000),
+                cost: None,
+                window_ms: 60_000,
+            },
+        )]
+        .into(),
+        ..ResourcePolicy::default()
+    };
+    let mut ledger = Ledger::new();
+    let with_account = |run: &str| AuthorizeArgs {
+        account_id: Some("acct".into()),
+        ..args(run, 1, 100, 10)
+    };
+    for run in ["a", "b"] {
+        let a = ledger.authorize(&policy, with_account(run), 0).unwrap();
+        assert_eq!(a.decision, Decision::Allow);
+    }
+    let usage = Usage {
+        cost: u64::MAX,
+        ..complete(u64::MAX, 1)
+    };
+    ledger.settle(&policy, "a", 1, usage, 1).unwrap();
+    ledger.settle(&policy, "b", 1, complete(1, 1), 1).unwrap();
+    let a = ledger.authorize(&policy, with_account("c"), 2).unwrap();
+    assert_eq!(
+        (a.decision, a.reason),
+        (Decision::Deny, Some(Reason::QuotaExhausted))
+    );
+}

@@ -526,12 +526,14 @@ where
             // its Wait streams stop keeping its tickets alive.
             .http2_keepalive_interval(Some(Duration::from_millis(g.keepalive_interval_ms)))
             .http2_keepalive_timeout(Some(Duration::from_millis(g.keepalive_timeout_ms)))
-            // Bounds every call but Wait, whose handler returns once the stream is open (a
-            // client's shorter grpc-timeout wins).
-            .timeout(Duration::from_millis(g.unary_timeout_ms))
             // Outermost, so it times what the caller gets (after framing's INVALID_ARGUMENT).
             .layer(crate::service::timing::RpcTiming(metrics.clone()))
             .layer(crate::service::framing::FramingErrorsAsBadInput)
+            // Bounds every call but Wait, whose handler returns once the stream is open (a
+            // client's shorter grpc-timeout wins), answering DEADLINE_EXCEEDED.
+            .layer(crate::service::deadline::Deadlines {
+                bound: Duration::from_millis(g.unary_timeout_ms),
+            })
             // One span per RPC; handlers fill in host_id, subject and decision (never a token
             // or an auth identity).
             .trace_fn(|req| {

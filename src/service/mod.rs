@@ -4,10 +4,12 @@
 //! and the loop that feeds a Wait stream ([`wait`]). Handlers validate at the
 //! [`edge`], call one store operation, and convert the answer back ([`replies`]); every
 //! failure becomes a status in one place ([`status`]). Tower
-//! layers around every service of the port: [`framing`] (broken framing is bad input) and
-//! [`timing`] (the RPC latency histograms).
+//! layers around every service of the port: [`framing`] (broken framing is bad input),
+//! [`deadline`] (a deadline that runs out is DEADLINE_EXCEEDED) and [`timing`] (the RPC
+//! latency histograms).
 
 pub mod admission;
+pub mod deadline;
 pub mod edge;
 pub mod ext_proc;
 pub mod framing;

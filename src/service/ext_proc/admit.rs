@@ -32,9 +32,7 @@ impl<S: Store> Exchange<S> {
         body: Vec<u8>,
         inbound: &mut Streaming<ProcessingRequest>,
     ) -> Result<Option<Vec<u8>>, ImmediateResponse> {
-        let ask = http_admission::ask(&self.policy, &pairs, &body, || {
-            format!("ext-proc-{:032x}", TicketId::random_key())
-        })
+        let ask = http_admission::ask(&self.policy, &pairs, &body, TicketId::random_key() as u64)
         .map_err(|e| self.refuse(400, "BAD_REQUEST", &e.to_string(), None))?;
         let Some(Tokens::OpenAi { default_max_tokens }) = self.policy.tokens.clone() else {
             self.admit(&ask, inbound).await?;
@@ -158,10 +156,10 @@ impl<S: Store> Exchange<S> {
             };
             match self.store.submit(&ask.host_id, args).await {
                 Ok(Ok((id, view))) if view.state.is_live() => return Ok((id, view, run_id)),
-                // The request id named an ended ticket (a client that reuses x-request-id):
-                // this request is another one.
+                // The run id (the stream's own) named another ticket (as likely as guessing
+                // 64 random bits): this request is another one.
                 Ok(Ok(_)) | Ok(Err(SubmitError::RunIdConflict { .. })) => {
-                    run_id = format!("{}.{:08x}", ask.run_id, TicketId::random_key() as u32);
+                    run_id = format!("ext-proc-{:032x}", TicketId::random_key());
                 }
                 Ok(Err(SubmitError::Refused(r) | SubmitError::Learning { refusal: r, .. })) => {
                     return Err(self.refused(r));
@@ -244,12 +242,20 @@ impl<S: Store> Exchange<S> {
                         Some(1),
                     ));
                 }
-                // Envoy gave up on the request (the client left, the request was reset).
+                // Envoy gave up on the request (the client left, the request was reset), or
+                // sent what it must not before the headers' answer.
                 m = inbound.message() => {
-                    if !matches!(m, Ok(Some(_))) {
-                        self.withdraw(id).await;
-                        return Err(self.refuse(499, "GONE", "the client went away", None));
-                    }
+                    self.withdraw(id).await;
+                    return Err(match m {
+                        Ok(None) => self.refuse(499, "GONE", "the client went away", None),
+                        Ok(Some(_)) => self.refuse(
+                            400,
+                            "OUT_OF_ORDER",
+                            "a message before the answer to the request's headers",
+                            None,
+                        ),
+                        Err(status) => self.unreadable(&status),
+                    });
                 }
             }
         }
@@ -274,6 +280,31 @@ impl<S: Store> Exchange<S> {
             crate::service::status::refusal_message(r),
             Some(retry),
         )
+    }
+
+    /// The refusal of a message that could not be read: 413 when it was larger than the
+    /// server's `grpc.max_message_bytes` (a request body, BUFFERED, is one message), 400 when
+    /// it was not a processing request; the same when the stream broke (nobody reads it then).
+    pub(super) fn unreadable(&self, status: &tonic::Status) -> ImmediateResponse {
+        if status.code() == tonic::Code::OutOfRange {
+            self.refuse(
+                413,
+                "BODY_TOO_LARGE",
+                &format!(
+                    "the request is larger than the admission authority takes \
+                     (grpc.max_message_bytes): {}",
+                    status.message()
+                ),
+                None,
+            )
+        } else {
+            self.refuse(
+                400,
+                "BAD_MESSAGE",
+                &format!("a message the admission authority cannot read: {}", status.message()),
+                None,
+            )
+        }
     }
 
     fn unavailable(&self, why: &str) -> ImmediateResponse {

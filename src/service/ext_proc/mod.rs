@@ -124,6 +124,7 @@ impl<S: Store> ext::external_processor_server::ExternalProcessor for ExtProcServ
             policy,
             tx,
             held: None,
+            started: false,
             pending: None,
             reserved: None,
             status: None,
@@ -150,6 +151,8 @@ struct Exchange<S> {
     tx: mpsc::Sender<Result<ProcessingResponse, Status>>,
     /// Set while the request holds its ticket; taken when it is released (exactly once).
     held: Option<Held>,
+    /// The request's headers came (a stream carries one request).
+    started: bool,
     /// A policy that reads the body: the request's headers until its body comes, and the
     /// body so far.
     pending: Option<(Headers, Vec<u8>)>,
@@ -196,9 +199,26 @@ impl<S: Store> Exchange<S> {
                     request: Some(part),
                     async_mode,
                 })) => (part, async_mode),
-                Ok(Some(_)) => continue,
-                // Envoy ended the stream (the HTTP stream is over, or was reset), or it broke.
-                Ok(None) | Err(_) => break,
+                // Envoy ended the stream (the HTTP stream is over, or was reset).
+                Ok(None) => break,
+                // A message the processor cannot take (too large, undecodable, empty) is
+                // refused, never a clean close: Envoy takes a stream that ends OK as
+                // "processing complete" and would send the request on, unadmitted.
+                Ok(Some(_)) => {
+                    let refused = self.refuse(
+                        400,
+                        "BAD_MESSAGE",
+                        "a processing request without a part",
+                        None,
+                    );
+                    self.stop(refused, None).await;
+                    break;
+                }
+                Err(status) => {
+                    let refused = self.unreadable(&status);
+                    self.stop(refused, Some(status)).await;
+                    break;
+                }
             };
             let had = self.held.is_some();
             match self.step(part.0, part.1, &mut inbound).await {
@@ -264,8 +284,12 @@ impl<S: Store> Exchange<S> {
         async_mode: bool,
         inbound: &mut Streaming<ProcessingRequest>,
     ) -> Step {
+        if let Some(refused) = self.out_of_order(&part) {
+            return self.answer(Answer::ImmediateResponse(refused), false, Step::Stop).await;
+        }
         let (answer, step) = match part {
             Part::RequestHeaders(h) => {
+                self.started = true;
                 let pairs = header_pairs(&h);
                 if self.policy.needs_body() && !h.end_of_stream {
                     // Admitted once the body is read (Envoy sends it, BUFFERED, before the
@@ -348,7 +372,14 @@ impl<S: Store> Exchange<S> {
             }
             Part::ResponseTrailers(_) => (Answer::ResponseTrailers(trailers()), Step::Ended),
         };
-        if !async_mode
+        let quiet = async_mode && !matches!(answer, Answer::ImmediateResponse(_));
+        self.answer(answer, quiet, step).await
+    }
+
+    /// Send `answer` (unless `quiet`: Envoy's async mode reads none) and go on with `step`;
+    /// `Stop` when Envoy is gone.
+    async fn answer(&self, answer: Answer, quiet: bool, step: Step) -> Step {
+        if !quiet
             && self
                 .tx
                 .send(Ok(ProcessingResponse {
@@ -361,6 +392,30 @@ impl<S: Store> Exchange<S> {
             return Step::Stop;
         }
         step
+    }
+
+    /// The refusal of a message that comes out of order: a second request's headers (a
+    /// stream is one request: it holds at most one ticket), or a part of a request before
+    /// its headers.
+    fn out_of_order(&self, part: &Part) -> Option<ext::ImmediateResponse> {
+        let why = match part {
+            Part::RequestHeaders(_) if self.started => {
+                "a second request headers message on one stream (a stream is one request)"
+            }
+            Part::RequestHeaders(_) => return None,
+            _ if !self.started => "a message before the request's headers",
+            _ => return None,
+        };
+        Some(self.refuse(400, "OUT_OF_ORDER", why, None))
+    }
+
+    /// End the stream with `refused` (an immediate answer Envoy enforces) and, when the
+    /// inbound stream failed, an error status after it, so the stream never ends OK.
+    async fn stop(&self, refused: ext::ImmediateResponse, failed: Option<Status>) {
+        let _ = self.answer(Answer::ImmediateResponse(refused), false, Step::Stop).await;
+        if let Some(status) = failed {
+            let _ = self.tx.send(Err(status)).await;
+        }
     }
 
     async fn renew(&mut self) {
