@@ -12,46 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use admission_authority::api;
-use bytes::{Buf, BufMut, Bytes};
-use common::{Server, eventually, release, stats, submit_req};
+use bytes::Bytes;
+use common::{Raw, Server, eventually, release, stats, submit_req};
 use tonic::Code;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-
-/// Sends the bytes it is given as the request message and hands back the response's bytes.
-#[derive(Clone, Copy, Default)]
-struct Raw;
-
-impl Codec for Raw {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = Raw;
-    type Decoder = Raw;
-    fn encoder(&mut self) -> Raw {
-        Raw
-    }
-    fn decoder(&mut self) -> Raw {
-        Raw
-    }
-}
-
-impl Encoder for Raw {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for Raw {
-    type Item = Vec<u8>;
-    type Error = tonic::Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
-        let mut v = vec![0; src.remaining()];
-        src.copy_to_slice(&mut v);
-        Ok(Some(v))
-    }
-}
 
 async fn raw_call(server: &Server, path: &'static str, body: &[u8]) -> tonic::Status {
     let mut grpc = tonic::client::Grpc::new(server.channel().await);

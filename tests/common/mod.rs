@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use admission_authority::api::{
     self, admission_client::AdmissionClient, operator_client::OperatorClient,
 };
+use bytes::{Buf, BufMut};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_admission-authority");
@@ -364,4 +366,40 @@ pub fn rss_kib(pid: u32) -> u64 {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap()
+}
+
+/// Sends the bytes it is given as the request message and hands back the response's bytes.
+#[derive(Clone, Copy, Default)]
+pub struct Raw;
+
+impl Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let mut v = vec![0; src.remaining()];
+        src.copy_to_slice(&mut v);
+        Ok(Some(v))
+    }
 }
