@@ -953,3 +953,63 @@ async fn a_stream_without_a_policy_name_takes_the_only_policy() {
         "{refused:?}"
     );
 }
+
+/// A prompt larger than the authority's message limit (300 KB against 256 KiB): answered 413
+/// `BODY_TOO_LARGE` and never sent upstream. Before, the processor's stream ended OK, Envoy
+/// took that as "go on", and the upstream served it unadmitted and unreserved.
+#[tokio::test]
+async fn a_body_past_the_message_limit_never_reaches_the_upstream() {
+    let server = authority_with(
+        "too-large",
+        "{ total: 4, per_subject: 4 }",
+        "allowances:\n  gpt-x: { tokens: 1000, window: 24h }\n",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start_with("too-large", upstream.port, server.addr.port(), "tokens", true);
+    let prompt = "a".repeat(300 * 1000);
+    let body = format!(
+        r#"{{"model":"gpt-x","max_tokens":10,"messages":[{{"role":"user","content":"{prompt}"}}]}}"#
+    );
+    let (status, headers, _) = post(envoy.port, &[("x-tenant", "alice")], &body);
+    assert_eq!(
+        (status, header(&headers, "x-admission-refused")),
+        (413, Some("BODY_TOO_LARGE"))
+    );
+    assert_eq!(upstream.seen().total, 0, "the upstream never saw it");
+    assert_eq!(stats_of(&server).await.admitted, 0);
+}
+
+/// Eight requests at once with one tenant and one `x-request-id` (Envoy passes a client's
+/// through), held 1 s each, under a per-tenant cap of 3: the upstream sees at most 3 at once.
+/// Before, all eight shared one ticket and the upstream saw 8.
+#[tokio::test]
+async fn requests_that_reuse_a_request_id_each_take_a_slot() {
+    let server = authority(
+        "request-id",
+        "{ total: 10, per_subject: 3, queue: { total: 50, per_subject: 50 } }",
+    );
+    let upstream = Upstream::start();
+    let envoy = Envoy::start("request-id", upstream.port, server.addr.port(), "chat");
+    let port = envoy.port;
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                get(
+                    port,
+                    "/",
+                    &[
+                        ("x-tenant", "alice"),
+                        ("x-request-id", "one-id"),
+                        ("x-delay-ms", "1000"),
+                    ],
+                )
+                .map(|r| r.0)
+            })
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), Some(200));
+    }
+    let seen = upstream.seen();
+    assert_eq!((seen.total, seen.max), (8, 3), "the tenant's cap of 3 held");
+}

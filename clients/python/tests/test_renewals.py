@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -169,3 +170,27 @@ def test_a_holder_keeps_its_slot_through_a_replica_frozen_or_killed_under_it(
                 assert other.stats().expired == 0
         with AdmissionClient(b.addr, host_id="renew") as other:
             eventually("the slot released through the live replica", lambda: other.stats().in_flight == 0 or None)
+
+
+def test_a_slot_that_has_been_left_is_never_reclaimed(start_server: Callable[..., Server]) -> None:
+    # The background renewer's Renew is in flight (held here until the lease has lapsed, so it
+    # answers EXPIRED) when the run leaves its slot. Before, the renewer then re-registered the
+    # finished run (Reclaim) and the exit released it again: for those moments a finished run
+    # held its slot (and a serial key beside its new holder).
+    server = start_server("--total", "2", "--lease-ttl", "300ms")
+    with AdmissionClient(server.addr, host_id="h") as client, AdmissionClient(server.addr, host_id="h") as observer:
+        renew = client.stub.Renew
+        in_flight, left = threading.Event(), threading.Event()
+
+        def held_renew(req: Any, **kw: Any) -> Any:
+            in_flight.set()
+            left.wait(5)
+            eventually("the lease lapsed", lambda: observer.stats().expired == 1 or None)
+            return renew(req, **kw)
+
+        client.stub.Renew = held_renew  # type: ignore[assignment]
+        with client.slot("alice", run_id="run-1"):
+            assert in_flight.wait(5), "the renewer renews"
+            left.set()
+        s = observer.stats()
+        assert (s.reclaimed, s.in_flight) == (0, 0), s

@@ -404,6 +404,9 @@ export class SlotHandle {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private released: Promise<void> | undefined;
+  /** A Reclaim under way: the slot's Release is sent once it is answered, so the authority
+   * never takes the Reclaim last. */
+  private reclaiming: Promise<void> | undefined;
 
   constructor(
     private readonly client: AdmissionClient,
@@ -446,8 +449,13 @@ export class SlotHandle {
       );
       let state = r.tickets[0]?.state ?? gen.TicketState.TICKET_STATE_ADMITTED;
       if (r.tickets[0]?.supersededBy) this.supersededBy = r.tickets[0].supersededBy;
+      // Never once the run has left its slot (release() was called while the Renew was under
+      // way): a finished run holds nothing again.
+      if (this.stopped) return;
       if (state === gen.TicketState.TICKET_STATE_EXPIRED && this.held !== undefined && !this.lost) {
-        const back = await this.client.call(this.client.stub.reclaim, this.held);
+        const reclaim = this.client.call(this.client.stub.reclaim, this.held);
+        this.reclaiming = reclaim.then(() => undefined, () => undefined);
+        const back = await reclaim;
         if (back.reclaimed) this.reclaims += 1;
         state = back.state;
       }
@@ -473,11 +481,12 @@ export class SlotHandle {
     this.stopped = true;
     clearTimeout(this.timer);
     const outcome = report.outcome ?? (report.error !== undefined ? outcomeOf(report.error) : this.outcome);
-    this.released ??= this.client.releaseTicket(
-      this.ticketId,
+    const measured =
       outcome === undefined
         ? undefined
-        : { outcome: OUTCOMES[outcome], latencyMs: report.latencyMs ?? Date.now() - this.admittedAt },
+        : { outcome: OUTCOMES[outcome], latencyMs: report.latencyMs ?? Date.now() - this.admittedAt };
+    this.released ??= (this.reclaiming ?? Promise.resolve()).then(() =>
+      this.client.releaseTicket(this.ticketId, measured),
     );
     return this.released;
   }

@@ -183,16 +183,23 @@ class _Renewer:
 
     def __init__(self, client: AsyncAdmissionClient, slot: Slot, req: pb.SubmitRequest) -> None:
         self._task: asyncio.Task[None] | None = None
+        #: Held while the ticket is re-registered (Reclaim), which is never cancelled half-way:
+        #: the slot's Release must come after it, or the authority could take the Reclaim last.
+        self.reclaiming = asyncio.Lock()
         self._timer = asyncio.get_running_loop().call_later(_renew_every(slot), self._start, client, slot, req)
 
     def _start(self, client: AsyncAdmissionClient, slot: Slot, req: pb.SubmitRequest) -> None:
-        self._task = asyncio.get_running_loop().create_task(client._renew_until(slot, req, due=True))
+        self._task = asyncio.get_running_loop().create_task(
+            client._renew_until(slot, req, due=True, reclaiming=self.reclaiming)
+        )
 
     async def stop(self) -> None:
-        """Stop renewing (waiting for a renewal under way to end)."""
+        """Stop renewing (waiting for a renewal under way to end, and for a Reclaim under way
+        to be answered): once it returns, nothing re-registers the slot."""
         self._timer.cancel()
         if self._task is not None:
-            self._task.cancel()
+            async with self.reclaiming:
+                self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
@@ -663,8 +670,11 @@ class AdmissionClient(_Connection):
             elif r.state != pb.TICKET_STATE_ADMITTED:
                 raise _ended(r.ticket_id, r.state, r.superseded_by, req.run_id)
             stop = threading.Event()
+            # Held by the renewer while it re-registers the ticket, and by the run's exit while
+            # it stops the renewer: a slot that has been left is never reclaimed.
+            leaving = threading.Lock()
             renewer = threading.Thread(
-                target=self._renew_until, args=(slot, stop, req), daemon=True,
+                target=self._renew_until, args=(slot, stop, req, leaving), daemon=True,
                 name="admission-renew",
             )
             renewer.start()
@@ -676,7 +686,8 @@ class AdmissionClient(_Connection):
                 failure = e
                 raise
             finally:
-                stop.set()
+                with leaving:
+                    stop.set()
                 renewer.join()
                 release = _report(slot, failure, started)
         finally:
@@ -767,14 +778,17 @@ class AdmissionClient(_Connection):
 
         threading.Thread(target=run, daemon=True, name="admission-release-run").start()
 
-    def _renew_until(self, slot: Slot, stop: threading.Event, req: pb.SubmitRequest) -> None:
+    def _renew_until(
+        self, slot: Slot, stop: threading.Event, req: pb.SubmitRequest, leaving: threading.Lock
+    ) -> None:
         """Renew every third of the lease until ``stop``. A Renew that fails is retried at
         once with backoff (each try waits at most half an interval, and a channel of several
         addresses sends it to another replica), not an interval later, so the lease is lost
         only when the authority was unreachable for most of it. A ticket the authority no
         longer knows (EXPIRED: its store lost it, or its lease ran out while this replica was
         cut off) is re-registered with Reclaim, so its run keeps counting against the caps;
-        only a refused Reclaim (the ticket ended) marks the slot lost."""
+        only a refused Reclaim (the ticket ended) marks the slot lost. Never once the run has
+        left its slot (``stop``, set under ``leaving``): a finished run holds nothing again."""
         every = _renew_every(slot)
         wait = every
         while not stop.wait(wait):
@@ -787,7 +801,10 @@ class AdmissionClient(_Connection):
                     state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
                     superseded_by = r.tickets[0].superseded_by if r.tickets else ""
                     if state == pb.TICKET_STATE_EXPIRED:
-                        back = self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
+                        with leaving:
+                            if stop.is_set():
+                                return
+                            back = self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
                         state, reclaimed = back.state, back.reclaimed
                 except ClientClosed as e:
                     _reclaim_refused(slot, e)
@@ -1285,9 +1302,18 @@ class AsyncAdmissionClient(_Connection):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _renew_until(self, slot: Slot, req: pb.SubmitRequest, *, due: bool = False) -> None:
+    async def _renew_until(
+        self,
+        slot: Slot,
+        req: pb.SubmitRequest,
+        *,
+        due: bool = False,
+        reclaiming: asyncio.Lock | None = None,
+    ) -> None:
         """As :meth:`AdmissionClient._renew_until`, until cancelled; ``due``: the first renewal
-        is due now."""
+        is due now. A Reclaim runs under ``reclaiming``, which the slot's exit takes before it
+        cancels this: a slot that has been left is never reclaimed."""
+        reclaiming = reclaiming or asyncio.Lock()
         every = _renew_every(slot)
         while True:
             if not due:
@@ -1304,7 +1330,8 @@ class AsyncAdmissionClient(_Connection):
                     state = r.tickets[0].state if r.tickets else pb.TICKET_STATE_ADMITTED
                     superseded_by = r.tickets[0].superseded_by if r.tickets else ""
                     if state == pb.TICKET_STATE_EXPIRED:
-                        back = await self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
+                        async with reclaiming:
+                            back = await self.stub.Reclaim(_held(req, slot), timeout=every, metadata=self._md)
                         state, reclaimed = back.state, back.reclaimed
                 except ClientClosed as e:
                     _reclaim_refused(slot, e)

@@ -736,3 +736,58 @@ test("a deadline that ran out on the server is DEADLINE_EXCEEDED, as one that ra
   assert.equal(other.code, grpcStatus.CANCELLED);
   assert.ok(!other.retryable);
 });
+
+test("a slot that has been left is never reclaimed by its renewer", async () => {
+  // The renewer's Renew is under way when the authority (in memory) restarts and forgets the
+  // ticket, and the run leaves its slot meanwhile (its Release finds nothing to free). Before,
+  // the renewer then heard EXPIRED and re-registered the finished run (Reclaim): it held its
+  // slot (and a serial key) until its lease ran out.
+  const addr = `127.0.0.1:${await freePort()}`;
+  const flags = ["--total", "2", "--lease-ttl", "600ms", "--listen", addr];
+  const first = await startServer(...flags);
+  let second: Awaited<ReturnType<typeof startServer>> | undefined;
+  const client = new AdmissionClient(addr, { hostId: "h" });
+  try {
+    const slot = await client.acquire("alice", { runId: "run-1" });
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const stub = client.stub as any;
+    const renew = stub.renew;
+    let reclaims = 0;
+    const reclaim = stub.reclaim;
+    stub.reclaim = function (...args: unknown[]) {
+      reclaims += 1;
+      return reclaim.apply(stub, args);
+    };
+    let entered!: () => void;
+    const inFlight = new Promise<void>((r) => (entered = r));
+    let go!: () => void;
+    const proceed = new Promise<void>((r) => (go = r));
+    let answered!: () => void;
+    const heard = new Promise<void>((r) => (answered = r));
+    stub.renew = function (req: unknown, md: unknown, opts: unknown, cb: (e: unknown, r: unknown) => void) {
+      entered();
+      void proceed.then(() =>
+        renew.call(stub, req, md, opts, (e: unknown, r: unknown) => {
+          cb(e, r);
+          answered();
+        }),
+      );
+      return {};
+    };
+    await inFlight;
+    await first.kill();
+    second = await startServer(...flags);
+    await slot.release();
+    go();
+    await heard;
+    // What the renewer does on the answer runs in the microtasks before this.
+    await new Promise((r) => setImmediate(r));
+    assert.equal(reclaims, 0, "no Reclaim once the slot was left");
+    const s = await client.stats();
+    assert.deepEqual([s.reclaimed, s.inFlight], [0, 0]);
+  } finally {
+    client.close();
+    await first.stop();
+    await second?.stop();
+  }
+});
