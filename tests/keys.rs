@@ -228,6 +228,85 @@ async fn every_policy_on_redis() {
     every_policy(true).await;
 }
 
+/// The newest message wins by when it was first sent: m0 holds a serial-keep-newest key, m1
+/// waits and its ticket lapses (no Wait stream, no renewal), m2 queues, then m1 is submitted
+/// again with `resubmit_expired`. m1's new ticket is superseded at once by m2, and m2 runs
+/// after m0. (Before, m1's new ticket superseded m2: the older message ran.)
+async fn resubmission(redis: bool) {
+    let s = server("resubmit", redis, common::free_port());
+    let mut c = s.client().await;
+    let mut ops = s.operator().await;
+    use api::KeyPolicy as P;
+    use api::TicketState as S;
+    let m0 = submit(&mut c, keyed("m0", "conv", P::SerialKeepNewest)).await;
+    let m1 = submit(&mut c, keyed("m1", "conv", P::SerialKeepNewest)).await;
+    assert_eq!(
+        (state_of(m0.state), state_of(m1.state)),
+        (S::Admitted, S::Queued)
+    );
+    // m0 is renewed while m1's lease (3 s) runs out.
+    common::eventually("m1's ticket lapsed", Duration::from_secs(10), || {
+        let (mut c, mut ops, m0) = (c.clone(), ops.clone(), m0.ticket_id.clone());
+        let m1 = m1.ticket_id.clone();
+        async move {
+            c.renew(api::RenewRequest {
+                ticket_ids: vec![m0],
+                rss_mb: None,
+            })
+            .await
+            .unwrap();
+            let live = ops
+                .list_tickets(api::ListTicketsRequest {
+                    host_id: "h".into(),
+                    limit: 100,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .tickets;
+            live.iter().all(|t| t.ticket_id != m1).then_some(())
+        }
+    })
+    .await;
+    let m2 = submit(&mut c, keyed("m2", "conv", P::SerialKeepNewest)).await;
+    assert_eq!(state_of(m2.state), S::Queued);
+    let mut again = keyed("m1", "conv", P::SerialKeepNewest);
+    again.resubmit_expired = true;
+    let again = submit(&mut c, again).await;
+    assert_eq!(
+        (state_of(again.state), again.superseded_by.as_str()),
+        (S::Superseded, m2.ticket_id.as_str()),
+        "the older message is the one superseded"
+    );
+    let live = ops
+        .list_tickets(api::ListTicketsRequest {
+            host_id: "h".into(),
+            limit: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tickets;
+    assert!(live.iter().any(|t| t.ticket_id == m2.ticket_id), "{live:?}");
+    release(&mut c, &m0.ticket_id).await;
+    assert_eq!(
+        state_of(last_event(&mut c, &m2.ticket_id).await.state),
+        S::Admitted,
+        "the newest runs after the first"
+    );
+    release(&mut c, &m2.ticket_id).await;
+}
+
+#[tokio::test]
+async fn a_resubmitted_message_is_superseded_by_a_newer_one_in_memory() {
+    resubmission(false).await;
+}
+
+#[tokio::test]
+async fn a_resubmitted_message_is_superseded_by_a_newer_one_on_redis() {
+    resubmission(true).await;
+}
+
 /// Debounce across processes: messages 100 ms apart with a 400 ms debounce. Each supersedes
 /// the one before; the last is admitted once the key was quiet for the debounce, not before.
 async fn debounce(redis: bool) {

@@ -657,7 +657,7 @@ fn scratch(name: &str) -> PathBuf {
 async fn a_dir_written_now_holds_every_item() {
     let dir = scratch("upgrade-fresh");
     write_every_kind_of_state(&dir).await;
-    assert_eq!(formats(&dir).0, "format 4");
+    assert_eq!(formats(&dir).0, "format 5");
     let copy = scratch("upgrade-fresh-opened");
     copy_dir(&dir, &copy);
     check_every_item(&copy, true, true).await;
@@ -690,8 +690,8 @@ fn formats(dir: &Path) -> (String, Vec<(String, u8)>) {
 }
 
 /// The dir of format 1 (written by the build before the data dir had a format of its own)
-/// opens, every item is as written, and it has been rewritten in format 4: a second opening
-/// reads only format 4 and finds the same.
+/// opens, every item is as written, and it has been rewritten in format 5: a second opening
+/// reads only format 5 and finds the same.
 #[tokio::test]
 async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
     let dir = scratch("upgrade-v1");
@@ -699,11 +699,11 @@ async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
     assert_eq!(formats(&dir).0, "format 1");
     check_every_item(&dir, false, false).await;
     let (format, files) = formats(&dir);
-    assert_eq!(format, "format 4");
-    assert!(files.iter().all(|(_, v)| *v == 4), "{files:?}");
+    assert_eq!(format, "format 5");
+    assert!(files.iter().all(|(_, v)| *v == 5), "{files:?}");
     assert!(files.iter().any(|(f, _)| f.ends_with(".aas")), "{files:?}");
     // The check's own calls (repeated Submits, Authorizes) are in the new log; what it wrote
-    // itself is checked again after a restart in format 4.
+    // itself is checked again after a restart in format 5.
     let clock = ManualClock::new(0);
     let store = open(&dir, &clock, 64 << 20);
     let stats = store.stats(HOST).await.unwrap();
@@ -712,7 +712,7 @@ async fn the_format_1_fixture_opens_with_every_item_and_is_rewritten() {
 }
 
 /// The dir of format 2 as the last build of format 2 wrote it (with rate limit counters)
-/// opens with every item, and is rewritten in format 4: a build of format 2 refuses it from
+/// opens with every item, and is rewritten in format 5: a build of format 2 refuses it from
 /// then on as newer, rather than misread a subtraction.
 #[tokio::test]
 async fn the_format_2_fixture_opens_with_every_item_and_is_rewritten() {
@@ -721,12 +721,12 @@ async fn the_format_2_fixture_opens_with_every_item_and_is_rewritten() {
     assert_eq!(formats(&dir).0, "format 2");
     check_every_item(&dir, true, false).await;
     let (format, files) = formats(&dir);
-    assert_eq!(format, "format 4");
-    assert!(files.iter().all(|(_, v)| *v == 4), "{files:?}");
+    assert_eq!(format, "format 5");
+    assert!(files.iter().all(|(_, v)| *v == 5), "{files:?}");
 }
 
 /// The dir of format 3 as the last build of format 3 wrote it (with a rate limit subtraction
-/// in its log) opens with every item, and is rewritten in format 4.
+/// in its log) opens with every item, and is rewritten in format 5.
 #[tokio::test]
 async fn the_format_3_fixture_opens_with_every_item() {
     let dir = scratch("upgrade-v3");
@@ -734,17 +734,30 @@ async fn the_format_3_fixture_opens_with_every_item() {
     assert_eq!(formats(&dir).0, "format 3");
     check_every_item(&dir, true, false).await;
     let (format, files) = formats(&dir);
-    assert_eq!(format, "format 4");
-    assert!(files.iter().all(|(_, v)| *v == 4), "{files:?}");
+    assert_eq!(format, "format 5");
+    assert!(files.iter().all(|(_, v)| *v == 5), "{files:?}");
 }
 
-/// The dir of format 4 as it is written now (with keyed tickets in its snapshot and its log)
-/// opens with every item.
+/// The dir of format 4 as the last build of format 4 wrote it (with keyed tickets in its
+/// snapshot and its log) opens with every item, and is rewritten in format 5.
 #[tokio::test]
 async fn the_format_4_fixture_opens_with_every_item() {
     let dir = scratch("upgrade-v4");
     copy_dir(&fixture(4), &dir);
     assert_eq!(formats(&dir).0, "format 4");
+    check_every_item(&dir, true, true).await;
+    let (format, files) = formats(&dir);
+    assert_eq!(format, "format 5");
+    assert!(files.iter().all(|(_, v)| *v == 5), "{files:?}");
+}
+
+/// The dir of format 5 as it is written now (its snapshot with the places of ended keyed
+/// tickets) opens with every item.
+#[tokio::test]
+async fn the_format_5_fixture_opens_with_every_item() {
+    let dir = scratch("upgrade-v5");
+    copy_dir(&fixture(5), &dir);
+    assert_eq!(formats(&dir).0, "format 5");
     check_every_item(&dir, true, true).await;
 }
 
@@ -757,7 +770,7 @@ async fn a_format_2_dir_written_before_rate_limits_opens_with_every_item() {
     copy_dir(&fixture_named("v2-before-rate-limits"), &dir);
     assert_eq!(formats(&dir).0, "format 2");
     check_every_item(&dir, false, false).await;
-    assert_eq!(formats(&dir).0, "format 4");
+    assert_eq!(formats(&dir).0, "format 5");
 }
 
 /// A crash at any point of the rewrite of a format 1 dir leaves one that opens with every
@@ -808,7 +821,7 @@ async fn a_rewrite_cut_short_at_any_step_leaves_a_dir_that_opens() {
         cut(&dir, step);
         eprintln!("cut short: {what}");
         check_every_item(&dir, false, false).await;
-        assert_eq!(formats(&dir).0, "format 4", "{what}");
+        assert_eq!(formats(&dir).0, "format 5", "{what}");
     }
 }
 
@@ -819,7 +832,7 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
     copy_dir(&fixture(3), &dir);
     std::fs::write(
         dir.join("FORMAT"),
-        "admission-authority data dir\nformat 5\nepoch_us 0\n",
+        "admission-authority data dir\nformat 6\nepoch_us 0\n",
     )
     .unwrap();
     let options = OpenOptions {
@@ -835,7 +848,7 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
         .expect("refused")
         .to_string();
     assert!(
-        err.contains("format 5") && err.contains("formats 1 to 4") && err.contains("FORMAT"),
+        err.contains("format 6") && err.contains("formats 1 to 5") && err.contains("FORMAT"),
         "{err}"
     );
     // A file of a newer format is refused the same way, even under a FORMAT this build reads.
@@ -847,14 +860,14 @@ fn a_dir_of_a_newer_format_is_refused_naming_both_versions() {
         .unwrap()
         .0;
     let mut bytes = std::fs::read(dir.join(&segment)).unwrap();
-    bytes[7] = 5;
+    bytes[7] = 6;
     std::fs::write(dir.join(&segment), bytes).unwrap();
     let err = MemoryStore::open(&options, policy(), Arc::new(ManualClock::new(0)))
         .err()
         .expect("refused")
         .to_string();
     assert!(
-        err.contains(&segment) && err.contains("format 5") && err.contains("newer"),
+        err.contains(&segment) && err.contains("format 6") && err.contains("newer"),
         "{err}"
     );
 }
@@ -941,7 +954,7 @@ fn data_dir_inspect_prints_each_count_and_changes_nothing() {
         let (ok, text) = inspect(&dir, false);
         assert!(ok, "{text}");
         for line in [
-            format!("format {version} (this build writes format 4)"),
+            format!("format {version} (this build writes format 5)"),
             "in use: no".to_string(),
             "hosts: 2".to_string(),
             "shop: admitted 3, queued 3, parked 1, retained 3; reservations open 2 (uncertain \
@@ -970,7 +983,7 @@ fn data_dir_inspect_prints_each_count_and_changes_nothing() {
         }
         assert_eq!(
             text.contains("older: serving from it rewrites it"),
-            version < 4,
+            version < 5,
             "{text}"
         );
         let (ok, json) = inspect(&dir, true);
@@ -1076,7 +1089,7 @@ fn a_server_killed_while_it_rewrites_an_old_dir_leaves_one_that_opens() {
             continue; // it served: what it changed since is not the rewrite's
         }
         before += 1;
-        if formats(&dir).0 == "format 4" {
+        if formats(&dir).0 == "format 5" {
             rewritten += 1;
         }
         assert_eq!(
@@ -1091,7 +1104,7 @@ fn a_server_killed_while_it_rewrites_an_old_dir_leaves_one_that_opens() {
         let stats = store.stats(HOST).await_blocking().unwrap();
         assert_eq!((stats.in_flight, stats.queued, stats.parked), (3, 3, 1));
         store.close();
-        assert_eq!(formats(&dir).0, "format 4");
+        assert_eq!(formats(&dir).0, "format 5");
     }
     assert!(before > 0, "no kill landed before the server listened");
     eprintln!("{before} kills before listening, {rewritten} of them after FORMAT was rewritten");

@@ -81,6 +81,8 @@ pub struct EndedImage {
     pub answers_run: bool,
     /// SUPERSEDED: the ticket that ended it.
     pub superseded_by: Option<TicketKey>,
+    /// A keyed ticket's place among its key's (0 without a key).
+    pub key_seq: u64,
 }
 
 impl HostState {
@@ -127,6 +129,7 @@ impl HostState {
                     forget_at: *forget_at,
                     answers_run: self.runs.get(run_id) == Some(key),
                     superseded_by: e.superseded_by,
+                    key_seq: e.key_seq,
                 })
             })
             .collect();
@@ -316,6 +319,7 @@ impl HostState {
                             state: e.state,
                             grant: e.grant,
                             superseded_by: e.superseded_by,
+                            key_seq: e.key_seq,
                         },
                     )
                     .is_some()

@@ -14,13 +14,24 @@
 //!   dispatched only when the key has no holder and it is the key's oldest live ticket;
 //! * a debounced ticket is not dispatched before its `ready_at`: `debounce` after its Submit,
 //!   but no later than `debounce_max` after the first ticket of its burst (the chain of queued
-//!   tickets that superseded each other).
+//!   tickets that superseded each other);
+//! * a key's tickets are ordered by when their runs were first sent: a run submitted again
+//!   after its queued ticket lapsed (`resubmit_expired`) takes the place its lapsed ticket
+//!   had, so under keep-newest it never supersedes a ticket sent after it — it is the one
+//!   superseded, at once, by the key's newest live ticket — and a serial key runs it in its
+//!   first place.
 
 use super::*;
 
 /// What a new ticket's key asks before it is placed (see [`HostState::key_plan`]).
 #[derive(Default)]
 pub(super) struct KeyPlan {
+    /// Its place among the key's tickets when its run had one (a resubmission), else 0 (the
+    /// next).
+    pub(super) place: u64,
+    /// A live ticket of its key sent after its run first was, the newest (keep-newest): it
+    /// supersedes the new ticket at once.
+    pub(super) superseded_by: Option<TicketKey>,
     /// The key's queued tickets it supersedes once it is accepted, oldest first.
     pub(super) waiters: Vec<TicketKey>,
     /// Debounced: when its burst began and when it may be dispatched.
@@ -62,20 +73,59 @@ impl HostState {
         Ok(())
     }
 
-    /// What a new ticket of this key asks before it is placed: the waiters it supersedes, its
+    /// What a new ticket of this key asks before it is placed (at `place`, its run's first,
+    /// or 0 for the next): a newer ticket that supersedes it, or the waiters it supersedes, its
     /// debounce, and whether it waits on its key.
-    pub(super) fn key_plan(&self, keyed: &KeyArgs, now: Millis) -> KeyPlan {
-        let waiters = self.key_waiters(keyed);
+    pub(super) fn key_plan(&self, keyed: &KeyArgs, place: u64, now: Millis) -> KeyPlan {
+        let ks = self.keys.get(keyed.key.as_str());
+        if place > 0 && keyed.policy.keeps_newest() {
+            let newer = ks.and_then(|ks| ks.tickets.range(place + 1..).next_back());
+            if let Some((_, &newest)) = newer {
+                return KeyPlan {
+                    place,
+                    superseded_by: Some(newest),
+                    ..KeyPlan::default()
+                };
+            }
+        }
+        let waiters = self.key_waiters(keyed, place);
         let debounce = (keyed.debounce_ms > 0).then(|| {
             let since = self.burst_of(&waiters).unwrap_or(now);
             (since, debounce_ready_at(keyed, since, now))
         });
         let waits = debounce.is_some_and(|(_, ready)| ready > now) || self.key_holds_new(keyed);
         KeyPlan {
+            place,
+            superseded_by: None,
             waiters,
             debounce,
             waits,
         }
+    }
+
+    /// A Submit whose run was sent before a live ticket of its key (`by`, the newest):
+    /// its ticket `key` ends SUPERSEDED at once, at the run's first `place`, taking nothing.
+    pub(super) fn superseded_at_submit(
+        &mut self,
+        limits: &Limits,
+        args: SubmitArgs,
+        key: TicketKey,
+        by: TicketKey,
+        place: u64,
+        now: Millis,
+    ) -> TicketView {
+        self.counters.submitted += 1;
+        self.counters.superseded += 1;
+        let run_id: Arc<str> = Arc::from(args.run_id);
+        self.runs.insert(run_id.clone(), key);
+        let ended = Ended {
+            state: TicketState::Superseded,
+            grant: 0,
+            superseded_by: Some(by),
+            key_seq: place,
+        };
+        self.remember(limits, key, ended, run_id, now);
+        self.view(limits, key, now).expect("just remembered")
     }
 
     /// A new keyed ticket was inserted under `key`: tell the key's holders (supersede_running)
@@ -114,16 +164,19 @@ impl HostState {
         }
     }
 
-    /// The queued tickets a new keep-newest ticket of this key supersedes, oldest first.
-    fn key_waiters(&self, keyed: &KeyArgs) -> Vec<TicketKey> {
+    /// The queued tickets a new keep-newest ticket of this key supersedes, oldest first: those
+    /// sent before it (before `place` when it has one).
+    fn key_waiters(&self, keyed: &KeyArgs, place: u64) -> Vec<TicketKey> {
         if !keyed.policy.keeps_newest() {
             return Vec::new();
         }
+        let before = if place > 0 { place } else { u64::MAX };
         self.keys
             .get(keyed.key.as_str())
             .map_or_else(Vec::new, |ks| {
                 ks.tickets
-                    .values()
+                    .range(..before)
+                    .map(|(_, k)| k)
                     .filter(|k| self.tickets[*k].state == TicketState::Queued)
                     .copied()
                     .collect()
@@ -187,10 +240,15 @@ impl HostState {
         }
     }
 
-    /// Index a new ticket under its key (the ticket is inserted, its state still to set).
-    pub(super) fn key_join(&mut self, keyed: &KeyArgs, key: TicketKey) {
-        self.next_key_seq += 1;
-        let seq = self.next_key_seq;
+    /// Index a new ticket under its key at `place` (its run's first; 0: the next), the
+    /// ticket inserted, its state still to set.
+    pub(super) fn key_join(&mut self, keyed: &KeyArgs, key: TicketKey, place: u64) {
+        let seq = if place > 0 {
+            place
+        } else {
+            self.next_key_seq += 1;
+            self.next_key_seq
+        };
         let name = match self.keys.get_key_value(keyed.key.as_str()) {
             Some((k, _)) => k.clone(),
             None => {

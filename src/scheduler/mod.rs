@@ -15,7 +15,8 @@
 //! `estimates` the hold average, places and waits; `image` the host as plain data (what a
 //! store writes down to bring it back); `shadow` shadow mode; `views` what callers
 //! see (view, list, stats); `blocked` why a waiter waits; `keys` a Submit's key and its policy
-//! (supersede, serial, debounce); `reclaim` re-registration; `adaptive`
+//! (supersede, serial, debounce); `time` leases running out and everything else time does;
+//! `reclaim` re-registration; `adaptive`
 //! the adaptive account cap; `limits` a host's limits; `audit` the invariant audit. Each room
 //! adds methods to [`HostState`] and touches only what its opening comment says.
 
@@ -35,6 +36,7 @@ mod shadow;
 mod tests;
 #[cfg(test)]
 mod tests_keys;
+mod time;
 mod types;
 mod views;
 
@@ -97,6 +99,9 @@ struct Ended {
     grant: u64,
     /// SUPERSEDED: the ticket that ended it.
     superseded_by: Option<TicketKey>,
+    /// A keyed ticket's place among its key's (0 without a key): a Submit of its run again
+    /// (`resubmit_expired`) takes this place, when its run first came.
+    key_seq: u64,
 }
 
 #[derive(Debug, Default)]
@@ -241,6 +246,12 @@ impl HostState {
                     .get(&key)
                     .is_some_and(|e| e.state == TicketState::Expired)
         };
+        // A resubmission takes the place among its key's tickets its run first had.
+        let first_place = self
+            .runs
+            .get(args.run_id.as_str())
+            .filter(|k| lapsed(self, **k))
+            .map_or(0, |k| self.ended[k].key_seq);
         if let Some(&existing) = self
             .runs
             .get(args.run_id.as_str())
@@ -288,8 +299,12 @@ impl HostState {
         let ended_before = self.counters.shed + self.counters.superseded;
         let plan = keyed
             .as_ref()
-            .map(|k| self.key_plan(k, now))
+            .map(|k| self.key_plan(k, first_place, now))
             .unwrap_or_default();
+        if let Some(newer) = plan.superseded_by {
+            // Sent before a live ticket of its key: that newer one wins, at once.
+            return Ok(self.superseded_at_submit(limits, args, key, newer, first_place, now));
+        }
         let soft = self.is_soft(limits, &instance, now);
         let eligible =
             !soft && !plan.waits && self.fits(limits, &args.subject, args.account_id.as_deref());
@@ -305,7 +320,7 @@ impl HostState {
         // The key's waiters leave before the newcomer's names are interned (ending them may
         // drop idle names, as shedding does).
         self.supersede(limits, &plan.waiters, key, now);
-        self.insert_ticket(args, instance, key);
+        self.insert_ticket(args, instance, key, plan.place);
         if let Some(k) = &keyed {
             self.key_placed(k, &plan, key, now);
         }
@@ -544,98 +559,6 @@ impl HostState {
         account_cap(limits, &self.adaptive, account)
     }
 
-    /// Expire every lease due at `now`, forget tickets past retention, and dispatch into the
-    /// freed slots. Every other operation does this first, so a periodic sweep only matters for
-    /// hosts that see no traffic.
-    pub fn housekeeping(&mut self, limits: &Limits, now: Millis) {
-        let mut freed = false;
-        // Slots freed together count into the mean hold shortest first, so the mean does not
-        // depend on the order of tickets whose leases ran out at the same time.
-        let mut holds = Vec::new();
-        while let Some(&(deadline, key)) = self.leases.first() {
-            if deadline > now {
-                break;
-            }
-            holds.extend(self.end(limits, key, TicketState::Expired, now));
-            self.counters.expired += 1;
-            freed = true;
-        }
-        holds.sort_unstable();
-        for held in holds {
-            self.observe_hold(held);
-        }
-        while self.retained.front().is_some_and(|r| r.0 <= now) {
-            self.forget_oldest();
-        }
-        freed |= self.debounce_due(now);
-        if limits.priority_aging_ms > 0 {
-            let cutoff = now.saturating_sub(limits.priority_aging_ms);
-            while let Some((&(since, _), &key)) = self.aging.first_key_value() {
-                if since > cutoff {
-                    break;
-                }
-                // No dispatch needed: a waiter that fit would have been admitted at its own
-                // level already; from now on it goes before the lower levels.
-                self.promote(key);
-            }
-        }
-        let stale_reports = self
-            .instances
-            .iter()
-            .any(|(_, r)| now.saturating_sub(r.at) >= limits.lease_ttl_ms);
-        if stale_reports {
-            let before = self.instances.len();
-            self.instances
-                .retain(|_, r| now.saturating_sub(r.at) < limits.lease_ttl_ms);
-            freed |= self.instances.len() != before;
-        }
-        if freed {
-            self.dispatch(limits, now);
-        }
-    }
-
-    /// Whether [`HostState::housekeeping`] at `now` would change anything: a lease due, a
-    /// retained ticket to forget, a waiter to age or a stale memory report. A store that
-    /// records every change (the durable embedded store) runs housekeeping for a read only
-    /// when this says so.
-    pub fn housekeeping_due(&self, limits: &Limits, now: Millis) -> bool {
-        self.leases.first().is_some_and(|(d, _)| *d <= now)
-            || self.debouncing.first().is_some_and(|(d, _)| *d <= now)
-            || self.retained.front().is_some_and(|r| r.0 <= now)
-            || (limits.priority_aging_ms > 0
-                && self
-                    .aging
-                    .first_key_value()
-                    .is_some_and(|(&(since, _), _)| {
-                        since <= now.saturating_sub(limits.priority_aging_ms)
-                    }))
-            || self
-                .instances
-                .values()
-                .any(|r| now.saturating_sub(r.at) >= limits.lease_ttl_ms)
-    }
-
-    /// The store was restored from disk at `now` after its process stopped: every live
-    /// ticket's lease runs at least one `lease_ttl` from now, so a holder that kept running
-    /// through the restart keeps its slot by renewing, and a queued one keeps its place while
-    /// its client comes back.
-    pub fn restored(&mut self, limits: &Limits, now: Millis) {
-        let floor = now + limits.lease_ttl_ms;
-        let late: Vec<(Millis, TicketKey)> = self
-            .leases
-            .iter()
-            .take_while(|(d, _)| *d < floor)
-            .copied()
-            .collect();
-        for (deadline, key) in late {
-            self.leases.remove(&(deadline, key));
-            self.leases.insert((floor, key));
-            if let Some(t) = self.tickets.get_mut(&key) {
-                t.deadline = floor;
-            }
-        }
-    }
-
     /// The host's limits changed to `limits`: admit waiters into any room a raised cap made.
     /// A lowered cap revokes nothing; new tickets wait until the host is under it.
     /// Every subject's turn starts afresh (its weight may have changed).
@@ -705,7 +628,13 @@ impl HostState {
 
     /// A new ticket for a Submit under `key` (state still to set: the caller admits or
     /// queues it), its names interned, its run_id and its key indexed.
-    fn insert_ticket(&mut self, args: SubmitArgs, instance: Arc<str>, key: TicketKey) {
+    fn insert_ticket(
+        &mut self,
+        args: SubmitArgs,
+        instance: Arc<str>,
+        key: TicketKey,
+        key_place: u64,
+    ) {
         self.counters.submitted += 1;
         let subject = intern(&mut self.subjects, &args.subject);
         let account = args
@@ -734,7 +663,7 @@ impl HostState {
         };
         self.tickets.insert(key, t);
         if let Some(k) = &args.keyed {
-            self.key_join(k, key);
+            self.key_join(k, key, key_place);
         }
     }
 }

@@ -122,7 +122,7 @@ impl HostState {
                 debounce_max_ms: 0,
             }),
         };
-        self.insert_ticket(args, instance, key);
+        self.insert_ticket(args, instance, key, 0);
         self.counters.submitted -= 1;
         self.counters.reclaimed += 1;
         let t = self.tickets.get_mut(&key).expect("just inserted");

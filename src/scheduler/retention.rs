@@ -41,24 +41,35 @@ impl HostState {
             let held = matches!(previous, TicketState::Admitted | TicketState::Parked);
             self.key_leave(name, t.key_seq, held);
         }
-        self.ended.insert(
-            key,
-            Ended {
-                state,
-                grant: t.grant,
-                superseded_by: t.superseded_by.filter(|_| state == TicketState::Superseded),
-            },
-        );
+        let ended = Ended {
+            state,
+            grant: t.grant,
+            superseded_by: t.superseded_by.filter(|_| state == TicketState::Superseded),
+            key_seq: t.key_seq,
+        };
+        self.remember(limits, key, ended, t.run_id, now);
+        self.forget_idle_names(&t.subject, t.account.as_deref());
+        held
+    }
+
+    /// Remember ended ticket `key` of `run_id` (retained for idempotent retries).
+    pub(super) fn remember(
+        &mut self,
+        limits: &Limits,
+        key: TicketKey,
+        ended: Ended,
+        run_id: Arc<str>,
+        now: Millis,
+    ) {
+        self.ended.insert(key, ended);
         self.retained
-            .push_back((now + limits.retention_ms, key, t.run_id));
+            .push_back((now + limits.retention_ms, key, run_id));
         if self.retained.len() >= limits.max_retained as usize + RETAIN_SLACK {
             for _ in 0..RETAIN_SLACK {
                 self.forget_oldest();
             }
         }
-        self.forget_idle_names(&t.subject, t.account.as_deref());
         self.changes.push(key);
-        held
     }
 
     /// Forget the ended ticket remembered longest: a Submit of its run_id makes a new ticket.

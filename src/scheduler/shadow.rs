@@ -36,7 +36,7 @@ impl HostState {
         if let Some(d) = decision {
             self.counters.shadow[d.index()] += 1;
         }
-        self.insert_ticket(args, instance, key);
+        self.insert_ticket(args, instance, key, 0);
         self.admit(limits, key, now);
         let mut view = self.view(limits, key, now).expect("just inserted");
         view.shadow = decision;

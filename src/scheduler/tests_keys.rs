@@ -358,3 +358,57 @@ fn a_reclaimed_ticket_holds_its_key_again() {
     h.release(99);
     assert_eq!(h.view(next.key).state, TicketState::Admitted);
 }
+
+/// m0 holds a key, m1 waits and its ticket lapses (its gateway lost the connection), m2
+/// (newer) queues, then m1 is submitted again (`resubmit_expired`): it takes the place m1
+/// first had. Keep-newest: m1's new ticket is the one superseded, at once, by m2 (before, it
+/// superseded m2: the older message ran). Serial: m1 runs before m2, in its first place.
+#[test]
+fn a_resubmitted_run_takes_the_place_it_was_first_sent_in() {
+    for policy in [
+        KeyPolicy::SerialKeepNewest,
+        KeyPolicy::KeepNewest,
+        KeyPolicy::Serial,
+    ] {
+        let mut h = Host::new(1, 10);
+        let lease = h.limits.lease_ttl_ms;
+        let m0 = h.keyed("m0", "conv", policy);
+        assert_eq!(m0.state, TicketState::Admitted);
+        let m1 = h.keyed("m1", "conv", policy);
+        assert_eq!(m1.state, TicketState::Queued);
+        h.advance(lease / 2);
+        h.state.renew(&h.limits, 1, None, h.now).unwrap();
+        h.advance(lease / 2 + 1);
+        assert_eq!(h.view(2).state, TicketState::Expired, "{policy:?}");
+        assert_eq!(h.view(1).state, TicketState::Admitted);
+        let m2 = h.keyed("m2", "conv", policy);
+        assert_eq!(m2.state, TicketState::Queued);
+        let again = h
+            .submit(SubmitArgs {
+                resubmit_expired: true,
+                ..Host::args("m1", Some(key_args("conv", policy)))
+            })
+            .unwrap();
+        if policy.keeps_newest() {
+            assert_eq!(
+                (again.state, again.superseded_by),
+                (TicketState::Superseded, Some(3)),
+                "{policy:?}: the older message is superseded by the newer"
+            );
+            assert_eq!(h.view(3).state, TicketState::Queued, "{policy:?}");
+            // Asked again, it answers the same.
+            let repeat = h
+                .submit(SubmitArgs {
+                    resubmit_expired: true,
+                    ..Host::args("m1", Some(key_args("conv", policy)))
+                })
+                .unwrap();
+            assert_eq!(repeat.state, TicketState::Superseded);
+        } else {
+            assert_eq!(again.state, TicketState::Queued);
+            h.release(1);
+            assert_eq!(h.view(4).state, TicketState::Admitted, "m1 first");
+            assert_eq!(h.view(3).state, TicketState::Queued);
+        }
+    }
+}

@@ -578,10 +578,10 @@ mod tests {
     #[test]
     fn format_files_of_newer_authorities_are_refused() {
         assert_eq!(parse_format("format 1\nepoch_us 42\n"), Ok((1, 42)));
-        assert_eq!(parse_format("format 4\nepoch_us 42\n"), Ok((4, 42)));
-        let newer = parse_format("format 5\nepoch_us 42\n").unwrap_err();
+        assert_eq!(parse_format("format 5\nepoch_us 42\n"), Ok((5, 42)));
+        let newer = parse_format("format 6\nepoch_us 42\n").unwrap_err();
         assert!(
-            newer.contains("format 5") && newer.contains("formats 1 to 4"),
+            newer.contains("format 6") && newer.contains("formats 1 to 5"),
             "{newer}"
         );
         assert!(parse_format("hello").is_err());

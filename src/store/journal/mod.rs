@@ -50,7 +50,7 @@ pub use gate::{SendGate, SendGates};
 /// The data dir's format, the one this build writes; a dir of a larger one was written by a
 /// newer authority. What each format's records and pieces mean is the store's
 /// (`store::memory::format`).
-pub const FORMAT: u32 = 4;
+pub const FORMAT: u32 = 5;
 /// The oldest format this build reads (a dir of it is rewritten in [`FORMAT`] when opened).
 pub const OLDEST_FORMAT: u32 = 1;
 /// A log segment's first bytes: this prefix, then its format's number as one byte.

@@ -12,7 +12,16 @@
 //! then the value, enums as their variant's index then its fields, structs as their fields in
 //! order.
 //!
-//! # Format 4 (written now)
+//! # Format 5 (written now)
+//!
+//! Format 4 with the places of ended keyed tickets: every host's snapshot piece is `6
+//! HostPlaced { id, seq, limits, host, keys, places }`: `5 HostKeyed` followed by `places` =
+//! the remembered ended tickets that had a key, as (ticket key, key_seq), so a run submitted
+//! again after its queued ticket lapsed (`resubmit_expired`) takes the place among its key's
+//! tickets its run first had after a restart too. Its records and pieces are read with format
+//! 2's types ([`v2`]); an older dir is rewritten in format 5 when opened.
+//!
+//! # Format 4 (read)
 //!
 //! Format 3 with keys (a Submit's `key` and its policy):
 //! * record `1 Host`'s `op` may also be `12 SubmitKeyed { args, key, keyed }`: a Submit that
@@ -27,8 +36,8 @@
 //! * a ticket's state may be `7 superseded`.
 //!
 //! Its records and pieces are read with format 2's types ([`v2`]); a file of an older format
-//! holding a record or piece only format 4 has is refused. An older dir is rewritten in
-//! format 4 when opened, so an older build refuses it from then on, as newer.
+//! holding a record or piece only format 4 has is refused. An older dir is rewritten in the
+//! newest format when opened, so an older build refuses it from then on, as newer.
 //!
 //! # Format 3 (read)
 //!
@@ -121,7 +130,7 @@ mod tests;
 
 // The journal names files with the format this module writes, and refuses what it cannot read.
 const _: () =
-    assert!(crate::store::journal::FORMAT == 4 && crate::store::journal::OLDEST_FORMAT == 1);
+    assert!(crate::store::journal::FORMAT == 5 && crate::store::journal::OLDEST_FORMAT == 1);
 
 /// A snapshot piece in the core's terms.
 #[derive(Debug, PartialEq)]
@@ -168,7 +177,7 @@ pub fn decode_record(version: u32, bytes: &[u8]) -> Result<Record<'static>, Stri
         1 => Ok(postcard::from_bytes::<v1::RecordV1>(bytes)
             .map_err(bad)?
             .into()),
-        2..=4 => {
+        2..=5 => {
             let record = postcard::from_bytes::<v2::records::RecordV2>(bytes).map_err(bad)?;
             if record.format() > version {
                 return Err(format!(
@@ -201,7 +210,7 @@ pub fn decode_piece(version: u32, bytes: &[u8]) -> Result<Piece, String> {
             .map_err(bad)?
             .try_into()
             .map_err(|e| format!("a piece of format 1 with {e}")),
-        2..=4 => {
+        2..=5 => {
             let piece = postcard::from_bytes::<v2::pieces::PieceV2>(bytes).map_err(bad)?;
             if piece.format() > version {
                 return Err(format!(

@@ -875,6 +875,7 @@ fn host_image(h: HostStateV1) -> Result<HostImage, String> {
         ended.push(EndedImage {
             answers_run: h.runs.get(&run_id) == Some(&key),
             superseded_by: None,
+            key_seq: 0,
             key,
             run_id,
             state: e.state.into(),

@@ -37,12 +37,13 @@ local key, inst, subject, account, run = ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARG
 -- Claim the run_id for the new ticket in one command; a refusal below gives it back.
 local existing = redis.call('SET', runkey(run), key, 'NX', 'GET')
 -- The run's expired ticket a resubmit_expired Submit replaces, and how long its run key had
--- left: a refusal gives the run back to it.
-local lapsed, lapsed_ttl = nil, nil
+-- left: a refusal gives the run back to it. The new ticket takes the place among its key's
+-- tickets its run first had (scheduler::keys).
+local lapsed, lapsed_ttl, place = nil, nil, 0
 if existing then
   local t = ticket(existing)
   if t and ARGV[15] == '1' and t.state == EXPIRED then
-    lapsed, lapsed_ttl = existing, redis.call('PTTL', runkey(run))
+    lapsed, lapsed_ttl, place = existing, redis.call('PTTL', runkey(run)), t.kseq
   elseif t then
     -- An ended ticket keeps no subject or account: a repeat gets its final state.
     if live(t.state) and t.subject ~= subject then return {'conflict', 'subject'} end
@@ -98,8 +99,23 @@ local eligible = learning_left == 0 and (not instance_soft(inst)) and num(c[2]) 
 local waiters, since, ready = {}, nil, nil
 local ended_before = cnt('shed') + cnt('superseded')
 if kname ~= '' and not shadow then
+  -- Sent before a live ticket of its key (keep-newest): the newest supersedes it at once,
+  -- and it takes nothing (scheduler::keys::superseded_at_submit).
+  local newest = place > 0 and keeps_newest(kpol)
+    and redis.call('ZREVRANGEBYSCORE', kkey(kname), '+inf', '(' .. fmt(place), 'LIMIT', 0, 1)[1]
+  if newest then
+    redis.call('HSET', tkey(key), 'run', run, 'grant', 0, 'lvl', ARGV[12], 'key', kname,
+               'kseq', fmt(place), 'sby', newest)
+    retire(key, tkey(key), run, SUPERSEDED)
+    incr('submitted')
+    incr('superseded')
+    local v = view(key)
+    return {'ok', key, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], ''}
+  end
   if keeps_newest(kpol) then
-    for _, w in ipairs(redis.call('ZRANGE', kkey(kname), 0, -1)) do
+    -- The waiters sent before it.
+    local before = place > 0 and '(' .. fmt(place) or '+inf'
+    for _, w in ipairs(redis.call('ZRANGEBYSCORE', kkey(kname), '-inf', before)) do
       local wt = ticket(w)
       if wt and wt.state == QUEUED then table.insert(waiters, wt) end
     end
@@ -128,7 +144,7 @@ end
 -- The new ticket's key: indexed, holding it when admitted, its debounce written.
 local function join_key(admitted)
   if kname == '' then return end
-  key_join(key, kname, kpol)
+  key_join(key, kname, kpol, place)
   if admitted then key_hold(kname, 1) end
   if ready then
     redis.call('HSET', tkey(key), 'ready', fmt(ready), 'burst', fmt(since))

@@ -106,9 +106,10 @@ local function key_hold(name, d)
   local p, held = key_meta(name)
   redis.call('HSET', KEYS_H, name, p .. '|' .. fmt(held + d))
 end
--- Index new ticket k under key `name` (its first live ticket sets the key's policy).
-local function key_join(k, name, policy)
-  local seq = redis.call('HINCRBY', C, 'kseq', 1)
+-- Index new ticket k under key `name` (its first live ticket sets the key's policy), at
+-- `place` (its run's first place, a resubmission's) or the next.
+local function key_join(k, name, policy, place)
+  local seq = (place and place > 0) and place or redis.call('HINCRBY', C, 'kseq', 1)
   redis.call('HSETNX', KEYS_H, name, policy .. '|0')
   redis.call('ZADD', kkey(name), seq, k)
   redis.call('HSET', tkey(k), 'key', name, 'kseq', seq)

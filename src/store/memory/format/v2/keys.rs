@@ -1,5 +1,6 @@
 //! Format 4's keys: what a host's snapshot piece (`5 HostKeyed`) holds of its tickets' keys
-//! beside format 2's host (see `pieces`), and the conversion to and from the core's image.
+//! beside format 2's host (see `pieces`), and the conversion to and from the core's image;
+//! format 5's places of ended keyed tickets (`6 HostPlaced`).
 
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +78,32 @@ pub(super) fn with_keys(h: &mut HostImage, keys: KeysV4<'_>) -> Result<(), Strin
             .get_mut(&ticket)
             .ok_or_else(|| format!("superseded ticket {ticket:x}, which is not remembered"))?
             .superseded_by = Some(by);
+    }
+    Ok(())
+}
+
+/// The places of a host's remembered ended keyed tickets among their keys' (format 5): (ticket
+/// key, key_seq). A Submit of such a ticket's run again takes its place.
+pub type PlacesV5 = Vec<(u128, u64)>;
+
+/// The places of a host's image's ended keyed tickets, as format 5 writes them.
+pub(super) fn places_of(h: &HostImage) -> PlacesV5 {
+    h.ended
+        .iter()
+        .filter(|e| e.key_seq > 0)
+        .map(|e| (e.key, e.key_seq))
+        .collect()
+}
+
+/// Put a host's ended tickets' places back into its image (read without them).
+pub(super) fn with_places(h: &mut HostImage, places: PlacesV5) -> Result<(), String> {
+    let mut ended: std::collections::HashMap<u128, &mut EndedImage> =
+        h.ended.iter_mut().map(|e| (e.key, e)).collect();
+    for (ticket, place) in places {
+        ended
+            .get_mut(&ticket)
+            .ok_or_else(|| format!("the place of ticket {ticket:x}, which is not remembered"))?
+            .key_seq = place;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use super::keys::{KeysV4, keys_of, with_keys};
+use super::keys::{KeysV4, PlacesV5, keys_of, places_of, with_keys, with_places};
 use super::{
     AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text, text, unit_code, unit_of,
 };
@@ -54,7 +54,7 @@ pub enum PieceV2<'a> {
         #[serde(borrow)]
         domains: Vec<(Text<'a>, Vec<CounterV2<'a>>)>,
     },
-    /// 5 (format 4 on, which writes every host so): `0 Host` with its tickets' keys.
+    /// 5 (format 4, which writes every host so): `0 Host` with its tickets' keys.
     HostKeyed {
         #[serde(borrow)]
         id: Text<'a>,
@@ -65,12 +65,27 @@ pub enum PieceV2<'a> {
         #[serde(borrow)]
         keys: KeysV4<'a>,
     },
+    /// 6 (format 5 on, which writes every host so): `5 HostKeyed` with the places of its
+    /// remembered ended tickets among their keys' (see `keys::places_of`).
+    HostPlaced {
+        #[serde(borrow)]
+        id: Text<'a>,
+        seq: u64,
+        limits: LimitsRecordV2,
+        #[serde(borrow)]
+        host: Box<HostV2<'a>>,
+        #[serde(borrow)]
+        keys: KeysV4<'a>,
+        places: PlacesV5,
+    },
 }
 
 impl PieceV2<'_> {
-    /// The first format that has this piece: 4 for a host with keys, else 2.
+    /// The first format that has this piece: 5 for a host with its ended tickets' places, 4
+    /// for a host with keys, else 2.
     pub fn format(&self) -> u32 {
         match self {
+            PieceV2::HostPlaced { .. } => 5,
             PieceV2::HostKeyed { .. } => 4,
             _ => 2,
         }
@@ -236,12 +251,13 @@ impl<'a> From<&'a Piece> for PieceV2<'a> {
                 seq,
                 limits,
                 image,
-            } => PieceV2::HostKeyed {
+            } => PieceV2::HostPlaced {
                 id: text(id),
                 seq: *seq,
                 limits: limits.into(),
                 host: Box::new((&**image).into()),
                 keys: keys_of(image),
+                places: places_of(image),
             },
             Piece::Ledger { id, seq, image } => PieceV2::Ledger {
                 id: text(id),
@@ -300,6 +316,24 @@ impl TryFrom<PieceV2<'_>> for Piece {
             } => {
                 let mut image: HostImage = (*host).try_into()?;
                 with_keys(&mut image, keys)?;
+                Piece::Host {
+                    id: id.into_owned(),
+                    seq,
+                    limits: limits.try_into()?,
+                    image: Box::new(image),
+                }
+            }
+            PieceV2::HostPlaced {
+                id,
+                seq,
+                limits,
+                host,
+                keys,
+                places,
+            } => {
+                let mut image: HostImage = (*host).try_into()?;
+                with_keys(&mut image, keys)?;
+                with_places(&mut image, places)?;
                 Piece::Host {
                     id: id.into_owned(),
                     seq,
@@ -467,6 +501,7 @@ impl TryFrom<HostV2<'_>> for HostImage {
                     forget_at: e.forget_at,
                     answers_run: e.answers_run,
                     superseded_by: None,
+                    key_seq: 0,
                 })
                 .collect(),
             rotation: std::array::from_fn(|_| levels.next().expect("LEVELS lists")),
