@@ -965,7 +965,13 @@ async fn a_body_past_the_message_limit_never_reaches_the_upstream() {
         "allowances:\n  gpt-x: { tokens: 1000, window: 24h }\n",
     );
     let upstream = Upstream::start();
-    let envoy = Envoy::start_with("too-large", upstream.port, server.addr.port(), "tokens", true);
+    let envoy = Envoy::start_with(
+        "too-large",
+        upstream.port,
+        server.addr.port(),
+        "tokens",
+        true,
+    );
     let prompt = "a".repeat(300 * 1000);
     let body = format!(
         r#"{{"model":"gpt-x","max_tokens":10,"messages":[{{"role":"user","content":"{prompt}"}}]}}"#

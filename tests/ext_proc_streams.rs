@@ -158,7 +158,8 @@ async fn open_reservations(server: &Server) -> usize {
         .len()
 }
 
-const CHAT: &str = r#"{"model":"gpt-x","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
+const CHAT: &str =
+    r#"{"model":"gpt-x","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#;
 
 /// A request body larger than the server's message limit (256 KiB by default) after headers
 /// that were answered: 413, nothing admitted or reserved. Before, the stream ended OK with no
@@ -170,7 +171,10 @@ async fn a_body_past_the_message_limit_is_refused_413_and_admits_nothing() {
     tx.send(headers(&[("x-tenant", "alice")], false))
         .await
         .unwrap();
-    assert!(matches!(next(&mut answers).await, Answer::RequestHeaders(_)));
+    assert!(matches!(
+        next(&mut answers).await,
+        Answer::RequestHeaders(_)
+    ));
     let prompt = "a".repeat(300 * 1024);
     let big = format!(
         r#"{{"model":"gpt-x","max_tokens":10,"messages":[{{"role":"user","content":"{prompt}"}}]}}"#
@@ -234,15 +238,24 @@ async fn messages_out_of_order_are_refused_and_what_the_stream_held_is_released(
     tx.send(headers(&[("x-tenant", "alice")], true))
         .await
         .unwrap();
-    assert!(matches!(next(&mut answers).await, Answer::RequestHeaders(_)));
+    assert!(matches!(
+        next(&mut answers).await,
+        Answer::RequestHeaders(_)
+    ));
     assert_eq!(stats(&server).await.in_flight, 1);
-    tx.send(headers(&[("x-tenant", "bob")], true)).await.unwrap();
+    tx.send(headers(&[("x-tenant", "bob")], true))
+        .await
+        .unwrap();
     let (status, reason, _) = refusal(next(&mut answers).await);
     assert_eq!((status, reason.as_str()), (400, "OUT_OF_ORDER"));
-    eventually("the first ticket released", Duration::from_secs(5), || async {
-        let s = stats(&server).await;
-        (s.in_flight == 0 && s.admitted == 1).then_some(())
-    })
+    eventually(
+        "the first ticket released",
+        Duration::from_secs(5),
+        || async {
+            let s = stats(&server).await;
+            (s.in_flight == 0 && s.admitted == 1).then_some(())
+        },
+    )
     .await;
 
     // With a reservation: released and settled.
@@ -250,7 +263,10 @@ async fn messages_out_of_order_are_refused_and_what_the_stream_held_is_released(
     tx.send(headers(&[("x-tenant", "alice")], false))
         .await
         .unwrap();
-    assert!(matches!(next(&mut answers).await, Answer::RequestHeaders(_)));
+    assert!(matches!(
+        next(&mut answers).await,
+        Answer::RequestHeaders(_)
+    ));
     tx.send(body(CHAT.as_bytes())).await.unwrap();
     assert!(matches!(next(&mut answers).await, Answer::RequestBody(_)));
     tx.send(headers(&[("x-tenant", "alice")], false))
@@ -329,7 +345,10 @@ async fn a_usage_past_any_count_saturates_the_allowance() {
         tx.send(headers(&[("x-tenant", "alice")], false))
             .await
             .unwrap();
-        assert!(matches!(next(&mut answers).await, Answer::RequestHeaders(_)));
+        assert!(matches!(
+            next(&mut answers).await,
+            Answer::RequestHeaders(_)
+        ));
         tx.send(body(CHAT.as_bytes())).await.unwrap();
         let a = next(&mut answers).await;
         (tx, answers, a)
@@ -338,7 +357,9 @@ async fn a_usage_past_any_count_saturates_the_allowance() {
     assert!(matches!(first, Answer::RequestBody(_)), "{first:?}");
     let (tx2, mut a2, second) = reserve().await;
     assert!(matches!(second, Answer::RequestBody(_)), "{second:?}");
-    tx1.send(response_headers("application/json")).await.unwrap();
+    tx1.send(response_headers("application/json"))
+        .await
+        .unwrap();
     assert!(matches!(next(&mut a1).await, Answer::ResponseHeaders(_)));
     tx1.send(response_body(
         br#"{"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":1}}"#,
@@ -346,7 +367,9 @@ async fn a_usage_past_any_count_saturates_the_allowance() {
     .await
     .unwrap();
     assert!(matches!(next(&mut a1).await, Answer::ResponseBody(_)));
-    tx2.send(response_headers("application/json")).await.unwrap();
+    tx2.send(response_headers("application/json"))
+        .await
+        .unwrap();
     assert!(matches!(next(&mut a2).await, Answer::ResponseHeaders(_)));
     tx2.send(response_body(
         br#"{"usage":{"prompt_tokens":1,"completion_tokens":1}}"#,
@@ -361,4 +384,78 @@ async fn a_usage_past_any_count_saturates_the_allowance() {
     let (_tx3, _a3, third) = reserve().await;
     let (status, reason, _) = refusal(third);
     assert_eq!((status, reason.as_str()), (429, "QUOTA_EXHAUSTED"));
+}
+
+/// A seeded walk over what a broken Envoy could send: each stream a random sequence of parts
+/// (request headers with and without a subject, JSON and garbage bodies, trailers, response
+/// parts with and without usage, empty messages), in any order, cut at a random point. Every
+/// message is answered, or the stream ends with an immediate response: never a clean close
+/// while a message waits for its answer. Afterwards nothing is held and nothing reserved.
+#[tokio::test]
+async fn random_streams_are_answered_or_refused_and_leave_nothing_held() {
+    let server = authority("fuzz");
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next_u = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut refused = 0;
+    for round in 0..300 {
+        let policy = if next_u(2) == 0 { "plain" } else { "tokens" };
+        let (tx, mut answers) = open(&server, policy).await;
+        let len = 1 + next_u(6);
+        for _ in 0..len {
+            let part = match next_u(9) {
+                0 | 1 => headers(
+                    &[("x-tenant", "alice"), ("x-request-id", "r")],
+                    next_u(2) == 0,
+                ),
+                2 => headers(&[("x-other", "1")], true),
+                3 => body(CHAT.as_bytes()),
+                4 => body(b"\xff{not json"),
+                5 => response_headers(if next_u(2) == 0 {
+                    "application/json"
+                } else {
+                    "text/event-stream"
+                }),
+                6 => response_body(br#"{"usage":{"prompt_tokens":3,"completion_tokens":4}}"#),
+                7 => ProcessingRequest::default(),
+                _ => ProcessingRequest {
+                    async_mode: false,
+                    request: Some(Part::RequestTrailers(Default::default())),
+                },
+            };
+            tx.send(part).await.unwrap();
+            let answer = tokio::time::timeout(Duration::from_secs(10), answers.message())
+                .await
+                .expect("answered");
+            match answer {
+                Ok(Some(ProcessingResponse {
+                    response: Some(Answer::ImmediateResponse(_)),
+                    ..
+                })) => {
+                    refused += 1;
+                    break;
+                }
+                Ok(Some(ProcessingResponse {
+                    response: Some(_), ..
+                })) => {}
+                other => panic!("round {round}: a message left unanswered: {other:?}"),
+            }
+        }
+        // Cut here: the stream ends as Envoy's would.
+    }
+    assert!(refused > 50, "the walk reaches the refusals ({refused})");
+    eventually(
+        "nothing held or reserved",
+        Duration::from_secs(10),
+        || async {
+            let s = stats(&server).await;
+            (s.in_flight == 0 && s.queued == 0 && open_reservations(&server).await == 0)
+                .then_some(())
+        },
+    )
+    .await;
 }

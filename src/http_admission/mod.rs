@@ -302,13 +302,7 @@ mod tests {
             e.to_string(),
             "header x-priority: must be 1 (highest) to 5 (policy \"chat\" takes the priority from it)"
         );
-        let e = ask(
-            &policy(),
-            &headers(&[("x-tenant", "a\u{7f}")]),
-            b"",
-            1,
-        )
-        .unwrap_err();
+        let e = ask(&policy(), &headers(&[("x-tenant", "a\u{7f}")]), b"", 1).unwrap_err();
         assert!(e.to_string().contains("printable ASCII"), "{e}");
     }
 }

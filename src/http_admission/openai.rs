@@ -190,7 +190,6 @@ impl UsageReader {
         }
     }
 
-
     /// The usage read, at the response's end.
     pub fn finish(self) -> Option<Used> {
         if self.too_long {

@@ -473,7 +473,8 @@ impl Ledger {
         } else {
             (0, 0)
         };
-        run.used_tokens = (run.used_tokens.saturating_sub(refund_tokens)).saturating_add(usage.tokens());
+        run.used_tokens =
+            (run.used_tokens.saturating_sub(refund_tokens)).saturating_add(usage.tokens());
         run.used_cost = (run.used_cost.saturating_sub(refund_cost)).saturating_add(usage.cost);
         if usage.coverage != Coverage::Complete {
             run.partial_steps += 1;
@@ -488,8 +489,10 @@ impl Ledger {
             match s.window {
                 Some(start) if start != w.start => {}
                 _ => {
-                    w.used_tokens = (w.used_tokens.saturating_sub(refund_tokens)).saturating_add(usage.tokens());
-                    w.used_cost = (w.used_cost.saturating_sub(refund_cost)).saturating_add(usage.cost);
+                    w.used_tokens = (w.used_tokens.saturating_sub(refund_tokens))
+                        .saturating_add(usage.tokens());
+                    w.used_cost =
+                        (w.used_cost.saturating_sub(refund_cost)).saturating_add(usage.cost);
                 }
             }
         }

@@ -46,8 +46,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send + 'static>>;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send + 'static>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -107,7 +106,10 @@ mod tests {
         assert_eq!(parse_grpc_timeout("300m"), Some(Duration::from_millis(300)));
         assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
         assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_grpc_timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        assert_eq!(
+            parse_grpc_timeout("99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
         for bad in ["", "m", "123456789m", "12x", "-1S", "1.5S", "５S", "S５"] {
             assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
         }

@@ -33,7 +33,7 @@ impl<S: Store> Exchange<S> {
         inbound: &mut Streaming<ProcessingRequest>,
     ) -> Result<Option<Vec<u8>>, ImmediateResponse> {
         let ask = http_admission::ask(&self.policy, &pairs, &body, TicketId::random_key() as u64)
-        .map_err(|e| self.refuse(400, "BAD_REQUEST", &e.to_string(), None))?;
+            .map_err(|e| self.refuse(400, "BAD_REQUEST", &e.to_string(), None))?;
         let Some(Tokens::OpenAi { default_max_tokens }) = self.policy.tokens.clone() else {
             self.admit(&ask, inbound).await?;
             return Ok(None);
@@ -301,7 +301,10 @@ impl<S: Store> Exchange<S> {
             self.refuse(
                 400,
                 "BAD_MESSAGE",
-                &format!("a message the admission authority cannot read: {}", status.message()),
+                &format!(
+                    "a message the admission authority cannot read: {}",
+                    status.message()
+                ),
                 None,
             )
         }

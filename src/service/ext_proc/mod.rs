@@ -285,7 +285,9 @@ impl<S: Store> Exchange<S> {
         inbound: &mut Streaming<ProcessingRequest>,
     ) -> Step {
         if let Some(refused) = self.out_of_order(&part) {
-            return self.answer(Answer::ImmediateResponse(refused), false, Step::Stop).await;
+            return self
+                .answer(Answer::ImmediateResponse(refused), false, Step::Stop)
+                .await;
         }
         let (answer, step) = match part {
             Part::RequestHeaders(h) => {
@@ -412,7 +414,9 @@ impl<S: Store> Exchange<S> {
     /// End the stream with `refused` (an immediate answer Envoy enforces) and, when the
     /// inbound stream failed, an error status after it, so the stream never ends OK.
     async fn stop(&self, refused: ext::ImmediateResponse, failed: Option<Status>) {
-        let _ = self.answer(Answer::ImmediateResponse(refused), false, Step::Stop).await;
+        let _ = self
+            .answer(Answer::ImmediateResponse(refused), false, Step::Stop)
+            .await;
         if let Some(status) = failed {
             let _ = self.tx.send(Err(status)).await;
         }
