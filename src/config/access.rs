@@ -560,7 +560,7 @@ pub(super) fn render(out: &mut String, c: &Config) {
             let hidden = at.len() < r.url.len();
             let _ = writeln!(
                 out,
-                "store:\n  redis: {{url: \"{}\", prefix: {:?}, pool_size: {}, cluster: {}}}{}",
+                "store:\n  redis: {{url: \"{}\", prefix: {:?}, pool_size: {}, cluster: {}{}}}{}",
                 if hidden {
                     format!("redis://:HIDDEN@{at}")
                 } else {
@@ -569,6 +569,14 @@ pub(super) fn render(out: &mut String, c: &Config) {
                 r.prefix,
                 r.pool_size,
                 r.cluster,
+                if r.replicas_acked > 0 {
+                    format!(
+                        ", replicas_acked: {}, replication_timeout: {}ms",
+                        r.replicas_acked, r.replication_timeout_ms
+                    )
+                } else {
+                    String::new()
+                },
                 if hidden {
                     "   # the file's password is not shown"
                 } else {

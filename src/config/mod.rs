@@ -134,7 +134,18 @@ pub struct RedisConfig {
     pub pool_size: u32,
     /// `url` is a node of a Redis Cluster (the rest are found from it).
     pub cluster: bool,
+    /// A decision is answered only once this many Redis replicas hold it (`WAIT`); 0: once
+    /// the primary does.
+    pub replicas_acked: u32,
+    /// How long the replicas have to confirm a decision before its call answers
+    /// `OUTCOME_UNKNOWN`.
+    pub replication_timeout_ms: u64,
 }
+
+/// `store.redis.replication_timeout` by default.
+pub const DEFAULT_REPLICATION_TIMEOUT_MS: u64 = 1_000;
+/// The most replicas `store.redis.replicas_acked` may ask for.
+pub const MAX_REPLICAS_ACKED: u64 = 16;
 
 /// `store.embedded`: where the embedded store keeps its state.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -112,6 +112,8 @@ impl Cx {
                         prefix: DEFAULT_REDIS_PREFIX.to_string(),
                         pool_size: DEFAULT_REDIS_POOL,
                         cluster: false,
+                        replicas_acked: 0,
+                        replication_timeout_ms: DEFAULT_REPLICATION_TIMEOUT_MS,
                     })
                 }),
                 None => file.redis,

@@ -7,7 +7,18 @@ use super::*;
 impl Cx {
     /// `store.redis`.
     pub(super) fn redis(&mut self, v: &Value) -> Option<RedisConfig> {
-        let m = self.mapping(v, "store.redis", &["url", "prefix", "pool_size", "cluster"])?;
+        let m = self.mapping(
+            v,
+            "store.redis",
+            &[
+                "url",
+                "prefix",
+                "pool_size",
+                "cluster",
+                "replicas_acked",
+                "replication_timeout",
+            ],
+        )?;
         let url = match m.get("url").map(|v| (v.as_str(), v)) {
             Some((Some(u), _)) => Some(u.to_string()),
             Some((None, v)) => {
@@ -58,11 +69,30 @@ impl Cx {
                 None
             }
         };
+        let replicas_acked = match m.get("replicas_acked") {
+            None => Some(0),
+            Some(v) => self
+                .count(v, "store.redis.replicas_acked", 0, MAX_REPLICAS_ACKED)
+                .map(|n| n as u32),
+        };
+        if replicas_acked.is_some_and(|n| n > 0) && cluster == Some(true) {
+            self.err(
+                "store.redis.replicas_acked",
+                "is not supported with cluster: true (each shard's primary would confirm its \
+                 own decisions; a Redis Cluster fails over with its own replication): use 0",
+            );
+        }
+        let replication_timeout_ms = match m.get("replication_timeout") {
+            None => Some(DEFAULT_REPLICATION_TIMEOUT_MS),
+            Some(v) => self.duration(v, "store.redis.replication_timeout", 10, 60_000),
+        };
         Some(RedisConfig {
             url: url?,
             prefix: prefix?,
             pool_size: pool_size?,
             cluster: cluster?,
+            replicas_acked: replicas_acked?,
+            replication_timeout_ms: replication_timeout_ms?,
         })
     }
 

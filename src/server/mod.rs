@@ -133,14 +133,21 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
             }
             OpenStore::Embedded(Arc::new(store))
         }
-        (Some(r), _) => OpenStore::Redis(Arc::new(
-            if r.cluster {
+        (Some(r), _) => {
+            let store = if r.cluster {
                 RedisStore::new_cluster(&[r.url.as_str()], &r.prefix, policy, clock.clone())
             } else {
                 RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock.clone())
             }
-            .map_err(|e| ServeError::Config(e.to_string()))?,
-        )),
+            .map_err(|e| ServeError::Config(e.to_string()))?;
+            store
+                .confirm_replication(
+                    r.replicas_acked,
+                    Duration::from_millis(r.replication_timeout_ms),
+                )
+                .map_err(|e| ServeError::Config(e.to_string()))?;
+            OpenStore::Redis(Arc::new(store))
+        }
     };
     let admin = match config.admin_listen {
         Some(addr) => Some(

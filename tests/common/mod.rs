@@ -6,6 +6,8 @@
 )]
 #![allow(dead_code)]
 
+pub mod relay;
+
 use std::future::Future;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -132,9 +134,20 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start(port: u16) -> RedisServer {
+        RedisServer::start_with(port, &[])
+    }
+
+    /// [`RedisServer::start`] with more arguments (`--replicaof 127.0.0.1 PORT`).
+    pub fn start_with(port: u16, extra: &[&str]) -> RedisServer {
+        // Its own dir: a replica writes the copy it loads there.
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("redis-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
         let child = Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--port", &port.to_string()])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server on PATH (scripts/test installs it)");

@@ -16,7 +16,7 @@ use redis::aio::MultiplexedConnection;
 use crate::store::StoreError;
 
 /// Longest wait for a connection or an answer before Redis counts as unreachable.
-const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
+pub(super) const REDIS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The oldest Redis the scripts run on: `SET ... NX GET` came in 7.0.
 const MIN_REDIS_VERSION: (u32, u32) = (7, 0);
@@ -80,9 +80,15 @@ fn classify(addr: &str, e: redis::RedisError, sent: bool) -> StoreError {
     let what = format!("{addr}: {}", cause(&e));
     // A write to a connection the peer had closed (a Redis stopped cleanly) fails with a
     // broken pipe: the command never left, so it was not applied.
+    // A demoted primary (a failover happened behind the address) answers READONLY, and one
+    // still loading its data LOADING, before running anything: nothing was applied, and the
+    // connection must be replaced, not kept.
+    let demoted = e
+        .code()
+        .is_some_and(|c| matches!(c, "READONLY" | "LOADING" | "MASTERDOWN"));
     let (answered, refused) = (
-        matches!(e.kind(), redis::ErrorKind::Server(_)),
-        e.is_connection_refusal() || is_broken_pipe(&e),
+        matches!(e.kind(), redis::ErrorKind::Server(_)) && !demoted,
+        e.is_connection_refusal() || is_broken_pipe(&e) || demoted,
     );
     let source = Some(Arc::new(e) as crate::store::ErrorSource);
     if answered {
@@ -182,6 +188,8 @@ pub(super) struct Connections {
     /// Multiplexed connections in use, taken round robin; `None` until (re)filled from `pool`.
     slots: Vec<Mutex<Option<MultiplexedConnection>>>,
     next_slot: AtomicU64,
+    /// Set with `store.redis.replicas_acked`: every script's answer waits for the replicas.
+    acks: std::sync::OnceLock<Arc<super::acks::Acks>>,
 }
 
 impl Connections {
@@ -208,7 +216,27 @@ impl Connections {
             cluster_conn: Mutex::new(None),
             slots: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
             next_slot: AtomicU64::new(0),
+            acks: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Answer every script only once `replicas` replicas of the Redis at `url` hold it (within
+    /// `timeout`; see [`super::acks`]); its confirmations write `key`.
+    pub(super) fn confirm_replication(
+        &self,
+        url: &str,
+        key: String,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(), StoreError> {
+        let client =
+            redis::Client::open(connection_info(url)?).map_err(|e| StoreError::Config {
+                what: format!("redis url {}: {e}", self.addr),
+                source: Some(Arc::new(e)),
+            })?;
+        let acks = super::acks::Acks::new(client, self.addr.clone(), key, replicas, timeout);
+        let _ = self.acks.set(Arc::new(acks));
+        Ok(())
     }
 
     /// Connections to the Redis Cluster that `nodes` belong to; none is opened yet.
@@ -300,7 +328,13 @@ impl Connections {
         &self,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let out = self.try_run(invocation).await;
+        let mut out = self.try_run(invocation).await;
+        if out.is_ok()
+            && let Some(acks) = self.acks.get()
+            && let Err(e) = acks.confirm().await
+        {
+            out = Err(e);
+        }
         if out.is_err() {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }

@@ -316,6 +316,24 @@ impl Epoch {
         Ok(known.lost.to_string())
     }
 
+    /// A Reclaim on `host` showed that the host's state went back (a rollback: see
+    /// `lua/reclaim_body.lua`), and the script opened its learning window: count the loss
+    /// here and for the installation, and say so.
+    pub(super) async fn rolled_back(
+        &self,
+        conns: &Connections,
+        keys: &Keys,
+        now_arg: u64,
+        host: &str,
+    ) -> Result<(), StoreError> {
+        self.count_loss(&format!(
+            "host {host:?} went back in the store: a holder re-registered a ticket issued \
+             here that the store no longer has (a failover to a replica that missed the last \
+             writes, or a restore of an older copy)"
+        ));
+        self.carry(conns, keys, now_arg, true).await
+    }
+
     fn count_loss(&self, what: &str) {
         self.losses.fetch_add(1, Ordering::Relaxed);
         *self.last_loss.lock().expect("epoch lock") = Some(self.clock.now_ms());

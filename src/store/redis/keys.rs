@@ -75,6 +75,12 @@ impl Keys {
         format!("{}losses", self.prefix)
     }
 
+    /// `{prefix}acks`: the count each replication confirmation increments before its `WAIT`
+    /// (see `acks.rs`; not per host).
+    pub fn acks(&self) -> String {
+        format!("{}acks", self.prefix)
+    }
+
     /// `{prefix}lost:<host>`: set for a while by the first replica that counts the loss of the
     /// host's keys (see `epoch.rs`).
     pub fn lost_host(&self, host: &str) -> String {

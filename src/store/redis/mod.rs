@@ -13,6 +13,7 @@
 //! - [`auth`]: auth buckets, with a local fallback that never fails open;
 //! - [`layout`]: the layout's version and the replicas that may share a prefix.
 
+mod acks;
 mod auth;
 mod auth_batch;
 mod coalesce;
@@ -194,6 +195,17 @@ impl RedisStore {
             listener: std::sync::OnceLock::new(),
             listening: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Answer each decision only once `replicas` Redis replicas hold it, failing it as an
+    /// unknown outcome when they do not confirm within `timeout` (`store.redis.replicas_acked`,
+    /// `store.redis.replication_timeout`; see `acks`). Not for a Redis Cluster.
+    pub fn confirm_replication(&self, replicas: u32, timeout: Duration) -> Result<(), StoreError> {
+        if replicas == 0 {
+            return Ok(());
+        }
+        self.conns
+            .confirm_replication(&self.url, self.keys.acks(), replicas, timeout)
     }
 
     /// A store on the Redis Cluster that `nodes` (any of its nodes; one is enough) belong to.

@@ -388,8 +388,13 @@ impl TicketStore for RedisStore {
             return Err(malformed());
         };
         match f.first().and_then(text).as_deref() {
-            Some("ok") if f.len() == 10 => {
+            Some("ok") if f.len() == 10 || f.len() == 11 => {
                 let view = view(id.key, &Value::Array(f[2..10].to_vec()))?.ok_or_else(malformed)?;
+                if f.get(10).and_then(text).as_deref() == Some("rollback") {
+                    self.epoch
+                        .rolled_back(&self.conns, &self.keys, self.now_arg(), &id.host_id)
+                        .await?;
+                }
                 Ok(Ok(Reclaimed {
                     view,
                     reclaimed: int(&f[1]).ok_or_else(malformed)? == 1,
