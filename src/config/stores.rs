@@ -78,8 +78,8 @@ impl Cx {
         if replicas_acked.is_some_and(|n| n > 0) && cluster == Some(true) {
             self.err(
                 "store.redis.replicas_acked",
-                "is not supported with cluster: true (each shard's primary would confirm its \
-                 own decisions; a Redis Cluster fails over with its own replication): use 0",
+                "is not supported with cluster: true (a Redis Cluster's decisions land on \
+                 several primaries, each to be confirmed by its own replicas): use 0",
             );
         }
         let replication_timeout_ms = match m.get("replication_timeout") {
