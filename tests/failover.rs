@@ -10,7 +10,9 @@
 //! - without it, the admissions the replica missed are lost, and the first lost holder's
 //!   renewal shows it: the loss is counted and the host's learning window opens at once, so
 //!   no newcomer takes a slot a lost holder still runs in;
-//! - a replica that had caught up: nothing is lost, nothing counted, nothing refused.
+//! - a replica that had caught up: nothing is lost, nothing counted, nothing refused;
+//! - the same through Redis Sentinel (three sentinels that promote the replica themselves):
+//!   the authorities find the new primary through them and go on.
 #![allow(
     clippy::disallowed_types,
     reason = "it polls real processes with deadlines"
@@ -84,6 +86,76 @@ impl Topology {
     }
 }
 
+/// Three sentinels watching `primary` as master set `main` (down after 1 s, failover timeout
+/// 3 s), each its own redis-sentinel process, killed when dropped.
+struct Sentinels {
+    children: Vec<std::process::Child>,
+    ports: Vec<u16>,
+}
+
+impl Sentinels {
+    fn start(primary: u16) -> Sentinels {
+        let mut s = Sentinels {
+            children: Vec::new(),
+            ports: Vec::new(),
+        };
+        for _ in 0..3 {
+            let port = free_port();
+            let dir =
+                std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sentinel-{port}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = dir.join("sentinel.conf");
+            std::fs::write(
+                &file,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor main 127.0.0.1 {primary} 2\n\
+                     sentinel down-after-milliseconds main 1000\n\
+                     sentinel failover-timeout main 3000\n",
+                    dir.display()
+                ),
+            )
+            .unwrap();
+            let child = std::process::Command::new("redis-sentinel")
+                .arg(&file)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-sentinel on PATH (scripts/test installs it)");
+            s.children.push(child);
+            s.ports.push(port);
+        }
+        s
+    }
+
+    /// The port of the primary the sentinels name now.
+    async fn primary(&self) -> Option<u16> {
+        let addr: Vec<String> = cmd(
+            self.ports[0],
+            &["SENTINEL", "get-master-addr-by-name", "main"],
+        )
+        .await
+        .ok()?;
+        addr.get(1)?.parse().ok()
+    }
+
+    fn nodes(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+impl Drop for Sentinels {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 async fn conn(port: u16) -> redis::aio::MultiplexedConnection {
     redis::Client::open(format!("redis://127.0.0.1:{port}/0"))
         .unwrap()
@@ -112,6 +184,21 @@ fn authority(name: &str, endpoint: u16, acked: u32) -> Server {
             "hosts:\n  h:\n    scheduling: {{ total: 4, per_subject: 4, lease_ttl: 3s, queue: {{ total: 50 }} }}\n\
              store:\n  redis: {{ url: \"redis://127.0.0.1:{endpoint}/0\", prefix: \"fo-{prefix}:\", \
              replicas_acked: {acked}, replication_timeout: 300ms }}\n"
+        ),
+    );
+    Server::start(&["--config", config.to_str().unwrap()])
+}
+
+/// An authority through the sentinels: host `h`, total 4, lease 3 s.
+fn authority_via_sentinels(name: &str, sentinels: &Sentinels) -> Server {
+    let prefix = name.split('-').next().unwrap();
+    let config = config_file(
+        &format!("failover-{name}"),
+        &format!(
+            "hosts:\n  h:\n    scheduling: {{ total: 4, per_subject: 4, lease_ttl: 3s, queue: {{ total: 50 }} }}\n\
+             store:\n  redis:\n    url: \"redis://main/0\"\n    prefix: \"fo-{prefix}:\"\n\
+             \x20   sentinel: {{ master: main, nodes: [{}] }}\n",
+            sentinels.nodes()
         ),
     );
     Server::start(&["--config", config.to_str().unwrap()])
@@ -284,4 +371,58 @@ async fn a_failover_to_a_replica_that_caught_up_loses_nothing() {
         (3, 0, 0),
         "{s:?}"
     );
+}
+
+/// Through Redis Sentinel: two authorities find the primary through three sentinels; the
+/// replica lags (its link cut) when two more holders are admitted; the primary is killed and
+/// the sentinels promote the replica. The authorities follow the promotion by themselves (a
+/// broken connection asks the sentinels again), the kept holders keep their slots, the first
+/// lost holder's renewal opens the learning window, and newcomers wait.
+#[tokio::test]
+async fn through_sentinel_the_promoted_replica_is_found_and_a_rollback_detected() {
+    let t = Topology::start().await;
+    let sentinels = Sentinels::start(t.primary.port);
+    eventually(
+        "the sentinels watch the primary",
+        Duration::from_secs(20),
+        || async {
+            let replicas: Vec<redis::Value> =
+                cmd(sentinels.ports[2], &["SENTINEL", "replicas", "main"])
+                    .await
+                    .ok()?;
+            (sentinels.primary().await == Some(t.primary.port) && !replicas.is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    let (a1, a2) = (
+        authority_via_sentinels("sentinel-1", &sentinels),
+        authority_via_sentinels("sentinel-2", &sentinels),
+    );
+    let (mut c1, mut c2) = (a1.client().await, a2.client().await);
+    let kept = [admit(&mut c1, "h1").await, admit(&mut c1, "h2").await];
+    t.caught_up().await;
+    t.link.cut();
+    let lost = [admit(&mut c1, "h3").await, admit(&mut c1, "h4").await];
+    let Topology {
+        mut primary,
+        replica,
+        ..
+    } = t;
+    primary.stop();
+    eventually(
+        "the sentinels promote the replica",
+        Duration::from_secs(30),
+        || async { (sentinels.primary().await == Some(replica.port)).then_some(()) },
+    )
+    .await;
+    for h in &kept {
+        assert_eq!(renew(&mut c2, h).await, api::TicketState::Admitted);
+    }
+    assert_eq!(renew(&mut c2, &lost[0]).await, api::TicketState::Admitted);
+    let n = c1.submit(submit_req("n1")).await.unwrap().into_inner();
+    assert_eq!(state_of(n.state), api::TicketState::Queued);
+    assert_eq!(renew(&mut c1, &lost[1]).await, api::TicketState::Admitted);
+    let s = stats(&mut c2, "h").await;
+    assert_eq!((s.in_flight, s.queued, s.state_losses), (4, 1, 1), "{s:?}");
 }

@@ -140,6 +140,20 @@ pub struct RedisConfig {
     /// How long the replicas have to confirm a decision before its call answers
     /// `OUTCOME_UNKNOWN`.
     pub replication_timeout_ms: u64,
+    /// `store.redis.sentinel`: the primary is the one these sentinels name (then `url` gives
+    /// only the credentials, database and TLS).
+    pub sentinel: Option<SentinelConfig>,
+}
+
+/// `store.redis.sentinel`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelConfig {
+    /// The master set's name.
+    pub master: String,
+    /// The sentinels, `host:port` each.
+    pub nodes: Vec<String>,
+    /// The sentinels' own password.
+    pub password: Option<String>,
 }
 
 /// `store.redis.replication_timeout` by default.

@@ -114,6 +114,7 @@ impl Cx {
                         cluster: false,
                         replicas_acked: 0,
                         replication_timeout_ms: DEFAULT_REPLICATION_TIMEOUT_MS,
+                        sentinel: None,
                     })
                 }),
                 None => file.redis,

@@ -17,6 +17,7 @@ impl Cx {
                 "cluster",
                 "replicas_acked",
                 "replication_timeout",
+                "sentinel",
             ],
         )?;
         let url = match m.get("url").map(|v| (v.as_str(), v)) {
@@ -86,6 +87,16 @@ impl Cx {
             None => Some(DEFAULT_REPLICATION_TIMEOUT_MS),
             Some(v) => self.duration(v, "store.redis.replication_timeout", 10, 60_000),
         };
+        let sentinel = match m.get("sentinel") {
+            None => Some(None),
+            Some(v) => self.sentinel(v).map(Some),
+        };
+        if matches!(sentinel, Some(Some(_))) && cluster == Some(true) {
+            self.err(
+                "store.redis.sentinel",
+                "is not for cluster: true (a Redis Cluster promotes its own replicas)",
+            );
+        }
         Some(RedisConfig {
             url: url?,
             prefix: prefix?,
@@ -93,6 +104,84 @@ impl Cx {
             cluster: cluster?,
             replicas_acked: replicas_acked?,
             replication_timeout_ms: replication_timeout_ms?,
+            sentinel: sentinel?,
+        })
+    }
+
+    /// `store.redis.sentinel`: `{ master, nodes: [host:port, ...], password }`.
+    fn sentinel(&mut self, v: &Value) -> Option<SentinelConfig> {
+        let m = self.mapping(v, "store.redis.sentinel", &["master", "nodes", "password"])?;
+        let master = match m.get("master").map(|v| v.as_str()) {
+            Some(Some(name)) if check_id(name).is_ok() && !name.contains(' ') => {
+                Some(name.to_string())
+            }
+            Some(_) => {
+                self.err(
+                    "store.redis.sentinel.master",
+                    "must be the master set's name (1..128 printable ASCII characters, no \
+                     spaces)",
+                );
+                None
+            }
+            None => {
+                self.err(
+                    "store.redis.sentinel",
+                    "master is required (the name the sentinels monitor)",
+                );
+                None
+            }
+        };
+        let nodes = match m.get("nodes").map(|v| v.as_sequence()) {
+            Some(Some(list)) if !list.is_empty() && list.len() <= 32 => {
+                let mut nodes = Vec::new();
+                for (i, n) in list.iter().enumerate() {
+                    let ok = n.as_str().filter(|s| {
+                        s.rsplit_once(':').is_some_and(|(h, p)| {
+                            !h.is_empty()
+                                && !h.contains(['/', '@', ' '])
+                                && p.parse::<u16>().is_ok_and(|p| p > 0)
+                        })
+                    });
+                    match ok {
+                        Some(s) => nodes.push(s.to_string()),
+                        None => self.err(
+                            &format!("store.redis.sentinel.nodes[{i}]"),
+                            "must be a sentinel's host:port",
+                        ),
+                    }
+                }
+                (nodes.len() == list.len()).then_some(nodes)
+            }
+            Some(_) => {
+                self.err(
+                    "store.redis.sentinel.nodes",
+                    "must be a list of 1..32 sentinels, host:port each",
+                );
+                None
+            }
+            None => {
+                self.err(
+                    "store.redis.sentinel",
+                    "nodes is required (the sentinels, host:port each)",
+                );
+                None
+            }
+        };
+        let password = match m.get("password") {
+            None => Some(None),
+            Some(Value::String(p)) if !p.is_empty() => Some(Some(p.clone())),
+            Some(_) => {
+                self.err(
+                    "store.redis.sentinel.password",
+                    "must be the sentinels' password, a non-empty string",
+                );
+                None
+            }
+        };
+        Some(SentinelConfig {
+            master: master?,
+            nodes: nodes?,
+            password: password?,
         })
     }
 

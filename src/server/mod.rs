@@ -136,6 +136,20 @@ pub fn prepare(config: Config) -> Result<Prepared, ServeError> {
         (Some(r), _) => {
             let store = if r.cluster {
                 RedisStore::new_cluster(&[r.url.as_str()], &r.prefix, policy, clock.clone())
+            } else if let Some(s) = &r.sentinel {
+                let settings = crate::store::redis::source::SentinelSettings {
+                    master: s.master.clone(),
+                    nodes: s.nodes.clone(),
+                    password: s.password.clone(),
+                };
+                RedisStore::new_sentinel(
+                    &r.url,
+                    &settings,
+                    &r.prefix,
+                    r.pool_size,
+                    policy,
+                    clock.clone(),
+                )
             } else {
                 RedisStore::new(&r.url, &r.prefix, r.pool_size, policy, clock.clone())
             }

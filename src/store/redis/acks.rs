@@ -30,7 +30,8 @@ pub(super) struct Acks {
     timeout: Duration,
     /// The key each round writes before its `WAIT`.
     key: String,
-    client: redis::Client,
+    /// Where the primary is (it may move: each new connection asks).
+    source: Arc<super::source::Source>,
     /// `redis <host:port>`, for messages.
     addr: String,
     waiting: Mutex<Waiting>,
@@ -46,7 +47,7 @@ struct Waiting {
 
 impl Acks {
     pub(super) fn new(
-        client: redis::Client,
+        source: Arc<super::source::Source>,
         addr: String,
         key: String,
         replicas: u32,
@@ -56,7 +57,7 @@ impl Acks {
             replicas,
             timeout,
             key,
-            client,
+            source,
             addr,
             waiting: Mutex::default(),
             conn: tokio::sync::Mutex::new(None),
@@ -119,13 +120,17 @@ impl Acks {
             ),
         };
         if conn.is_none() {
-            let c = tokio::time::timeout(
-                super::connection::REDIS_TIMEOUT,
-                self.client.get_multiplexed_async_connection(),
-            )
-            .await
-            .map_err(|_| unknown("no connection for the replication confirmation".into()))?
-            .map_err(|e| unknown(super::connection::cause(&e)))?;
+            let open = async {
+                self.source
+                    .client()
+                    .await?
+                    .get_multiplexed_async_connection()
+                    .await
+            };
+            let c = tokio::time::timeout(super::connection::REDIS_TIMEOUT, open)
+                .await
+                .map_err(|_| unknown("no connection for the replication confirmation".into()))?
+                .map_err(|e| unknown(super::connection::cause(&e)))?;
             *conn = Some(c);
         }
         let c = conn.as_mut().expect("just set");

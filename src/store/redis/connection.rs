@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bb8_redis::RedisConnectionManager;
 use redis::aio::MultiplexedConnection;
+
+use super::source::{Manager, SentinelSettings, Source};
 
 use crate::store::StoreError;
 
@@ -130,7 +131,7 @@ impl bb8::ErrorSink<redis::RedisError> for LastConnectError {
 
 /// Nagle's algorithm off: calls share a connection, and with it on a small write can wait
 /// for the answer to the one before.
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
+pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
     redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }
 
@@ -175,7 +176,9 @@ impl redis::aio::ConnectionLike for Conn {
 
 /// The connections of one store, to one Redis or one Redis Cluster.
 pub(super) struct Connections {
-    pool: bb8::Pool<RedisConnectionManager>,
+    pool: bb8::Pool<Manager>,
+    /// Where new connections go (the URL's Redis, or the primary the sentinels name).
+    source: Arc<Source>,
     /// `redis <host:port>`, for messages (never the password).
     addr: String,
     /// Why the pool last failed to open a connection.
@@ -196,19 +199,44 @@ impl Connections {
     /// Up to `pool_size` connections to the Redis at `url`; none is opened yet.
     pub(super) fn new(url: &str, pool_size: u32) -> Result<Self, StoreError> {
         let addr = redis_address(url);
-        let manager =
-            RedisConnectionManager::new(connection_info(url)?).map_err(|e| StoreError::Config {
-                what: format!("redis url {addr}: {e}"),
+        let source = Source::url(connection_info(url)?).map_err(|e| StoreError::Config {
+            what: format!("redis url {addr}: {e}"),
+            source: Some(Arc::new(e)),
+        })?;
+        Ok(Self::from_source(source, addr, pool_size))
+    }
+
+    /// Up to `pool_size` connections to the primary the sentinels of `sentinel` name, with
+    /// `url`'s credentials, database and TLS; none is opened yet.
+    pub(super) fn sentinel(
+        url: &str,
+        sentinel: &SentinelSettings,
+        pool_size: u32,
+    ) -> Result<Self, StoreError> {
+        let addr = format!(
+            "redis master {:?} (sentinels {})",
+            sentinel.master,
+            sentinel.nodes.join(", ")
+        );
+        let source =
+            Source::sentinel(&connection_info(url)?, sentinel).map_err(|e| StoreError::Config {
+                what: format!("{addr}: {e}"),
                 source: Some(Arc::new(e)),
             })?;
+        Ok(Self::from_source(source, addr, pool_size))
+    }
+
+    fn from_source(source: Source, addr: String, pool_size: u32) -> Self {
+        let source = Arc::new(source);
         let last_connect_error = LastConnectError::default();
         let pool = bb8::Pool::builder()
             .max_size(pool_size.max(1))
             .connection_timeout(REDIS_TIMEOUT)
             .error_sink(Box::new(last_connect_error.clone()))
-            .build_unchecked(manager);
-        Ok(Connections {
+            .build_unchecked(Manager(source.clone()));
+        Connections {
             pool,
+            source,
             addr,
             last_connect_error,
             errors: AtomicU64::new(0),
@@ -217,26 +245,20 @@ impl Connections {
             slots: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
             next_slot: AtomicU64::new(0),
             acks: std::sync::OnceLock::new(),
-        })
+        }
     }
 
-    /// Answer every script only once `replicas` replicas of the Redis at `url` hold it (within
+    /// Answer every script only once `replicas` replicas of the primary hold it (within
     /// `timeout`; see [`super::acks`]); its confirmations write `key`.
-    pub(super) fn confirm_replication(
-        &self,
-        url: &str,
-        key: String,
-        replicas: u32,
-        timeout: Duration,
-    ) -> Result<(), StoreError> {
-        let client =
-            redis::Client::open(connection_info(url)?).map_err(|e| StoreError::Config {
-                what: format!("redis url {}: {e}", self.addr),
-                source: Some(Arc::new(e)),
-            })?;
-        let acks = super::acks::Acks::new(client, self.addr.clone(), key, replicas, timeout);
+    pub(super) fn confirm_replication(&self, key: String, replicas: u32, timeout: Duration) {
+        let acks = super::acks::Acks::new(
+            self.source.clone(),
+            self.addr.clone(),
+            key,
+            replicas,
+            timeout,
+        );
         let _ = self.acks.set(Arc::new(acks));
-        Ok(())
     }
 
     /// Connections to the Redis Cluster that `nodes` belong to; none is opened yet.
@@ -255,6 +277,16 @@ impl Connections {
         let mut c = Connections::new(first, 1)?;
         c.cluster = Some(client);
         Ok(c)
+    }
+
+    /// Where new connections go.
+    pub(super) fn source(&self) -> Arc<Source> {
+        self.source.clone()
+    }
+
+    /// `redis <host:port>` (or the master set and its sentinels), for messages.
+    pub(super) fn addr(&self) -> &str {
+        &self.addr
     }
 
     /// Whether these are connections to a Redis Cluster (a script may then touch one slot).

@@ -29,6 +29,7 @@ mod rate_limit_batch;
 mod rate_limits;
 mod replies;
 pub mod scripts;
+pub mod source;
 mod tickets;
 
 pub use auth::AUTH_SKIP_MS;
@@ -103,7 +104,6 @@ pub struct RedisStore {
     /// Each host's limits as the scripts read them, computed once.
     /// This replica's file limits, and as the scripts read them; replaced on reload.
     file_limits: std::sync::RwLock<Arc<limits_args::FileLimits>>,
-    url: String,
     /// This replica's Wait streams, woken by the change listener.
     watchers: Arc<tickets::Watchers>,
     listener: std::sync::OnceLock<tokio::task::JoinHandle<()>>,
@@ -132,12 +132,11 @@ impl RedisStore {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let conns = Connections::new(url, pool_size)?;
-        Ok(Self::with_connections(conns, url, prefix, policy, clock))
+        Ok(Self::with_connections(conns, prefix, policy, clock))
     }
 
     fn with_connections(
         conns: Connections,
-        url: &str,
         prefix: &str,
         policy: Policy,
         clock: Arc<dyn Clock>,
@@ -190,22 +189,36 @@ impl RedisStore {
             list: redis::Script::new(&scripts::list()),
             limits: redis::Script::new(&scripts::limits()),
             file_limits: std::sync::RwLock::new(Arc::new(file_limits)),
-            url: url.to_string(),
             watchers: Arc::default(),
             listener: std::sync::OnceLock::new(),
             listening: tokio::sync::watch::Sender::new(false),
         }
     }
 
+    /// A store on the primary that the sentinels of `sentinel` name for its master set, found
+    /// again at every new connection (so a failover is followed), with `url`'s credentials,
+    /// database and TLS; otherwise as [`RedisStore::new`].
+    pub fn new_sentinel(
+        url: &str,
+        sentinel: &source::SentinelSettings,
+        prefix: &str,
+        pool_size: u32,
+        policy: Policy,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
+        let conns = Connections::sentinel(url, sentinel, pool_size)?;
+        Ok(Self::with_connections(conns, prefix, policy, clock))
+    }
+
     /// Answer each decision only once `replicas` Redis replicas hold it, failing it as an
     /// unknown outcome when they do not confirm within `timeout` (`store.redis.replicas_acked`,
     /// `store.redis.replication_timeout`; see `acks`). Not for a Redis Cluster.
     pub fn confirm_replication(&self, replicas: u32, timeout: Duration) -> Result<(), StoreError> {
-        if replicas == 0 {
-            return Ok(());
+        if replicas > 0 {
+            self.conns
+                .confirm_replication(self.keys.acks(), replicas, timeout);
         }
-        self.conns
-            .confirm_replication(&self.url, self.keys.acks(), replicas, timeout)
+        Ok(())
     }
 
     /// A store on the Redis Cluster that `nodes` (any of its nodes; one is enough) belong to.
@@ -220,9 +233,7 @@ impl RedisStore {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let conns = Connections::cluster(nodes)?;
-        Ok(Self::with_connections(
-            conns, nodes[0], prefix, policy, clock,
-        ))
+        Ok(Self::with_connections(conns, prefix, policy, clock))
     }
 
     /// Freeze the time every script sees at `now_ms` instead of Redis `TIME` (tests only:
@@ -385,7 +396,8 @@ impl RedisStore {
     fn ensure_listener(&self) {
         self.listener.get_or_init(|| {
             tokio::spawn(tickets::listen(
-                self.url.clone(),
+                self.conns.source(),
+                self.conns.addr().to_string(),
                 self.keys.clone(),
                 self.watchers.clone(),
                 self.listening.clone(),

@@ -583,7 +583,8 @@ impl TicketStore for RedisStore {
 /// reconnecting after a second when the subscription drops (the Wait streams re-check their
 /// tickets every second meanwhile, so a lost message only delays them).
 pub(super) async fn listen(
-    url: String,
+    source: Arc<super::source::Source>,
+    addr: String,
     keys: super::keys::Keys,
     watchers: Arc<Watchers>,
     listening: watch::Sender<bool>,
@@ -593,8 +594,7 @@ pub(super) async fn listen(
     let mut lost = false;
     loop {
         let subscribed = async {
-            let client = redis::Client::open(url.as_str())?;
-            let mut pubsub = client.get_async_pubsub().await?;
+            let mut pubsub = source.client().await?.get_async_pubsub().await?;
             pubsub.psubscribe(keys.sched_changes_pattern()).await?;
             listening.send_replace(true);
             if std::mem::take(&mut lost) {
@@ -619,7 +619,7 @@ pub(super) async fn listen(
             lost = true;
             tracing::warn!(
                 "redis change subscription lost, resubscribing every second: {}: {}",
-                super::redis_address(&url),
+                addr,
                 super::connection::cause(&e)
             );
         }
