@@ -576,7 +576,23 @@ pub(super) fn render(out: &mut String, c: &Config) {
                     )
                 } else {
                     String::new()
-                },
+                } + &r.sentinel.as_ref().map_or_else(String::new, |s| {
+                    format!(
+                        ", sentinel: {{master: {:?}, nodes: [{}]{}}}",
+                        s.master,
+                        s.nodes
+                            .iter()
+                            .map(|n| format!("{n:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        // Never printed: replaced, as the URL's password is.
+                        if s.password.is_some() {
+                            ", password: HIDDEN"
+                        } else {
+                            ""
+                        }
+                    )
+                }),
                 if hidden {
                     "   # the file's password is not shown"
                 } else {

@@ -84,9 +84,11 @@ fn classify(addr: &str, e: redis::RedisError, sent: bool) -> StoreError {
     // A demoted primary (a failover happened behind the address) answers READONLY, and one
     // still loading its data LOADING, before running anything: nothing was applied, and the
     // connection must be replaced, not kept.
+    // A primary that `min-replicas-to-write` stops answers NOREPLICAS, also before running
+    // anything.
     let demoted = e
         .code()
-        .is_some_and(|c| matches!(c, "READONLY" | "LOADING" | "MASTERDOWN"));
+        .is_some_and(|c| matches!(c, "READONLY" | "LOADING" | "MASTERDOWN" | "NOREPLICAS"));
     let (answered, refused) = (
         matches!(e.kind(), redis::ErrorKind::Server(_)) && !demoted,
         e.is_connection_refusal() || is_broken_pipe(&e) || demoted,
