@@ -35,7 +35,7 @@ fn bootstrap(listen: u16, upstream: u16, authority: u16, filter: bool) -> String
         .replace("port_value: 50051", &format!("port_value: {authority}"))
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -28,6 +28,7 @@ mod console_scenario;
 #[path = "../shared/ratelimit_scenario.rs"]
 mod ratelimit_scenario;
 
+mod acked;
 mod adaptive;
 mod console;
 mod durable;
@@ -130,6 +131,9 @@ enum Only {
     Envoy,
     /// `keys`: cycles with a key (serial, keep newest) against without, and a flood of keys.
     Keys,
+    /// `acked`: cycles with `replicas_acked: 1` against without, on a Redis with one replica
+    /// that it starts itself.
+    Acked,
 }
 
 impl Only {
@@ -146,6 +150,7 @@ impl Only {
             "ratelimit" => Only::RateLimit,
             "envoy" => Only::Envoy,
             "keys" => Only::Keys,
+            "acked" => Only::Acked,
             _ => return None,
         })
     }
@@ -1042,6 +1047,7 @@ async fn run(a: &Args, dir: &std::path::Path) {
         Some(Only::RateLimit) => return ratelimit::rate_limits(a, dir).await,
         Some(Only::Envoy) => return envoy::envoy(a, dir).await,
         Some(Only::Keys) => return keys::keys(a, dir).await,
+        Some(Only::Acked) => return acked::acked(a, dir).await,
         Some(Only::Durable) => return durable::durable(a, dir).await,
         Some(Only::DurableCpu) => return durable::durable_cpu(a, dir).await,
         Some(Only::Rules) => return rules(a, dir).await,
