@@ -335,9 +335,14 @@ async fn a_rollback_is_detected_at_the_first_lost_holders_renewal() {
     t.link.cut();
     let lost = [admit(&mut c1, "h3").await, admit(&mut c1, "h4").await];
     t.fail_over().await;
+    let flipped = std::time::Instant::now();
     for h in &kept {
         assert_eq!(renew(&mut c2, h).await, api::TicketState::Admitted);
     }
+    eprintln!(
+        "the first renewals after the flip took {:?}",
+        flipped.elapsed()
+    );
     // The first lost holder re-registers: the store had no trace of its ticket.
     assert_eq!(renew(&mut c2, &lost[0]).await, api::TicketState::Admitted);
     let s = stats(&mut c2, "h").await;
@@ -425,4 +430,50 @@ async fn through_sentinel_the_promoted_replica_is_found_and_a_rollback_detected(
     assert_eq!(renew(&mut c1, &lost[1]).await, api::TicketState::Admitted);
     let s = stats(&mut c2, "h").await;
     assert_eq!((s.in_flight, s.queued, s.state_losses), (4, 1, 1), "{s:?}");
+}
+
+/// A primary demoted under open connections, as a managed Redis's endpoint moves while its
+/// clients' connections stay where they were: the old primary, now a replica of the promoted
+/// one, answers READONLY. The first call that meets it replaces the connection and goes on at
+/// once: no UNAVAILABLE, no replica failing until a restart (before, READONLY was an answer
+/// the connection was kept for, and every decision failed).
+#[tokio::test]
+async fn a_demoted_primarys_connections_are_replaced_at_once() {
+    let t = Topology::start().await;
+    let a = authority("demoted", t.endpoint.port, 0);
+    let mut c = a.client().await;
+    let h1 = admit(&mut c, "h1").await;
+    t.caught_up().await;
+    let _: String = cmd(t.replica.port, &["REPLICAOF", "NO", "ONE"])
+        .await
+        .unwrap();
+    let _: String = cmd(
+        t.primary.port,
+        &["REPLICAOF", "127.0.0.1", &t.replica.port.to_string()],
+    )
+    .await
+    .unwrap();
+    t.endpoint.point_new(t.replica.port);
+    let started = std::time::Instant::now();
+    admit(&mut c, "h2").await;
+    eprintln!(
+        "the first Submit after the demotion took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        state_of(
+            c.renew(api::RenewRequest {
+                ticket_ids: vec![h1.ticket],
+                rss_mb: None,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .tickets[0]
+                .state
+        ),
+        api::TicketState::Admitted
+    );
+    let s = stats(&mut c, "h").await;
+    assert_eq!((s.in_flight, s.state_losses), (2, 0), "{s:?}");
 }

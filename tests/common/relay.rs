@@ -60,6 +60,12 @@ impl Relay {
         self.close_all();
     }
 
+    /// New connections go to `target`; those open stay where they are (as when a DNS name
+    /// moves: a client's open connections still reach the old address).
+    pub fn point_new(&self, target: u16) {
+        *self.target.lock().unwrap() = Some(target);
+    }
+
     fn close_all(&self) {
         for s in self.open.lock().unwrap().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
