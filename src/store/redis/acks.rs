@@ -120,11 +120,14 @@ impl Acks {
             ),
         };
         if conn.is_none() {
+            // No response timeout of the library's own (half a second): a WAIT takes up to
+            // `replication_timeout`, and the round's own deadline bounds it.
+            let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
             let open = async {
                 self.source
                     .client()
                     .await?
-                    .get_multiplexed_async_connection()
+                    .get_multiplexed_async_connection_with_config(&config)
                     .await
             };
             let c = tokio::time::timeout(super::connection::REDIS_TIMEOUT, open)
