@@ -195,6 +195,11 @@ pub(super) struct Connections {
     next_slot: AtomicU64,
     /// Set with `store.redis.replicas_acked`: every script's answer waits for the replicas.
     acks: std::sync::OnceLock<Arc<super::acks::Acks>>,
+    /// Times Redis stopped answering (a call failed unanswered after one that succeeded): a
+    /// failover, a restart, a stall. Nobody could renew a lease meanwhile.
+    outages: AtomicU64,
+    /// The last call was answered.
+    answering: std::sync::atomic::AtomicBool,
 }
 
 impl Connections {
@@ -247,7 +252,14 @@ impl Connections {
             slots: (0..pool_size.max(1)).map(|_| Mutex::new(None)).collect(),
             next_slot: AtomicU64::new(0),
             acks: std::sync::OnceLock::new(),
+            outages: AtomicU64::new(0),
+            answering: std::sync::atomic::AtomicBool::new(true),
         }
+    }
+
+    /// Times Redis stopped answering since the store was made (see `outages`).
+    pub(super) fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Relaxed)
     }
 
     /// Answer every script only once `replicas` replicas of the primary hold it (within
@@ -369,8 +381,20 @@ impl Connections {
         {
             out = Err(e);
         }
-        if out.is_err() {
-            self.errors.fetch_add(1, Ordering::Relaxed);
+        match &out {
+            Ok(_) => self.answering.store(true, Ordering::Relaxed),
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                let unanswered = matches!(
+                    e,
+                    StoreError::Unreachable { .. }
+                        | StoreError::Timeout { .. }
+                        | StoreError::ConnectionLost { .. }
+                );
+                if unanswered && self.answering.swap(false, Ordering::Relaxed) {
+                    self.outages.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
         out
     }

@@ -40,9 +40,12 @@ impl RedisStore {
 
     /// After a pause of this process, a host's first script here is preceded by one that gives
     /// its live tickets a lease from now ([`crate::pause`]): the Wait streams and Renews that
-    /// keep them alive sat in this process, and Redis's time went on.
+    /// keep them alive sat in this process, and Redis's time went on. The same after Redis
+    /// stopped answering (a failover, a restart, a stall): no Renew could reach it meanwhile,
+    /// so a holder that kept renewing through the outage keeps its slot, and no newcomer
+    /// takes it for it to come back to above the cap.
     async fn resume_if_paused(&self, host: &str) -> Result<(), StoreError> {
-        let pauses = self.pauses.look_at(self.clock.now_ms());
+        let pauses = self.pauses.look_at(self.clock.now_ms()) + self.conns.outages();
         if pauses == 0 {
             // No pause yet (nearly always): no lock on the way of every call.
             return Ok(());
