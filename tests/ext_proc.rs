@@ -183,14 +183,25 @@ impl Upstream {
     }
 }
 
-/// Requests on one (kept-alive) connection: a GET answered in chunks of text, or an
-/// OpenAI-shaped POST (its JSON body) answered with usage: its input estimate (4 characters a
-/// token of its messages) as prompt tokens and its `max_tokens` as completion tokens, as JSON
-/// or, with `"stream": true`, as server-sent events whose last chunk carries the usage.
+/// Requests on one (kept-alive) connection: a GET answered in chunks of text, or a POST of a
+/// JSON body answered with usage in the shape of its path's API: its input estimate (4
+/// characters a token of its messages, input or system) as input tokens and its output bound
+/// as output tokens, as JSON or, with `"stream": true`, as server-sent events (see
+/// [`answer_openai`]).
 fn serve_upstream(stream: TcpStream, seen: &Mutex<Seen>) {
     let mut out = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     loop {
+        let mut request_line = String::new();
+        match reader.read_line(&mut request_line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let path = request_line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("/")
+            .to_string();
         let mut headers = Vec::new();
         loop {
             let mut line = String::new();
@@ -213,7 +224,7 @@ fn serve_upstream(stream: TcpStream, seen: &Mutex<Seen>) {
             return;
         }
         if length > 0 {
-            let ok = answer_openai(&mut out, &body, seen);
+            let ok = answer_openai(&mut out, &path, &body, seen);
             if !ok {
                 return;
             }
@@ -270,53 +281,113 @@ fn digest(token: &str) -> String {
 
 const OPS_TOKEN: &str = "ops-token-for-the-ext-proc-test";
 
-/// An OpenAI-shaped answer to `body` (see [`serve_upstream`]); false when the connection broke.
-fn answer_openai(out: &mut TcpStream, body: &[u8], seen: &Mutex<Seen>) -> bool {
+/// An answer to `body` in the shape of `path`'s API (see [`serve_upstream`]): OpenAI's Chat
+/// Completions (the last chunk of a stream carries the usage), OpenAI's Responses
+/// (`/v1/responses`: `usage` in the body, or in the stream's `response.completed`) or
+/// Anthropic's Messages (`/v1/messages`: `usage` in the body, or the input in
+/// `message_start` and the cumulative output in `message_delta`); false when the connection
+/// broke.
+fn answer_openai(out: &mut TcpStream, path: &str, body: &[u8], seen: &Mutex<Seen>) -> bool {
     let v: serde_json::Value = serde_json::from_slice(body).unwrap();
-    let chars: usize = v["messages"]
-        .as_array()
-        .map(|m| {
-            m.iter()
-                .filter_map(|m| m["content"].as_str())
-                .map(str::len)
-                .sum()
-        })
+    let text = |x: &serde_json::Value| -> usize {
+        match x {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Array(parts) => parts
+                .iter()
+                .map(|p| p["text"].as_str().map_or(0, str::len) + p.as_str().map_or(0, str::len))
+                .sum(),
+            _ => 0,
+        }
+    };
+    let items = |x: &serde_json::Value| -> usize {
+        x.as_array()
+            .map(|m| m.iter().map(|m| text(&m["content"])).sum())
+            .unwrap_or_else(|| text(x))
+    };
+    let chars = items(&v["messages"]) + items(&v["input"]) + text(&v["system"]);
+    let bound = ["max_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|k| v[*k].as_u64())
         .unwrap_or(0);
-    let (prompt, completion) = (
-        chars.div_ceil(4) as u64,
-        v["max_tokens"].as_u64().unwrap_or(0),
-    );
+    let (prompt, completion) = (chars.div_ceil(4) as u64, bound);
     {
         let mut s = seen.lock().unwrap();
         s.total += 1;
         s.tokens += prompt + completion;
         s.max_tokens.push(completion);
     }
-    let usage = serde_json::json!({"prompt_tokens": prompt, "completion_tokens": completion});
-    // `"no_usage": true`: an answer that reports none.
-    let usage = if v["no_usage"].as_bool() == Some(true) {
-        serde_json::Value::Null
-    } else {
-        usage
-    };
+    let no_usage = v["no_usage"].as_bool() == Some(true);
     std::thread::sleep(Duration::from_millis(200));
-    if v["stream"].as_bool() == Some(true) {
-        let events = format!(
-            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"hi\"}}}}]}}\n\n\
-             data: {{\"choices\":[],\"usage\":{usage}}}\n\ndata: [DONE]\n\n"
-        );
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
-            events.len()
-        );
-        return out.write_all(head.as_bytes()).is_ok() && out.write_all(events.as_bytes()).is_ok();
-    }
-    let json = serde_json::json!({"id": "x", "choices": [], "usage": usage}).to_string();
+    let stream = v["stream"].as_bool() == Some(true);
+    let (content_type, answer) = match (path, stream) {
+        ("/v1/responses", false) => (
+            "application/json",
+            serde_json::json!({
+                "id": "resp_1", "object": "response", "status": "completed",
+                "output": [{"type": "message", "role": "assistant",
+                            "content": [{"type": "output_text", "text": "hi"}]}],
+                "usage": {"input_tokens": prompt, "output_tokens": completion,
+                          "total_tokens": prompt + completion},
+            })
+            .to_string(),
+        ),
+        ("/v1/responses", true) => (
+            "text/event-stream",
+            format!(
+                "event: response.created\ndata: {{\"type\":\"response.created\",\"response\":{{\"id\":\"resp_1\",\"usage\":null}}}}\n\n\
+             event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}}\n\n\
+             event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"id\":\"resp_1\",\"status\":\"completed\",\"usage\":{{\"input_tokens\":{prompt},\"output_tokens\":{completion}}}}}}}\n\n"
+            ),
+        ),
+        ("/v1/messages", false) => (
+            "application/json",
+            serde_json::json!({
+                "id": "msg_1", "type": "message", "role": "assistant",
+                "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": prompt, "output_tokens": completion},
+            })
+            .to_string(),
+        ),
+        ("/v1/messages", true) => (
+            "text/event-stream",
+            format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_1\",\"usage\":{{\"input_tokens\":{prompt},\"output_tokens\":1}}}}}}\n\n\
+             event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"hi\"}}}}\n\n\
+             event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":{completion}}}}}\n\n\
+             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+            ),
+        ),
+        (_, true) => {
+            let usage = if no_usage {
+                serde_json::Value::Null
+            } else {
+                serde_json::json!({"prompt_tokens": prompt, "completion_tokens": completion})
+            };
+            (
+                "text/event-stream",
+                format!(
+                    "data: {{\"choices\":[{{\"delta\":{{\"content\":\"hi\"}}}}]}}\n\n\
+                 data: {{\"choices\":[],\"usage\":{usage}}}\n\ndata: [DONE]\n\n"
+                ),
+            )
+        }
+        (_, false) => {
+            let usage = if no_usage {
+                serde_json::Value::Null
+            } else {
+                serde_json::json!({"prompt_tokens": prompt, "completion_tokens": completion})
+            };
+            (
+                "application/json",
+                serde_json::json!({"id": "x", "choices": [], "usage": usage}).to_string(),
+            )
+        }
+    };
     let head = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        json.len()
+        "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+        answer.len()
     );
-    out.write_all(head.as_bytes()).is_ok() && out.write_all(json.as_bytes()).is_ok()
+    out.write_all(head.as_bytes()).is_ok() && out.write_all(answer.as_bytes()).is_ok()
 }
 
 /// The authority with two policies on host `llm`: `chat` (a long max_wait) and `short`
@@ -335,8 +406,9 @@ fn authority_with(name: &str, scheduling: &str, extra: &str) -> Server {
              \x20   - {{ name: chat, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 20s }}\n\
              \x20   - {{ name: short, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 300ms }}\n\
              \x20   - {{ name: tokens, host_id: llm, subject: {{ header: x-tenant }}, account: {{ body: model }}, tokens: openai }}\n\
+             \x20   - {{ name: messages, host_id: llm, subject: {{ header: x-tenant }}, account: {{ body: model }}, tokens: anthropic }}\n\
              credentials:\n\
-             \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short, tokens], token_sha256: \"{}\" }}\n\
+             \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short, tokens, messages], token_sha256: \"{}\" }}\n\
              \x20 - {{ name: ops, role: operator, token_sha256: \"{}\" }}\n{extra}",
             digest(TOKEN),
             digest(OPS_TOKEN),
@@ -644,13 +716,23 @@ async fn a_stopped_redis_answers_503_and_the_upstream_sees_nothing() {
     assert_eq!(upstream.seen().total, 1, "nothing passed uncounted");
 }
 
-/// One HTTP/1.1 POST of a JSON body on a fresh connection, read to its end: status, headers,
-/// body.
+/// One HTTP/1.1 POST of a JSON body to the Chat Completions path on a fresh connection, read
+/// to its end: status, headers, body.
 fn post(port: u16, headers: &[(&str, &str)], body: &str) -> (u16, Vec<(String, String)>, String) {
+    post_to(port, "/v1/chat/completions", headers, body)
+}
+
+/// [`post`] to `path`.
+fn post_to(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut req = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
+        "POST {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
          content-type: application/json\r\ncontent-length: {}\r\n",
         body.len()
     );
@@ -1018,4 +1100,88 @@ async fn requests_that_reuse_a_request_id_each_take_a_slot() {
     }
     let seen = upstream.seen();
     assert_eq!((seen.total, seen.max), (8, 3), "the tenant's cap of 3 held");
+}
+
+/// OpenAI's Responses API and Anthropic's Messages API through the filter, each non-streamed
+/// and streamed: every request is reserved before it goes on and settled from its response's
+/// usage (the next request is granted exactly what is left), and a burst of ten never passes
+/// the token budget. Before, `tokens: openai` read no Responses bound or usage, and
+/// `tokens: anthropic` was refused by the configuration.
+#[tokio::test]
+async fn the_responses_and_messages_apis_are_reserved_and_settled_from_their_usage() {
+    for (api, path, policy, bound) in [
+        ("responses", "/v1/responses", "tokens", "max_output_tokens"),
+        ("messages", "/v1/messages", "messages", "max_tokens"),
+    ] {
+        let server = authority_with(
+            &format!("shapes-{api}"),
+            "{ total: 20, per_subject: 20 }",
+            "allowances:\n  m-1: { tokens: 1000, window: 24h }\n  m-2: { tokens: 1000, window: 24h }\n",
+        );
+        let upstream = Upstream::start();
+        let envoy = Envoy::start_with(
+            &format!("shapes-{api}"),
+            upstream.port,
+            server.addr.port(),
+            policy,
+            true,
+        );
+        let body = |model: &str, n: u64, stream: bool| {
+            let input = if api == "responses" {
+                r#""input":[{"role":"user","content":[{"type":"input_text","text":"12345678"}]}]"#
+            } else {
+                r#""system":"abcd","messages":[{"role":"user","content":"12345678"}]"#
+            };
+            format!(r#"{{"model":"{model}","{bound}":{n},"stream":{stream},{input}}}"#)
+        };
+        // Non-streamed, then streamed: each settled at its usage (its input and its bound).
+        for stream in [false, true] {
+            let (status, _, text) = post_to(
+                envoy.port,
+                path,
+                &[("x-tenant", "alice")],
+                &body("m-1", 100, stream),
+            );
+            assert_eq!(status, 200, "{api} stream {stream}: {text}");
+            eventually("settled", Duration::from_secs(5), || async {
+                (open_reservations(&server).await == 0).then_some(())
+            })
+            .await;
+        }
+        let used = upstream.seen().tokens;
+        // What is left is granted in full, not less: the usage was settled, not the reservation.
+        let left = 1000 - used - if api == "responses" { 2 } else { 3 };
+        let (status, _, _) = post_to(
+            envoy.port,
+            path,
+            &[("x-tenant", "alice")],
+            &body("m-1", left, false),
+        );
+        assert_eq!(status, 200);
+        assert_eq!(
+            *upstream.seen().max_tokens.last().unwrap(),
+            left,
+            "{api}: granted in full"
+        );
+        // A burst of ten on the other account never passes its budget.
+        let port = envoy.port;
+        let burst: Vec<_> = (0..10)
+            .map(|_| {
+                let b = body("m-2", 250, false);
+                std::thread::spawn(move || post_to(port, path, &[("x-tenant", "bob")], &b).0)
+            })
+            .collect();
+        let statuses: Vec<u16> = burst.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(
+            statuses.iter().all(|s| *s == 200 || *s == 429),
+            "{statuses:?}"
+        );
+        let seen = upstream.seen();
+        let m2: u64 = seen.tokens - used - left - if api == "responses" { 2 } else { 3 };
+        assert!(m2 <= 1000, "{api}: the burst used {m2} of 1000");
+        assert!(
+            statuses.iter().filter(|s| **s == 200).count() >= 3,
+            "{statuses:?}"
+        );
+    }
 }

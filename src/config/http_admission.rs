@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use super::walker::{Cx, check_id, format_ms, join, kind, yaml_key};
 use super::*;
 use crate::http_admission::{
-    DEFAULT_MAX_TOKENS, DEFAULT_MAX_WAIT_MS, HttpAdmissionConfig, HttpPolicy, Source, Tokens,
+    Api, DEFAULT_MAX_TOKENS, DEFAULT_MAX_WAIT_MS, HttpAdmissionConfig, HttpPolicy, Source, Tokens,
 };
 
 const POLICY_KEYS: [&str; 8] = [
@@ -126,21 +126,29 @@ impl Cx {
                 if m.contains_key("default_max_tokens") {
                     self.err(
                         &join(path, "default_max_tokens"),
-                        "applies only with tokens: openai",
+                        "applies only with tokens: openai or anthropic",
                     );
                 }
                 Some(None)
             }
-            Some((_, Some("openai"))) => default_max_tokens.map(|d| {
-                Some(Tokens::OpenAi {
-                    default_max_tokens: d,
+            Some((_, Some(name @ ("openai" | "anthropic")))) => {
+                let api = if name == "openai" {
+                    Api::OpenAi
+                } else {
+                    Api::Anthropic
+                };
+                default_max_tokens.map(|d| {
+                    Some(Tokens {
+                        api,
+                        default_max_tokens: d,
+                    })
                 })
-            }),
+            }
             Some((v, text)) => {
                 let got = text.map_or_else(|| kind(v).to_string(), |t| format!("{t:?}"));
                 self.err(
                     &join(path, "tokens"),
-                    format_args!("must be openai (or left out), got {got}"),
+                    format_args!("must be openai or anthropic (or left out), got {got}"),
                 );
                 None
             }
@@ -221,9 +229,9 @@ pub(super) fn render(out: &mut String, c: &HttpAdmissionConfig) {
         let _ = writeln!(out, "      priority: {}", source(&p.priority));
         let _ = writeln!(out, "      max_wait: {}", format_ms(p.max_wait_ms));
         match &p.tokens {
-            Some(Tokens::OpenAi { default_max_tokens }) => {
-                let _ = writeln!(out, "      tokens: openai");
-                let _ = writeln!(out, "      default_max_tokens: {default_max_tokens}");
+            Some(t) => {
+                let _ = writeln!(out, "      tokens: {}", t.api.name());
+                let _ = writeln!(out, "      default_max_tokens: {}", t.default_max_tokens);
             }
             None => {
                 let _ = writeln!(out, "      tokens: null");

@@ -5,7 +5,9 @@
 //! `tokens: openai`. Free of transport: the filter's stream protocol is `service::ext_proc`'s,
 //! the tickets the scheduler's, unchanged.
 
+pub mod anthropic;
 pub mod openai;
+pub mod usage;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -42,15 +44,48 @@ impl Source {
     }
 }
 
-/// What a policy reserves of the ledger per request.
+/// What a policy reserves of the ledger per request: the request's tokens reserved with
+/// Authorize before it goes on, its response's usage settled, read in the shape of `api`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Tokens {
-    /// OpenAI-shaped JSON: the request's tokens reserved with Authorize before it goes on, its
-    /// response's usage settled.
-    OpenAi {
-        /// Output tokens reserved for a request that sets no bound.
-        default_max_tokens: u64,
-    },
+pub struct Tokens {
+    pub api: Api,
+    /// Output tokens reserved for a request that sets no bound.
+    pub default_max_tokens: u64,
+}
+
+/// The API whose bodies a policy with tokens reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `tokens: openai`: Chat Completions, Completions and Responses.
+    OpenAi,
+    /// `tokens: anthropic`: Anthropic's Messages API.
+    Anthropic,
+}
+
+impl Api {
+    /// The name a policy's `tokens` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::OpenAi => "openai",
+            Api::Anthropic => "anthropic",
+        }
+    }
+
+    /// What a request of this API asks for.
+    pub fn asked(self, body: &[u8], default_output: u64) -> Result<openai::Asked, String> {
+        match self {
+            Api::OpenAi => openai::asked(body, default_output),
+            Api::Anthropic => anthropic::asked(body, default_output),
+        }
+    }
+
+    /// The request rewritten to a lower output bound.
+    pub fn with_output_bound(self, body: &[u8], granted: u64) -> Option<Vec<u8>> {
+        match self {
+            Api::OpenAi => openai::with_output_bound(body, granted),
+            Api::Anthropic => anthropic::with_output_bound(body, granted),
+        }
+    }
 }
 
 /// `default_max_tokens` by default.

@@ -13,7 +13,7 @@ use crate::api::envoy::service::ext_proc::v3::{
     HeaderMutation, ImmediateResponse, ProcessingRequest,
 };
 use crate::api::envoy::r#type::v3::HttpStatus;
-use crate::http_admission::{self, Ask, Tokens, openai};
+use crate::http_admission::{self, Ask, Tokens};
 use crate::ledger::{AuthorizeArgs, Decision};
 use crate::scheduler::{
     DEFAULT_PRIORITY, Outcome, Refusal, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
@@ -34,12 +34,17 @@ impl<S: Store> Exchange<S> {
     ) -> Result<Option<Vec<u8>>, ImmediateResponse> {
         let ask = http_admission::ask(&self.policy, &pairs, &body, TicketId::random_key() as u64)
             .map_err(|e| self.refuse(400, "BAD_REQUEST", &e.to_string(), None))?;
-        let Some(Tokens::OpenAi { default_max_tokens }) = self.policy.tokens.clone() else {
+        let Some(Tokens {
+            api,
+            default_max_tokens,
+        }) = self.policy.tokens.clone()
+        else {
             self.admit(&ask, inbound).await?;
             return Ok(None);
         };
         // A body that cannot be reserved for is refused before it takes a slot.
-        let asked = openai::asked(&body, default_max_tokens)
+        let asked = api
+            .asked(&body, default_max_tokens)
             .map_err(|e| self.refuse(400, "BAD_REQUEST", &e, None))?;
         let run_id = self.admit(&ask, inbound).await?;
         let args = AuthorizeArgs {
@@ -71,7 +76,7 @@ impl<S: Store> Exchange<S> {
                     usage: None,
                 });
                 Ok((auth.granted_output_tokens < asked.output_tokens)
-                    .then(|| openai::with_output_bound(&body, auth.granted_output_tokens))
+                    .then(|| api.with_output_bound(&body, auth.granted_output_tokens))
                     .flatten())
             }
             // The budget leaves the call to the gateway (`unknown_usage: defer`): the filter

@@ -26,7 +26,7 @@ use crate::api::envoy::service::ext_proc::v3::{
     processing_response::Response as Answer,
 };
 use crate::gates::Gates;
-use crate::http_admission::{HttpPolicy, LivePolicies, openai};
+use crate::http_admission::{HttpPolicy, LivePolicies, usage};
 use crate::ledger::{Coverage, Usage};
 use crate::metrics::Metrics;
 use crate::scheduler::{Outcome, Report, TicketState, TicketView};
@@ -169,7 +169,7 @@ type Headers = Vec<(String, String)>;
 struct Reserved {
     host_id: String,
     run_id: String,
-    usage: Option<openai::UsageReader>,
+    usage: Option<usage::UsageReader>,
 }
 
 /// What a message from Envoy leads to.
@@ -308,7 +308,7 @@ impl<S: Store> Exchange<S> {
             Part::RequestBody(b) => match self.pending.as_mut() {
                 Some((_, body)) if !b.end_of_stream => {
                     // Not BUFFERED: the chunks are kept until the last one.
-                    if body.len() + b.body.len() > openai::MAX_JSON_BODY {
+                    if body.len() + b.body.len() > usage::MAX_JSON_BODY {
                         self.pending = None;
                         let refused = self.refuse(
                             413,
@@ -348,9 +348,9 @@ impl<S: Store> Exchange<S> {
                 if let (Some(held), Some(status)) = (&mut self.held, status) {
                     held.outcome = outcome_of(status);
                 }
-                if let Some(r) = &mut self.reserved {
+                if let (Some(r), Some(t)) = (&mut self.reserved, &self.policy.tokens) {
                     let content_type = value(&pairs, "content-type").unwrap_or_default();
-                    r.usage = Some(openai::UsageReader::new(content_type));
+                    r.usage = Some(usage::UsageReader::new(t.api, content_type));
                 }
                 let step = if h.end_of_stream {
                     Step::Ended
