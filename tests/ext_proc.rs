@@ -407,8 +407,10 @@ fn authority_with(name: &str, scheduling: &str, extra: &str) -> Server {
              \x20   - {{ name: short, host_id: llm, subject: {{ header: x-tenant }}, max_wait: 300ms }}\n\
              \x20   - {{ name: tokens, host_id: llm, subject: {{ header: x-tenant }}, account: {{ body: model }}, tokens: openai }}\n\
              \x20   - {{ name: messages, host_id: llm, subject: {{ header: x-tenant }}, account: {{ body: model }}, tokens: anthropic }}\n\
+             \x20   - {{ name: conv, host_id: llm, subject: {{ header: x-tenant }}, key: {{ header: x-conversation-id }}, key_policy: serial_keep_newest, max_wait: 20s }}\n\
+             \x20   - {{ name: solo, host_id: llm, subject: {{ header: x-tenant }}, key: {{ header: x-conversation-id }}, key_policy: reject_new }}\n\
              credentials:\n\
-             \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short, tokens, messages], token_sha256: \"{}\" }}\n\
+             \x20 - {{ name: envoy-edge, role: gateway, http_policies: [chat, short, tokens, messages, conv, solo], token_sha256: \"{}\" }}\n\
              \x20 - {{ name: ops, role: operator, token_sha256: \"{}\" }}\n{extra}",
             digest(TOKEN),
             digest(OPS_TOKEN),
@@ -1184,4 +1186,92 @@ async fn the_responses_and_messages_apis_are_reserved_and_settled_from_their_usa
             "{statuses:?}"
         );
     }
+}
+
+/// Keys at Envoy: three requests of one conversation sent in order while its first runs. With
+/// `serial_keep_newest` the middle one is answered 409 `SUPERSEDED` (naming the newer
+/// ticket) and the newest runs after the first; with `reject_new` the second is answered 429
+/// `KEY_BUSY` with `retry-after`; the upstream never sees two of one key at once; a key past
+/// the id rules is 400 naming its header. Before, a policy had no key.
+#[tokio::test]
+async fn the_newest_message_of_a_conversation_wins_at_envoy() {
+    let server = authority(
+        "keys",
+        "{ total: 10, per_subject: 10, queue: { total: 50, per_subject: 50 } }",
+    );
+    let upstream = Upstream::start();
+    let conv = Envoy::start("keys-conv", upstream.port, server.addr.port(), "conv");
+    let port = conv.port;
+    let send = move |tenant: &'static str| {
+        std::thread::spawn(move || {
+            get(
+                port,
+                "/",
+                &[
+                    ("x-tenant", tenant),
+                    ("x-conversation-id", "c-1"),
+                    ("x-delay-ms", "600"),
+                ],
+            )
+        })
+    };
+    let first = send("m0");
+    eventually("the first running", Duration::from_secs(10), || async {
+        (upstream.seen().total == 1).then_some(())
+    })
+    .await;
+    let middle = send("m1");
+    eventually("the middle one queued", Duration::from_secs(10), || async {
+        (stats_of(&server).await.queued == 1).then_some(())
+    })
+    .await;
+    let newest = send("m2");
+    let (status, headers) = middle.join().unwrap().unwrap();
+    assert_eq!(
+        (status, header(&headers, "x-admission-refused")),
+        (409, Some("SUPERSEDED"))
+    );
+    assert!(
+        header(&headers, "x-admission-superseded-by").is_some_and(|t| t.starts_with("llm.")),
+        "{headers:?}"
+    );
+    assert_eq!(first.join().unwrap().unwrap().0, 200);
+    assert_eq!(newest.join().unwrap().unwrap().0, 200);
+    {
+        let seen = upstream.seen();
+        assert_eq!(seen.tenants, ["m0", "m2"], "the newest ran after the first");
+        assert_eq!(seen.max, 1, "never two of one conversation at once");
+    }
+
+    let solo = Envoy::start("keys-solo", upstream.port, server.addr.port(), "solo");
+    let port = solo.port;
+    let running = std::thread::spawn(move || {
+        get(
+            port,
+            "/",
+            &[
+                ("x-tenant", "r0"),
+                ("x-conversation-id", "c-2"),
+                ("x-delay-ms", "600"),
+            ],
+        )
+    });
+    eventually("the holder running", Duration::from_secs(10), || async {
+        (upstream.seen().total == 3).then_some(())
+    })
+    .await;
+    let (status, headers) = solo.get(&[("x-tenant", "r1"), ("x-conversation-id", "c-2")]);
+    assert_eq!(
+        (status, header(&headers, "x-admission-refused")),
+        (429, Some("KEY_BUSY"))
+    );
+    assert!(header(&headers, "retry-after").is_some(), "{headers:?}");
+    assert_eq!(running.join().unwrap().unwrap().0, 200);
+    let long = "k".repeat(200);
+    let (status, headers) = solo.get(&[("x-tenant", "r2"), ("x-conversation-id", &long)]);
+    assert_eq!(
+        (status, header(&headers, "x-admission-refused")),
+        (400, Some("BAD_REQUEST"))
+    );
+    assert_eq!(upstream.seen().total, 3);
 }

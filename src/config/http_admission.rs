@@ -10,6 +10,9 @@
 //!       account: { header: x-provider } # optional
 //!       priority: { header: x-priority } # optional: 1 (highest) .. 5
 //!       max_wait: 30s                   # the longest a request waits in the queue
+//!       key: { header: x-conversation-id } # optional: the requests of one conversation
+//!       key_policy: serial_keep_newest  # keep_newest | serial | reject_new | none
+//!       debounce: 300ms                 # keep-newest policies: until the key is quiet
 //! ```
 
 use std::fmt::Write as _;
@@ -17,10 +20,15 @@ use std::fmt::Write as _;
 use super::walker::{Cx, check_id, format_ms, join, kind, yaml_key};
 use super::*;
 use crate::http_admission::{
-    Api, DEFAULT_MAX_TOKENS, DEFAULT_MAX_WAIT_MS, HttpAdmissionConfig, HttpPolicy, Source, Tokens,
+    Api, DEFAULT_MAX_TOKENS, DEFAULT_MAX_WAIT_MS, HttpAdmissionConfig, HttpPolicy, KeySource,
+    Source, Tokens, key_policy_name, key_policy_named,
 };
+use crate::scheduler::KeyPolicy;
 
-const POLICY_KEYS: [&str; 8] = [
+/// The longest debounce: seconds of typing, not a schedule.
+const MAX_DEBOUNCE_MS: u64 = 3_600_000;
+
+const POLICY_KEYS: [&str; 11] = [
     "name",
     "host_id",
     "subject",
@@ -29,6 +37,9 @@ const POLICY_KEYS: [&str; 8] = [
     "max_wait",
     "tokens",
     "default_max_tokens",
+    "key",
+    "key_policy",
+    "debounce",
 ];
 
 /// The longest `max_wait`: a request held longer is better refused and retried.
@@ -153,6 +164,7 @@ impl Cx {
                 None
             }
         };
+        let key = self.policy_key(m, path);
         Some(HttpPolicy {
             name: name?,
             host_id: host_id?,
@@ -161,7 +173,55 @@ impl Cx {
             priority: priority?,
             max_wait_ms: max_wait_ms?,
             tokens: tokens?,
+            key: key?,
         })
+    }
+
+    /// A policy's `key`, `key_policy` (default `serial_keep_newest`) and `debounce`.
+    fn policy_key(&mut self, m: &Mapping, path: &str) -> Option<Option<KeySource>> {
+        let policy = match m.get("key_policy") {
+            None | Some(Value::Null) => Some(KeyPolicy::SerialKeepNewest),
+            Some(v) => match v.as_str().and_then(key_policy_named) {
+                Some(p) => Some(p),
+                None => {
+                    self.err(
+                        &join(path, "key_policy"),
+                        "must be one of serial_keep_newest, keep_newest, serial, reject_new, none",
+                    );
+                    None
+                }
+            },
+        };
+        let debounce_ms = match m.get("debounce") {
+            None | Some(Value::Null) => Some(0),
+            Some(v) => self.duration(v, &join(path, "debounce"), 0, MAX_DEBOUNCE_MS),
+        };
+        let source = match m.get("key") {
+            None | Some(Value::Null) => {
+                for k in ["key_policy", "debounce"] {
+                    if m.contains_key(k) {
+                        self.err(&join(path, k), "applies only with a key");
+                    }
+                }
+                return Some(None);
+            }
+            Some(v) => self.source(v, &join(path, "key")),
+        };
+        if let (Some(p), Some(d)) = (policy, debounce_ms)
+            && d > 0
+            && !p.keeps_newest()
+        {
+            self.err(
+                &join(path, "debounce"),
+                "needs key_policy keep_newest or serial_keep_newest",
+            );
+            return None;
+        }
+        Some(Some(KeySource {
+            source: source?,
+            policy: policy?,
+            debounce_ms: debounce_ms?,
+        }))
     }
 
     /// `{ header: NAME }` or `{ body: FIELD }`.
@@ -235,6 +295,13 @@ pub(super) fn render(out: &mut String, c: &HttpAdmissionConfig) {
             }
             None => {
                 let _ = writeln!(out, "      tokens: null");
+            }
+        }
+        if let Some(k) = &p.key {
+            let _ = writeln!(out, "      key: {}", source(&Some(k.source.clone())));
+            let _ = writeln!(out, "      key_policy: {}", key_policy_name(k.policy));
+            if k.debounce_ms > 0 {
+                let _ = writeln!(out, "      debounce: {}", format_ms(k.debounce_ms));
             }
         }
     }

@@ -103,6 +103,45 @@ pub struct HttpPolicy {
     /// The longest a request waits in the queue, then 429.
     pub max_wait_ms: u64,
     pub tokens: Option<Tokens>,
+    /// Requests of one key (a conversation): where the key comes from, its policy and debounce.
+    pub key: Option<KeySource>,
+}
+
+/// Where a policy's requests take their key, and what the key does (the keys of the
+/// scheduler: the newest message of a conversation wins, or its requests run one at a time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeySource {
+    pub source: Source,
+    pub policy: crate::scheduler::KeyPolicy,
+    /// Debounce (keep-newest policies): admitted only once no newer request of the key came
+    /// for this long.
+    pub debounce_ms: u64,
+}
+
+/// A key policy as a policy's `key_policy` spells it (as the clients and the LiteLLM drop-in
+/// do).
+pub fn key_policy_named(name: &str) -> Option<crate::scheduler::KeyPolicy> {
+    use crate::scheduler::KeyPolicy as P;
+    Some(match name {
+        "none" => P::None,
+        "keep_newest" => P::KeepNewest,
+        "serial" => P::Serial,
+        "serial_keep_newest" => P::SerialKeepNewest,
+        "reject_new" => P::RejectNew,
+        _ => return None,
+    })
+}
+
+/// The name [`key_policy_named`] reads.
+pub fn key_policy_name(p: crate::scheduler::KeyPolicy) -> &'static str {
+    use crate::scheduler::KeyPolicy as P;
+    match p {
+        P::None => "none",
+        P::KeepNewest => "keep_newest",
+        P::Serial => "serial",
+        P::SerialKeepNewest => "serial_keep_newest",
+        P::RejectNew => "reject_new",
+    }
 }
 
 impl HttpPolicy {
@@ -114,6 +153,13 @@ impl HttpPolicy {
             || matches!(self.subject, Source::Body(_))
             || body(&self.account)
             || body(&self.priority)
+            || matches!(
+                &self.key,
+                Some(KeySource {
+                    source: Source::Body(_),
+                    ..
+                })
+            )
     }
 }
 
@@ -154,6 +200,8 @@ pub struct Ask {
     /// 0 = the host's default.
     pub priority: u8,
     pub run_id: String,
+    /// Its key, under the policy's key policy and debounce.
+    pub keyed: Option<crate::scheduler::KeyArgs>,
 }
 
 /// Why a request cannot be asked for: answered 400, naming what is missing or wrong.
@@ -232,6 +280,16 @@ pub fn ask(
         },
         None => 0,
     };
+    let keyed = match &policy.key {
+        Some(k) => id(&k.source, "key")?.map(|key| crate::scheduler::KeyArgs {
+            key,
+            policy: k.policy,
+            supersede_running: false,
+            debounce_ms: k.debounce_ms,
+            debounce_max_ms: 0,
+        }),
+        None => None,
+    };
     let request_id = Source::Header("x-request-id".into());
     let run_id = match request_id.read(headers, body) {
         // 128 bytes at most: the request id's first 111, a dot and 16 hex digits.
@@ -244,6 +302,7 @@ pub fn ask(
         account_id,
         priority,
         run_id,
+        keyed,
     })
 }
 
@@ -260,6 +319,7 @@ mod tests {
             priority: Some(Source::Header("x-priority".into())),
             max_wait_ms: 1_000,
             tokens: None,
+            key: None,
         }
     }
 
@@ -287,6 +347,7 @@ mod tests {
                 account_id: Some("openai".into()),
                 priority: 2,
                 run_id: "req-1.00000000000000ab".into(),
+                keyed: None,
             }
         );
         let a = ask(&policy(), &headers(&[("x-tenant", "acme")]), b"", 7).unwrap();

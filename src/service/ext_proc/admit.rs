@@ -117,17 +117,7 @@ impl<S: Store> Exchange<S> {
                 let every = Duration::from_millis((view.lease_remaining_ms / 3).max(100));
                 self.wait(&id, every, inbound).await?
             }
-            other => {
-                return Err(self.refuse(
-                    429,
-                    "ENDED",
-                    &format!(
-                        "the request's ticket is {}",
-                        crate::service::state_name(other)
-                    ),
-                    Some(1),
-                ));
-            }
+            _ => return Err(self.ended(&view, "")),
         };
         self.metrics
             .http
@@ -151,7 +141,7 @@ impl<S: Store> Exchange<S> {
                 run_id: run_id.clone(),
                 mode: SubmitMode::Queue,
                 rss_mb: None,
-                keyed: None,
+                keyed: ask.keyed.clone(),
                 priority: if ask.priority == 0 {
                     DEFAULT_PRIORITY
                 } else {
@@ -169,12 +159,33 @@ impl<S: Store> Exchange<S> {
                 Ok(Err(SubmitError::Refused(r) | SubmitError::Learning { refusal: r, .. })) => {
                     return Err(self.refused(r));
                 }
-                // The filter submits no key.
-                Ok(Err(
-                    e @ (SubmitError::KeyBusy { .. }
-                    | SubmitError::KeyPolicyConflict { .. }
-                    | SubmitError::Unsupported { .. }),
-                )) => {
+                // A busy REJECT_NEW key: refused as BUSY is, naming its holder.
+                Ok(Err(SubmitError::KeyBusy { holder })) => {
+                    let holder = TicketId {
+                        host_id: ask.host_id.clone(),
+                        key: holder,
+                    };
+                    return Err(self.refuse(
+                        429,
+                        "KEY_BUSY",
+                        &format!("the request's key is held by ticket {holder}"),
+                        Some(1),
+                    ));
+                }
+                // Another policy's requests hold the key under another key policy.
+                Ok(Err(SubmitError::KeyPolicyConflict { live, asked })) => {
+                    return Err(self.refuse(
+                        409,
+                        "KEY_POLICY_CONFLICT",
+                        &format!(
+                            "the request's key is held under {} (this policy asks {})",
+                            live.code(),
+                            asked.code()
+                        ),
+                        None,
+                    ));
+                }
+                Ok(Err(e @ SubmitError::Unsupported { .. })) => {
                     return Err(self.unavailable(&format!("{e:?}")));
                 }
                 Err(e) => return Err(self.unavailable(&e.to_string())),
@@ -204,17 +215,7 @@ impl<S: Store> Exchange<S> {
             match self.store.ticket(id).await {
                 Ok(Some(v)) if v.state == TicketState::Admitted => return Ok(v),
                 Ok(Some(v)) if v.state == TicketState::Queued => {}
-                Ok(Some(v)) => {
-                    return Err(self.refuse(
-                        429,
-                        "ENDED",
-                        &format!(
-                            "the request's ticket ended {} while queued",
-                            crate::service::state_name(v.state)
-                        ),
-                        Some(1),
-                    ));
-                }
+                Ok(Some(v)) => return Err(self.ended(&v, " while queued")),
                 Ok(None) => {
                     return Err(self.unavailable("the store lost the request's queued ticket"));
                 }
@@ -271,6 +272,38 @@ impl<S: Store> Exchange<S> {
         if let Err(e) = self.store.release(id, Report::default()).await {
             tracing::warn!(ticket = %id, "withdrawing a request's ticket failed; its lease frees it: {e}");
         }
+    }
+
+    /// The answer to a request whose ticket ended before it was admitted: **409**
+    /// `SUPERSEDED` when a newer request of its key took its place (`x-admission-superseded-by`
+    /// names the newer ticket), else 429 `ENDED`.
+    fn ended(&self, v: &TicketView, when: &str) -> ImmediateResponse {
+        if v.state == TicketState::Superseded {
+            let mut answer = self.refuse(
+                409,
+                "SUPERSEDED",
+                &format!("a newer request of the same key took this one's place{when}"),
+                None,
+            );
+            if let (Some(by), Some(h)) = (v.superseded_by, answer.headers.as_mut()) {
+                let by = TicketId {
+                    host_id: self.policy.host_id.clone(),
+                    key: by,
+                };
+                h.set_headers
+                    .push(option("x-admission-superseded-by", &by.to_string()));
+            }
+            return answer;
+        }
+        self.refuse(
+            429,
+            "ENDED",
+            &format!(
+                "the request's ticket ended {}{when}",
+                crate::service::state_name(v.state)
+            ),
+            Some(1),
+        )
     }
 
     fn refused(&self, r: Refusal) -> ImmediateResponse {
