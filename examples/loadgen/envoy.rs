@@ -1,8 +1,11 @@
 //! Envoy's external processing filter (`--only envoy`): requests/s and latency through a real
-//! Envoy with the filter (docs/envoy.md's bootstrap, a ticket per request) against the same
-//! Envoy bootstrap without it, 64 keep-alive connections in flight, a short upstream that
-//! answers at once; the rounds alternate the arms, and the authority's CPU per request is
-//! beside them. Envoy is `ENVOY`, else the test command's (`target/test-venv/bin/envoy`).
+//! Envoy with the filter (docs/envoy.md's bootstrap, a ticket per request) against two
+//! baselines: the same filter configuration in front of a processor that answers every message
+//! at once and does nothing (the floor any external processor pays: Envoy's own work for the
+//! stream), and the same Envoy without the filter. 64 keep-alive connections in flight, a
+//! short upstream that answers at once; the rounds alternate the arms. Beside them, the
+//! authority's CPU per HTTP request against its CPU per Submit+Release cycle over gRPC. Envoy
+//! is `ENVOY`, else the test command's (`target/test-venv/bin/envoy`).
 
 use std::net::TcpListener as StdListener;
 
@@ -11,6 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::*;
+use admission_authority::api::envoy::service::ext_proc::v3 as ext;
 
 /// The documented bootstrap on `listen`, to `upstream` and `authority`; without the filter
 /// when `filter` is false.
@@ -71,13 +75,6 @@ impl Envoy {
             std::thread::sleep(Duration::from_millis(50));
         }
         Envoy { child, port }
-    }
-}
-
-impl Envoy {
-    /// CPU seconds this Envoy has used so far (user + system), from /proc.
-    fn cpu_secs(&self) -> f64 {
-        cpu_secs_of(self.child.id())
     }
 }
 
@@ -179,6 +176,64 @@ async fn through(port: u16, c: usize, seconds: f64) -> Figures {
     .1
 }
 
+/// A processor that answers every message at once and does nothing: the floor.
+struct NoOp;
+
+#[tonic::async_trait]
+impl ext::external_processor_server::ExternalProcessor for NoOp {
+    type ProcessStream =
+        tokio_stream::wrappers::ReceiverStream<Result<ext::ProcessingResponse, tonic::Status>>;
+
+    async fn process(
+        &self,
+        request: tonic::Request<tonic::Streaming<ext::ProcessingRequest>>,
+    ) -> Result<tonic::Response<Self::ProcessStream>, tonic::Status> {
+        use ext::processing_request::Request as Part;
+        use ext::processing_response::Response as Answer;
+        let mut inbound = request.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = inbound.message().await {
+                let answer = match m.request {
+                    Some(Part::RequestHeaders(_)) => Answer::RequestHeaders(Default::default()),
+                    Some(Part::ResponseHeaders(_)) => Answer::ResponseHeaders(Default::default()),
+                    Some(Part::RequestBody(_)) => Answer::RequestBody(Default::default()),
+                    Some(Part::ResponseBody(_)) => Answer::ResponseBody(Default::default()),
+                    Some(Part::RequestTrailers(_)) => Answer::RequestTrailers(Default::default()),
+                    Some(Part::ResponseTrailers(_)) => Answer::ResponseTrailers(Default::default()),
+                    None => continue,
+                };
+                let response = ext::ProcessingResponse {
+                    response: Some(answer),
+                    override_message_timeout: None,
+                };
+                if tx.send(Ok(response)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(tonic::Response::new(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
+    }
+}
+
+/// The no-op processor on a loopback port, served by this process.
+async fn noop_processor() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ext::external_processor_server::ExternalProcessorServer::new(NoOp))
+            // Nagle's algorithm off, as the authority has it: a small answer must not wait
+            // for the one before it to be acknowledged.
+            .serve_with_incoming(
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            ),
+    );
+    port
+}
+
 /// `--only envoy`.
 pub async fn envoy(a: &Args, dir: &std::path::Path) {
     std::fs::create_dir_all(dir).unwrap();
@@ -192,12 +247,19 @@ pub async fn envoy(a: &Args, dir: &std::path::Path) {
     let server = Server::start(&config);
     let authority: u16 = server.addr.rsplit(':').next().unwrap().parse().unwrap();
     let upstream = upstream();
-    let (with_port, without_port) = (free_port(), free_port());
+    let noop = noop_processor().await;
+    let (with_port, floor_port, without_port) = (free_port(), free_port(), free_port());
     let with = Envoy::start(
         dir,
         "with",
         &bootstrap(with_port, upstream, authority, true),
         with_port,
+    );
+    let floor = Envoy::start(
+        dir,
+        "floor",
+        &bootstrap(floor_port, upstream, noop, true),
+        floor_port,
     );
     let without = Envoy::start(
         dir,
@@ -205,63 +267,89 @@ pub async fn envoy(a: &Args, dir: &std::path::Path) {
         &bootstrap(without_port, upstream, authority, false),
         without_port,
     );
-    // Warm both (connections, Envoy's first requests).
-    through(with.port, 64, 0.5).await;
-    through(without.port, 64, 0.5).await;
+    // Warm every arm (connections, Envoy's first requests).
+    for port in [with.port, floor.port, without.port] {
+        through(port, 64, 0.5).await;
+    }
     // Unloaded: what one request's trip through the filter adds.
-    println!("\n## One request at a time through Envoy, with the filter and without\n");
+    println!("\n## One request at a time: the authority, the no-op processor, no filter\n");
     table_header();
-    let mut alone = Vec::new();
+    let (mut alone, mut alone_floor) = (Vec::new(), Vec::new());
     for round in 0..a.rounds {
         let f_with = through(with.port, 1, a.seconds).await;
+        let f_floor = through(floor.port, 1, a.seconds).await;
         let f_without = through(without.port, 1, a.seconds).await;
-        row(&format!("round {round}: with the filter"), 1, &f_with);
-        row(&format!("round {round}: without it"), 1, &f_without);
-        alone.push(f_with.p50_ms - f_without.p50_ms);
+        row(&format!("round {round}: the authority"), 1, &f_with);
+        row(&format!("round {round}: the no-op processor"), 1, &f_floor);
+        row(&format!("round {round}: no filter"), 1, &f_without);
+        alone.push(f_with.p50_ms - f_floor.p50_ms);
+        alone_floor.push(f_with.p50_ms - f_without.p50_ms);
     }
-    alone.sort_by(f64::total_cmp);
-    println!("\n## Envoy with the external processing filter against without it, 64 in flight\n");
+    println!("\n## 64 in flight: the authority, the no-op processor, no filter\n");
     table_header();
-    let mut ratios = Vec::new();
-    let mut added = Vec::new();
-    let mut envoy_cpu = Vec::new();
+    let (mut ratios, mut ratios_no_filter, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    let chans = channels(&server.addr, 2).await;
     for round in 0..a.rounds {
-        let (before, envoy_before) = (server.cpu_secs(), with.cpu_secs());
+        let before = server.cpu_secs();
         let mut f_with = through(with.port, 64, a.seconds).await;
         let n = (f_with.rate * a.seconds).max(1.0);
         f_with.cpu_us = Some((server.cpu_secs() - before) * 1e6 / n);
-        let with_envoy_us = (with.cpu_secs() - envoy_before) * 1e6 / n;
-        let envoy_before = without.cpu_secs();
+        let f_floor = through(floor.port, 64, a.seconds).await;
         let f_without = through(without.port, 64, a.seconds).await;
-        let without_envoy_us =
-            (without.cpu_secs() - envoy_before) * 1e6 / (f_without.rate * a.seconds).max(1.0);
+        // The same authority's CPU per Submit+Release cycle over gRPC, at 64 in flight.
+        let (_, cycles) = metered(
+            &server,
+            submit_release(
+                &chans,
+                "bench",
+                api::SubmitMode::Queue,
+                64,
+                a.seconds,
+                "cycle",
+            ),
+            |(_, f)| f.rate * a.seconds,
+            |(_, f), u| f.cpu_us = Some(u),
+        )
+        .await;
         row(
-            &format!("round {round}: through Envoy with the filter"),
+            &format!("round {round}: through the authority"),
             64,
             &f_with,
         );
         row(
-            &format!("round {round}: through Envoy without it"),
+            &format!("round {round}: through the no-op processor"),
+            64,
+            &f_floor,
+        );
+        row(
+            &format!("round {round}: without the filter"),
             64,
             &f_without,
         );
-        ratios.push(f_with.rate / f_without.rate);
-        added.push(f_with.p50_ms - f_without.p50_ms);
-        envoy_cpu.push((with_envoy_us, without_envoy_us));
-    }
-    for (i, (w, wo)) in envoy_cpu.iter().enumerate() {
-        println!(
-            "round {i}: Envoy's own CPU per request: {w:.0} µs with the filter, {wo:.0} µs without"
+        row(
+            &format!("round {round}: Submit+Release over gRPC"),
+            64,
+            &cycles,
         );
+        ratios.push(f_with.rate / f_floor.rate);
+        ratios_no_filter.push(f_with.rate / f_without.rate);
+        cpu.push(f_with.cpu_us.unwrap_or(0.0) / cycles.cpu_us.unwrap_or(1.0).max(0.001));
     }
-    ratios.sort_by(f64::total_cmp);
-    added.sort_by(f64::total_cmp);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     println!(
-        "\nrequests/s with the filter ÷ without it at 64 in flight: {:.2} (median of {} rounds; target ≥ 0.7); p50 added: {:.3} ms at 64 in flight, {:.3} ms one at a time (medians; target ≤ 1 ms)",
-        ratios[ratios.len() / 2],
-        ratios.len(),
-        added[added.len() / 2],
-        alone[alone.len() / 2]
+        "\nrequests/s through the authority ÷ through the no-op processor at 64 in flight: {:.2} ({}; {:.2} against no filter); p50 added one at a time: {:.3} ms against the no-op processor, {:.3} ms against no filter ({}); the authority's CPU per HTTP request ÷ per Submit+Release cycle: {:.2} × ({}) (medians of {} rounds)",
+        median(ratios.clone()),
+        at_least(median(ratios), 0.95),
+        median(ratios_no_filter),
+        median(alone),
+        median(alone_floor.clone()),
+        at_most(median(alone_floor), 0.5, "ms"),
+        median(cpu.clone()),
+        at_most(median(cpu), 1.25, "×"),
+        a.rounds
     );
-    drop((with, without));
+    drop((with, floor, without));
 }
