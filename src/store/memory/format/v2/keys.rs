@@ -55,7 +55,7 @@ pub(super) fn keys_of(h: &HostImage) -> KeysV4<'_> {
 }
 
 /// Put a host's keys back into its image (read without them).
-pub(super) fn with_keys(h: &mut HostImage, keys: KeysV4<'_>) -> Result<(), String> {
+fn with_keys(h: &mut HostImage, keys: KeysV4<'_>) -> Result<(), String> {
     h.next_key_seq = keys.next_key_seq;
     h.counters.superseded = keys.superseded;
     h.counters.key_refused = keys.key_refused;
@@ -96,7 +96,7 @@ pub(super) fn places_of(h: &HostImage) -> PlacesV5 {
 }
 
 /// Put a host's ended tickets' places back into its image (read without them).
-pub(super) fn with_places(h: &mut HostImage, places: PlacesV5) -> Result<(), String> {
+fn with_places(h: &mut HostImage, places: PlacesV5) -> Result<(), String> {
     let mut ended: std::collections::HashMap<u128, &mut EndedImage> =
         h.ended.iter_mut().map(|e| (e.key, e)).collect();
     for (ticket, place) in places {
@@ -106,4 +106,20 @@ pub(super) fn with_places(h: &mut HostImage, places: PlacesV5) -> Result<(), Str
             .key_seq = place;
     }
     Ok(())
+}
+
+/// A host's image read from a piece, with its keys (format 4 on) and its ended tickets'
+/// places (format 5 on) put back when the piece has them.
+pub(super) fn with_keys_and_places(
+    mut h: HostImage,
+    keys: Option<KeysV4<'_>>,
+    places: Option<PlacesV5>,
+) -> Result<HostImage, String> {
+    if let Some(keys) = keys {
+        with_keys(&mut h, keys)?;
+    }
+    if let Some(places) = places {
+        with_places(&mut h, places)?;
+    }
+    Ok(h)
 }

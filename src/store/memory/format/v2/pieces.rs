@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use super::keys::{KeysV4, PlacesV5, keys_of, places_of, with_keys, with_places};
+use super::keys::{KeysV4, PlacesV5, keys_of, places_of, with_keys_and_places};
 use super::{
     AnswerV2, LimitsRecordV2, PolicyV2, StateV2, StepStateV2, Text, text, unit_code, unit_of,
 };
@@ -292,6 +292,25 @@ impl<'a> From<&'a Piece> for PieceV2<'a> {
     }
 }
 
+/// A host's piece in the core's terms, with its keys and places when the piece has them.
+fn host_piece(
+    id: Text<'_>,
+    seq: u64,
+    limits: LimitsRecordV2,
+    host: HostV2<'_>,
+    keys: Option<KeysV4<'_>>,
+    places: Option<PlacesV5>,
+) -> Result<Piece, String> {
+    let image = with_keys_and_places(host.try_into()?, keys, places)?;
+    let (id, limits) = (id.into_owned(), limits.try_into()?);
+    Ok(Piece::Host {
+        id,
+        seq,
+        limits,
+        image: Box::new(image),
+    })
+}
+
 impl TryFrom<PieceV2<'_>> for Piece {
     type Error = String;
     fn try_from(p: PieceV2<'_>) -> Result<Self, String> {
@@ -301,28 +320,14 @@ impl TryFrom<PieceV2<'_>> for Piece {
                 seq,
                 limits,
                 host,
-            } => Piece::Host {
-                id: id.into_owned(),
-                seq,
-                limits: limits.try_into()?,
-                image: Box::new((*host).try_into()?),
-            },
+            } => host_piece(id, seq, limits, *host, None, None)?,
             PieceV2::HostKeyed {
                 id,
                 seq,
                 limits,
                 host,
                 keys,
-            } => {
-                let mut image: HostImage = (*host).try_into()?;
-                with_keys(&mut image, keys)?;
-                Piece::Host {
-                    id: id.into_owned(),
-                    seq,
-                    limits: limits.try_into()?,
-                    image: Box::new(image),
-                }
-            }
+            } => host_piece(id, seq, limits, *host, Some(keys), None)?,
             PieceV2::HostPlaced {
                 id,
                 seq,
@@ -330,17 +335,7 @@ impl TryFrom<PieceV2<'_>> for Piece {
                 host,
                 keys,
                 places,
-            } => {
-                let mut image: HostImage = (*host).try_into()?;
-                with_keys(&mut image, keys)?;
-                with_places(&mut image, places)?;
-                Piece::Host {
-                    id: id.into_owned(),
-                    seq,
-                    limits: limits.try_into()?,
-                    image: Box::new(image),
-                }
-            }
+            } => host_piece(id, seq, limits, *host, Some(keys), Some(places))?,
             PieceV2::Ledger { id, seq, ledger } => Piece::Ledger {
                 id: id.into_owned(),
                 seq,
