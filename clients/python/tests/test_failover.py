@@ -76,11 +76,24 @@ class Topology:
 
     def __init__(self, tmp: Path) -> None:
         self.started: list[subprocess.Popen[bytes]] = []
+        self.redis: list[Redis] = []
+        self.link: Relay | None = None
+        try:
+            self._start(tmp)
+        except BaseException:
+            # Nothing started is left running when the set-up fails half-way.
+            self.stop()
+            raise
+
+    def _start(self, tmp: Path) -> None:
         self.primary = Redis(tmp)
+        self.redis.append(self.primary)
         self.link = Relay(f"127.0.0.1:{self.primary.port}")
         link_port = self.link.addr.rsplit(":", 1)[1]
         self.lagging = Redis(tmp, "--replicaof", "127.0.0.1", link_port)
+        self.redis.append(self.lagging)
         self.direct = Redis(tmp, "--replicaof", "127.0.0.1", str(self.primary.port))
+        self.redis.append(self.direct)
         for port in (self.lagging.port, self.direct.port):
             eventually("a replica in sync", partial(_in_sync, port), deadline=20)
         self.sentinels: list[int] = []
@@ -119,13 +132,19 @@ class Topology:
             deadline=30,
         )
 
+    def cut_link(self) -> None:
+        """Cut the lagging replica's link to the primary, for the rest of the test."""
+        assert self.link is not None
+        self.link.cut(3600)
+
     def stop(self) -> None:
         for p in self.started:
             p.kill()
             p.wait(timeout=10)
-        for r in (self.primary, self.lagging, self.direct):
+        for r in self.redis:
             r.stop()
-        self.link.stop()
+        if self.link is not None:
+            self.link.stop()
 
 
 @pytest.fixture
@@ -209,7 +228,7 @@ def test_with_replicas_acked_no_more_runs_hold_than_the_cap(
     try:
         runs.start("h1")
         assert runs.admitted["h1"].wait(20)
-        topology.link.cut(3600)
+        topology.cut_link()
         for r in ("h2", "h3", "h4"):
             runs.start(r)
             assert runs.admitted[r].wait(20)
@@ -242,7 +261,7 @@ def test_without_replicas_acked_the_first_lost_renewal_opens_the_learning_window
             runs.start(r)
             assert runs.admitted[r].wait(20)
         topology.caught_up()
-        topology.link.cut(3600)
+        topology.cut_link()
         # The direct replica sees these; stop it, so the sentinels promote the lagging one.
         topology.direct.stop()
         for r in ("h3", "h4"):
