@@ -120,6 +120,19 @@ async fn next(answers: &mut Streaming<ProcessingResponse>) -> Answer {
         .expect("a response")
 }
 
+/// Send alice's request headers (`end`: without a body) and see them answered, admitted.
+async fn headers_answered(
+    tx: &mpsc::Sender<ProcessingRequest>,
+    answers: &mut Streaming<ProcessingResponse>,
+    end: bool,
+) {
+    tx.send(headers(&[("x-tenant", "alice")], end))
+        .await
+        .unwrap();
+    let a = next(answers).await;
+    assert!(matches!(a, Answer::RequestHeaders(_)), "{a:?}");
+}
+
 /// The immediate response an answer is, with its status and `x-admission-refused`.
 fn refusal(answer: Answer) -> (i32, String, ImmediateResponse) {
     let Answer::ImmediateResponse(r) = answer else {
@@ -168,13 +181,7 @@ const CHAT: &str =
 async fn a_body_past_the_message_limit_is_refused_413_and_admits_nothing() {
     let server = authority("too-large");
     let (tx, mut answers) = open(&server, "tokens").await;
-    tx.send(headers(&[("x-tenant", "alice")], false))
-        .await
-        .unwrap();
-    assert!(matches!(
-        next(&mut answers).await,
-        Answer::RequestHeaders(_)
-    ));
+    headers_answered(&tx, &mut answers, false).await;
     let prompt = "a".repeat(300 * 1024);
     let big = format!(
         r#"{{"model":"gpt-x","max_tokens":10,"messages":[{{"role":"user","content":"{prompt}"}}]}}"#
@@ -235,13 +242,7 @@ async fn an_undecodable_or_empty_message_is_refused_400() {
 async fn messages_out_of_order_are_refused_and_what_the_stream_held_is_released() {
     let server = authority("order");
     let (tx, mut answers) = open(&server, "plain").await;
-    tx.send(headers(&[("x-tenant", "alice")], true))
-        .await
-        .unwrap();
-    assert!(matches!(
-        next(&mut answers).await,
-        Answer::RequestHeaders(_)
-    ));
+    headers_answered(&tx, &mut answers, true).await;
     assert_eq!(stats(&server).await.in_flight, 1);
     tx.send(headers(&[("x-tenant", "bob")], true))
         .await
@@ -260,13 +261,7 @@ async fn messages_out_of_order_are_refused_and_what_the_stream_held_is_released(
 
     // With a reservation: released and settled.
     let (tx, mut answers) = open(&server, "tokens").await;
-    tx.send(headers(&[("x-tenant", "alice")], false))
-        .await
-        .unwrap();
-    assert!(matches!(
-        next(&mut answers).await,
-        Answer::RequestHeaders(_)
-    ));
+    headers_answered(&tx, &mut answers, false).await;
     tx.send(body(CHAT.as_bytes())).await.unwrap();
     assert!(matches!(next(&mut answers).await, Answer::RequestBody(_)));
     tx.send(headers(&[("x-tenant", "alice")], false))
@@ -342,13 +337,7 @@ async fn a_usage_past_any_count_saturates_the_allowance() {
     let server = authority("usage");
     let reserve = || async {
         let (tx, mut answers) = open(&server, "tokens").await;
-        tx.send(headers(&[("x-tenant", "alice")], false))
-            .await
-            .unwrap();
-        assert!(matches!(
-            next(&mut answers).await,
-            Answer::RequestHeaders(_)
-        ));
+        headers_answered(&tx, &mut answers, false).await;
         tx.send(body(CHAT.as_bytes())).await.unwrap();
         let a = next(&mut answers).await;
         (tx, answers, a)

@@ -177,44 +177,31 @@ async fn cmd<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> redis::Redis
 /// An authority on the endpoint: host `h`, total 4, lease 3 s; its name's part before `-` is
 /// the prefix, shared by the replicas of one installation.
 fn authority(name: &str, endpoint: u16, acked: u32) -> Server {
-    let prefix = name.split('-').next().unwrap();
-    let config = config_file(
-        &format!("failover-{name}"),
-        &format!(
-            "hosts:\n  h:\n    scheduling: {{ total: 4, per_subject: 4, lease_ttl: 3s, queue: {{ total: 50 }} }}\n\
-             store:\n  redis: {{ url: \"redis://127.0.0.1:{endpoint}/0\", prefix: \"fo-{prefix}:\", \
-             replicas_acked: {acked}, replication_timeout: 300ms }}\n"
-        ),
-    );
-    Server::start(&["--config", config.to_str().unwrap()])
+    authority_on(
+        name,
+        &format!("url: \"redis://127.0.0.1:{endpoint}/0\""),
+        acked,
+    )
 }
 
-/// An authority through the sentinels: host `h`, total 4, lease 3 s.
-fn authority_via_sentinels(name: &str, sentinels: &Sentinels) -> Server {
-    let prefix = name.split('-').next().unwrap();
-    let config = config_file(
-        &format!("failover-{name}"),
-        &format!(
-            "hosts:\n  h:\n    scheduling: {{ total: 4, per_subject: 4, lease_ttl: 3s, queue: {{ total: 50 }} }}\n\
-             store:\n  redis:\n    url: \"redis://main/0\"\n    prefix: \"fo-{prefix}:\"\n\
-             \x20   sentinel: {{ master: main, nodes: [{}] }}\n",
-            sentinels.nodes()
-        ),
+/// [`authority`] through the sentinels.
+fn authority_via_sentinels(name: &str, sentinels: &Sentinels, acked: u32) -> Server {
+    let sentinel = format!(
+        "url: \"redis://main/0\"\n    sentinel: {{ master: main, nodes: [{}] }}",
+        sentinels.nodes()
     );
-    Server::start(&["--config", config.to_str().unwrap()])
+    authority_on(name, &sentinel, acked)
 }
 
-/// [`authority_via_sentinels`] with `replicas_acked`.
-fn authority_via_sentinels_acked(name: &str, sentinels: &Sentinels, acked: u32) -> Server {
+/// An authority on Redis found by `found` (the lines of `store.redis` that say where).
+fn authority_on(name: &str, found: &str, acked: u32) -> Server {
     let prefix = name.split('-').next().unwrap();
     let config = config_file(
         &format!("failover-{name}"),
         &format!(
             "hosts:\n  h:\n    scheduling: {{ total: 4, per_subject: 4, lease_ttl: 3s, queue: {{ total: 50 }} }}\n\
-             store:\n  redis:\n    url: \"redis://main/0\"\n    prefix: \"fo-{prefix}:\"\n\
-             \x20   replicas_acked: {acked}\n    replication_timeout: 500ms\n\
-             \x20   sentinel: {{ master: main, nodes: [{}] }}\n",
-            sentinels.nodes()
+             store:\n  redis:\n    {found}\n    prefix: \"fo-{prefix}:\"\n\
+             \x20   replicas_acked: {acked}\n    replication_timeout: 300ms\n"
         ),
     );
     Server::start(&["--config", config.to_str().unwrap()])
@@ -420,8 +407,8 @@ async fn through_sentinel_the_promoted_replica_is_found_and_a_rollback_detected(
     )
     .await;
     let (a1, a2) = (
-        authority_via_sentinels("sentinel-1", &sentinels),
-        authority_via_sentinels("sentinel-2", &sentinels),
+        authority_via_sentinels("sentinel-1", &sentinels, 0),
+        authority_via_sentinels("sentinel-2", &sentinels, 0),
     );
     let (mut c1, mut c2) = (a1.client().await, a2.client().await);
     let kept = [admit(&mut c1, "h1").await, admit(&mut c1, "h2").await];
@@ -531,7 +518,7 @@ async fn through_sentinel_with_replicas_acked_nothing_acknowledged_is_lost() {
         },
     )
     .await;
-    let a = authority_via_sentinels_acked("sacked-1", &sentinels, 1);
+    let a = authority_via_sentinels("sacked-1", &sentinels, 1);
     let mut c = a.client().await;
     let mut holders = vec![admit(&mut c, "h1").await];
     t.link.cut();

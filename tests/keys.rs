@@ -228,6 +228,20 @@ async fn every_policy_on_redis() {
     every_policy(true).await;
 }
 
+/// Host `h`'s live tickets, as an operator lists them.
+async fn live_tickets(
+    ops: &mut api::operator_client::OperatorClient<Channel>,
+) -> Vec<api::TicketInfo> {
+    ops.list_tickets(api::ListTicketsRequest {
+        host_id: "h".into(),
+        limit: 100,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .tickets
+}
+
 /// The newest message wins by when it was first sent: m0 holds a serial-keep-newest key, m1
 /// waits and its ticket lapses (no Wait stream, no renewal), m2 queues, then m1 is submitted
 /// again with `resubmit_expired`. m1's new ticket is superseded at once by m2, and m2 runs
@@ -255,15 +269,7 @@ async fn resubmission(redis: bool) {
             })
             .await
             .unwrap();
-            let live = ops
-                .list_tickets(api::ListTicketsRequest {
-                    host_id: "h".into(),
-                    limit: 100,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .tickets;
+            let live = live_tickets(&mut ops).await;
             live.iter().all(|t| t.ticket_id != m1).then_some(())
         }
     })
@@ -278,15 +284,7 @@ async fn resubmission(redis: bool) {
         (S::Superseded, m2.ticket_id.as_str()),
         "the older message is the one superseded"
     );
-    let live = ops
-        .list_tickets(api::ListTicketsRequest {
-            host_id: "h".into(),
-            limit: 100,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .tickets;
+    let live = live_tickets(&mut ops).await;
     assert!(live.iter().any(|t| t.ticket_id == m2.ticket_id), "{live:?}");
     release(&mut c, &m0.ticket_id).await;
     assert_eq!(
