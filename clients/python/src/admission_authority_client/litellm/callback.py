@@ -101,6 +101,7 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
             s.host_id, s.replica, s.target, s.subject, s.account, s.mode, s.failure_mode,
         )
         _say_which_limits_hold(s)
+        _drain_before_proxy_shutdown(self)
 
     # ---- who a call counts against ----
 
@@ -497,9 +498,46 @@ class AdmissionHandler(CustomLogger):  # type: ignore[misc]
         failure = exc if isinstance(exc, BaseException) else RuntimeError("the call failed")
         self._finish_soon(str(kwargs.get("litellm_call_id")), failure, (0, 0), "complete")
 
+    async def drain(self) -> None:
+        """End what this proxy still holds, for a proxy shutting down: its server has let every
+        running call finish, but the calls being ended in the background would die with the
+        process (the slot would then lapse one lease later instead of freeing now). A call no
+        hook ended is released with its usage unknown (its reservation kept as charged). Waits
+        at most ``ADMISSION_TIMEOUT``."""
+        for call_id in list(self._calls):
+            self._finish_soon(call_id, None, None, "unknown")
+        if self._ending:
+            _, late = await asyncio.wait(set(self._ending), timeout=self.settings.timeout)
+            if late:
+                log.warning("shutting down with %d call(s) not yet released: they lapse within one lease", len(late))
+
     def held(self) -> int:
         """Calls admitted and not yet released in this proxy (ending ones included)."""
         return len(self._calls) + len(self._ending)
+
+
+def _drain_before_proxy_shutdown(handler: AdmissionHandler) -> None:
+    """Have the LiteLLM proxy's shutdown wait for ``handler.drain()`` first. Its server (uvicorn)
+    ends the process as soon as the application's shutdown returns, and LiteLLM gives a
+    callback no shutdown hook of its own, so the proxy's shutdown function is wrapped. Outside
+    the proxy (LiteLLM as a library) there is nothing to wrap."""
+    try:
+        from litellm.proxy import proxy_server
+    except ImportError:  # pragma: no cover (the proxy's extras are not installed)
+        return
+    shutdown = getattr(proxy_server, "proxy_shutdown_event", None)
+    if shutdown is None:
+        log.warning("this LiteLLM has no proxy_shutdown_event: calls ending at shutdown may lapse instead of freeing")
+        return
+
+    async def drained(*args: Any, **kwargs: Any) -> Any:
+        try:
+            await handler.drain()
+        except Exception:  # the proxy's own shutdown goes on
+            log.exception("ending the calls this proxy holds at shutdown failed")
+        return await shutdown(*args, **kwargs)
+
+    proxy_server.proxy_shutdown_event = drained
 
 
 def _say_which_limits_hold(s: Settings) -> None:
