@@ -448,3 +448,69 @@ async fn random_streams_are_answered_or_refused_and_leave_nothing_held() {
     )
     .await;
 }
+
+/// Streams Envoy drops (the client left, its connection closed) while their request waits in
+/// the queue, runs, or holds a reservation: each is withdrawn, released or settled at once,
+/// not a lease later. The exchange runs inside the response stream, so a dropped stream stops
+/// it in the middle of whatever it awaited; what it held is ended behind it.
+#[tokio::test]
+async fn streams_dropped_while_queued_running_or_reserved_free_what_they_held() {
+    let server = authority("dropped");
+    let mut running = Vec::new();
+    for _ in 0..3 {
+        let (tx, mut answers) = open(&server, "plain").await;
+        headers_answered(&tx, &mut answers, true).await;
+        running.push((tx, answers));
+    }
+    // alice's fourth waits (3 per subject), then its stream is dropped.
+    let (tx, answers) = open(&server, "plain").await;
+    tx.send(headers(&[("x-tenant", "alice")], true))
+        .await
+        .unwrap();
+    eventually("the fourth queued", Duration::from_secs(5), || async {
+        (stats(&server).await.queued == 1).then_some(())
+    })
+    .await;
+    drop((tx, answers));
+    eventually(
+        "the queued one withdrawn",
+        Duration::from_secs(5),
+        || async {
+            let s = stats(&server).await;
+            (s.queued == 0 && s.in_flight == 3).then_some(())
+        },
+    )
+    .await;
+
+    // A running one dropped: its slot frees.
+    drop(running.pop());
+    eventually(
+        "the running one released",
+        Duration::from_secs(5),
+        || async { (stats(&server).await.in_flight == 2).then_some(()) },
+    )
+    .await;
+
+    // A reserved one dropped: released, and its reservation settled.
+    let (tx, mut answers) = open(&server, "tokens").await;
+    tx.send(headers(&[("x-tenant", "bob")], false))
+        .await
+        .unwrap();
+    assert!(matches!(
+        next(&mut answers).await,
+        Answer::RequestHeaders(_)
+    ));
+    tx.send(body(CHAT.as_bytes())).await.unwrap();
+    assert!(matches!(next(&mut answers).await, Answer::RequestBody(_)));
+    assert_eq!(open_reservations(&server).await, 1);
+    drop((tx, answers));
+    eventually(
+        "the reserved one released and settled",
+        Duration::from_secs(5),
+        || async {
+            (stats(&server).await.in_flight == 2 && open_reservations(&server).await == 0)
+                .then_some(())
+        },
+    )
+    .await;
+}

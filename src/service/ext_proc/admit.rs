@@ -47,6 +47,12 @@ impl<S: Store> Exchange<S> {
             .asked(&body, default_max_tokens)
             .map_err(|e| self.refuse(400, "BAD_REQUEST", &e, None))?;
         let run_id = self.admit(&ask, inbound).await?;
+        // Named before it is asked for: a stream dropped while Authorize runs settles it.
+        self.reserved = Some(Reserved {
+            host_id: ask.host_id.clone(),
+            run_id: run_id.clone(),
+            usage: None,
+        });
         let args = AuthorizeArgs {
             run_id: run_id.clone(),
             step: 1,
@@ -57,7 +63,11 @@ impl<S: Store> Exchange<S> {
             estimated_input_tokens: asked.input_estimate,
             estimated_cost: 0,
         };
-        let auth = match self.store.authorize(&ask.host_id, args).await {
+        let auth = self.store.authorize(&ask.host_id, args).await;
+        if !matches!(&auth, Ok(Ok(a)) if a.decision == Decision::Allow) {
+            self.reserved = None;
+        }
+        let auth = match auth {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
                 self.release().await;
@@ -69,16 +79,9 @@ impl<S: Store> Exchange<S> {
             }
         };
         match auth.decision {
-            Decision::Allow => {
-                self.reserved = Some(Reserved {
-                    host_id: ask.host_id.clone(),
-                    run_id,
-                    usage: None,
-                });
-                Ok((auth.granted_output_tokens < asked.output_tokens)
-                    .then(|| api.with_output_bound(&body, auth.granted_output_tokens))
-                    .flatten())
-            }
+            Decision::Allow => Ok((auth.granted_output_tokens < asked.output_tokens)
+                .then(|| api.with_output_bound(&body, auth.granted_output_tokens))
+                .flatten()),
             // The budget leaves the call to the gateway (`unknown_usage: defer`): the filter
             // has no policy of its own, so the request goes on, unreserved.
             Decision::Unknown => Ok(None),
@@ -99,6 +102,17 @@ impl<S: Store> Exchange<S> {
     /// Envoy keeps the stream open); its run id once admitted, the answer that refuses it
     /// otherwise.
     async fn admit(
+        &mut self,
+        ask: &Ask,
+        inbound: &mut Streaming<ProcessingRequest>,
+    ) -> Result<String, ImmediateResponse> {
+        let admitted = self.submit_and_wait(ask, inbound).await;
+        // Its ticket is held now (`held`), or it has none.
+        self.submitting = None;
+        admitted
+    }
+
+    async fn submit_and_wait(
         &mut self,
         ask: &Ask,
         inbound: &mut Streaming<ProcessingRequest>,
@@ -131,7 +145,10 @@ impl<S: Store> Exchange<S> {
         Ok(run_id)
     }
 
-    async fn submit(&self, ask: &Ask) -> Result<(TicketId, TicketView, String), ImmediateResponse> {
+    async fn submit(
+        &mut self,
+        ask: &Ask,
+    ) -> Result<(TicketId, TicketView, String), ImmediateResponse> {
         let mut run_id = ask.run_id.clone();
         for _ in 0..2 {
             let args = SubmitArgs {
@@ -149,6 +166,7 @@ impl<S: Store> Exchange<S> {
                 },
                 resubmit_expired: false,
             };
+            self.submitting = Some((ask.host_id.clone(), run_id.clone()));
             match self.store.submit(&ask.host_id, args).await {
                 Ok(Ok((id, view))) if view.state.is_live() => return Ok((id, view, run_id)),
                 // The run id (the stream's own) named another ticket (as likely as guessing

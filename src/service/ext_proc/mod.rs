@@ -17,8 +17,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::envoy::service::ext_proc::v3::{
@@ -35,7 +33,11 @@ use crate::service::status::ApiError;
 use crate::store::{Store, TicketId};
 
 mod admit;
+mod answers;
 mod replies;
+
+pub use answers::Answers;
+use answers::Outbox;
 
 use replies::{body_answer, go, go_body, header_pairs, outcome_of, trailers, value};
 
@@ -68,7 +70,7 @@ impl<S> ExtProcService<S> {
 
 #[tonic::async_trait]
 impl<S: Store> ext::external_processor_server::ExternalProcessor for ExtProcService<S> {
-    type ProcessStream = ReceiverStream<Result<ProcessingResponse, Status>>;
+    type ProcessStream = Answers;
 
     async fn process(
         &self,
@@ -113,7 +115,7 @@ impl<S: Store> ext::external_processor_server::ExternalProcessor for ExtProcServ
                 ),
             )
         })?;
-        let (tx, rx) = mpsc::channel(4);
+        let outbox = Outbox::default();
         let exchange = Exchange {
             store: self.store.clone(),
             gates: self.gates.clone(),
@@ -122,15 +124,18 @@ impl<S: Store> ext::external_processor_server::ExternalProcessor for ExtProcServ
             // (An id of at most 128 bytes: names are printable ASCII.)
             instance_id: format!("envoy:{}", &policy.name[..policy.name.len().min(122)]),
             policy,
-            tx,
+            outbox: outbox.clone(),
             held: None,
+            submitting: None,
             started: false,
             pending: None,
             reserved: None,
             status: None,
         };
-        tokio::spawn(exchange.run(request.into_inner()));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(Answers::new(
+            exchange.run(request.into_inner()),
+            outbox,
+        )))
     }
 }
 
@@ -142,15 +147,18 @@ struct Held {
 }
 
 /// One HTTP request's stream with Envoy.
-struct Exchange<S> {
+struct Exchange<S: Store> {
     store: Arc<S>,
     gates: Arc<Gates>,
     metrics: Arc<Metrics>,
     instance_id: String,
     policy: HttpPolicy,
-    tx: mpsc::Sender<Result<ProcessingResponse, Status>>,
+    outbox: Outbox,
     /// Set while the request holds its ticket; taken when it is released (exactly once).
     held: Option<Held>,
+    /// `(host_id, run_id)` while a ticket may exist that `held` does not name yet (its Submit
+    /// or its wait in the queue under way): withdrawn by run id if the stream is dropped then.
+    submitting: Option<(String, String)>,
     /// The request's headers came (a stream carries one request).
     started: bool,
     /// A policy that reads the body: the request's headers until its body comes, and the
@@ -188,7 +196,6 @@ impl<S: Store> Exchange<S> {
         loop {
             let message = tokio::select! {
                 m = inbound.message() => m,
-                _ = self.tx.closed() => break,
                 _ = renew.tick(), if self.held.is_some() => {
                     self.renew().await;
                     continue;
@@ -238,42 +245,7 @@ impl<S: Store> Exchange<S> {
     /// it reserved, then release its ticket, each once.
     async fn finish(&mut self, complete: bool) {
         if let Some(r) = self.reserved.take() {
-            let used = r
-                .usage
-                .and_then(|u| if complete { u.finish() } else { u.so_far() });
-            let usage = match (used, self.status) {
-                (Some(u), _) => Usage {
-                    input_tokens: u.input,
-                    output_tokens: u.output,
-                    cost: 0,
-                    coverage: if complete {
-                        Coverage::Complete
-                    } else {
-                        Coverage::Partial
-                    },
-                },
-                // The provider refused or failed: it billed nothing.
-                (None, Some(status)) if status >= 400 => Usage {
-                    input_tokens: 0,
-                    output_tokens: 0,
-                    cost: 0,
-                    coverage: Coverage::Complete,
-                },
-                (None, _) => Usage {
-                    input_tokens: 0,
-                    output_tokens: 0,
-                    cost: 0,
-                    coverage: Coverage::Unknown,
-                },
-            };
-            match self.store.settle(&r.host_id, &r.run_id, 1, usage).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!(run = %r.run_id, "settling a request failed: {e}"),
-                Err(e) => tracing::warn!(
-                    run = %r.run_id,
-                    "settling a request failed (its reservation turns uncertain): {e}"
-                ),
-            }
+            settle(&*self.store, r, self.status, complete).await;
         }
         self.release().await;
     }
@@ -381,17 +353,11 @@ impl<S: Store> Exchange<S> {
     /// Send `answer` (unless `quiet`: Envoy's async mode reads none) and go on with `step`;
     /// `Stop` when Envoy is gone.
     async fn answer(&self, answer: Answer, quiet: bool, step: Step) -> Step {
-        if !quiet
-            && self
-                .tx
-                .send(Ok(ProcessingResponse {
-                    response: Some(answer),
-                    override_message_timeout: None,
-                }))
-                .await
-                .is_err()
-        {
-            return Step::Stop;
+        if !quiet {
+            self.outbox.push(Ok(ProcessingResponse {
+                response: Some(answer),
+                override_message_timeout: None,
+            }));
         }
         step
     }
@@ -418,7 +384,7 @@ impl<S: Store> Exchange<S> {
             .answer(Answer::ImmediateResponse(refused), false, Step::Stop)
             .await;
         if let Some(status) = failed {
-            let _ = self.tx.send(Err(status)).await;
+            self.outbox.push(Err(status));
         }
     }
 
@@ -438,13 +404,94 @@ impl<S: Store> Exchange<S> {
     /// Release the held ticket, once.
     async fn release(&mut self) {
         let Some(h) = self.held.take() else { return };
-        self.metrics.http.released(&self.policy.name);
-        let report = Report {
-            outcome: h.outcome,
-            latency_ms: None,
-        };
-        if let Err(e) = self.store.release(&h.id, report).await {
-            tracing::warn!(ticket = %h.id, "releasing a request's ticket failed; its lease frees it: {e}");
+        release(&*self.store, &self.metrics, &self.policy.name, h).await;
+    }
+}
+
+async fn release<S: Store>(store: &S, metrics: &Metrics, policy: &str, h: Held) {
+    metrics.http.released(policy);
+    let report = Report {
+        outcome: h.outcome,
+        latency_ms: None,
+    };
+    if let Err(e) = store.release(&h.id, report).await {
+        tracing::warn!(ticket = %h.id, "releasing a request's ticket failed; its lease frees it: {e}");
+    }
+}
+
+/// The stream dropped before the request ended (Envoy reset it, its connection closed),
+/// possibly in the middle of a store call: what the request holds is ended in a task of its
+/// own, as the stream's end would have ended it.
+impl<S: Store> Drop for Exchange<S> {
+    fn drop(&mut self) {
+        let (held, reserved, submitting) = (
+            self.held.take(),
+            self.reserved.take(),
+            self.submitting.take(),
+        );
+        if held.is_none() && reserved.is_none() && submitting.is_none() {
+            return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "a request's stream ended outside the runtime; its lease frees its ticket"
+            );
+            return;
+        };
+        let (store, metrics) = (self.store.clone(), self.metrics.clone());
+        let (policy, status) = (self.policy.name.clone(), self.status);
+        runtime.spawn(async move {
+            if let Some(r) = reserved {
+                settle(&*store, r, status, false).await;
+            }
+            if let Some(h) = held {
+                release(&*store, &metrics, &policy, h).await;
+            } else if let Some((host_id, run_id)) = submitting
+                && let Err(e) = store.release_run(&host_id, &run_id, Report::default()).await
+            {
+                tracing::warn!(run = %run_id, "withdrawing a request's ticket failed; its lease frees it: {e}");
+            }
+        });
+    }
+}
+
+/// Settle what a request reserved: the usage its response reported (`complete`: to its end),
+/// none billed for a refused or failed call, else unknown.
+async fn settle<S: Store>(store: &S, r: Reserved, status: Option<u16>, complete: bool) {
+    let used = r
+        .usage
+        .and_then(|u| if complete { u.finish() } else { u.so_far() });
+    let usage = match (used, status) {
+        (Some(u), _) => Usage {
+            input_tokens: u.input,
+            output_tokens: u.output,
+            cost: 0,
+            coverage: if complete {
+                Coverage::Complete
+            } else {
+                Coverage::Partial
+            },
+        },
+        // The provider refused or failed: it billed nothing.
+        (None, Some(status)) if status >= 400 => Usage {
+            input_tokens: 0,
+            output_tokens: 0,
+            cost: 0,
+            coverage: Coverage::Complete,
+        },
+        (None, _) => Usage {
+            input_tokens: 0,
+            output_tokens: 0,
+            cost: 0,
+            coverage: Coverage::Unknown,
+        },
+    };
+    match store.settle(&r.host_id, &r.run_id, 1, usage).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(run = %r.run_id, "settling a request failed: {e}"),
+        Err(e) => tracing::warn!(
+            run = %r.run_id,
+            "settling a request failed (its reservation turns uncertain): {e}"
+        ),
     }
 }
