@@ -42,6 +42,10 @@ impl Journal {
             return None;
         }
         self.gated.store(true, Ordering::Release);
+        // Under `os` the sync thread may already sleep until a wake that never comes (it writes
+        // nothing by itself without the gate): wake it, so that it starts its rounds.
+        let _guard = self.inner.lock().expect("journal lock");
+        self.wake.notify_all();
         Some(SendGates(self.clone()))
     }
 

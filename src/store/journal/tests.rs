@@ -268,6 +268,9 @@ fn the_sync_thread_writes_what_no_answer_carried_out() {
     for sync in [SyncPolicy::Interval, SyncPolicy::Os] {
         let path = dir(&format!("gate-left-{}", sync.name()));
         let journal = started(&path, sync);
+        // The sync thread first, asleep (under `os`) before the gate goes on: it used to sleep
+        // through it, and the record was never written.
+        std::thread::sleep(Duration::from_millis(20));
         let _gates = journal.gate_sends().unwrap();
         let empty = segment_len(&path);
         let p = record(&journal, 7);
