@@ -484,7 +484,7 @@ async fn a_replica_reloaded_with_sighup_puts_its_file_in_force_on_every_replica(
         .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
     let yaml = |total: u32| {
         format!(
-            "scheduling: {{ total: {total} }}\n\
+            "hosts:\n  h:\n    scheduling: {{ total: {total} }}\n\
              store:\n  redis: {{ url: \"{url}\", prefix: \"rep-hup-{}:\" }}\n",
             std::process::id()
         )
@@ -532,4 +532,26 @@ async fn a_replica_reloaded_with_sighup_puts_its_file_in_force_on_every_replica(
         (api::LimitsSource::File, 3),
         "one set of limits: B decides with A's reloaded file"
     );
+}
+
+/// As on the embedded store (tests/server.rs): a read of an unknown host makes no host and no
+/// key, on Redis too.
+#[tokio::test]
+async fn reads_of_an_unknown_host_answer_not_found_and_make_nothing() {
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL").expect("ADMISSION_TEST_REDIS_URL");
+    let admin = common::free_port();
+    let config = config_file(
+        "unknown-host",
+        &format!(
+            "admin_listen: 127.0.0.1:{admin}\nhosts:\n  listed:\n    scheduling: {{ total: 3 }}\n\
+             store:\n  redis: {{ url: \"{url}\", prefix: \"unknown-host-{}:\" }}\n",
+            std::process::id()
+        ),
+    );
+    let server = Server::spawn(
+        &["--config", config.to_str().unwrap()],
+        "warn",
+        Stdio::inherit(),
+    );
+    common::reads_of_an_unknown_host_make_nothing(&server, admin, "listed").await;
 }

@@ -1099,15 +1099,15 @@ async fn a_higher_priority_waiter_goes_first_and_a_bad_priority_is_named() {
 #[tokio::test]
 async fn shadow_mode_admits_everything_and_counts_what_enforce_would_have_done() {
     let port = common::free_port();
-    let admin = format!("127.0.0.1:{port}");
-    let server = Server::start(&[
-        "--total",
-        "1",
-        "--queue-total",
-        "4",
-        "--admin-listen",
-        &admin,
-    ]);
+    // The host listed in the file: an operator reads its limits before any ticket names it.
+    let server = Server::start_with_config(
+        "shadow",
+        &format!(
+            "admin_listen: 127.0.0.1:{port}\n\
+             hosts:\n  h:\n    scheduling: {{ total: 1, queue: {{ total: 4 }} }}\n"
+        ),
+        &[],
+    );
     let mut c = server.client().await;
     let mut op = server.operator().await;
     let current = op
@@ -1419,4 +1419,17 @@ async fn an_admission_reported_late_comes_with_a_renewed_lease() {
     let again = c.submit(lapsing).await.unwrap().into_inner();
     assert_ne!(again.ticket_id, queued.ticket_id);
     assert_eq!(state_of(again.state), api::TicketState::Admitted);
+}
+
+#[tokio::test]
+async fn reads_of_an_unknown_host_answer_not_found_and_make_nothing() {
+    let admin = common::free_port();
+    let server = Server::start_with_config(
+        "unknown-host",
+        &format!(
+            "admin_listen: 127.0.0.1:{admin}\nhosts:\n  listed:\n    scheduling: {{ total: 3 }}\n"
+        ),
+        &[],
+    );
+    common::reads_of_an_unknown_host_make_nothing(&server, admin, "listed").await;
 }

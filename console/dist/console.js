@@ -7045,6 +7045,200 @@
       return message;
     }
   };
+  function createBaseBadRequest() {
+    return { fieldViolations: [] };
+  }
+  var BadRequest = {
+    encode(message, writer = new BinaryWriter()) {
+      for (const v of message.fieldViolations) {
+        BadRequest_FieldViolation.encode(v, writer.uint32(10).fork()).join();
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseBadRequest();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.fieldViolations.push(BadRequest_FieldViolation.decode(reader, reader.uint32()));
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return BadRequest.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseBadRequest();
+      message.fieldViolations = object.fieldViolations?.map((e) => BadRequest_FieldViolation.fromPartial(e)) || [];
+      return message;
+    }
+  };
+  function createBaseBadRequest_FieldViolation() {
+    return { field: "", description: "", reason: "", localizedMessage: void 0 };
+  }
+  var BadRequest_FieldViolation = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.field !== "") {
+        writer.uint32(10).string(message.field);
+      }
+      if (message.description !== "") {
+        writer.uint32(18).string(message.description);
+      }
+      if (message.reason !== "") {
+        writer.uint32(26).string(message.reason);
+      }
+      if (message.localizedMessage !== void 0) {
+        LocalizedMessage.encode(message.localizedMessage, writer.uint32(34).fork()).join();
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseBadRequest_FieldViolation();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.field = reader.string();
+              continue;
+            }
+            case 2: {
+              if (tag !== 18) {
+                break;
+              }
+              message.description = reader.string();
+              continue;
+            }
+            case 3: {
+              if (tag !== 26) {
+                break;
+              }
+              message.reason = reader.string();
+              continue;
+            }
+            case 4: {
+              if (tag !== 34) {
+                break;
+              }
+              message.localizedMessage = LocalizedMessage.decode(reader, reader.uint32());
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return BadRequest_FieldViolation.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseBadRequest_FieldViolation();
+      message.field = object.field ?? "";
+      message.description = object.description ?? "";
+      message.reason = object.reason ?? "";
+      message.localizedMessage = object.localizedMessage !== void 0 && object.localizedMessage !== null ? LocalizedMessage.fromPartial(object.localizedMessage) : void 0;
+      return message;
+    }
+  };
+  function createBaseLocalizedMessage() {
+    return { locale: "", message: "" };
+  }
+  var LocalizedMessage = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.locale !== "") {
+        writer.uint32(10).string(message.locale);
+      }
+      if (message.message !== "") {
+        writer.uint32(18).string(message.message);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseLocalizedMessage();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.locale = reader.string();
+              continue;
+            }
+            case 2: {
+              if (tag !== 18) {
+                break;
+              }
+              message.message = reader.string();
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return LocalizedMessage.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseLocalizedMessage();
+      message.locale = object.locale ?? "";
+      message.message = object.message ?? "";
+      return message;
+    }
+  };
 
   // src/gen/google/protobuf/any.ts
   function createBaseAny() {
@@ -7194,13 +7388,15 @@
     UNAUTHENTICATED: 16
   };
   var RpcError = class extends Error {
-    constructor(code, message, reason = "") {
+    constructor(code, message, reason = "", fields = /* @__PURE__ */ new Map()) {
       super(message);
       this.code = code;
       this.reason = reason;
+      this.fields = fields;
     }
     code;
     reason;
+    fields;
   };
   async function unary(path, request, req, res, token2) {
     const message = req.encode(request).finish();
@@ -7241,25 +7437,30 @@
     }
     const code = Number(trailers.get("grpc-status") ?? "0");
     if (code !== Code.OK) {
-      throw new RpcError(code, decodeURIComponent(trailers.get("grpc-message") ?? ""), reasonOf(trailers));
+      const { reason, fields } = detailsOf(trailers);
+      throw new RpcError(code, decodeURIComponent(trailers.get("grpc-message") ?? ""), reason, fields);
     }
     if (data === void 0) throw new RpcError(Code.UNAVAILABLE, "the answer carried no message");
     return res.decode(data);
   }
-  function reasonOf(trailers) {
+  function detailsOf(trailers) {
+    const out = { reason: "", fields: /* @__PURE__ */ new Map() };
     const details = trailers.get("grpc-status-details-bin");
-    if (details === void 0) return "";
+    if (details === void 0) return out;
     try {
       const raw = Uint8Array.from(
         atob(details.padEnd(Math.ceil(details.length / 4) * 4, "=")),
         (c) => c.charCodeAt(0)
       );
       for (const any of Status.decode(raw).details) {
-        if (any.typeUrl.endsWith("google.rpc.ErrorInfo")) return ErrorInfo.decode(any.value).reason;
+        if (any.typeUrl.endsWith("google.rpc.ErrorInfo")) out.reason = ErrorInfo.decode(any.value).reason;
+        if (any.typeUrl.endsWith("google.rpc.BadRequest")) {
+          for (const v of BadRequest.decode(any.value).fieldViolations) out.fields.set(v.field, v.description);
+        }
       }
     } catch {
     }
-    return "";
+    return out;
   }
 
   // src/api.ts
@@ -7352,6 +7553,196 @@
     return svg;
   }
 
+  // src/limits.ts
+  var FIELDS = [
+    { path: "total", label: "Total cap", kind: "count", hint: "admitted at once, ≥ 1" },
+    { path: "per_subject", label: "Per subject", kind: "count", hint: "≥ 1, unless a subject's cap below names it" },
+    { path: "per_account", label: "Per account", kind: "optional-count", hint: "empty: no cap per account" },
+    { path: "queue.total", label: "Queue", kind: "count", hint: "waiters; 0: no queue" },
+    { path: "queue.per_subject", label: "Queue per subject", kind: "count", hint: "waiters of one subject; 0: no bound" },
+    { path: "queue.hard_total", label: "Queue hard total", kind: "count", hint: "what overflow_policy: queue may grow to (≥ queue)" },
+    { path: "overflow_policy", label: "Queue full", kind: "choice", hint: "what a Submit meets when the queue is full", choices: ["reject", "shed_oldest", "queue"] },
+    { path: "lease_ttl_ms", label: "Lease", kind: "duration", hint: "10ms .. 1h, e.g. 30s" },
+    { path: "retention_ms", label: "Ended tickets kept", kind: "duration", hint: "for idempotent retries, 0 .. 7 days" },
+    { path: "max_retained", label: "Ended tickets, at most", kind: "count", hint: "kept at once" },
+    { path: "priority_aging_ms", label: "Priority aging", kind: "duration", hint: "a waiter this old is served as priority 1; 0: off" },
+    { path: "mode", label: "Mode", kind: "choice", hint: "shadow admits everything and reports what enforce would do", choices: ["enforce", "shadow"] }
+  ];
+  var MAPS = [
+    { path: "subjects", label: "Subjects' caps", key: "subject", value: "cap" },
+    { path: "accounts", label: "Accounts' caps", key: "account", value: "cap" },
+    { path: "weights", label: "Subjects' weights", key: "subject", value: "weight (1..1000)" }
+  ];
+  var camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+  function formatMs(ms) {
+    for (const [unit, f] of [
+      ["h", 36e5],
+      ["m", 6e4],
+      ["s", 1e3]
+    ]) {
+      if (ms !== 0 && ms % f === 0) return `${ms / f}${unit}`;
+    }
+    return `${ms}ms`;
+  }
+  function parseMs(text) {
+    const m = /^\s*(\d+)\s*(ms|s|m|h)?\s*$/.exec(text);
+    if (m === null || m[2] === void 0 && m[1] !== "0") return null;
+    const factors = { ms: 1, s: 1e3, m: 6e4, h: 36e5 };
+    return Number(m[1]) * (factors[m[2] ?? "ms"] ?? 1);
+  }
+  function read(l, path) {
+    const [a, b] = path.split(".");
+    const top = l[camel(a)];
+    return b === void 0 ? top : top?.[camel(b)];
+  }
+  function shown(l, f) {
+    const v = read(l, f.path);
+    if (v === void 0 || v === null) return "";
+    if (f.kind === "duration") return formatMs(Number(v));
+    if (f.kind === "choice" && v === "" && f.path === "mode") return "enforce";
+    return String(v);
+  }
+  function limitsForm(l, changed) {
+    const rows = FIELDS.map((f) => {
+      const id = `limit-${f.path.replace(".", "-")}`;
+      const value = shown(l, f);
+      const input = f.kind === "choice" ? h("select", { id, "data-path": f.path, onchange: changed }, ...(f.choices ?? []).map((c) => h("option", { value: c, selected: c === value }, c))) : h("input", { id, "data-path": f.path, value, inputmode: f.kind === "duration" ? "text" : "numeric", spellcheck: "false", oninput: changed });
+      return h(
+        "tr",
+        {},
+        h("th", {}, h("label", { for: id }, f.label)),
+        h("td", {}, input),
+        h("td", { class: "hint" }, f.hint),
+        h("td", { class: "field-error error", "data-error": f.path })
+      );
+    });
+    const maps = MAPS.map((m) => {
+      const body = h("tbody", { "data-map": m.path });
+      const entries = l[m.path] ?? {};
+      const add = (name, value) => body.append(mapRow(m.path, name, value, changed));
+      for (const [name, value] of Object.entries(entries).sort(([a], [b]) => a.localeCompare(b))) add(name, String(value));
+      return h(
+        "fieldset",
+        { class: "limits-map" },
+        h("legend", {}, m.label),
+        h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, m.key), h("th", {}, m.value), h("th", {}))), body),
+        h("button", { type: "button", class: "add-row", "data-add": m.path, onclick: () => (add("", ""), changed()) }, "Add"),
+        h("p", { class: "field-error error", "data-error": m.path })
+      );
+    });
+    const adaptive = Object.keys(l.adaptiveAccounts ?? {}).length > 0 || l.adaptive !== void 0;
+    return h(
+      "div",
+      { id: "limits-fields" },
+      h("table", { class: "limits-table" }, h("tbody", {}, ...rows)),
+      ...maps,
+      adaptive && h("p", { class: "hint" }, "Adaptive caps are kept as they are; change them in the JSON view.")
+    );
+  }
+  function mapRow(path, name, value, changed) {
+    const tr = h(
+      "tr",
+      {},
+      h("td", {}, h("input", { class: "map-key", value: name, spellcheck: "false", oninput: changed, "aria-label": `${path} name` })),
+      h("td", {}, h("input", { class: "map-value", value, inputmode: "numeric", oninput: changed, "aria-label": `${path} value` })),
+      h("td", {}, h("button", { type: "button", class: "remove-row", onclick: () => (tr.remove(), changed()) }, "Remove"))
+    );
+    return tr;
+  }
+  var FormError = class extends Error {
+    constructor(fields) {
+      super([...fields].map(([f, r]) => `limits.${f}: ${r}`).join("; "));
+      this.fields = fields;
+    }
+    fields;
+  };
+  function formLimits(form, base) {
+    const out = admission_exports.HostLimits.fromPartial(base);
+    const bad = /* @__PURE__ */ new Map();
+    const queue2 = admission_exports.QueueLimits.fromPartial(out.queue ?? {});
+    for (const f of FIELDS) {
+      const el = form.querySelector(`[data-path="${f.path}"]`);
+      const text = el?.value.trim() ?? "";
+      let value;
+      if (f.kind === "choice") value = text;
+      else if (f.kind === "duration") {
+        const ms = parseMs(text);
+        if (ms === null) {
+          bad.set(f.path, `"${text}" is not a duration (30s, 5m, 1h, 250ms)`);
+          continue;
+        }
+        value = ms;
+      } else if (f.kind === "optional-count" && text === "") value = void 0;
+      else if (/^\d+$/.test(text)) value = Number(text);
+      else {
+        bad.set(f.path, `"${text}" is not a whole number`);
+        continue;
+      }
+      const [a, b] = f.path.split(".");
+      if (b !== void 0) queue2[camel(b)] = value;
+      else out[camel(a)] = value;
+    }
+    out.queue = queue2;
+    for (const m of MAPS) {
+      const entries = {};
+      for (const tr of form.querySelectorAll(`[data-map="${m.path}"] tr`)) {
+        const name = tr.querySelector(".map-key").value.trim();
+        const text = tr.querySelector(".map-value").value.trim();
+        if (name === "" && text === "") continue;
+        if (name === "" || !/^\d+$/.test(text)) {
+          bad.set(m.path, name === "" ? "a row without a name" : `${name}: "${text}" is not a whole number`);
+          continue;
+        }
+        entries[name] = Number(text);
+      }
+      out[m.path] = entries;
+    }
+    if (bad.size > 0) throw new FormError(bad);
+    return out;
+  }
+  function showFieldErrors(form, fields) {
+    for (const el of form.querySelectorAll("[data-error]")) el.textContent = "";
+    const rest = [];
+    for (const [field, rule] of fields) {
+      const path = field.replace(/^limits\./, "");
+      const top = path.split(".")[0];
+      const el = form.querySelector(`[data-error="${path}"]`) ?? (MAPS.some((m) => m.path === top) ? form.querySelector(`[data-error="${top}"]`) : null);
+      if (el === null) rest.push(`${field}: ${rule}`);
+      else el.textContent = el.textContent === "" ? rule : `${el.textContent}; ${rule}`;
+    }
+    return rest;
+  }
+  function jsonLimits(text) {
+    const parsed = JSON.parse(text);
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("the limits must be a JSON object");
+    return admission_exports.HostLimits.fromPartial(fromFileSpelling(parsed, true));
+  }
+  var DURATIONS = /* @__PURE__ */ new Set(["lease_ttl", "retention", "priority_aging", "cooldown"]);
+  var NAMED = /* @__PURE__ */ new Set(["subjects", "accounts", "weights", "adaptive_accounts", "adaptiveAccounts"]);
+  function fromFileSpelling(o, renameKeys) {
+    const out = {};
+    for (const [k, v] of Object.entries(o)) {
+      let key = k;
+      let value = v;
+      if (renameKeys && DURATIONS.has(k)) {
+        key = `${k}_ms`;
+        if (typeof v === "string") {
+          const ms = parseMs(v);
+          if (ms === null) throw new Error(`${k}: "${v}" is not a duration (30s, 5m, 1h, 250ms)`);
+          value = ms;
+        }
+      }
+      const isObject = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
+      if (NAMED.has(k) && isObject(value)) {
+        value = Object.fromEntries(Object.entries(value).map(([n, x]) => [n, isObject(x) ? fromFileSpelling(x, true) : x]));
+      } else if (isObject(value)) {
+        value = fromFileSpelling(value, renameKeys);
+      }
+      out[renameKeys ? camel(key) : key] = value;
+    }
+    return out;
+  }
+
   // src/main.ts
   var TOKEN_KEY = "admission-console-token";
   var REFRESH_MS = 1e3;
@@ -7397,7 +7788,7 @@
     /** host → account → adaptive cap samples. */
     adaptive: /* @__PURE__ */ new Map(),
     /** The limits the editor was filled from (host, revision), and whether it was edited. */
-    editor: { host: "", revision: -1, dirty: false },
+    editor: { host: "", revision: -1, dirty: false, base: admission_exports.HostLimits.create() },
     lastHost: ""
   };
   function token() {
@@ -7463,20 +7854,25 @@
       banners(overview);
       if (host === "") {
         byId("host-view").hidden = true;
+        byId("no-host").hidden = true;
         byId("hosts-view").hidden = false;
         fill(byId("crumb"));
         await Promise.all([hostsView(overview.hostIds), rateLimitsView()]);
       } else {
         byId("hosts-view").hidden = true;
-        byId("host-view").hidden = false;
         fill(byId("crumb"), " › ", h("strong", {}, host));
         if (host !== state.lastHost) {
           state.lastHost = host;
           state.queuePage = 0;
           state.holderPage = 0;
-          state.editor = { host: "", revision: -1, dirty: false };
+          state.editor = { host: "", revision: -1, dirty: false, base: admission_exports.HostLimits.create() };
+          for (const id of ["holders-result", "reservations-result", "unlock-result", "limits-result"]) {
+            fill(byId(id));
+          }
         }
-        await hostView(host);
+        const found = await hostView(host);
+        byId("host-view").hidden = !found;
+        byId("no-host").hidden = found;
       }
       fill(byId("updated"), `updated ${(/* @__PURE__ */ new Date()).toLocaleTimeString()}`);
       fill(byId("problem"));
@@ -7589,11 +7985,23 @@
     return s.queueTotal > 0 ? usage(s.queued, s.queueTotal) : "no queue";
   }
   async function hostView(hostId) {
-    const [stats, list, reservations, limits] = await Promise.all([
+    let limits;
+    try {
+      limits = await api.getLimits(token(), { hostId });
+    } catch (e) {
+      if (e instanceof RpcError && e.code === Code.NOT_FOUND) {
+        fill(
+          byId("no-host-text"),
+          `The authority has no host named “${hostId}”. A host appears once a gateway's first ticket, reservation or a limits change names it, or when the configuration file lists it.`
+        );
+        return false;
+      }
+      throw e;
+    }
+    const [stats, list, reservations] = await Promise.all([
       api.getStats(token(), { hostId }),
       api.listTickets(token(), { hostId, limit: 1e4 }),
-      api.listReservations(token(), { hostId, limit: 1e3 }),
-      api.getLimits(token(), { hostId })
+      api.listReservations(token(), { hostId, limit: 1e3 })
     ]);
     remember(hostId, stats);
     caps(hostId, stats);
@@ -7604,6 +8012,7 @@
     envoyPolicies(list.tickets);
     reservationTable(hostId, reservations.reservations);
     limitsEditor(hostId, limits);
+    return true;
   }
   function caps(hostId, s) {
     const history = state.adaptive.get(hostId) ?? /* @__PURE__ */ new Map();
@@ -7717,10 +8126,14 @@
             {
               type: "button",
               class: "release",
-              onclick: () => act(out, async () => {
-                const r = await api.release(token(), admission_exports.ReleaseRequest.create({ ticketId: t.ticketId }));
-                return `Released ${shortId(t.ticketId)} (run ${t.runId}); it was ${stateName(r.previousState)}.`;
-              })
+              onclick: () => confirmThen(
+                `Release run ${t.runId} (ticket ${shortId(t.ticketId)}, subject ${t.subject})? Its slot goes to the next waiter; the run itself is not stopped, and its gateway learns at its next renewal that it lost the slot.`,
+                "Release",
+                () => act(out, async () => {
+                  const r = await api.release(token(), admission_exports.ReleaseRequest.create({ ticketId: t.ticketId }));
+                  return `Released ${shortId(t.ticketId)} (run ${t.runId}); it was ${stateName(r.previousState)}.`;
+                })
+              )
             },
             "Release"
           )
@@ -7736,10 +8149,14 @@
     form.onsubmit = (e) => {
       e.preventDefault();
       const runId = byId("release-run-id").value.trim();
-      void act(out, async () => {
-        const r = await api.release(token(), admission_exports.ReleaseRequest.create({ hostId, runId }));
-        return r.ticketId === "" ? `No ticket of run ${runId} on ${hostId}.` : `Released run ${runId}; it was ${stateName(r.previousState)}.`;
-      });
+      confirmThen(
+        `Release run ${runId} on ${hostId}? Its slot goes to the next waiter.`,
+        "Release",
+        () => act(out, async () => {
+          const r = await api.release(token(), admission_exports.ReleaseRequest.create({ hostId, runId }));
+          return r.ticketId === "" ? `No ticket of run ${runId} on ${hostId}.` : `Released run ${runId}; it was ${stateName(r.previousState)}.`;
+        })
+      );
     };
   }
   function stateName(s) {
@@ -7787,40 +8204,72 @@
   function limitsEditor(hostId, r) {
     const source = r.source === admission_exports.LimitsSource.LIMITS_SOURCE_OPERATOR ? "set by an operator" : "from the configuration (file, flags, built-in defaults)";
     fill(byId("limits-info"), h("span", { id: "limits-revision" }, `revision ${r.revision}`), `, ${source}`);
-    const editor = byId("limits-json");
     const e = state.editor;
     if (e.host !== hostId || !e.dirty && e.revision !== r.revision) {
-      editor.value = JSON.stringify(r.limits ?? {}, null, 2);
-      state.editor = { host: hostId, revision: r.revision, dirty: false };
+      const limits = r.limits ?? admission_exports.HostLimits.create();
+      fill(byId("limits-form-fields"), limitsForm(limits, () => state.editor.dirty = true));
+      byId("limits-json").value = JSON.stringify(limits, null, 2);
+      state.editor = { host: hostId, revision: r.revision, dirty: false, base: limits };
     } else if (e.dirty && e.revision !== r.revision) {
       fill(byId("limits-result"), h("span", { class: "warn" }, `The limits changed to revision ${r.revision} since you read revision ${e.revision}.`));
     }
   }
+  function editedLimits() {
+    if (byId("limits-as-json").checked) {
+      try {
+        return jsonLimits(byId("limits-json").value);
+      } catch (e) {
+        throw new Error(`Not applied: the limits are not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+      }
+    }
+    return formLimits(byId("limits-form-fields"), state.editor.base);
+  }
   function wireLimits() {
     const editor = byId("limits-json");
+    const fields = byId("limits-form-fields");
     const out = byId("limits-result");
     editor.oninput = () => state.editor.dirty = true;
     const reload = () => {
-      state.editor = { host: "", revision: -1, dirty: false };
+      state.editor = { host: "", revision: -1, dirty: false, base: admission_exports.HostLimits.create() };
+    };
+    byId("limits-as-json").onchange = (ev) => {
+      const json = ev.target.checked;
+      try {
+        if (json) editor.value = JSON.stringify(formLimits(fields, state.editor.base), null, 2);
+        else fill(fields, limitsForm(jsonLimits(editor.value), () => state.editor.dirty = true));
+      } catch {
+      }
+      editor.hidden = !json;
+      fields.hidden = json;
     };
     byId("limits-form").onsubmit = (ev) => {
       ev.preventDefault();
       const hostId = route();
+      const read2 = state.editor.revision;
       void act(out, async () => {
+        showFieldErrors(fields, /* @__PURE__ */ new Map());
         let limits;
         try {
-          limits = admission_exports.HostLimits.fromPartial(JSON.parse(editor.value));
+          limits = editedLimits();
         } catch (e) {
-          throw new Error(`The limits are not valid JSON: ${String(e)}`);
+          if (e instanceof FormError) {
+            showFieldErrors(fields, new Map([...e.fields].map(([f, r]) => [`limits.${f}`, r])));
+            throw new Error("Not applied: the fields marked beside them are not valid.");
+          }
+          throw e;
         }
         try {
-          const r = await api.setLimits(token(), { hostId, limits, expectedRevision: state.editor.revision });
+          const r = await api.setLimits(token(), { hostId, limits, expectedRevision: read2 });
           reload();
           return `Applied: now revision ${r.revision}.`;
         } catch (e) {
           if (e instanceof RpcError && e.code === Code.FAILED_PRECONDITION) {
             reload();
-            throw new Error(`Not applied: the limits changed since you read them (${e.message}). Reloaded the current ones.`);
+            throw new Error(`Not applied: the limits changed since you read them at revision ${read2} (${e.message}). Reloaded the current ones.`);
+          }
+          if (e instanceof RpcError && e.code === Code.INVALID_ARGUMENT && e.fields.size > 0) {
+            const rest = byId("limits-as-json").checked ? [...e.fields].map(([f, r]) => `${f}: ${r}`) : showFieldErrors(fields, e.fields);
+            throw new Error(`Not applied: the authority refused ${e.fields.size === 1 ? "a field" : `${e.fields.size} fields`}${rest.length > 0 ? `: ${rest.join("; ")}` : ", marked beside them"}.`);
           }
           throw e;
         }

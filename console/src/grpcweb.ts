@@ -4,7 +4,7 @@
 // trailer frame (or, for an error without a message, the status in the headers).
 
 import { BinaryReader } from "@bufbuild/protobuf/wire";
-import { ErrorInfo } from "./gen/google/rpc/error_details.js";
+import { BadRequest, ErrorInfo } from "./gen/google/rpc/error_details.js";
 import { Status } from "./gen/google/rpc/status.js";
 
 /** What generated message objects offer: enough to send and read one. */
@@ -24,12 +24,14 @@ export const Code = {
   UNAUTHENTICATED: 16,
 } as const;
 
-/** A call that did not succeed: its gRPC code, message and ErrorInfo reason (if any). */
+/** A call that did not succeed: its gRPC code, message, ErrorInfo reason (if any) and the
+ * fields it names as bad (BadRequest's violations: field path → rule). */
 export class RpcError extends Error {
   constructor(
     readonly code: number,
     message: string,
     readonly reason = "",
+    readonly fields: ReadonlyMap<string, string> = new Map(),
   ) {
     super(message);
   }
@@ -81,25 +83,30 @@ export async function unary<Req, Res>(
   }
   const code = Number(trailers.get("grpc-status") ?? "0");
   if (code !== Code.OK) {
-    throw new RpcError(code, decodeURIComponent(trailers.get("grpc-message") ?? ""), reasonOf(trailers));
+    const { reason, fields } = detailsOf(trailers);
+    throw new RpcError(code, decodeURIComponent(trailers.get("grpc-message") ?? ""), reason, fields);
   }
   if (data === undefined) throw new RpcError(Code.UNAVAILABLE, "the answer carried no message");
   return res.decode(data);
 }
 
-/** The ErrorInfo reason in `grpc-status-details-bin`, if there is one. */
-function reasonOf(trailers: Map<string, string>): string {
+/** The ErrorInfo reason and the BadRequest violations in `grpc-status-details-bin`. */
+function detailsOf(trailers: Map<string, string>): { reason: string; fields: Map<string, string> } {
+  const out = { reason: "", fields: new Map<string, string>() };
   const details = trailers.get("grpc-status-details-bin");
-  if (details === undefined) return "";
+  if (details === undefined) return out;
   try {
     const raw = Uint8Array.from(atob(details.padEnd(Math.ceil(details.length / 4) * 4, "=")), (c) =>
       c.charCodeAt(0),
     );
     for (const any of Status.decode(raw).details) {
-      if (any.typeUrl.endsWith("google.rpc.ErrorInfo")) return ErrorInfo.decode(any.value).reason;
+      if (any.typeUrl.endsWith("google.rpc.ErrorInfo")) out.reason = ErrorInfo.decode(any.value).reason;
+      if (any.typeUrl.endsWith("google.rpc.BadRequest")) {
+        for (const v of BadRequest.decode(any.value).fieldViolations) out.fields.set(v.field, v.description);
+      }
     }
   } catch {
     // A detail the console cannot read: the code and message still say what happened.
   }
-  return "";
+  return out;
 }

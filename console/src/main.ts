@@ -6,6 +6,7 @@
 import { api, pb } from "./api.js";
 import { byId, duration, fill, h, row, sparkline, table, usage } from "./dom.js";
 import { Code, RpcError } from "./grpcweb.js";
+import { FormError, formLimits, jsonLimits, limitsForm, showFieldErrors } from "./limits.js";
 
 const TOKEN_KEY = "admission-console-token";
 const REFRESH_MS = 1000;
@@ -64,7 +65,7 @@ const state = {
   /** host → account → adaptive cap samples. */
   adaptive: new Map<string, Map<string, number[]>>(),
   /** The limits the editor was filled from (host, revision), and whether it was edited. */
-  editor: { host: "", revision: -1, dirty: false },
+  editor: { host: "", revision: -1, dirty: false, base: pb.HostLimits.create() },
   lastHost: "",
 };
 
@@ -146,20 +147,26 @@ async function refresh(): Promise<void> {
     banners(overview);
     if (host === "") {
       byId("host-view").hidden = true;
+      byId("no-host").hidden = true;
       byId("hosts-view").hidden = false;
       fill(byId("crumb"));
       await Promise.all([hostsView(overview.hostIds), rateLimitsView()]);
     } else {
       byId("hosts-view").hidden = true;
-      byId("host-view").hidden = false;
       fill(byId("crumb"), " › ", h("strong", {}, host));
       if (host !== state.lastHost) {
         state.lastHost = host;
         state.queuePage = 0;
         state.holderPage = 0;
-        state.editor = { host: "", revision: -1, dirty: false };
+        state.editor = { host: "", revision: -1, dirty: false, base: pb.HostLimits.create() };
+        // What an action on another host said does not stay on this one's page.
+        for (const id of ["holders-result", "reservations-result", "unlock-result", "limits-result"]) {
+          fill(byId(id));
+        }
       }
-      await hostView(host);
+      const found = await hostView(host);
+      byId("host-view").hidden = !found;
+      byId("no-host").hidden = found;
     }
     fill(byId("updated"), `updated ${new Date().toLocaleTimeString()}`);
     fill(byId("problem"));
@@ -289,12 +296,27 @@ function queueUsage(s: pb.Stats): HTMLElement | string {
 
 // ---- one host ----
 
-async function hostView(hostId: string): Promise<void> {
-  const [stats, list, reservations, limits] = await Promise.all([
+/** Draw a host's page; false when there is no such host (a mistyped address), which the
+ * authority answers NOT_FOUND without making it. */
+async function hostView(hostId: string): Promise<boolean> {
+  let limits: pb.GetLimitsResponse;
+  try {
+    limits = await api.getLimits(token(), { hostId });
+  } catch (e) {
+    if (e instanceof RpcError && e.code === Code.NOT_FOUND) {
+      fill(
+        byId("no-host-text"),
+        `The authority has no host named “${hostId}”. A host appears once a gateway's first ticket, ` +
+          "reservation or a limits change names it, or when the configuration file lists it.",
+      );
+      return false;
+    }
+    throw e;
+  }
+  const [stats, list, reservations] = await Promise.all([
     api.getStats(token(), { hostId }),
     api.listTickets(token(), { hostId, limit: 10_000 }),
     api.listReservations(token(), { hostId, limit: 1000 }),
-    api.getLimits(token(), { hostId }),
   ]);
   remember(hostId, stats);
   caps(hostId, stats);
@@ -305,6 +327,7 @@ async function hostView(hostId: string): Promise<void> {
   envoyPolicies(list.tickets);
   reservationTable(hostId, reservations.reservations);
   limitsEditor(hostId, limits);
+  return true;
 }
 
 function caps(hostId: string, s: pb.Stats): void {
@@ -425,10 +448,16 @@ function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
             type: "button",
             class: "release",
             onclick: () =>
-              act(out, async () => {
-                const r = await api.release(token(), pb.ReleaseRequest.create({ ticketId: t.ticketId }));
-                return `Released ${shortId(t.ticketId)} (run ${t.runId}); it was ${stateName(r.previousState)}.`;
-              }),
+              confirmThen(
+                `Release run ${t.runId} (ticket ${shortId(t.ticketId)}, subject ${t.subject})? Its slot goes to the next ` +
+                  "waiter; the run itself is not stopped, and its gateway learns at its next renewal that it lost the slot.",
+                "Release",
+                () =>
+                  act(out, async () => {
+                    const r = await api.release(token(), pb.ReleaseRequest.create({ ticketId: t.ticketId }));
+                    return `Released ${shortId(t.ticketId)} (run ${t.runId}); it was ${stateName(r.previousState)}.`;
+                  }),
+              ),
           },
           "Release",
         ),
@@ -444,10 +473,12 @@ function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
   form.onsubmit = (e) => {
     e.preventDefault();
     const runId = byId<HTMLInputElement>("release-run-id").value.trim();
-    void act(out, async () => {
-      const r = await api.release(token(), pb.ReleaseRequest.create({ hostId, runId }));
-      return r.ticketId === "" ? `No ticket of run ${runId} on ${hostId}.` : `Released run ${runId}; it was ${stateName(r.previousState)}.`;
-    });
+    confirmThen(`Release run ${runId} on ${hostId}? Its slot goes to the next waiter.`, "Release", () =>
+      act(out, async () => {
+        const r = await api.release(token(), pb.ReleaseRequest.create({ hostId, runId }));
+        return r.ticketId === "" ? `No ticket of run ${runId} on ${hostId}.` : `Released run ${runId}; it was ${stateName(r.previousState)}.`;
+      }),
+    );
   };
 }
 
@@ -500,41 +531,77 @@ function reservationTable(hostId: string, list: pb.ReservationInfo[]): void {
 function limitsEditor(hostId: string, r: pb.GetLimitsResponse): void {
   const source = r.source === pb.LimitsSource.LIMITS_SOURCE_OPERATOR ? "set by an operator" : "from the configuration (file, flags, built-in defaults)";
   fill(byId("limits-info"), h("span", { id: "limits-revision" }, `revision ${r.revision}`), `, ${source}`);
-  const editor = byId<HTMLTextAreaElement>("limits-json");
   const e = state.editor;
   if (e.host !== hostId || (!e.dirty && e.revision !== r.revision)) {
-    editor.value = JSON.stringify(r.limits ?? {}, null, 2);
-    state.editor = { host: hostId, revision: r.revision, dirty: false };
+    const limits = r.limits ?? pb.HostLimits.create();
+    fill(byId("limits-form-fields"), limitsForm(limits, () => (state.editor.dirty = true)));
+    byId<HTMLTextAreaElement>("limits-json").value = JSON.stringify(limits, null, 2);
+    state.editor = { host: hostId, revision: r.revision, dirty: false, base: limits };
   } else if (e.dirty && e.revision !== r.revision) {
     fill(byId("limits-result"), h("span", { class: "warn" }, `The limits changed to revision ${r.revision} since you read revision ${e.revision}.`));
   }
 }
 
+/** The limits the editor says: its form, or its JSON view when that is open. */
+function editedLimits(): pb.HostLimits {
+  if (byId<HTMLInputElement>("limits-as-json").checked) {
+    try {
+      return jsonLimits(byId<HTMLTextAreaElement>("limits-json").value);
+    } catch (e) {
+      throw new Error(`Not applied: the limits are not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+    }
+  }
+  return formLimits(byId("limits-form-fields"), state.editor.base);
+}
+
 function wireLimits(): void {
   const editor = byId<HTMLTextAreaElement>("limits-json");
+  const fields = byId("limits-form-fields");
   const out = byId("limits-result");
   editor.oninput = () => (state.editor.dirty = true);
   const reload = () => {
-    state.editor = { host: "", revision: -1, dirty: false };
+    state.editor = { host: "", revision: -1, dirty: false, base: pb.HostLimits.create() };
+  };
+  byId<HTMLInputElement>("limits-as-json").onchange = (ev) => {
+    const json = (ev.target as HTMLInputElement).checked;
+    try {
+      // Each view opens on what the other says.
+      if (json) editor.value = JSON.stringify(formLimits(fields, state.editor.base), null, 2);
+      else fill(fields, limitsForm(jsonLimits(editor.value), () => (state.editor.dirty = true)));
+    } catch {
+      // What it says cannot be read: the other view keeps its own.
+    }
+    editor.hidden = !json;
+    fields.hidden = json;
   };
   byId<HTMLFormElement>("limits-form").onsubmit = (ev) => {
     ev.preventDefault();
     const hostId = route();
+    const read = state.editor.revision;
     void act(out, async () => {
+      showFieldErrors(fields, new Map());
       let limits: pb.HostLimits;
       try {
-        limits = pb.HostLimits.fromPartial(JSON.parse(editor.value) as object);
+        limits = editedLimits();
       } catch (e) {
-        throw new Error(`The limits are not valid JSON: ${String(e)}`);
+        if (e instanceof FormError) {
+          showFieldErrors(fields, new Map([...e.fields].map(([f, r]) => [`limits.${f}`, r])));
+          throw new Error("Not applied: the fields marked beside them are not valid.");
+        }
+        throw e;
       }
       try {
-        const r = await api.setLimits(token(), { hostId, limits, expectedRevision: state.editor.revision });
+        const r = await api.setLimits(token(), { hostId, limits, expectedRevision: read });
         reload();
         return `Applied: now revision ${r.revision}.`;
       } catch (e) {
         if (e instanceof RpcError && e.code === Code.FAILED_PRECONDITION) {
           reload();
-          throw new Error(`Not applied: the limits changed since you read them (${e.message}). Reloaded the current ones.`);
+          throw new Error(`Not applied: the limits changed since you read them at revision ${read} (${e.message}). Reloaded the current ones.`);
+        }
+        if (e instanceof RpcError && e.code === Code.INVALID_ARGUMENT && e.fields.size > 0) {
+          const rest = byId<HTMLInputElement>("limits-as-json").checked ? [...e.fields].map(([f, r]) => `${f}: ${r}`) : showFieldErrors(fields, e.fields);
+          throw new Error(`Not applied: the authority refused ${e.fields.size === 1 ? "a field" : `${e.fields.size} fields`}${rest.length > 0 ? `: ${rest.join("; ")}` : ", marked beside them"}.`);
         }
         throw e;
       }

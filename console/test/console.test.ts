@@ -227,7 +227,13 @@ resources:
     await until(page, `#holders tr[data-ticket="${held.ticketId}"]`, /run-alice.*admitted/);
     await screenshot(page, "host");
 
+    // Release asks first, naming the run; Cancel releases nothing.
     await page.click(`#holders tr[data-ticket="${held.ticketId}"] button.release`);
+    await until(page, "#confirm-text", /Release run run-alice \(ticket .*, subject alice\)\?/);
+    await page.click("#confirm-no");
+    await until(page, `#holders tr[data-ticket="${held.ticketId}"]`, /run-alice.*admitted/);
+    await page.click(`#holders tr[data-ticket="${held.ticketId}"] button.release`);
+    await page.click("#confirm-yes");
     await until(page, "#holders-result", /Released .* \(run run-alice\); it was admitted/);
     await until(page, `#holders tr[data-ticket="${waiting.ticketId}"]`, /run-bob.*admitted/);
     await until(page, "#queue", /Nobody waits/);
@@ -263,29 +269,78 @@ resources:
     gw.close();
   });
 
-  test("changing a cap moves the revision", async () => {
+  test("the limits are a form: a changed cap is applied and moves the revision", async () => {
     const before = await until(page, "#limits-revision", /revision \d+/);
     const revision = Number(/\d+/.exec(before)![0]);
-    const limits = JSON.parse(await page.inputValue("#limits-json"));
-    assert.equal(limits.total, 1);
-    limits.total = 3;
-    await page.fill("#limits-json", JSON.stringify(limits, null, 2));
+    assert.equal(await page.inputValue("#limit-total"), "1");
+    // Durations as the file writes them.
+    assert.match(await page.inputValue("#limit-lease_ttl_ms"), /^\d+(ms|s|m|h)$/);
+    await page.fill("#limit-total", "3");
+    // A subject's cap as a row.
+    await page.click('button[data-add="subjects"]');
+    await page.fill('[data-map="subjects"] tr:last-child .map-key', "vip");
+    await page.fill('[data-map="subjects"] tr:last-child .map-value', "2");
     await page.click("#limits-apply");
     await until(page, "#limits-result", new RegExp(`Applied: now revision ${revision + 1}`));
     await until(page, "#limits-revision", new RegExp(`revision ${revision + 1}\\b`));
     await until(page, '#caps tr[data-cap="total"]', /1 \/ 3/);
+    const read = await operatorCall(authority.grpc, "getLimits", { hostId: "shop" });
+    assert.equal(read.limits.total, 3);
+    assert.deepEqual(read.limits.subjects, { vip: 2 });
   });
 
-  test("a stale editor is refused and reloaded", async () => {
-    const limits = JSON.parse(await page.inputValue("#limits-json"));
-    // Another operator changes the limits behind the page's back.
-    const req = gen.SetLimitsRequest.fromPartial({ hostId: "shop", limits: { ...limits, total: 4 } });
-    await operatorCall(authority.grpc, "setLimits", req);
-    limits.total = 5;
-    await page.fill("#limits-json", JSON.stringify(limits, null, 2));
+  test("a bad value is refused beside its field, and changes nothing", async () => {
+    const before = Number(/\d+/.exec(await until(page, "#limits-revision", /revision \d+/))![0]);
+    // The server's own validation: a lease of 5 ms is below 10 ms.
+    await page.fill("#limit-lease_ttl_ms", "5ms");
+    await page.fill("#limit-queue-hard_total", "1");
     await page.click("#limits-apply");
-    await until(page, "#limits-result", /Not applied: the limits changed since you read them/);
-    await untilValue(page, "#limits-json", /"total": 4/);
+    await until(page, "#limits-result", /Not applied: the authority refused 2 fields, marked beside them/);
+    await until(page, '[data-error="lease_ttl_ms"]', /./);
+    await until(page, '[data-error="queue.hard_total"]', /./);
+    // One the console cannot read is named before anything is sent.
+    await page.fill("#limit-lease_ttl_ms", "soon");
+    await page.click("#limits-apply");
+    await until(page, '[data-error="lease_ttl_ms"]', /"soon" is not a duration/);
+    const read = await operatorCall(authority.grpc, "getLimits", { hostId: "shop" });
+    assert.equal(Number(read.revision), before);
+    await page.click("#limits-reload");
+    await untilValue(page, "#limit-queue-hard_total", /^(?!1$)\d+$/);
+  });
+
+  test("a stale editor is refused, naming the revision it read, and reloaded", async () => {
+    const before = Number(/\d+/.exec(await until(page, "#limits-revision", /revision \d+/))![0]);
+    const current = await operatorCall(authority.grpc, "getLimits", { hostId: "shop" });
+    // Another operator changes the limits behind the page's back.
+    const req = gen.SetLimitsRequest.fromPartial({ hostId: "shop", limits: { ...current.limits, total: 4 } });
+    await operatorCall(authority.grpc, "setLimits", req);
+    await page.fill("#limit-total", "5");
+    await page.click("#limits-apply");
+    await until(page, "#limits-result", new RegExp(`Not applied: the limits changed since you read them at revision ${before}`));
+    await untilValue(page, "#limit-total", /^4$/);
+  });
+
+  test("the JSON view takes the file's spelling", async () => {
+    await page.check("#limits-as-json");
+    assert.match(await page.inputValue("#limits-json"), /"total": 4/);
+    const file = {
+      total: 2,
+      per_subject: 1,
+      queue: { total: 10, per_subject: 0, hard_total: 10 },
+      overflow_policy: "reject",
+      lease_ttl: "1h",
+      retention: "10m",
+      max_retained: 1000,
+      priority_aging: "0",
+    };
+    await page.fill("#limits-json", JSON.stringify(file, null, 2));
+    await page.click("#limits-apply");
+    await until(page, "#limits-result", /Applied: now revision \d+/);
+    const read = await operatorCall(authority.grpc, "getLimits", { hostId: "shop" });
+    assert.equal(read.limits.total, 2);
+    assert.equal(Number(read.limits.leaseTtlMs), 3_600_000);
+    await page.uncheck("#limits-as-json");
+    await untilValue(page, "#limit-lease_ttl_ms", /^1h$/);
   });
 
   test("an uncertain reservation is resolved from the page", async () => {
@@ -321,7 +376,20 @@ resources:
     await page.click("#confirm-yes");
     await until(page, "#limits-result", new RegExp(`Reset to the file's limits: now revision ${before + 1}`));
     await until(page, "#limits-info", /from the configuration \(file, flags, built-in defaults\)/);
-    await untilValue(page, "#limits-json", /"total": 1,/);
+    await untilValue(page, "#limit-total", /^1$/);
+  });
+
+  test("a mistyped host's page says there is no such host, and makes none", async () => {
+    await until(page, "#limits-result", /Reset to the file's limits/);
+    await page.evaluate(() => (location.hash = "#/host/shopp"));
+    await until(page, "#no-host-text", /The authority has no host named “shopp”/);
+    assert.equal(await page.isVisible("#host-view"), false);
+    const hosts = await operatorCall(authority.grpc, "listHosts", {});
+    assert.ok(hosts.hostIds.includes("shop") && !hosts.hostIds.includes("shopp"), String(hosts.hostIds));
+    // What an action on a host said stays with that visit: back on shop, Reset's message is gone.
+    await page.evaluate(() => (location.hash = "#/host/shop"));
+    await page.waitForSelector("#host-view", { state: "visible" });
+    assert.equal(await page.textContent("#limits-result"), "");
   });
 
   test("the drain confirmation says it cannot be undone, and Cancel drains nothing", async () => {

@@ -30,6 +30,18 @@ impl<S> OperatorService<S> {
     }
 }
 
+impl<S: Store> OperatorService<S> {
+    /// An operator's reads answer `NOT_FOUND` for a host that is not one (a mistyped URL in
+    /// the console), and create nothing: no host, no metric series.
+    async fn known(&self, host_id: &str) -> Result<(), Status> {
+        if self.store.knows_host(host_id).await? {
+            Ok(())
+        } else {
+            Err(ApiError::NoSuchHost(host_id.to_string()).into())
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl<S: Store> api::operator_server::Operator for OperatorService<S> {
     async fn list_tickets(
@@ -39,6 +51,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let req = request.get_ref();
         edge::id(&req.host_id, "host_id")?;
         let limit = list_limit(req.limit)?;
+        self.known(&req.host_id).await?;
         let (list, truncated) = self.store.list(&req.host_id, limit).await?;
         let tickets = list
             .into_iter()
@@ -113,6 +126,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let req = request.get_ref();
         edge::id(&req.host_id, "host_id")?;
         let limit = list_limit(req.limit)?;
+        self.known(&req.host_id).await?;
         let (list, truncated) = self.store.reservations(&req.host_id, limit).await?;
         let reservations = list.into_iter().map(Into::into).collect();
         Ok(Response::new(api::ListReservationsResponse {
@@ -165,6 +179,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
     ) -> Result<Response<api::GetLimitsResponse>, Status> {
         let host_id = &request.get_ref().host_id;
         edge::id(host_id, "host_id")?;
+        self.known(host_id).await?;
         let mut reply: api::GetLimitsResponse = self.store.get_limits(host_id).await?.into();
         reply.adaptive_caps = self
             .store

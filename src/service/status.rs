@@ -46,6 +46,11 @@ pub enum ApiError {
     },
     #[error("ticket_id: no such ticket: {0}")]
     NotFound(String),
+    #[error(
+        "host_id: no such host: {0:?} (a host is made by the first ticket, reservation or \
+         limits change that names it, or listed in the configuration file under hosts:)"
+    )]
+    NoSuchHost(String),
     #[error("domain: {0:?} is not a configured rate limit domain (rate_limits)")]
     UnknownDomain(String),
     #[error(transparent)]
@@ -253,6 +258,7 @@ impl From<ApiError> for Status {
                 ),
             ),
             ApiError::NotFound(_)
+            | ApiError::NoSuchHost(_)
             | ApiError::UnknownDomain(_)
             | ApiError::Ledger(LedgerError::NoSuchReservation) => Status::not_found(message),
             ApiError::Ledger(_) => Status::failed_precondition(message),

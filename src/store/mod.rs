@@ -375,6 +375,11 @@ pub trait TicketStore: Send + Sync + 'static {
     /// The hosts with state, for metrics.
     fn host_ids(&self) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
+    /// Whether `host_id` is a host: the store holds state for it (a ticket, a reservation or a
+    /// limits change named it), or the configuration file lists it under `hosts:`. An
+    /// operator's read of any other host answers `NOT_FOUND` and creates nothing.
+    fn knows_host(&self, host_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Calls to the shared store that failed since the process started (for metrics); 0 for a
     /// store that cannot fail.
     fn store_errors(&self) -> u64 {

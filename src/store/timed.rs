@@ -321,6 +321,10 @@ impl<S: TicketStore> TicketStore for Timed<S> {
         self.timed(StoreOp::HostIds, self.inner.host_ids())
     }
 
+    fn knows_host(&self, host_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.timed(StoreOp::HostIds, self.inner.knows_host(host_id))
+    }
+
     fn store_errors(&self) -> u64 {
         self.inner.store_errors()
     }

@@ -416,3 +416,81 @@ impl Decoder for Raw {
         Ok(Some(v))
     }
 }
+
+/// An operator's reads of a host that is not one (`typo`) answer `NOT_FOUND` naming it, and
+/// make nothing: it is not listed, and `/metrics` (on `admin_port`) has no series of it. A
+/// host the configuration file lists (`listed`) is one before any call names it: its limits
+/// are the file's, and reading them makes nothing either.
+pub async fn reads_of_an_unknown_host_make_nothing(server: &Server, admin_port: u16, listed: &str) {
+    let mut op = server.operator().await;
+    for _ in 0..2 {
+        let e = op
+            .get_limits(api::GetLimitsRequest {
+                host_id: "typo".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        assert!(
+            e.message().starts_with("host_id: no such host: \"typo\""),
+            "{e:?}"
+        );
+        let e = op
+            .list_tickets(api::ListTicketsRequest {
+                host_id: "typo".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        let e = op
+            .list_reservations(api::ListReservationsRequest {
+                host_id: "typo".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    }
+    let limits = op
+        .get_limits(api::GetLimitsRequest {
+            host_id: listed.into(),
+        })
+        .await
+        .expect("a host the file lists")
+        .into_inner();
+    assert_eq!(
+        (limits.source(), limits.revision),
+        (api::LimitsSource::File, 1)
+    );
+    let hosts = op
+        .list_hosts(api::ListHostsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .host_ids;
+    assert!(hosts.is_empty(), "{hosts:?}");
+    let (status, metrics) = http_get(admin_port, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        !metrics.contains("\"typo\"") && !metrics.contains(&format!("\"{listed}\"")),
+        "{metrics}"
+    );
+
+    // The first ticket makes the host; its limits are then read as the file's, at revision 1.
+    server
+        .client()
+        .await
+        .submit(submit_req(listed, "alice", "r1"))
+        .await
+        .unwrap();
+    let after = op
+        .get_limits(api::GetLimitsRequest {
+            host_id: listed.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(after.revision, 1);
+    assert_eq!(after.limits, limits.limits);
+}

@@ -31,7 +31,15 @@ impl TicketStore for MemoryStore {
     }
 
     async fn get_limits(&self, host_id: &str) -> Result<LimitsRecord, StoreError> {
-        let host = self.host(host_id);
+        // A read makes no host: one without state has the file's limits, at the revision its
+        // first change will find.
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(LimitsRecord {
+                limits: self.file_limits(host_id),
+                source: LimitsSource::File,
+                revision: 1,
+            });
+        };
         let inner = host.inner.lock().expect("host lock");
         Ok(inner.core.limits.clone())
     }
@@ -246,6 +254,16 @@ impl TicketStore for MemoryStore {
             state.list(limits, limit, now)
         })
         .await
+    }
+
+    async fn knows_host(&self, host_id: &str) -> Result<bool, StoreError> {
+        Ok(self.existing_host(host_id).is_some()
+            || self
+                .file_limits
+                .read()
+                .expect("limits lock")
+                .hosts
+                .contains_key(host_id))
     }
 
     async fn host_ids(&self) -> Result<Vec<String>, StoreError> {

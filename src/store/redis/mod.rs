@@ -415,6 +415,17 @@ impl RedisStore {
     }
 
     /// Every host with state, from the `hosts` set.
+    /// `host_id` is listed in the configuration file, or this replica registered it.
+    fn configured_or_registered(&self, host_id: &str) -> bool {
+        let file = self.file_limits.read().expect("limits lock").clone();
+        file.table.hosts.contains_key(host_id)
+            || self
+                .registered_hosts
+                .lock()
+                .expect("hosts lock")
+                .contains(host_id)
+    }
+
     async fn hosts(&self) -> Result<Vec<String>, StoreError> {
         self.conns
             .command(redis::cmd("SMEMBERS").arg(self.keys.hosts()))

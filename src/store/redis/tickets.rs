@@ -510,6 +510,15 @@ impl TicketStore for RedisStore {
         ))
     }
 
+    async fn knows_host(&self, host_id: &str) -> Result<bool, StoreError> {
+        if self.configured_or_registered(host_id) {
+            return Ok(true);
+        }
+        self.conns
+            .command(redis::cmd("SISMEMBER").arg(self.keys.hosts()).arg(host_id))
+            .await
+    }
+
     async fn host_ids(&self) -> Result<Vec<String>, StoreError> {
         let mut hosts = self.hosts().await?;
         hosts.sort();

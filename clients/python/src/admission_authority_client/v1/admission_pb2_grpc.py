@@ -639,6 +639,11 @@ class Admission:
 
 class OperatorStub:
     """Operator-only calls.
+
+    Reads change nothing: a host's reads (ListTickets, ListReservations, GetLimits) of a host that
+    is not one answer NOT_FOUND ("host_id: no such host: ...") and make no host and no metric
+    series. A host is one once a ticket, a reservation or a limits change names it, or when the
+    configuration file lists it under `hosts:` (its limits are then the file's, revision 1).
     """
 
     def __init__(self, channel):
@@ -701,6 +706,11 @@ class OperatorStub:
 
 class OperatorServicer:
     """Operator-only calls.
+
+    Reads change nothing: a host's reads (ListTickets, ListReservations, GetLimits) of a host that
+    is not one answer NOT_FOUND ("host_id: no such host: ...") and make no host and no metric
+    series. A host is one once a ticket, a reservation or a limits change names it, or when the
+    configuration file lists it under `hosts:` (its limits are then the file's, revision 1).
     """
 
     def ListTickets(self, request, context):
@@ -856,6 +866,11 @@ def add_OperatorServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Operator:
     """Operator-only calls.
+
+    Reads change nothing: a host's reads (ListTickets, ListReservations, GetLimits) of a host that
+    is not one answer NOT_FOUND ("host_id: no such host: ...") and make no host and no metric
+    series. A host is one once a ticket, a reservation or a limits change names it, or when the
+    configuration file lists it under `hosts:` (its limits are then the file's, revision 1).
     """
 
     @staticmethod

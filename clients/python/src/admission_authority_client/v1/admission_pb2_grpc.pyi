@@ -377,7 +377,13 @@ class AdmissionServicer(metaclass=_abc_1.ABCMeta):
 def add_AdmissionServicer_to_server(servicer: AdmissionServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class OperatorStub:
-    """Operator-only calls."""
+    """Operator-only calls.
+
+    Reads change nothing: a host's reads (ListTickets, ListReservations, GetLimits) of a host that
+    is not one answer NOT_FOUND ("host_id: no such host: ...") and make no host and no metric
+    series. A host is one once a ticket, a reservation or a limits change names it, or when the
+    configuration file lists it under `hosts:` (its limits are then the file's, revision 1).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -435,7 +441,13 @@ class OperatorStub:
 
 @_typing.type_check_only
 class OperatorAsyncStub(OperatorStub):
-    """Operator-only calls."""
+    """Operator-only calls.
+
+    Reads change nothing: a host's reads (ListTickets, ListReservations, GetLimits) of a host that
+    is not one answer NOT_FOUND ("host_id: no such host: ...") and make no host and no metric
+    series. A host is one once a ticket, a reservation or a limits change names it, or when the
+    configuration file lists it under `hosts:` (its limits are then the file's, revision 1).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListTickets: _aio.UnaryUnaryMultiCallable[_admission_pb2.ListTicketsRequest, _admission_pb2.ListTicketsResponse]  # type: ignore[assignment]
@@ -489,7 +501,13 @@ class OperatorAsyncStub(OperatorStub):
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
-    """Operator-only calls."""
+    """Operator-only calls.
+
+    Reads change nothing: a host's reads (ListTickets, ListReservations, GetLimits) of a host that
+    is not one answer NOT_FOUND ("host_id: no such host: ...") and make no host and no metric
+    series. A host is one once a ticket, a reservation or a limits change names it, or when the
+    configuration file lists it under `hosts:` (its limits are then the file's, revision 1).
+    """
 
     @_abc_1.abstractmethod
     def ListTickets(

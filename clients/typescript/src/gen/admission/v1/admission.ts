@@ -10924,7 +10924,14 @@ export const AdmissionClient = makeGenericClientConstructor(AdmissionService, "a
   serviceName: string;
 };
 
-/** Operator-only calls. */
+/**
+ * Operator-only calls.
+ *
+ * Reads change nothing: a host's reads (ListTickets, ListReservations, GetLimits) of a host that
+ * is not one answer NOT_FOUND ("host_id: no such host: ...") and make no host and no metric
+ * series. A host is one once a ticket, a reservation or a limits change names it, or when the
+ * configuration file lists it under `hosts:` (its limits are then the file's, revision 1).
+ */
 export type OperatorService = typeof OperatorService;
 export const OperatorService = {
   /** The live tickets (queued, admitted, parked) of a host. */
