@@ -6713,7 +6713,7 @@
     }
   };
   function createBaseRateLimitCounter() {
-    return { domain: "", key: "", count: 0, windowStart: 0, unit: "" };
+    return { domain: "", key: "", count: 0, windowStart: 0, unit: "", limit: 0 };
   }
   var RateLimitCounter = {
     encode(message, writer = new BinaryWriter()) {
@@ -6731,6 +6731,9 @@
       }
       if (message.unit !== "") {
         writer.uint32(42).string(message.unit);
+      }
+      if (message.limit !== 0) {
+        writer.uint32(48).uint64(message.limit);
       }
       return writer;
     },
@@ -6782,6 +6785,13 @@
               message.unit = reader.string();
               continue;
             }
+            case 6: {
+              if (tag !== 48) {
+                break;
+              }
+              message.limit = longToNumber2(reader.uint64());
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -6803,6 +6813,7 @@
       message.count = object.count ?? 0;
       message.windowStart = object.windowStart ?? 0;
       message.unit = object.unit ?? "";
+      message.limit = object.limit ?? 0;
       return message;
     }
   };
@@ -7955,15 +7966,17 @@
         )
       )
     );
-    const hottest = r.hottest.map(
-      (c) => row(
-        { "data-counter": `${c.domain}/${c.key}` },
+    const hottest = r.hottest.map((c) => {
+      const over = c.limit > 0 && c.count > c.limit;
+      return row(
+        { "data-counter": `${c.domain}/${c.key}`, class: over ? "over" : void 0 },
         c.domain,
         c.key,
-        String(c.count),
+        c.limit > 0 ? `${c.count} / ${c.limit}` : String(c.count),
+        over ? h("td", { class: "error" }, "over the limit") : "",
         `${c.unit} from ${new Date(c.windowStart * 1e3).toISOString().replace(".000Z", "Z")}`
-      )
-    );
+      );
+    });
     fill(
       byId("rate-limits"),
       h("h2", {}, "Rate limits (Envoy)"),
@@ -7974,7 +7987,7 @@
       ),
       table(["domain", "descriptor", "limit", "rule"], rules, "No descriptor has a rate_limit."),
       h("h3", {}, "Hottest counters"),
-      table(["domain", "counter", "count", "window"], hottest, "No live counter: nothing was counted in the current windows.")
+      table(["domain", "counter", "count / limit", "", "window"], hottest, "No live counter: nothing was counted in the current windows.")
     );
   }
   function stateLosses(s) {
@@ -8007,7 +8020,8 @@
     caps(hostId, stats);
     const queued = list.tickets.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_QUEUED);
     const holders = list.tickets.filter((t) => t.state !== admission_exports.TicketState.TICKET_STATE_QUEUED);
-    queue(queued, list.truncated);
+    const admitted = holders.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_ADMITTED);
+    queue(queued, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
     holderTable(hostId, holders);
     envoyPolicies(list.tickets);
     reservationTable(hostId, reservations.reservations);
@@ -8058,7 +8072,15 @@
       } }, "later ›")
     );
   }
-  function queue(queued, truncated) {
+  function estimateBasis(holdAvgMs, admitted) {
+    if (holdAvgMs === 0) return "no basis: no slot freed yet";
+    const youngest = Math.min(...admitted.map((t) => t.inStateMs));
+    if (admitted.length > 0 && youngest > 4 * holdAvgMs) {
+      return `no basis: every holder has held over 4 × the mean hold (${duration(holdAvgMs)})`;
+    }
+    return "";
+  }
+  function queue(queued, truncated, noBasis) {
     const lines = /* @__PURE__ */ new Map();
     for (const t of queued) {
       const key = `priority ${t.priority} · ${t.subject}`;
@@ -8077,7 +8099,7 @@
         t.accountId,
         t.priority,
         duration(t.inStateMs),
-        t.etaMs > 0 ? duration(t.etaMs) : "—",
+        t.place === 0 ? "—" : noBasis !== "" ? h("td", { class: "no-basis" }, noBasis) : duration(t.etaMs),
         h("td", { class: "key" }, keyOf(t)),
         h("td", { class: "blocker" }, blockerText(t))
       )

@@ -260,15 +260,17 @@ async function rateLimitsView(): Promise<void> {
       ),
     ),
   );
-  const hottest = r.hottest.map((c) =>
-    row(
-      { "data-counter": `${c.domain}/${c.key}` },
+  const hottest = r.hottest.map((c) => {
+    const over = c.limit > 0 && c.count > c.limit;
+    return row(
+      { "data-counter": `${c.domain}/${c.key}`, class: over ? "over" : undefined },
       c.domain,
       c.key,
-      String(c.count),
+      c.limit > 0 ? `${c.count} / ${c.limit}` : String(c.count),
+      over ? h("td", { class: "error" }, "over the limit") : "",
       `${c.unit} from ${new Date(c.windowStart * 1000).toISOString().replace(".000Z", "Z")}`,
-    ),
-  );
+    );
+  });
   fill(
     byId("rate-limits"),
     h("h2", {}, "Rate limits (Envoy)"),
@@ -279,7 +281,7 @@ async function rateLimitsView(): Promise<void> {
     ),
     table(["domain", "descriptor", "limit", "rule"], rules, "No descriptor has a rate_limit."),
     h("h3", {}, "Hottest counters"),
-    table(["domain", "counter", "count", "window"], hottest, "No live counter: nothing was counted in the current windows."),
+    table(["domain", "counter", "count / limit", "", "window"], hottest, "No live counter: nothing was counted in the current windows."),
   );
 }
 
@@ -322,7 +324,8 @@ async function hostView(hostId: string): Promise<boolean> {
   caps(hostId, stats);
   const queued = list.tickets.filter((t) => t.state === pb.TicketState.TICKET_STATE_QUEUED);
   const holders = list.tickets.filter((t) => t.state !== pb.TicketState.TICKET_STATE_QUEUED);
-  queue(queued, list.truncated);
+  const admitted = holders.filter((t) => t.state === pb.TicketState.TICKET_STATE_ADMITTED);
+  queue(queued, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
   holderTable(hostId, holders);
   envoyPolicies(list.tickets);
   reservationTable(hostId, reservations.reservations);
@@ -371,7 +374,20 @@ function pager(total: number, page: number, set: (p: number) => void, id: string
   );
 }
 
-function queue(queued: pb.TicketInfo[], truncated: boolean): void {
+/** Why the queue's estimates have no basis, or "" when they have one. They come from the
+ * host's mean slot hold: none before a slot was freed, and none worth showing while every
+ * holder has held far past that mean (holders that never release: the next slot frees when
+ * one of them does, which the mean cannot tell). */
+function estimateBasis(holdAvgMs: number, admitted: pb.TicketInfo[]): string {
+  if (holdAvgMs === 0) return "no basis: no slot freed yet";
+  const youngest = Math.min(...admitted.map((t) => t.inStateMs));
+  if (admitted.length > 0 && youngest > 4 * holdAvgMs) {
+    return `no basis: every holder has held over 4 × the mean hold (${duration(holdAvgMs)})`;
+  }
+  return "";
+}
+
+function queue(queued: pb.TicketInfo[], truncated: boolean, noBasis: string): void {
   // By priority, then subject: how many wait in each line.
   const lines = new Map<string, number>();
   for (const t of queued) {
@@ -392,7 +408,7 @@ function queue(queued: pb.TicketInfo[], truncated: boolean): void {
       t.accountId,
       t.priority,
       duration(t.inStateMs),
-      t.etaMs > 0 ? duration(t.etaMs) : "—",
+      t.place === 0 ? "—" : noBasis !== "" ? h("td", { class: "no-basis" }, noBasis) : duration(t.etaMs),
       h("td", { class: "key" }, keyOf(t)),
       h("td", { class: "blocker" }, blockerText(t)),
     ),

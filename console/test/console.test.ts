@@ -224,6 +224,8 @@ resources:
     const row = await until(page, queued, /run-bob/);
     assert.match(row, /^1/, "its place: first in line");
     assert.match(row, /host total cap/);
+    // No slot was freed on the host yet: its estimate says it has no basis, not "1 ms".
+    assert.match(row, /no basis: no slot freed yet/);
     await until(page, `#holders tr[data-ticket="${held.ticketId}"]`, /run-alice.*admitted/);
     await screenshot(page, "host");
 
@@ -490,6 +492,9 @@ describe("the console with Envoy's rate limits configured", () => {
         - key: tenant
           value: vip
           rate_limit: { unlimited: true, name: vip }
+        - key: tenant
+          value: tiny
+          rate_limit: { unit: day, requests_per_unit: 2 }
 `);
     browser = await launch();
   });
@@ -518,6 +523,7 @@ describe("the console with Envoy's rate limits configured", () => {
       );
     for (let i = 0; i < 7; i++) await ask("acme");
     for (let i = 0; i < 3; i++) await ask("beta");
+    for (let i = 0; i < 4; i++) await ask("tiny");
     const answer = await ask("acme");
     assert.equal(answer.overall_code, "OK");
     client.close();
@@ -527,10 +533,13 @@ describe("the console with Envoy's rate limits configured", () => {
     await signIn(page, "");
     await until(page, '#rate-limits tr[data-rule="ai-gateway/tenant"]', /ai-gateway\s*tenant\s*100 per day/);
     await until(page, '#rate-limits tr[data-rule="ai-gateway/tenant_vip"]', /unlimited\s*name vip/);
-    const hottest = await until(page, "#rate-limits tr[data-counter]", /tenant=acme\|day\s*8/);
+    // Each counter beside the limit its rule holds it to; one past it is flagged.
+    const hottest = await until(page, "#rate-limits tr[data-counter]", /tenant=acme\|day\s*8 \/ 100/);
     assert.match(hottest, /day from \d{4}-\d\d-\d\dT00:00:00Z/);
     const rows = await page.locator("#rate-limits tr[data-counter]").allTextContents();
-    assert.equal(rows.length, 2);
-    assert.match(rows[1], /tenant=beta\|day\s*3/);
+    assert.equal(rows.length, 3);
+    assert.match(rows[1], /tenant=tiny\|day\s*4 \/ 2\s*over the limit/);
+    assert.match(rows[2], /tenant=beta\|day\s*3 \/ 100\s*day/);
+    assert.equal(await page.locator("#rate-limits tr.over").count(), 1);
   });
 });

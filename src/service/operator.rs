@@ -104,6 +104,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         let names: Vec<String> = domains.iter().map(|d| d.domain.clone()).collect();
         let hottest = self.store.rate_limit_counters(&names, limit).await?;
         Ok(Response::new(replies::rate_limits(
+            &policy.rules,
             &domains,
             hottest,
             policy.max_counters,

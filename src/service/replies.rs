@@ -427,9 +427,53 @@ impl From<LimitsRecord> for api::GetLimitsResponse {
     }
 }
 
+/// The requests per unit of the rule a counter's descriptor meets (its key is the descriptor's
+/// entries, percent-escaped, then `|unit`); 0 when none does (or its unit differs: rules
+/// reloaded since).
+fn counter_limit(rules: &crate::ratelimit::Rules, domain: &str, key: &str) -> u64 {
+    let Some((entries, unit)) = key.rsplit_once('|') else {
+        return 0;
+    };
+    let unescape = |s: &str| -> String {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(at) = rest.find('%') {
+            out.push_str(&rest[..at]);
+            match rest
+                .get(at + 1..at + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                Some(b) => {
+                    out.push(char::from(b));
+                    rest = &rest[at + 3..];
+                }
+                None => {
+                    out.push('%');
+                    rest = &rest[at + 1..];
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    };
+    let entries: Vec<(String, String)> = entries
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (unescape(k), unescape(v)))
+        .collect();
+    match rules.lookup(domain, &entries) {
+        crate::ratelimit::rules::Match::Rule {
+            rule: crate::ratelimit::rules::Rule { limit: Some(l), .. },
+            ..
+        } if l.unit.name() == unit => u64::from(l.requests_per_unit),
+        _ => 0,
+    }
+}
+
 /// GetRateLimits' answer: each domain's rules (depth first, as configured) and the hottest
-/// counters.
+/// counters, each with the limit its rule holds it to (`rules` looks it up).
 pub fn rate_limits(
+    rules_in_force: &crate::ratelimit::Rules,
     domains: &[&crate::ratelimit::DomainRules],
     hottest: Vec<crate::ratelimit::CounterInfo>,
     max_counters: u64,
@@ -468,6 +512,7 @@ pub fn rate_limits(
         hottest: hottest
             .into_iter()
             .map(|c| api::RateLimitCounter {
+                limit: counter_limit(rules_in_force, &c.domain, &c.key),
                 domain: c.domain,
                 key: c.key,
                 count: c.count,

@@ -2696,6 +2696,7 @@ class RateLimitCounter(_message.Message):
     COUNT_FIELD_NUMBER: _builtins.int
     WINDOW_START_FIELD_NUMBER: _builtins.int
     UNIT_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
     domain: _builtins.str
     key: _builtins.str
     """The descriptor's entries and the unit, as counted: `tenant=acme,model=gpt-4o|minute`
@@ -2706,6 +2707,11 @@ class RateLimitCounter(_message.Message):
     window_start: _builtins.int
     """When the window started, in seconds since the Unix epoch."""
     unit: _builtins.str
+    limit: _builtins.int
+    """The limit the counter is held to: the requests per unit of the rule its descriptor meets
+    now. 0 when none is known (a limit Envoy set on the descriptor itself, or rules reloaded
+    since it was counted).
+    """
     def __init__(
         self,
         *,
@@ -2714,10 +2720,11 @@ class RateLimitCounter(_message.Message):
         count: _builtins.int = ...,
         window_start: _builtins.int = ...,
         unit: _builtins.str = ...,
+        limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "domain", b"domain", "key", b"key", "unit", b"unit", "window_start", b"window_start"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "domain", b"domain", "key", b"key", "limit", b"limit", "unit", b"unit", "window_start", b"window_start"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

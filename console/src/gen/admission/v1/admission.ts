@@ -1205,6 +1205,12 @@ export interface RateLimitCounter {
   /** When the window started, in seconds since the Unix epoch. */
   windowStart: number;
   unit: string;
+  /**
+   * The limit the counter is held to: the requests per unit of the rule its descriptor meets
+   * now. 0 when none is known (a limit Envoy set on the descriptor itself, or rules reloaded
+   * since it was counted).
+   */
+  limit: number;
 }
 
 export interface GetRateLimitsResponse {
@@ -7342,7 +7348,7 @@ export const RateLimitDomain: MessageFns<RateLimitDomain> = {
 };
 
 function createBaseRateLimitCounter(): RateLimitCounter {
-  return { domain: "", key: "", count: 0, windowStart: 0, unit: "" };
+  return { domain: "", key: "", count: 0, windowStart: 0, unit: "", limit: 0 };
 }
 
 export const RateLimitCounter: MessageFns<RateLimitCounter> = {
@@ -7361,6 +7367,9 @@ export const RateLimitCounter: MessageFns<RateLimitCounter> = {
     }
     if (message.unit !== "") {
       writer.uint32(42).string(message.unit);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(48).uint64(message.limit);
     }
     return writer;
   },
@@ -7418,6 +7427,14 @@ export const RateLimitCounter: MessageFns<RateLimitCounter> = {
             message.unit = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.limit = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -7440,6 +7457,7 @@ export const RateLimitCounter: MessageFns<RateLimitCounter> = {
     message.count = object.count ?? 0;
     message.windowStart = object.windowStart ?? 0;
     message.unit = object.unit ?? "";
+    message.limit = object.limit ?? 0;
     return message;
   },
 };
