@@ -7778,11 +7778,21 @@
   function keyOf(t) {
     return t.key ? `${t.key} (${KEY_POLICIES[t.keyPolicy] ?? ""})` : "";
   }
-  function blockerText(t) {
+  function blockerText(t, all) {
     if (t.blockedBy === admission_exports.Blocker.BLOCKER_KEY && t.debounceLeftMs > 0) {
       return `its key's debounce (${duration(t.debounceLeftMs)} left)`;
     }
+    if (t.blockedBy === admission_exports.Blocker.BLOCKER_KEY) {
+      const ahead = keyAhead(t, all);
+      if (ahead !== void 0) {
+        return `its key: ticket ${shortId(ahead.ticketId)} (run ${ahead.runId}, ${STATES[ahead.state] ?? ""}) is ahead`;
+      }
+    }
     return BLOCKERS[t.blockedBy] ?? "";
+  }
+  function keyAhead(t, all) {
+    const same = all.filter((o) => o.key === t.key && o.ticketId !== t.ticketId);
+    return same.find((o) => o.state !== admission_exports.TicketState.TICKET_STATE_QUEUED) ?? same.filter((o) => o.inStateMs > t.inStateMs).sort((a, b) => b.inStateMs - a.inStateMs)[0];
   }
   var STATES = {
     [admission_exports.TicketState.TICKET_STATE_QUEUED]: "queued",
@@ -8021,7 +8031,7 @@
     const queued = list.tickets.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_QUEUED);
     const holders = list.tickets.filter((t) => t.state !== admission_exports.TicketState.TICKET_STATE_QUEUED);
     const admitted = holders.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_ADMITTED);
-    queue(queued, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
+    queue(queued, list.tickets, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
     holderTable(hostId, holders);
     envoyPolicies(list.tickets);
     reservationTable(hostId, reservations.reservations);
@@ -8080,7 +8090,7 @@
     }
     return "";
   }
-  function queue(queued, truncated, noBasis) {
+  function queue(queued, all, truncated, noBasis) {
     const lines = /* @__PURE__ */ new Map();
     for (const t of queued) {
       const key = `priority ${t.priority} · ${t.subject}`;
@@ -8101,7 +8111,7 @@
         duration(t.inStateMs),
         t.place === 0 ? "—" : noBasis !== "" ? h("td", { class: "no-basis" }, noBasis) : duration(t.etaMs),
         h("td", { class: "key" }, keyOf(t)),
-        h("td", { class: "blocker" }, blockerText(t))
+        h("td", { class: "blocker" }, blockerText(t, all))
       )
     );
     fill(

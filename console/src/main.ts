@@ -38,11 +38,27 @@ function keyOf(t: pb.TicketInfo): string {
 }
 
 /** Why a waiter waits, in words: its debounce says how long is left. */
-function blockerText(t: pb.TicketInfo): string {
+function blockerText(t: pb.TicketInfo, all: pb.TicketInfo[]): string {
   if (t.blockedBy === pb.Blocker.BLOCKER_KEY && t.debounceLeftMs > 0) {
     return `its key's debounce (${duration(t.debounceLeftMs)} left)`;
   }
+  if (t.blockedBy === pb.Blocker.BLOCKER_KEY) {
+    const ahead = keyAhead(t, all);
+    if (ahead !== undefined) {
+      return `its key: ticket ${shortId(ahead.ticketId)} (run ${ahead.runId}, ${STATES[ahead.state] ?? ""}) is ahead`;
+    }
+  }
   return BLOCKERS[t.blockedBy] ?? "";
+}
+
+/** The ticket a key-blocked waiter waits behind: its key's holder, else the key's longest
+ * waiter before it. */
+function keyAhead(t: pb.TicketInfo, all: pb.TicketInfo[]): pb.TicketInfo | undefined {
+  const same = all.filter((o) => o.key === t.key && o.ticketId !== t.ticketId);
+  return (
+    same.find((o) => o.state !== pb.TicketState.TICKET_STATE_QUEUED) ??
+    same.filter((o) => o.inStateMs > t.inStateMs).sort((a, b) => b.inStateMs - a.inStateMs)[0]
+  );
 }
 const STATES: Record<number, string> = {
   [pb.TicketState.TICKET_STATE_QUEUED]: "queued",
@@ -325,7 +341,7 @@ async function hostView(hostId: string): Promise<boolean> {
   const queued = list.tickets.filter((t) => t.state === pb.TicketState.TICKET_STATE_QUEUED);
   const holders = list.tickets.filter((t) => t.state !== pb.TicketState.TICKET_STATE_QUEUED);
   const admitted = holders.filter((t) => t.state === pb.TicketState.TICKET_STATE_ADMITTED);
-  queue(queued, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
+  queue(queued, list.tickets, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
   holderTable(hostId, holders);
   envoyPolicies(list.tickets);
   reservationTable(hostId, reservations.reservations);
@@ -387,7 +403,7 @@ function estimateBasis(holdAvgMs: number, admitted: pb.TicketInfo[]): string {
   return "";
 }
 
-function queue(queued: pb.TicketInfo[], truncated: boolean, noBasis: string): void {
+function queue(queued: pb.TicketInfo[], all: pb.TicketInfo[], truncated: boolean, noBasis: string): void {
   // By priority, then subject: how many wait in each line.
   const lines = new Map<string, number>();
   for (const t of queued) {
@@ -410,7 +426,7 @@ function queue(queued: pb.TicketInfo[], truncated: boolean, noBasis: string): vo
       duration(t.inStateMs),
       t.place === 0 ? "—" : noBasis !== "" ? h("td", { class: "no-basis" }, noBasis) : duration(t.etaMs),
       h("td", { class: "key" }, keyOf(t)),
-      h("td", { class: "blocker" }, blockerText(t)),
+      h("td", { class: "blocker" }, blockerText(t, all)),
     ),
   );
   fill(

@@ -265,7 +265,8 @@ resources:
     const second = await gw.submitKeyed("shop", "gina", "run-key-2", "conv-9", gen.KeyPolicy.KEY_POLICY_SERIAL);
     assert.equal(second.state, gen.TicketState.TICKET_STATE_QUEUED);
     await until(page, `#queue tr[data-ticket="${first.ticketId}"]`, /conv-9 \(serial\)host total cap/);
-    await until(page, `#queue tr[data-ticket="${second.ticketId}"]`, /conv-9 \(serial\)its key/);
+    // It names the ticket its key waits behind.
+    await until(page, `#queue tr[data-ticket="${second.ticketId}"]`, /conv-9 \(serial\)its key: ticket \S+ \(run run-key-1, queued\) is ahead/);
     await gw.releaseRun("shop", "run-key-1");
     await gw.releaseRun("shop", "run-key-2");
     gw.close();
