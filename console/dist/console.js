@@ -7523,14 +7523,21 @@
     if (m < 60) return `${m} min ${String(Math.floor(s % 60)).padStart(2, "0")} s`;
     return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
   }
-  function table(head, rows, empty) {
+  function table(head, rows, empty, sorting2) {
     if (rows.length === 0) return h("p", { class: "empty" }, empty);
-    return h(
-      "table",
-      {},
-      h("thead", {}, h("tr", {}, ...head.map((c) => h("th", {}, c)))),
-      h("tbody", {}, ...rows)
-    );
+    const th = (c, i) => {
+      if (sorting2 === void 0 || !sorting2.sortable.includes(i)) return h("th", {}, c);
+      const now = sorting2.at === i ? sorting2.desc ? "descending" : "ascending" : "none";
+      return h(
+        "th",
+        { "aria-sort": now, class: "sortable" },
+        h("button", { type: "button", "data-sort": c, onclick: () => sorting2.by(i) }, c, now === "none" ? "" : now === "ascending" ? " ▲" : " ▼")
+      );
+    };
+    return h("table", {}, h("thead", {}, h("tr", {}, ...head.map(th))), h("tbody", {}, ...rows));
+  }
+  function clockTime(msFromNow) {
+    return new Date(Date.now() + msFromNow).toLocaleTimeString();
   }
   function row(attrs, ...cells) {
     return h("tr", attrs, ...cells.map((c) => c instanceof HTMLTableCellElement ? c : h("td", {}, c)));
@@ -7799,8 +7806,42 @@
     [admission_exports.TicketState.TICKET_STATE_ADMITTED]: "admitted",
     [admission_exports.TicketState.TICKET_STATE_PARKED]: "parked"
   };
+  var QUEUE_SORT = { 2: (t) => t.runId, 3: (t) => t.subject, 4: (t) => t.accountId, 5: (t) => t.priority, 6: (t) => t.inStateMs, 8: (t) => t.key };
+  var HOLDER_SORT = { 1: (t) => t.runId, 2: (t) => t.subject, 3: (t) => t.accountId, 4: (t) => t.instanceId, 5: (t) => t.key, 7: (t) => t.inStateMs, 8: (t) => t.leaseRemainingMs };
+  function sorted(list, keys, s) {
+    const key = keys[s.at];
+    if (key === void 0) return list;
+    const dir = s.desc ? -1 : 1;
+    return [...list].sort((a, b) => {
+      const x = key(a);
+      const y = key(b);
+      return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir;
+    });
+  }
+  function sorting(which, keys) {
+    const s = state.sort[which];
+    return {
+      at: s.at,
+      desc: s.desc,
+      sortable: Object.keys(keys).map(Number),
+      by: (column) => {
+        state.sort[which] = { at: column, desc: s.at === column ? !s.desc : false };
+        void refresh();
+      }
+    };
+  }
+  function shown2(t) {
+    const f = state.filter;
+    if (f.state !== "" && STATES[t.state] !== f.state) return false;
+    if (f.text === "") return true;
+    const text = f.text.toLowerCase();
+    return [t.runId, t.subject, t.accountId, t.key, t.ticketId].some((v) => v.toLowerCase().includes(text));
+  }
   var state = {
     token: sessionStorage.getItem(TOKEN_KEY),
+    /** The host page's filter and each table's sorting (-1: as listed). */
+    filter: { text: "", state: "" },
+    sort: { queue: { at: -1, desc: false }, holders: { at: -1, desc: false } },
     busy: false,
     queuePage: 0,
     holderPage: 0,
@@ -8028,11 +8069,12 @@
     ]);
     remember(hostId, stats);
     caps(hostId, stats);
-    const queued = list.tickets.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_QUEUED);
-    const holders = list.tickets.filter((t) => t.state !== admission_exports.TicketState.TICKET_STATE_QUEUED);
+    const all = list.tickets;
+    const queued = all.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_QUEUED);
+    const holders = all.filter((t) => t.state !== admission_exports.TicketState.TICKET_STATE_QUEUED);
     const admitted = holders.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_ADMITTED);
-    queue(queued, list.tickets, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
-    holderTable(hostId, holders);
+    queue(queued.filter(shown2), all, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
+    holderTable(hostId, holders.filter(shown2));
     envoyPolicies(list.tickets);
     reservationTable(hostId, reservations.reservations);
     limitsEditor(hostId, limits);
@@ -8097,7 +8139,11 @@
       lines.set(key, (lines.get(key) ?? 0) + 1);
     }
     const summary = [...lines.entries()].sort().map(([k, n]) => h("li", {}, `${k}: ${n}`));
-    const ordered = [...queued].sort((a, b) => (a.place || Infinity) - (b.place || Infinity));
+    const ordered = sorted(
+      [...queued].sort((a, b) => (a.place || Infinity) - (b.place || Infinity)),
+      QUEUE_SORT,
+      state.sort.queue
+    );
     const page = Math.min(state.queuePage, Math.max(0, Math.ceil(ordered.length / PAGE_ROWS) - 1));
     const rows = ordered.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS).map(
       (t) => row(
@@ -8108,7 +8154,7 @@
         t.subject,
         t.accountId,
         t.priority,
-        duration(t.inStateMs),
+        h("td", { title: `queued at ${clockTime(-t.inStateMs)}` }, duration(t.inStateMs)),
         t.place === 0 ? "—" : noBasis !== "" ? h("td", { class: "no-basis" }, noBasis) : duration(t.etaMs),
         h("td", { class: "key" }, keyOf(t)),
         h("td", { class: "blocker" }, blockerText(t, all))
@@ -8118,7 +8164,7 @@
       byId("queue"),
       summary.length > 0 && h("ul", { class: "lines" }, ...summary),
       truncated && h("p", { class: "banner warn" }, "More than 10,000 live tickets: the listing shows the first 10,000."),
-      table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "key", "blocked by"], rows, "Nobody waits."),
+      table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "key", "blocked by"], rows, filtering() ? "No waiter matches the filter." : "Nobody waits.", sorting("queue", QUEUE_SORT)),
       ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => state.queuePage = p, "queue-pager")
     );
   }
@@ -8135,7 +8181,11 @@
     const lines = [...per.entries()].sort().map(([policy, n]) => h("li", { "data-policy": policy }, `Envoy policy ${policy}: ${n.holding} holding, ${n.waiting} waiting`));
     fill(byId("envoy-policies"), lines.length > 0 && h("ul", { class: "lines" }, ...lines));
   }
-  function holderTable(hostId, holders) {
+  function filtering() {
+    return state.filter.text !== "" || state.filter.state !== "";
+  }
+  function holderTable(hostId, listed) {
+    const holders = sorted(listed, HOLDER_SORT, state.sort.holders);
     const page = Math.min(state.holderPage, Math.max(0, Math.ceil(holders.length / PAGE_ROWS) - 1));
     const out = byId("holders-result");
     const rows = holders.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS).map(
@@ -8148,8 +8198,8 @@
         t.instanceId,
         h("td", { class: "key" }, keyOf(t), t.supersededBy && ` · superseded by ${shortId(t.supersededBy)}`),
         STATES[t.state] ?? "",
-        duration(t.inStateMs),
-        duration(t.leaseRemainingMs),
+        h("td", { title: `since ${clockTime(-t.inStateMs)}` }, duration(t.inStateMs)),
+        h("td", { title: `until ${clockTime(t.leaseRemainingMs)}` }, duration(t.leaseRemainingMs)),
         h(
           "td",
           {},
@@ -8174,7 +8224,12 @@
     );
     fill(
       byId("holders"),
-      table(["ticket", "run", "subject", "account", "gateway instance", "key", "state", "held for", "lease left", ""], rows, "Nobody holds a slot."),
+      table(
+        ["ticket", "run", "subject", "account", "gateway instance", "key", "state", "held for", "lease left", ""],
+        rows,
+        filtering() ? "No holder matches the filter." : "Nobody holds a slot.",
+        sorting("holders", HOLDER_SORT)
+      ),
       holders.length > PAGE_ROWS && pager(holders.length, page, (p) => state.holderPage = p, "holder-pager")
     );
     const form = byId("release-run");
@@ -8255,6 +8310,22 @@
       }
     }
     return formLimits(byId("limits-form-fields"), state.editor.base);
+  }
+  function wireFilter() {
+    const text = byId("filter-text");
+    const which = byId("filter-state");
+    const apply = () => {
+      state.filter = { text: text.value.trim(), state: which.value };
+      state.queuePage = 0;
+      state.holderPage = 0;
+      void refresh();
+    };
+    text.oninput = apply;
+    which.onchange = apply;
+    byId("ticket-filter").onsubmit = (e) => {
+      e.preventDefault();
+      apply();
+    };
   }
   function wireLimits() {
     const editor = byId("limits-json");
@@ -8362,6 +8433,7 @@
     };
     byId("sign-out").onclick = () => showLogin("Signed out.");
     wireLimits();
+    wireFilter();
     wireAuth();
     wireDrain();
     window.addEventListener("hashchange", () => void refresh());

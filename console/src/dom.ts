@@ -45,15 +45,34 @@ export function duration(ms: number): string {
   return `${Math.floor(m / 60)} h ${String(m % 60).padStart(2, "0")} min`;
 }
 
-/** A table with a header row and body rows. */
-export function table(head: string[], rows: HTMLTableRowElement[], empty: string): HTMLElement {
+/** How a table is sorted: by column `at` (-1: as listed), descending or not; `by` is told
+ * the column clicked. */
+export interface Sorting {
+  at: number;
+  desc: boolean;
+  sortable: number[];
+  by: (column: number) => void;
+}
+
+/** A table with a header row and body rows; with `sorting`, its sortable columns' headers
+ * sort it when clicked (and say which way). */
+export function table(head: string[], rows: HTMLTableRowElement[], empty: string, sorting?: Sorting): HTMLElement {
   if (rows.length === 0) return h("p", { class: "empty" }, empty);
-  return h(
-    "table",
-    {},
-    h("thead", {}, h("tr", {}, ...head.map((c) => h("th", {}, c)))),
-    h("tbody", {}, ...rows),
-  );
+  const th = (c: string, i: number) => {
+    if (sorting === undefined || !sorting.sortable.includes(i)) return h("th", {}, c);
+    const now = sorting.at === i ? (sorting.desc ? "descending" : "ascending") : "none";
+    return h(
+      "th",
+      { "aria-sort": now, class: "sortable" },
+      h("button", { type: "button", "data-sort": c, onclick: () => sorting.by(i) }, c, now === "none" ? "" : now === "ascending" ? " ▲" : " ▼"),
+    );
+  };
+  return h("table", {}, h("thead", {}, h("tr", {}, ...head.map(th))), h("tbody", {}, ...rows));
+}
+
+/** The clock time `ms` from now (negative: ago), for a cell's title. */
+export function clockTime(msFromNow: number): string {
+  return new Date(Date.now() + msFromNow).toLocaleTimeString();
 }
 
 /** A row of cells. */

@@ -4,7 +4,7 @@
 // storage) and the last minutes of samples it drew.
 
 import { api, pb } from "./api.js";
-import { byId, duration, fill, h, row, sparkline, table, usage } from "./dom.js";
+import { byId, clockTime, duration, fill, h, row, type Sorting, sparkline, table, usage } from "./dom.js";
 import { Code, RpcError } from "./grpcweb.js";
 import { FormError, formLimits, jsonLimits, limitsForm, showFieldErrors } from "./limits.js";
 
@@ -71,8 +71,52 @@ interface HostSample {
   refused: number;
 }
 
+/** A listed ticket's value a column sorts by. */
+type SortKey = (t: pb.TicketInfo) => string | number;
+
+/** The queue's and the holders' sortable columns (by header index). */
+const QUEUE_SORT: Record<number, SortKey> = { 2: (t) => t.runId, 3: (t) => t.subject, 4: (t) => t.accountId, 5: (t) => t.priority, 6: (t) => t.inStateMs, 8: (t) => t.key };
+const HOLDER_SORT: Record<number, SortKey> = { 1: (t) => t.runId, 2: (t) => t.subject, 3: (t) => t.accountId, 4: (t) => t.instanceId, 5: (t) => t.key, 7: (t) => t.inStateMs, 8: (t) => t.leaseRemainingMs };
+
+function sorted(list: pb.TicketInfo[], keys: Record<number, SortKey>, s: { at: number; desc: boolean }): pb.TicketInfo[] {
+  const key = keys[s.at];
+  if (key === undefined) return list;
+  const dir = s.desc ? -1 : 1;
+  return [...list].sort((a, b) => {
+    const x = key(a);
+    const y = key(b);
+    return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir;
+  });
+}
+
+function sorting(which: "queue" | "holders", keys: Record<number, SortKey>): Sorting {
+  const s = state.sort[which];
+  return {
+    at: s.at,
+    desc: s.desc,
+    sortable: Object.keys(keys).map(Number),
+    by: (column) => {
+      state.sort[which] = { at: column, desc: s.at === column ? !s.desc : false };
+      void refresh();
+    },
+  };
+}
+
+/** A ticket the page's filter lets through: its run, subject, account, key or id contains the
+ * text (any case), and it is in the state chosen. */
+function shown(t: pb.TicketInfo): boolean {
+  const f = state.filter;
+  if (f.state !== "" && STATES[t.state] !== f.state) return false;
+  if (f.text === "") return true;
+  const text = f.text.toLowerCase();
+  return [t.runId, t.subject, t.accountId, t.key, t.ticketId].some((v) => v.toLowerCase().includes(text));
+}
+
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY),
+  /** The host page's filter and each table's sorting (-1: as listed). */
+  filter: { text: "", state: "" },
+  sort: { queue: { at: -1, desc: false }, holders: { at: -1, desc: false } },
   busy: false,
   queuePage: 0,
   holderPage: 0,
@@ -338,11 +382,12 @@ async function hostView(hostId: string): Promise<boolean> {
   ]);
   remember(hostId, stats);
   caps(hostId, stats);
-  const queued = list.tickets.filter((t) => t.state === pb.TicketState.TICKET_STATE_QUEUED);
-  const holders = list.tickets.filter((t) => t.state !== pb.TicketState.TICKET_STATE_QUEUED);
+  const all = list.tickets;
+  const queued = all.filter((t) => t.state === pb.TicketState.TICKET_STATE_QUEUED);
+  const holders = all.filter((t) => t.state !== pb.TicketState.TICKET_STATE_QUEUED);
   const admitted = holders.filter((t) => t.state === pb.TicketState.TICKET_STATE_ADMITTED);
-  queue(queued, list.tickets, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
-  holderTable(hostId, holders);
+  queue(queued.filter(shown), all, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
+  holderTable(hostId, holders.filter(shown));
   envoyPolicies(list.tickets);
   reservationTable(hostId, reservations.reservations);
   limitsEditor(hostId, limits);
@@ -412,7 +457,11 @@ function queue(queued: pb.TicketInfo[], all: pb.TicketInfo[], truncated: boolean
   }
   const summary = [...lines.entries()].sort().map(([k, n]) => h("li", {}, `${k}: ${n}`));
   // Those with a place first, in dispatch order; the rest as listed (queue order).
-  const ordered = [...queued].sort((a, b) => (a.place || Infinity) - (b.place || Infinity));
+  const ordered = sorted(
+    [...queued].sort((a, b) => (a.place || Infinity) - (b.place || Infinity)),
+    QUEUE_SORT,
+    state.sort.queue,
+  );
   const page = Math.min(state.queuePage, Math.max(0, Math.ceil(ordered.length / PAGE_ROWS) - 1));
   const rows = ordered.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS).map((t) =>
     row(
@@ -423,7 +472,7 @@ function queue(queued: pb.TicketInfo[], all: pb.TicketInfo[], truncated: boolean
       t.subject,
       t.accountId,
       t.priority,
-      duration(t.inStateMs),
+      h("td", { title: `queued at ${clockTime(-t.inStateMs)}` }, duration(t.inStateMs)),
       t.place === 0 ? "—" : noBasis !== "" ? h("td", { class: "no-basis" }, noBasis) : duration(t.etaMs),
       h("td", { class: "key" }, keyOf(t)),
       h("td", { class: "blocker" }, blockerText(t, all)),
@@ -433,7 +482,7 @@ function queue(queued: pb.TicketInfo[], all: pb.TicketInfo[], truncated: boolean
     byId("queue"),
     summary.length > 0 && h("ul", { class: "lines" }, ...summary),
     truncated && h("p", { class: "banner warn" }, "More than 10,000 live tickets: the listing shows the first 10,000."),
-    table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "key", "blocked by"], rows, "Nobody waits."),
+    table(["place", "ticket", "run", "subject", "account", "priority", "waited", "estimate", "key", "blocked by"], rows, filtering() ? "No waiter matches the filter." : "Nobody waits.", sorting("queue", QUEUE_SORT)),
     ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => (state.queuePage = p), "queue-pager"),
   );
 }
@@ -456,7 +505,12 @@ function envoyPolicies(tickets: pb.TicketInfo[]): void {
   fill(byId("envoy-policies"), lines.length > 0 && h("ul", { class: "lines" }, ...lines));
 }
 
-function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
+function filtering(): boolean {
+  return state.filter.text !== "" || state.filter.state !== "";
+}
+
+function holderTable(hostId: string, listed: pb.TicketInfo[]): void {
+  const holders = sorted(listed, HOLDER_SORT, state.sort.holders);
   const page = Math.min(state.holderPage, Math.max(0, Math.ceil(holders.length / PAGE_ROWS) - 1));
   const out = byId("holders-result");
   const rows = holders.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS).map((t) =>
@@ -469,8 +523,8 @@ function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
       t.instanceId,
       h("td", { class: "key" }, keyOf(t), t.supersededBy && ` · superseded by ${shortId(t.supersededBy)}`),
       STATES[t.state] ?? "",
-      duration(t.inStateMs),
-      duration(t.leaseRemainingMs),
+      h("td", { title: `since ${clockTime(-t.inStateMs)}` }, duration(t.inStateMs)),
+      h("td", { title: `until ${clockTime(t.leaseRemainingMs)}` }, duration(t.leaseRemainingMs)),
       h(
         "td",
         {},
@@ -498,7 +552,12 @@ function holderTable(hostId: string, holders: pb.TicketInfo[]): void {
   );
   fill(
     byId("holders"),
-    table(["ticket", "run", "subject", "account", "gateway instance", "key", "state", "held for", "lease left", ""], rows, "Nobody holds a slot."),
+    table(
+      ["ticket", "run", "subject", "account", "gateway instance", "key", "state", "held for", "lease left", ""],
+      rows,
+      filtering() ? "No holder matches the filter." : "Nobody holds a slot.",
+      sorting("holders", HOLDER_SORT),
+    ),
     holders.length > PAGE_ROWS && pager(holders.length, page, (p) => (state.holderPage = p), "holder-pager"),
   );
   const form = byId<HTMLFormElement>("release-run");
@@ -584,6 +643,23 @@ function editedLimits(): pb.HostLimits {
     }
   }
   return formLimits(byId("limits-form-fields"), state.editor.base);
+}
+
+function wireFilter(): void {
+  const text = byId<HTMLInputElement>("filter-text");
+  const which = byId<HTMLSelectElement>("filter-state");
+  const apply = () => {
+    state.filter = { text: text.value.trim(), state: which.value };
+    state.queuePage = 0;
+    state.holderPage = 0;
+    void refresh();
+  };
+  text.oninput = apply;
+  which.onchange = apply;
+  byId<HTMLFormElement>("ticket-filter").onsubmit = (e) => {
+    e.preventDefault();
+    apply();
+  };
 }
 
 function wireLimits(): void {
@@ -700,6 +776,7 @@ function start(): void {
   };
   byId("sign-out").onclick = () => showLogin("Signed out.");
   wireLimits();
+  wireFilter();
   wireAuth();
   wireDrain();
   window.addEventListener("hashchange", () => void refresh());

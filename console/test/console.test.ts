@@ -395,6 +395,39 @@ resources:
     assert.equal(await page.textContent("#limits-result"), "");
   });
 
+  test("tickets are found by run, subject or state, sorted by a column, with clock times on hover", async () => {
+    const gw = gateway(authority.grpc, GW);
+    const one = await gw.submit("shop", "fiona", "run-find-1");
+    const two = await gw.submit("shop", "gus", "run-find-2");
+    assert.equal(two.state, gen.TicketState.TICKET_STATE_QUEUED);
+    await until(page, `#queue tr[data-ticket="${two.ticketId}"]`, /run-find-2/);
+
+    await page.fill("#filter-text", "FIONA");
+    await page.waitForFunction(() => document.querySelectorAll("#queue tbody tr").length === 1, undefined, { timeout: 10_000 });
+    await until(page, `#queue tr[data-ticket="${one.ticketId}"]`, /run-find-1/);
+    await until(page, "#holders", /No holder matches the filter/);
+    await page.fill("#filter-text", "");
+    await page.selectOption("#filter-state", "admitted");
+    await until(page, "#queue", /No waiter matches the filter/);
+    await page.selectOption("#filter-state", "");
+
+    // By run, then the other way.
+    await until(page, `#queue tr[data-ticket="${two.ticketId}"]`, /run-find-2/);
+    await page.click('#queue th button[data-sort="run"]');
+    await until(page, '#queue th[aria-sort="ascending"]', /run/);
+    await page.click('#queue th button[data-sort="run"]');
+    await until(page, '#queue th[aria-sort="descending"]', /run/);
+    const runs = (await page.locator("#queue tbody tr td:nth-child(3)").allTextContents()).filter((r) => r.startsWith("run-find"));
+    assert.deepEqual(runs, ["run-find-2", "run-find-1"]);
+    // When it entered its state, as a clock time.
+    const title = await page.getAttribute(`#queue tr[data-ticket="${one.ticketId}"] td:nth-child(7)`, "title");
+    assert.match(title ?? "", /^queued at \d{1,2}:\d\d:\d\d/);
+
+    await gw.releaseRun("shop", "run-find-1");
+    await gw.releaseRun("shop", "run-find-2");
+    gw.close();
+  });
+
   test("the drain confirmation says it cannot be undone, and Cancel drains nothing", async () => {
     await page.click("#drain");
     await until(page, "#confirm-text", /cannot be undone/);
