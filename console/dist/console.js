@@ -8102,7 +8102,7 @@
       h(
         "p",
         { class: "summary" },
-        `mode ${s.mode || "enforce"} · ${s.queueTotal > 0 ? `queue ${s.queued} / ${s.queueTotal} (hard ${s.queueHardTotal})` : "no queue (a full host refuses BUSY)"} · mean hold ${duration(s.holdAvgMs)} · admitted ${s.admitted} · refused ${s.rejected} · shed ${s.shed} · expired ${s.expired}`
+        `mode ${s.mode || "enforce"} · ${s.queueTotal > 0 ? `queue ${s.queued} / ${s.queueTotal} (hard ${s.queueHardTotal})` : "no queue (a full host refuses BUSY)"} · mean hold ${duration(s.holdAvgMs)} · admitted ${s.admitted} · refused ${s.rejected} (${s.keyRefused} for a busy key) · shed ${s.shed} · expired ${s.expired} · superseded ${s.superseded}`
       ),
       table(["cap", "in flight / cap", "queued", "adaptive cap, last minutes"], rows, "")
     );

@@ -269,6 +269,14 @@ resources:
     await until(page, `#queue tr[data-ticket="${second.ticketId}"]`, /conv-9 \(serial\)its key: ticket \S+ \(run run-key-1, queued\) is ahead/);
     await gw.releaseRun("shop", "run-key-1");
     await gw.releaseRun("shop", "run-key-2");
+
+    // The host's totals count the superseded and those refused for a busy key.
+    await gw.submitKeyed("shop", "gina", "run-key-3", "conv-10", gen.KeyPolicy.KEY_POLICY_SERIAL_KEEP_NEWEST);
+    await gw.submitKeyed("shop", "gina", "run-key-4", "conv-10", gen.KeyPolicy.KEY_POLICY_SERIAL_KEEP_NEWEST);
+    await gw.submitKeyed("shop", "gina", "run-key-5", "conv-11", gen.KeyPolicy.KEY_POLICY_REJECT_NEW);
+    await assert.rejects(gw.submitKeyed("shop", "gina", "run-key-6", "conv-11", gen.KeyPolicy.KEY_POLICY_REJECT_NEW), /KEY_BUSY/);
+    await until(page, "#caps .summary", /refused \d+ \(1 for a busy key\) · shed \d+ · expired \d+ · superseded 1/);
+    for (const run of ["run-key-4", "run-key-5"]) await gw.releaseRun("shop", run);
     gw.close();
   });
 
