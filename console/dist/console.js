@@ -34,10 +34,13 @@
     HostLimits_AdaptiveAccountsEntry: () => HostLimits_AdaptiveAccountsEntry,
     HostLimits_SubjectsEntry: () => HostLimits_SubjectsEntry,
     HostLimits_WeightsEntry: () => HostLimits_WeightsEntry,
+    HttpPolicyInfo: () => HttpPolicyInfo,
     KeyPolicy: () => KeyPolicy,
     LimitsSource: () => LimitsSource,
     ListHostsRequest: () => ListHostsRequest,
     ListHostsResponse: () => ListHostsResponse,
+    ListHttpPoliciesRequest: () => ListHttpPoliciesRequest,
+    ListHttpPoliciesResponse: () => ListHttpPoliciesResponse,
     ListReservationsRequest: () => ListReservationsRequest,
     ListReservationsResponse: () => ListReservationsResponse,
     ListTicketsRequest: () => ListTicketsRequest,
@@ -6443,6 +6446,278 @@
       return message;
     }
   };
+  function createBaseListHttpPoliciesRequest() {
+    return { hostId: "" };
+  }
+  var ListHttpPoliciesRequest = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.hostId !== "") {
+        writer.uint32(10).string(message.hostId);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseListHttpPoliciesRequest();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.hostId = reader.string();
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return ListHttpPoliciesRequest.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseListHttpPoliciesRequest();
+      message.hostId = object.hostId ?? "";
+      return message;
+    }
+  };
+  function createBaseHttpPolicyInfo() {
+    return {
+      name: "",
+      hostId: "",
+      subject: "",
+      account: "",
+      priority: "",
+      maxWaitMs: 0,
+      tokens: "",
+      defaultMaxTokens: 0,
+      key: "",
+      keyPolicy: "",
+      debounceMs: 0
+    };
+  }
+  var HttpPolicyInfo = {
+    encode(message, writer = new BinaryWriter()) {
+      if (message.name !== "") {
+        writer.uint32(10).string(message.name);
+      }
+      if (message.hostId !== "") {
+        writer.uint32(18).string(message.hostId);
+      }
+      if (message.subject !== "") {
+        writer.uint32(26).string(message.subject);
+      }
+      if (message.account !== "") {
+        writer.uint32(34).string(message.account);
+      }
+      if (message.priority !== "") {
+        writer.uint32(42).string(message.priority);
+      }
+      if (message.maxWaitMs !== 0) {
+        writer.uint32(48).uint64(message.maxWaitMs);
+      }
+      if (message.tokens !== "") {
+        writer.uint32(58).string(message.tokens);
+      }
+      if (message.defaultMaxTokens !== 0) {
+        writer.uint32(64).uint64(message.defaultMaxTokens);
+      }
+      if (message.key !== "") {
+        writer.uint32(74).string(message.key);
+      }
+      if (message.keyPolicy !== "") {
+        writer.uint32(82).string(message.keyPolicy);
+      }
+      if (message.debounceMs !== 0) {
+        writer.uint32(88).uint64(message.debounceMs);
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseHttpPolicyInfo();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.name = reader.string();
+              continue;
+            }
+            case 2: {
+              if (tag !== 18) {
+                break;
+              }
+              message.hostId = reader.string();
+              continue;
+            }
+            case 3: {
+              if (tag !== 26) {
+                break;
+              }
+              message.subject = reader.string();
+              continue;
+            }
+            case 4: {
+              if (tag !== 34) {
+                break;
+              }
+              message.account = reader.string();
+              continue;
+            }
+            case 5: {
+              if (tag !== 42) {
+                break;
+              }
+              message.priority = reader.string();
+              continue;
+            }
+            case 6: {
+              if (tag !== 48) {
+                break;
+              }
+              message.maxWaitMs = longToNumber2(reader.uint64());
+              continue;
+            }
+            case 7: {
+              if (tag !== 58) {
+                break;
+              }
+              message.tokens = reader.string();
+              continue;
+            }
+            case 8: {
+              if (tag !== 64) {
+                break;
+              }
+              message.defaultMaxTokens = longToNumber2(reader.uint64());
+              continue;
+            }
+            case 9: {
+              if (tag !== 74) {
+                break;
+              }
+              message.key = reader.string();
+              continue;
+            }
+            case 10: {
+              if (tag !== 82) {
+                break;
+              }
+              message.keyPolicy = reader.string();
+              continue;
+            }
+            case 11: {
+              if (tag !== 88) {
+                break;
+              }
+              message.debounceMs = longToNumber2(reader.uint64());
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return HttpPolicyInfo.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseHttpPolicyInfo();
+      message.name = object.name ?? "";
+      message.hostId = object.hostId ?? "";
+      message.subject = object.subject ?? "";
+      message.account = object.account ?? "";
+      message.priority = object.priority ?? "";
+      message.maxWaitMs = object.maxWaitMs ?? 0;
+      message.tokens = object.tokens ?? "";
+      message.defaultMaxTokens = object.defaultMaxTokens ?? 0;
+      message.key = object.key ?? "";
+      message.keyPolicy = object.keyPolicy ?? "";
+      message.debounceMs = object.debounceMs ?? 0;
+      return message;
+    }
+  };
+  function createBaseListHttpPoliciesResponse() {
+    return { policies: [] };
+  }
+  var ListHttpPoliciesResponse = {
+    encode(message, writer = new BinaryWriter()) {
+      for (const v of message.policies) {
+        HttpPolicyInfo.encode(v, writer.uint32(10).fork()).join();
+      }
+      return writer;
+    },
+    decode(input, length) {
+      const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+      const previousRecursionDepth = reader.__tsProtoDecodeDepth ?? 0;
+      if (previousRecursionDepth >= 100) {
+        throw new globalThis.Error("protobuf decode recursion limit exceeded");
+      }
+      reader.__tsProtoDecodeDepth = previousRecursionDepth + 1;
+      try {
+        const end = length === void 0 ? reader.len : reader.pos + length;
+        const message = createBaseListHttpPoliciesResponse();
+        while (reader.pos < end) {
+          const tag = reader.uint32();
+          switch (tag >>> 3) {
+            case 1: {
+              if (tag !== 10) {
+                break;
+              }
+              message.policies.push(HttpPolicyInfo.decode(reader, reader.uint32()));
+              continue;
+            }
+          }
+          if ((tag & 7) === 4 || tag === 0) {
+            break;
+          }
+          reader.skip(tag & 7);
+        }
+        return message;
+      } finally {
+        reader.__tsProtoDecodeDepth = previousRecursionDepth;
+      }
+    },
+    create(base) {
+      return ListHttpPoliciesResponse.fromPartial(base ?? {});
+    },
+    fromPartial(object) {
+      const message = createBaseListHttpPoliciesResponse();
+      message.policies = object.policies?.map((e) => HttpPolicyInfo.fromPartial(e)) || [];
+      return message;
+    }
+  };
   function createBaseGetRateLimitsRequest() {
     return { domain: "", limit: 0 };
   }
@@ -7490,7 +7765,8 @@
     setLimits: rpc("Operator", "SetLimits", SetLimitsRequest, SetLimitsResponse),
     resetLimits: rpc("Operator", "ResetLimits", ResetLimitsRequest, ResetLimitsResponse),
     drain: rpc("Operator", "Drain", DrainRequest, DrainResponse),
-    getRateLimits: rpc("Operator", "GetRateLimits", GetRateLimitsRequest, GetRateLimitsResponse)
+    getRateLimits: rpc("Operator", "GetRateLimits", GetRateLimitsRequest, GetRateLimitsResponse),
+    listHttpPolicies: rpc("Operator", "ListHttpPolicies", ListHttpPoliciesRequest, ListHttpPoliciesResponse)
   };
 
   // src/dom.ts
@@ -8062,10 +8338,11 @@
       }
       throw e;
     }
-    const [stats, list, reservations] = await Promise.all([
+    const [stats, list, reservations, policies] = await Promise.all([
       api.getStats(token(), { hostId }),
       api.listTickets(token(), { hostId, limit: 1e4 }),
-      api.listReservations(token(), { hostId, limit: 1e3 })
+      api.listReservations(token(), { hostId, limit: 1e3 }),
+      api.listHttpPolicies(token(), { hostId })
     ]);
     remember(hostId, stats);
     caps(hostId, stats);
@@ -8075,7 +8352,7 @@
     const admitted = holders.filter((t) => t.state === admission_exports.TicketState.TICKET_STATE_ADMITTED);
     queue(queued.filter(shown2), all, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
     holderTable(hostId, holders.filter(shown2));
-    envoyPolicies(list.tickets);
+    envoyPolicies(list.tickets, policies.policies);
     reservationTable(hostId, reservations.reservations);
     limitsEditor(hostId, limits);
     return true;
@@ -8168,7 +8445,7 @@
       ordered.length > PAGE_ROWS && pager(ordered.length, page, (p) => state.queuePage = p, "queue-pager")
     );
   }
-  function envoyPolicies(tickets) {
+  function envoyPolicies(tickets, configured) {
     const per = /* @__PURE__ */ new Map();
     for (const t of tickets) {
       if (!t.instanceId.startsWith("envoy:")) continue;
@@ -8178,8 +8455,25 @@
       else n.holding += 1;
       per.set(policy, n);
     }
-    const lines = [...per.entries()].sort().map(([policy, n]) => h("li", { "data-policy": policy }, `Envoy policy ${policy}: ${n.holding} holding, ${n.waiting} waiting`));
+    const settings = new Map(configured.map((p) => [p.name, p]));
+    const names = [.../* @__PURE__ */ new Set([...settings.keys(), ...per.keys()])].sort();
+    const lines = names.map((policy) => {
+      const n = per.get(policy) ?? { holding: 0, waiting: 0 };
+      const p = settings.get(policy);
+      const said = p === void 0 ? ["no longer configured"] : policySettings(p);
+      return h("li", { "data-policy": policy }, `Envoy policy ${policy}: ${n.holding} holding, ${n.waiting} waiting · ${said.join(" · ")}`);
+    });
     fill(byId("envoy-policies"), lines.length > 0 && h("ul", { class: "lines" }, ...lines));
+  }
+  function policySettings(p) {
+    return [
+      `subject from ${p.subject}`,
+      p.account !== "" && `account from ${p.account}`,
+      p.priority !== "" && `priority from ${p.priority}`,
+      `max wait ${duration(p.maxWaitMs)}`,
+      p.tokens !== "" ? `tokens: ${p.tokens} (default max tokens ${p.defaultMaxTokens})` : "no token reservation",
+      p.key !== "" && `key from ${p.key} (${p.keyPolicy}${p.debounceMs > 0 ? `, debounce ${duration(p.debounceMs)}` : ""})`
+    ].filter((x) => typeof x === "string");
   }
   function filtering() {
     return state.filter.text !== "" || state.filter.state !== "";

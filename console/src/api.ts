@@ -23,6 +23,7 @@ export const api = {
   resetLimits: rpc("Operator", "ResetLimits", pb.ResetLimitsRequest, pb.ResetLimitsResponse),
   drain: rpc("Operator", "Drain", pb.DrainRequest, pb.DrainResponse),
   getRateLimits: rpc("Operator", "GetRateLimits", pb.GetRateLimitsRequest, pb.GetRateLimitsResponse),
+  listHttpPolicies: rpc("Operator", "ListHttpPolicies", pb.ListHttpPoliciesRequest, pb.ListHttpPoliciesResponse),
 };
 
 export { pb };

@@ -375,10 +375,11 @@ async function hostView(hostId: string): Promise<boolean> {
     }
     throw e;
   }
-  const [stats, list, reservations] = await Promise.all([
+  const [stats, list, reservations, policies] = await Promise.all([
     api.getStats(token(), { hostId }),
     api.listTickets(token(), { hostId, limit: 10_000 }),
     api.listReservations(token(), { hostId, limit: 1000 }),
+    api.listHttpPolicies(token(), { hostId }),
   ]);
   remember(hostId, stats);
   caps(hostId, stats);
@@ -388,7 +389,7 @@ async function hostView(hostId: string): Promise<boolean> {
   const admitted = holders.filter((t) => t.state === pb.TicketState.TICKET_STATE_ADMITTED);
   queue(queued.filter(shown), all, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
   holderTable(hostId, holders.filter(shown));
-  envoyPolicies(list.tickets);
+  envoyPolicies(list.tickets, policies.policies);
   reservationTable(hostId, reservations.reservations);
   limitsEditor(hostId, limits);
   return true;
@@ -487,9 +488,10 @@ function queue(queued: pb.TicketInfo[], all: pb.TicketInfo[], truncated: boolean
   );
 }
 
-/** Envoy's requests (tickets of the external processor, instance `envoy:<policy>`): how many
- * hold a slot and how many wait, per policy. Nothing when the host has none. */
-function envoyPolicies(tickets: pb.TicketInfo[]): void {
+/** The Envoy policies that admit to this host, each with its settings and how many of its
+ * requests (tickets of instance `envoy:<policy>`) hold a slot and wait; nothing when the host
+ * has none configured and no such tickets. */
+function envoyPolicies(tickets: pb.TicketInfo[], configured: pb.HttpPolicyInfo[]): void {
   const per = new Map<string, { holding: number; waiting: number }>();
   for (const t of tickets) {
     if (!t.instanceId.startsWith("envoy:")) continue;
@@ -499,10 +501,26 @@ function envoyPolicies(tickets: pb.TicketInfo[]): void {
     else n.holding += 1;
     per.set(policy, n);
   }
-  const lines = [...per.entries()]
-    .sort()
-    .map(([policy, n]) => h("li", { "data-policy": policy }, `Envoy policy ${policy}: ${n.holding} holding, ${n.waiting} waiting`));
+  const settings = new Map(configured.map((p) => [p.name, p]));
+  const names = [...new Set([...settings.keys(), ...per.keys()])].sort();
+  const lines = names.map((policy) => {
+    const n = per.get(policy) ?? { holding: 0, waiting: 0 };
+    const p = settings.get(policy);
+    const said = p === undefined ? ["no longer configured"] : policySettings(p);
+    return h("li", { "data-policy": policy }, `Envoy policy ${policy}: ${n.holding} holding, ${n.waiting} waiting · ${said.join(" · ")}`);
+  });
   fill(byId("envoy-policies"), lines.length > 0 && h("ul", { class: "lines" }, ...lines));
+}
+
+function policySettings(p: pb.HttpPolicyInfo): string[] {
+  return [
+    `subject from ${p.subject}`,
+    p.account !== "" && `account from ${p.account}`,
+    p.priority !== "" && `priority from ${p.priority}`,
+    `max wait ${duration(p.maxWaitMs)}`,
+    p.tokens !== "" ? `tokens: ${p.tokens} (default max tokens ${p.defaultMaxTokens})` : "no token reservation",
+    p.key !== "" && `key from ${p.key} (${p.keyPolicy}${p.debounceMs > 0 ? `, debounce ${duration(p.debounceMs)}` : ""})`,
+  ].filter((x): x is string => typeof x === "string");
 }
 
 function filtering(): boolean {

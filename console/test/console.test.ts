@@ -167,6 +167,10 @@ auth:
     login: { max_attempts: 2, window: 60s, lockout: 300s }
 resources:
   reservation_ttl: 50ms
+http_admission:
+  policies:
+    - { name: chat, host_id: shop, subject: { header: x-tenant }, max_wait: 20s, key: { header: x-conversation-id }, key_policy: serial }
+    - { name: completions, host_id: shop, subject: { header: x-tenant }, account: { body: model }, tokens: openai }
 `);
     browser = await launch();
     page = await browser.newPage();
@@ -248,10 +252,18 @@ resources:
     const queue = gen.SubmitMode.SUBMIT_MODE_QUEUE;
     await gw.submit("shop", "erin", "run-envoy-1", queue, "envoy:chat");
     await gw.submit("shop", "fay", "run-envoy-2", queue, "envoy:chat");
-    await until(page, '#envoy-policies li[data-policy="chat"]', /Envoy policy chat: \d+ holding, \d+ waiting/);
+    // Both of them, holding or waiting (the policy is listed before any request, with 0 and 0).
+    await until(page, '#envoy-policies li[data-policy="chat"]', /Envoy policy chat: (0 holding, 2 waiting|1 holding, 1 waiting|2 holding, 0 waiting)/);
     const line = await page.textContent('#envoy-policies li[data-policy="chat"]');
     const [holding, waiting] = [...line!.matchAll(/(\d+) (holding|waiting)/g)].map((m) => Number(m[1]));
     assert.equal(holding + waiting, 2, line!);
+    assert.match(line!, /subject from header x-tenant · max wait 20\.0 s · no token reservation · key from header x-conversation-id \(serial\)/);
+    // A policy with no request in flight is listed too, with its settings.
+    await until(
+      page,
+      '#envoy-policies li[data-policy="completions"]',
+      /Envoy policy completions: 0 holding, 0 waiting · subject from header x-tenant · account from body model · max wait .* · tokens: openai \(default max tokens \d+\)/,
+    );
     await gw.releaseRun("shop", "run-envoy-1");
     await gw.releaseRun("shop", "run-envoy-2");
     gw.close();

@@ -391,6 +391,7 @@ impl<S: Store> Services<S> {
                 store.clone(),
                 gates.clone(),
                 rate_limits.clone(),
+                live.policies.clone(),
             ))
             .max_decoding_message_size(max),
             rate_limit: RateLimitServiceServer::new(RateLimitService::new(

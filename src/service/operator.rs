@@ -1,5 +1,5 @@
-//! The `admission.v1.Operator` service: listings, resolutions, unlocks, drain and the rate
-//! limits in force, for operators.
+//! The `admission.v1.Operator` service: listings, resolutions, unlocks, drain, and the rate
+//! limits and Envoy admission policies in force, for operators.
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use super::status::ApiError;
 use super::{list_limit, replies};
 use crate::api;
 use crate::gates::Gates;
+use crate::http_admission::LivePolicies;
 use crate::ratelimit::LiveRateLimits;
 use crate::store::Store;
 
@@ -18,14 +19,21 @@ pub struct OperatorService<S> {
     store: Arc<S>,
     gates: Arc<Gates>,
     rate_limits: Arc<LiveRateLimits>,
+    http_policies: Arc<LivePolicies>,
 }
 
 impl<S> OperatorService<S> {
-    pub fn new(store: Arc<S>, gates: Arc<Gates>, rate_limits: Arc<LiveRateLimits>) -> Self {
+    pub fn new(
+        store: Arc<S>,
+        gates: Arc<Gates>,
+        rate_limits: Arc<LiveRateLimits>,
+        http_policies: Arc<LivePolicies>,
+    ) -> Self {
         OperatorService {
             store,
             gates,
             rate_limits,
+            http_policies,
         }
     }
 }
@@ -110,6 +118,25 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
             policy.max_counters,
             policy.response_headers,
         )))
+    }
+
+    async fn list_http_policies(
+        &self,
+        request: Request<api::ListHttpPoliciesRequest>,
+    ) -> Result<Response<api::ListHttpPoliciesResponse>, Status> {
+        let host_id = &request.get_ref().host_id;
+        if !host_id.is_empty() {
+            edge::id(host_id, "host_id")?;
+        }
+        let policies = self.http_policies.get();
+        Ok(Response::new(api::ListHttpPoliciesResponse {
+            policies: policies
+                .policies
+                .values()
+                .filter(|p| host_id.is_empty() || &p.host_id == host_id)
+                .map(replies::http_policy)
+                .collect(),
+        }))
     }
 
     async fn drain(

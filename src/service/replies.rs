@@ -427,6 +427,40 @@ impl From<LimitsRecord> for api::GetLimitsResponse {
     }
 }
 
+/// An http_admission policy as ListHttpPolicies lists it (sources spelled as the file does).
+pub fn http_policy(p: &crate::http_admission::HttpPolicy) -> api::HttpPolicyInfo {
+    use crate::http_admission::Source;
+    let source = |s: &Source| match s {
+        Source::Header(h) => format!("header {h}"),
+        Source::Body(f) => format!("body {f}"),
+    };
+    api::HttpPolicyInfo {
+        name: p.name.clone(),
+        host_id: p.host_id.clone(),
+        subject: source(&p.subject),
+        account: p.account.as_ref().map(source).unwrap_or_default(),
+        priority: p.priority.as_ref().map(source).unwrap_or_default(),
+        max_wait_ms: p.max_wait_ms,
+        tokens: p
+            .tokens
+            .as_ref()
+            .map(|t| t.api.name().to_string())
+            .unwrap_or_default(),
+        default_max_tokens: p.tokens.as_ref().map_or(0, |t| t.default_max_tokens),
+        key: p
+            .key
+            .as_ref()
+            .map(|k| source(&k.source))
+            .unwrap_or_default(),
+        key_policy: p
+            .key
+            .as_ref()
+            .map(|k| crate::http_admission::key_policy_name(k.policy).to_string())
+            .unwrap_or_default(),
+        debounce_ms: p.key.as_ref().map_or(0, |k| k.debounce_ms),
+    }
+}
+
 /// The requests per unit of the rule a counter's descriptor meets (its key is the descriptor's
 /// entries, percent-escaped, then `|unit`); 0 when none does (or its unit differs: rules
 /// reloaded since).

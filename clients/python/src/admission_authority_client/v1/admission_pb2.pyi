@@ -2580,6 +2580,109 @@ class ResetLimitsResponse(_message.Message):
 Global___ResetLimitsResponse: _TypeAlias = ResetLimitsResponse  # noqa: Y015
 
 @_typing.final
+class ListHttpPoliciesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    host_id: _builtins.str
+    """Only the policies that admit to this host; empty: all."""
+    def __init__(
+        self,
+        *,
+        host_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHttpPoliciesRequest: _TypeAlias = ListHttpPoliciesRequest  # noqa: Y015
+
+@_typing.final
+class HttpPolicyInfo(_message.Message):
+    """One http_admission policy. Where a value comes from is spelled as the file spells it:
+    `header x-tenant` or `body model`; empty when the policy takes none.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    ACCOUNT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    DEFAULT_MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    KEY_POLICY_FIELD_NUMBER: _builtins.int
+    DEBOUNCE_MS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    host_id: _builtins.str
+    subject: _builtins.str
+    account: _builtins.str
+    priority: _builtins.str
+    max_wait_ms: _builtins.int
+    """The longest a request waits in the queue before it is answered 429."""
+    tokens: _builtins.str
+    """The token reservation: `openai` or `anthropic` (the API whose bodies it reads); empty
+    when the policy reserves no tokens.
+    """
+    default_max_tokens: _builtins.int
+    """Output tokens reserved for a request that sets no bound (with tokens)."""
+    key: _builtins.str
+    """Where a request's key comes from, and what the key does (`serial_keep_newest`,
+    `keep_newest`, `serial`, `reject_new`, `none`) with its debounce; empty without a key.
+    """
+    key_policy: _builtins.str
+    debounce_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        host_id: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        account: _builtins.str = ...,
+        priority: _builtins.str = ...,
+        max_wait_ms: _builtins.int = ...,
+        tokens: _builtins.str = ...,
+        default_max_tokens: _builtins.int = ...,
+        key: _builtins.str = ...,
+        key_policy: _builtins.str = ...,
+        debounce_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account", b"account", "debounce_ms", b"debounce_ms", "default_max_tokens", b"default_max_tokens", "host_id", b"host_id", "key", b"key", "key_policy", b"key_policy", "max_wait_ms", b"max_wait_ms", "name", b"name", "priority", b"priority", "subject", b"subject", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HttpPolicyInfo: _TypeAlias = HttpPolicyInfo  # noqa: Y015
+
+@_typing.final
+class ListHttpPoliciesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICIES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def policies(self) -> _containers.RepeatedCompositeFieldContainer[Global___HttpPolicyInfo]:
+        """By name."""
+
+    def __init__(
+        self,
+        *,
+        policies: _abc.Iterable[Global___HttpPolicyInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["policies", b"policies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHttpPoliciesResponse: _TypeAlias = ListHttpPoliciesResponse  # noqa: Y015
+
+@_typing.final
 class GetRateLimitsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -702,6 +702,11 @@ class OperatorStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsResponse.FromString,
                 _registered_method=True)
+        self.ListHttpPolicies = channel.unary_unary(
+                '/admission.v1.Operator/ListHttpPolicies',
+                request_serializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServicer:
@@ -803,6 +808,15 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHttpPolicies(self, request, context):
+        """The http_admission policies Envoy's external processor admits requests under (served on
+        this port), as this process loaded them (a SIGHUP reloads them): every configured policy
+        with its settings, whether or not a request is in flight under it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -855,6 +869,11 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.GetRateLimits,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.GetRateLimitsResponse.SerializeToString,
+            ),
+            'ListHttpPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHttpPolicies,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1133,6 +1152,33 @@ class Operator:
             '/admission.v1.Operator/GetRateLimits',
             admission_dot_v1_dot_admission__pb2.GetRateLimitsRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.GetRateLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHttpPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/ListHttpPolicies',
+            admission_dot_v1_dot_admission__pb2.ListHttpPoliciesRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.ListHttpPoliciesResponse.FromString,
             options,
             channel_credentials,
             insecure,

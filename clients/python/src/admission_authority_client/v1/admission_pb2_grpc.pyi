@@ -438,6 +438,11 @@ class OperatorStub:
     SIGHUP reloads them), and the live counters with the highest counts. GetLimits is a
     host's scheduling limits; rate limits are installation-wide, per domain.
     """
+    ListHttpPolicies: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ListHttpPoliciesRequest, _admission_pb2.ListHttpPoliciesResponse]
+    """The http_admission policies Envoy's external processor admits requests under (served on
+    this port), as this process loaded them (a SIGHUP reloads them): every configured policy
+    with its settings, whether or not a request is in flight under it.
+    """
 
 @_typing.type_check_only
 class OperatorAsyncStub(OperatorStub):
@@ -498,6 +503,11 @@ class OperatorAsyncStub(OperatorStub):
     served on this port) decides with, as this process loaded them from `rate_limits` (a
     SIGHUP reloads them), and the live counters with the highest counts. GetLimits is a
     host's scheduling limits; rate limits are installation-wide, per domain.
+    """
+    ListHttpPolicies: _aio.UnaryUnaryMultiCallable[_admission_pb2.ListHttpPoliciesRequest, _admission_pb2.ListHttpPoliciesResponse]  # type: ignore[assignment]
+    """The http_admission policies Envoy's external processor admits requests under (served on
+    this port), as this process loaded them (a SIGHUP reloads them): every configured policy
+    with its settings, whether or not a request is in flight under it.
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
@@ -616,6 +626,17 @@ class OperatorServicer(metaclass=_abc_1.ABCMeta):
         served on this port) decides with, as this process loaded them from `rate_limits` (a
         SIGHUP reloads them), and the live counters with the highest counts. GetLimits is a
         host's scheduling limits; rate limits are installation-wide, per domain.
+        """
+
+    @_abc_1.abstractmethod
+    def ListHttpPolicies(
+        self,
+        request: _admission_pb2.ListHttpPoliciesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.ListHttpPoliciesResponse, _abc.Awaitable[_admission_pb2.ListHttpPoliciesResponse]]:
+        """The http_admission policies Envoy's external processor admits requests under (served on
+        this port), as this process loaded them (a SIGHUP reloads them): every configured policy
+        with its settings, whether or not a request is in flight under it.
         """
 
 def add_OperatorServicer_to_server(servicer: OperatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1152,6 +1152,44 @@ export interface ResetLimitsResponse {
   revision: number;
 }
 
+export interface ListHttpPoliciesRequest {
+  /** Only the policies that admit to this host; empty: all. */
+  hostId: string;
+}
+
+/**
+ * One http_admission policy. Where a value comes from is spelled as the file spells it:
+ * `header x-tenant` or `body model`; empty when the policy takes none.
+ */
+export interface HttpPolicyInfo {
+  name: string;
+  hostId: string;
+  subject: string;
+  account: string;
+  priority: string;
+  /** The longest a request waits in the queue before it is answered 429. */
+  maxWaitMs: number;
+  /**
+   * The token reservation: `openai` or `anthropic` (the API whose bodies it reads); empty
+   * when the policy reserves no tokens.
+   */
+  tokens: string;
+  /** Output tokens reserved for a request that sets no bound (with tokens). */
+  defaultMaxTokens: number;
+  /**
+   * Where a request's key comes from, and what the key does (`serial_keep_newest`,
+   * `keep_newest`, `serial`, `reject_new`, `none`) with its debounce; empty without a key.
+   */
+  key: string;
+  keyPolicy: string;
+  debounceMs: number;
+}
+
+export interface ListHttpPoliciesResponse {
+  /** By name. */
+  policies: HttpPolicyInfo[];
+}
+
 export interface GetRateLimitsRequest {
   /**
    * Only this domain; empty: every configured domain. A domain that is not configured is
@@ -7049,6 +7087,303 @@ export const ResetLimitsResponse: MessageFns<ResetLimitsResponse> = {
       : undefined;
     message.source = object.source ?? 0;
     message.revision = object.revision ?? 0;
+    return message;
+  },
+};
+
+function createBaseListHttpPoliciesRequest(): ListHttpPoliciesRequest {
+  return { hostId: "" };
+}
+
+export const ListHttpPoliciesRequest: MessageFns<ListHttpPoliciesRequest> = {
+  encode(message: ListHttpPoliciesRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHttpPoliciesRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHttpPoliciesRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListHttpPoliciesRequest>, I>>(base?: I): ListHttpPoliciesRequest {
+    return ListHttpPoliciesRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHttpPoliciesRequest>, I>>(object: I): ListHttpPoliciesRequest {
+    const message = createBaseListHttpPoliciesRequest();
+    message.hostId = object.hostId ?? "";
+    return message;
+  },
+};
+
+function createBaseHttpPolicyInfo(): HttpPolicyInfo {
+  return {
+    name: "",
+    hostId: "",
+    subject: "",
+    account: "",
+    priority: "",
+    maxWaitMs: 0,
+    tokens: "",
+    defaultMaxTokens: 0,
+    key: "",
+    keyPolicy: "",
+    debounceMs: 0,
+  };
+}
+
+export const HttpPolicyInfo: MessageFns<HttpPolicyInfo> = {
+  encode(message: HttpPolicyInfo, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.hostId !== "") {
+      writer.uint32(18).string(message.hostId);
+    }
+    if (message.subject !== "") {
+      writer.uint32(26).string(message.subject);
+    }
+    if (message.account !== "") {
+      writer.uint32(34).string(message.account);
+    }
+    if (message.priority !== "") {
+      writer.uint32(42).string(message.priority);
+    }
+    if (message.maxWaitMs !== 0) {
+      writer.uint32(48).uint64(message.maxWaitMs);
+    }
+    if (message.tokens !== "") {
+      writer.uint32(58).string(message.tokens);
+    }
+    if (message.defaultMaxTokens !== 0) {
+      writer.uint32(64).uint64(message.defaultMaxTokens);
+    }
+    if (message.key !== "") {
+      writer.uint32(74).string(message.key);
+    }
+    if (message.keyPolicy !== "") {
+      writer.uint32(82).string(message.keyPolicy);
+    }
+    if (message.debounceMs !== 0) {
+      writer.uint32(88).uint64(message.debounceMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HttpPolicyInfo {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHttpPolicyInfo();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subject = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.account = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.priority = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxWaitMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.tokens = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.defaultMaxTokens = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.keyPolicy = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.debounceMs = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<HttpPolicyInfo>, I>>(base?: I): HttpPolicyInfo {
+    return HttpPolicyInfo.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HttpPolicyInfo>, I>>(object: I): HttpPolicyInfo {
+    const message = createBaseHttpPolicyInfo();
+    message.name = object.name ?? "";
+    message.hostId = object.hostId ?? "";
+    message.subject = object.subject ?? "";
+    message.account = object.account ?? "";
+    message.priority = object.priority ?? "";
+    message.maxWaitMs = object.maxWaitMs ?? 0;
+    message.tokens = object.tokens ?? "";
+    message.defaultMaxTokens = object.defaultMaxTokens ?? 0;
+    message.key = object.key ?? "";
+    message.keyPolicy = object.keyPolicy ?? "";
+    message.debounceMs = object.debounceMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseListHttpPoliciesResponse(): ListHttpPoliciesResponse {
+  return { policies: [] };
+}
+
+export const ListHttpPoliciesResponse: MessageFns<ListHttpPoliciesResponse> = {
+  encode(message: ListHttpPoliciesResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.policies) {
+      HttpPolicyInfo.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListHttpPoliciesResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListHttpPoliciesResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.policies.push(HttpPolicyInfo.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<ListHttpPoliciesResponse>, I>>(base?: I): ListHttpPoliciesResponse {
+    return ListHttpPoliciesResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListHttpPoliciesResponse>, I>>(object: I): ListHttpPoliciesResponse {
+    const message = createBaseListHttpPoliciesResponse();
+    message.policies = object.policies?.map((e) => HttpPolicyInfo.fromPartial(e)) || [];
     return message;
   },
 };
