@@ -333,6 +333,7 @@ async fn allowances_lockouts_reservations_and_operator_limits_survive_a_restart(
     let mut op = server.operator().await;
     let get = || api::GetLimitsRequest {
         host_id: "h".into(),
+        ..Default::default()
     };
     let before = op.get_limits(get()).await.unwrap().into_inner();
     let mut limits = before.limits.clone().unwrap();

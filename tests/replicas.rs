@@ -378,6 +378,7 @@ async fn an_operators_limits_govern_every_replica_and_outlive_them_until_reset()
     };
     let get = |host: &str| api::GetLimitsRequest {
         host_id: host.into(),
+        ..Default::default()
     };
     let (a, b) = (start("1"), start("1"));
     let (mut ca, mut cb) = (a.client().await, b.client().await);
@@ -501,6 +502,7 @@ async fn a_replica_reloaded_with_sighup_puts_its_file_in_force_on_every_replica(
     let (oa, mut ob) = (a.operator().await, b.operator().await);
     let get = || api::GetLimitsRequest {
         host_id: "h".into(),
+        ..Default::default()
     };
     assert_eq!(
         ob.get_limits(get())

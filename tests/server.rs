@@ -880,6 +880,7 @@ async fn set_limits_raises_a_cap_at_once_and_reset_limits_returns_to_the_file() 
     let before = op
         .get_limits(api::GetLimitsRequest {
             host_id: "h".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -1001,6 +1002,7 @@ async fn sighup_applies_a_valid_file_and_keeps_running_on_an_invalid_one() {
         async move {
             op.get_limits(api::GetLimitsRequest {
                 host_id: "h".into(),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -1113,6 +1115,7 @@ async fn shadow_mode_admits_everything_and_counts_what_enforce_would_have_done()
     let current = op
         .get_limits(api::GetLimitsRequest {
             host_id: "h".into(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -1289,6 +1292,7 @@ async fn released_outcomes_move_an_adaptive_account_cap_that_an_operator_can_pin
     let current = op
         .get_limits(api::GetLimitsRequest {
             host_id: "h".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

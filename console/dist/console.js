@@ -5965,12 +5965,15 @@
     }
   };
   function createBaseGetLimitsRequest() {
-    return { hostId: "" };
+    return { hostId: "", orDefaults: false };
   }
   var GetLimitsRequest = {
     encode(message, writer = new BinaryWriter()) {
       if (message.hostId !== "") {
         writer.uint32(10).string(message.hostId);
+      }
+      if (message.orDefaults !== false) {
+        writer.uint32(16).bool(message.orDefaults);
       }
       return writer;
     },
@@ -5994,6 +5997,13 @@
               message.hostId = reader.string();
               continue;
             }
+            case 2: {
+              if (tag !== 16) {
+                break;
+              }
+              message.orDefaults = reader.bool();
+              continue;
+            }
           }
           if ((tag & 7) === 4 || tag === 0) {
             break;
@@ -6011,6 +6021,7 @@
     fromPartial(object) {
       const message = createBaseGetLimitsRequest();
       message.hostId = object.hostId ?? "";
+      message.orDefaults = object.orDefaults ?? false;
       return message;
     }
   };
@@ -8327,7 +8338,7 @@
   async function hostView(hostId) {
     let limits;
     try {
-      limits = await api.getLimits(token(), { hostId });
+      limits = await api.getLimits(token(), { hostId, orDefaults: false });
     } catch (e) {
       if (e instanceof RpcError && e.code === Code.NOT_FOUND) {
         fill(

@@ -363,7 +363,7 @@ function queueUsage(s: pb.Stats): HTMLElement | string {
 async function hostView(hostId: string): Promise<boolean> {
   let limits: pb.GetLimitsResponse;
   try {
-    limits = await api.getLimits(token(), { hostId });
+    limits = await api.getLimits(token(), { hostId, orDefaults: false });
   } catch (e) {
     if (e instanceof RpcError && e.code === Code.NOT_FOUND) {
       fill(

@@ -184,7 +184,10 @@ pub(crate) async fn compare(
     // The same cycles with the same limits put in force by an operator (SetLimits), which
     // the scripts read as the limits of record instead of the caller's own.
     let mut op = api::operator_client::OperatorClient::new(redis_chans[0].clone());
-    let host = |h: &str| api::GetLimitsRequest { host_id: h.into() };
+    let host = |h: &str| api::GetLimitsRequest {
+        host_id: h.into(),
+        ..Default::default()
+    };
     let current = op.get_limits(host("free")).await.unwrap().into_inner();
     op.set_limits(api::SetLimitsRequest {
         host_id: "free".into(),

@@ -94,7 +94,10 @@ pub async fn refresh(admin: &str, host: &str) -> usize {
         + call(
             admin,
             "/admission.v1.Operator/GetLimits",
-            &api::GetLimitsRequest { host_id },
+            &api::GetLimitsRequest {
+                host_id,
+                ..Default::default()
+            },
         )
         .await
 }

@@ -205,8 +205,20 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         &self,
         request: Request<api::GetLimitsRequest>,
     ) -> Result<Response<api::GetLimitsResponse>, Status> {
-        let host_id = &request.get_ref().host_id;
+        let req = request.get_ref();
+        let host_id = &req.host_id;
         edge::id(host_id, "host_id")?;
+        if req.or_defaults && !self.store.knows_host(host_id).await? {
+            // What it would start with; nothing is made until a SetLimits or a ticket is.
+            return Ok(Response::new(
+                crate::scheduler::LimitsRecord {
+                    limits: self.store.file_limits(host_id),
+                    source: crate::scheduler::LimitsSource::File,
+                    revision: 0,
+                }
+                .into(),
+            ));
+        }
         self.known(host_id).await?;
         let mut reply: api::GetLimitsResponse = self.store.get_limits(host_id).await?.into();
         reply.adaptive_caps = self

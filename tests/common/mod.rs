@@ -427,6 +427,7 @@ pub async fn reads_of_an_unknown_host_make_nothing(server: &Server, admin_port: 
         let e = op
             .get_limits(api::GetLimitsRequest {
                 host_id: "typo".into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -451,10 +452,24 @@ pub async fn reads_of_an_unknown_host_make_nothing(server: &Server, admin_port: 
             .await
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+        // A caller about to set its limits may ask what it would start with: still nothing made.
+        let would = op
+            .get_limits(api::GetLimitsRequest {
+                host_id: "typo".into(),
+                or_defaults: true,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            (would.source(), would.revision),
+            (api::LimitsSource::File, 0)
+        );
     }
     let limits = op
         .get_limits(api::GetLimitsRequest {
             host_id: listed.into(),
+            ..Default::default()
         })
         .await
         .expect("a host the file lists")
@@ -487,6 +502,7 @@ pub async fn reads_of_an_unknown_host_make_nothing(server: &Server, admin_port: 
     let after = op
         .get_limits(api::GetLimitsRequest {
             host_id: listed.into(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -988,9 +988,11 @@ export class OperatorClient {
     });
   }
 
-  /** The limits `hostId` is decided with now, their `source` and `revision`. */
-  async getLimits(hostId: string): Promise<gen.GetLimitsResponse> {
-    return this.call(this.stub.getLimits, { hostId });
+  /** The limits `hostId` is decided with now, their `source` and `revision`. A host that is
+   * not one yet answers NOT_FOUND, or with `orDefaults` the limits it would start with
+   * (revision 0); either way nothing is made. */
+  async getLimits(hostId: string, { orDefaults = false } = {}): Promise<gen.GetLimitsResponse> {
+    return this.call(this.stub.getLimits, { hostId, orDefaults });
   }
 
   /** Put `limits` (the whole message) in force; with `expectedRevision`, only if the limits are
@@ -1003,7 +1005,7 @@ export class OperatorClient {
    * (reading again if another operator changed them in between). */
   async updateLimits(hostId: string, changes: LimitsChanges): Promise<gen.SetLimitsResponse> {
     for (let i = 0; i < 5; i++) {
-      const current = await this.getLimits(hostId);
+      const current = await this.getLimits(hostId, { orDefaults: true });
       const l = current.limits!;
       const queue = { ...(l.queue ?? { total: 0, perSubject: 0, hardTotal: 0 }) };
       if (changes.queueTotal !== undefined) queue.total = changes.queueTotal;

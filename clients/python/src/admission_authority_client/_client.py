@@ -963,9 +963,11 @@ class OperatorClient:
         except grpc.RpcError as e:
             raise translate(e) from None
 
-    def get_limits(self, host_id: str) -> pb.GetLimitsResponse:
-        """The limits ``host_id`` is decided with now, their ``source`` and ``revision``."""
-        return self._call(self.stub.GetLimits, pb.GetLimitsRequest(host_id=host_id))
+    def get_limits(self, host_id: str, *, or_defaults: bool = False) -> pb.GetLimitsResponse:
+        """The limits ``host_id`` is decided with now, their ``source`` and ``revision``. A host
+        that is not one yet answers NOT_FOUND, or with ``or_defaults`` the limits it would
+        start with (revision 0); either way nothing is made."""
+        return self._call(self.stub.GetLimits, pb.GetLimitsRequest(host_id=host_id, or_defaults=or_defaults))
 
     def set_limits(
         self, host_id: str, limits: pb.HostLimits, *, expected_revision: int = 0
@@ -1018,7 +1020,7 @@ class OperatorClient:
         nothing to write: then nothing is, and the answer is None) and write it back at the
         revision read; read again if another operator changed them in between."""
         for _ in range(5):
-            current = self.get_limits(host_id)
+            current = self.get_limits(host_id, or_defaults=True)
             limits = pb.HostLimits()
             limits.CopyFrom(current.limits)
             if not change(limits):

@@ -2399,15 +2399,22 @@ class GetLimitsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HOST_ID_FIELD_NUMBER: _builtins.int
+    OR_DEFAULTS_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
+    or_defaults: _builtins.bool
+    """For a host that is not one yet: answer the limits it would start with (the file's,
+    LIMITS_SOURCE_FILE, revision 0) instead of NOT_FOUND, still making nothing. For a caller
+    about to SetLimits it (the clients' update_limits): revision 0 then skips the check.
+    """
     def __init__(
         self,
         *,
         host_id: _builtins.str = ...,
+        or_defaults: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id", "or_defaults", b"or_defaults"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1099,6 +1099,12 @@ export interface ListHostsResponse {
 
 export interface GetLimitsRequest {
   hostId: string;
+  /**
+   * For a host that is not one yet: answer the limits it would start with (the file's,
+   * LIMITS_SOURCE_FILE, revision 0) instead of NOT_FOUND, still making nothing. For a caller
+   * about to SetLimits it (the clients' update_limits): revision 0 then skips the check.
+   */
+  orDefaults: boolean;
 }
 
 export interface GetLimitsResponse {
@@ -6552,13 +6558,16 @@ export const ListHostsResponse: MessageFns<ListHostsResponse> = {
 };
 
 function createBaseGetLimitsRequest(): GetLimitsRequest {
-  return { hostId: "" };
+  return { hostId: "", orDefaults: false };
 }
 
 export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
   encode(message: GetLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.hostId !== "") {
       writer.uint32(10).string(message.hostId);
+    }
+    if (message.orDefaults !== false) {
+      writer.uint32(16).bool(message.orDefaults);
     }
     return writer;
   },
@@ -6584,6 +6593,14 @@ export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
             message.hostId = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.orDefaults = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6602,6 +6619,7 @@ export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
   fromPartial<I extends Exact<DeepPartial<GetLimitsRequest>, I>>(object: I): GetLimitsRequest {
     const message = createBaseGetLimitsRequest();
     message.hostId = object.hostId ?? "";
+    message.orDefaults = object.orDefaults ?? false;
     return message;
   },
 };

@@ -1518,6 +1518,12 @@ export interface ListHostsResponse {
 
 export interface GetLimitsRequest {
   hostId: string;
+  /**
+   * For a host that is not one yet: answer the limits it would start with (the file's,
+   * LIMITS_SOURCE_FILE, revision 0) instead of NOT_FOUND, still making nothing. For a caller
+   * about to SetLimits it (the clients' update_limits): revision 0 then skips the check.
+   */
+  orDefaults: boolean;
 }
 
 export interface GetLimitsResponse {
@@ -9039,13 +9045,16 @@ export const ListHostsResponse: MessageFns<ListHostsResponse> = {
 };
 
 function createBaseGetLimitsRequest(): GetLimitsRequest {
-  return { hostId: "" };
+  return { hostId: "", orDefaults: false };
 }
 
 export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
   encode(message: GetLimitsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.hostId !== "") {
       writer.uint32(10).string(message.hostId);
+    }
+    if (message.orDefaults !== false) {
+      writer.uint32(16).bool(message.orDefaults);
     }
     return writer;
   },
@@ -9071,6 +9080,14 @@ export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
             message.hostId = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.orDefaults = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -9090,6 +9107,11 @@ export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
         : isSet(object.host_id)
         ? globalThis.String(object.host_id)
         : "",
+      orDefaults: isSet(object.orDefaults)
+        ? globalThis.Boolean(object.orDefaults)
+        : isSet(object.or_defaults)
+        ? globalThis.Boolean(object.or_defaults)
+        : false,
     };
   },
 
@@ -9097,6 +9119,9 @@ export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
     const obj: any = {};
     if (message.hostId !== "") {
       obj.hostId = message.hostId;
+    }
+    if (message.orDefaults !== false) {
+      obj.orDefaults = message.orDefaults;
     }
     return obj;
   },
@@ -9107,6 +9132,7 @@ export const GetLimitsRequest: MessageFns<GetLimitsRequest> = {
   fromPartial<I extends Exact<DeepPartial<GetLimitsRequest>, I>>(object: I): GetLimitsRequest {
     const message = createBaseGetLimitsRequest();
     message.hostId = object.hostId ?? "";
+    message.orDefaults = object.orDefaults ?? false;
     return message;
   },
 };
