@@ -141,6 +141,7 @@ impl<S: Store> Exchange<S> {
             id,
             every: Duration::from_millis(lease / 3),
             outcome: Outcome::Unspecified,
+            releasing: false,
         });
         Ok(run_id)
     }

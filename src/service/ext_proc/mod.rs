@@ -144,6 +144,9 @@ struct Held {
     id: TicketId,
     every: Duration,
     outcome: Outcome,
+    /// Its release was begun (and counted): one the stream's drop interrupted is sent again
+    /// (a second release of a ticket changes nothing), not counted again.
+    releasing: bool,
 }
 
 /// One HTTP request's stream with Envoy.
@@ -403,13 +406,18 @@ impl<S: Store> Exchange<S> {
 
     /// Release the held ticket, once.
     async fn release(&mut self) {
-        let Some(h) = self.held.take() else { return };
+        let Some(h) = self.held.as_mut() else { return };
         release(&*self.store, &self.metrics, &self.policy.name, h).await;
+        // Only once it is done: a stream dropped meanwhile releases it again from Drop.
+        self.held = None;
     }
 }
 
-async fn release<S: Store>(store: &S, metrics: &Metrics, policy: &str, h: Held) {
-    metrics.http.released(policy);
+async fn release<S: Store>(store: &S, metrics: &Metrics, policy: &str, h: &mut Held) {
+    if !h.releasing {
+        h.releasing = true;
+        metrics.http.released(policy);
+    }
     let report = Report {
         outcome: h.outcome,
         latency_ms: None,
@@ -444,8 +452,8 @@ impl<S: Store> Drop for Exchange<S> {
             if let Some(r) = reserved {
                 settle(&*store, r, status, false).await;
             }
-            if let Some(h) = held {
-                release(&*store, &metrics, &policy, h).await;
+            if let Some(mut h) = held {
+                release(&*store, &metrics, &policy, &mut h).await;
             } else if let Some((host_id, run_id)) = submitting
                 && let Err(e) = store.release_run(&host_id, &run_id, Report::default()).await
             {
