@@ -224,6 +224,32 @@ fn counter_key(entries: &[(String, String)], shared: &[Option<&str>], limit: Lim
     out
 }
 
+/// A counter's entries and unit name, read back from its key ([`counter_key`]); `None` for a
+/// key it did not make.
+pub fn counter_entries(key: &str) -> Option<(Vec<(String, String)>, &str)> {
+    let (entries, unit) = key.rsplit_once('|')?;
+    let unescape = |s: &str| -> Option<String> {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(at) = rest.find('%') {
+            out.push_str(&rest[..at]);
+            let byte = u8::from_str_radix(rest.get(at + 1..at + 3)?, 16).ok()?;
+            out.push(char::from(byte));
+            rest = &rest[at + 3..];
+        }
+        out.push_str(rest);
+        Some(out)
+    };
+    let entries = entries
+        .split(',')
+        .map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((unescape(k)?, unescape(v)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((entries, unit))
+}
+
 fn escape_into(out: &mut String, s: &str) {
     if !s.contains(['%', '=', ',', '|']) {
         out.push_str(s);
@@ -394,6 +420,22 @@ impl Plan<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counter_key_reads_back_as_its_entries_and_unit() {
+        let entries = vec![
+            ("tenant".to_string(), "a,b=c|d%e".to_string()),
+            ("model".to_string(), "gpt-4o".to_string()),
+        ];
+        let limit = Limit {
+            requests_per_unit: 3,
+            unit: crate::ratelimit::rules::Unit::Minute,
+        };
+        let key = counter_key(&entries, &[], limit);
+        assert_eq!(counter_entries(&key), Some((entries, "minute")));
+        assert_eq!(counter_entries("tenant=a%2"), None);
+        assert_eq!(counter_entries("tenant%zz=a|minute"), None);
+    }
     use crate::ratelimit::rules::{Node, Unit};
 
     fn limit(rpu: u32, unit: Unit) -> Option<Limit> {

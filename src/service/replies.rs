@@ -461,40 +461,12 @@ pub fn http_policy(p: &crate::http_admission::HttpPolicy) -> api::HttpPolicyInfo
     }
 }
 
-/// The requests per unit of the rule a counter's descriptor meets (its key is the descriptor's
-/// entries, percent-escaped, then `|unit`); 0 when none does (or its unit differs: rules
-/// reloaded since).
+/// The requests per unit of the rule a counter's descriptor meets; 0 when none does (or its
+/// unit differs: rules reloaded since).
 fn counter_limit(rules: &crate::ratelimit::Rules, domain: &str, key: &str) -> u64 {
-    let Some((entries, unit)) = key.rsplit_once('|') else {
+    let Some((entries, unit)) = crate::ratelimit::decide::counter_entries(key) else {
         return 0;
     };
-    let unescape = |s: &str| -> String {
-        let mut out = String::with_capacity(s.len());
-        let mut rest = s;
-        while let Some(at) = rest.find('%') {
-            out.push_str(&rest[..at]);
-            match rest
-                .get(at + 1..at + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-            {
-                Some(b) => {
-                    out.push(char::from(b));
-                    rest = &rest[at + 3..];
-                }
-                None => {
-                    out.push('%');
-                    rest = &rest[at + 1..];
-                }
-            }
-        }
-        out.push_str(rest);
-        out
-    };
-    let entries: Vec<(String, String)> = entries
-        .split(',')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (unescape(k), unescape(v)))
-        .collect();
     match rules.lookup(domain, &entries) {
         crate::ratelimit::rules::Match::Rule {
             rule: crate::ratelimit::rules::Rule { limit: Some(l), .. },
