@@ -12,6 +12,8 @@
 //!   Settle, with `now` passed in. No I/O.
 //! * [`ratelimit`]: Envoy's rate limit service: envoyproxy/ratelimit's rules and windows, the
 //!   bounded counter table, with `now` passed in. No I/O.
+//! * [`history`]: a host's last hour in buckets: samples of its gauges and counters, and
+//!   what changed between them. No I/O.
 //! * [`http_admission`]: the external processor's policies and what an HTTP request asks of
 //!   the scheduler under one, read from its headers. No I/O.
 //! * [`store`]: the [`store::Store`] trait, whose unit is one atomic operation, and its
@@ -41,6 +43,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod gates;
+pub mod history;
 pub mod http_admission;
 pub mod ledger;
 pub mod metrics;

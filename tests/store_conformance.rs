@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use admission_authority::auth::{AuthPolicy, AuthVerdict, BucketRule};
 use admission_authority::clock::{Clock, ManualClock};
+use admission_authority::history;
 use admission_authority::ledger::{
     Allowance, Authorization, AuthorizeArgs, Budget, Coverage, Decision, LedgerError, Reason,
     Resolution, ResourcePolicy, StepState, UnknownUsage, Usage, usd_to_micros,
@@ -1539,6 +1540,88 @@ where
     assert_eq!(rl(s, 1, &minute(1)).await, vec![Some(1)]);
 }
 
+async fn counts_of<S: TicketStore>(s: &S, host: &str) -> history::Counts {
+    history::Counts::of(&s.stats(host).await.expect("store reachable"))
+}
+
+/// A host's history: its refusals counted by reason, one sample per bucket (the first one
+/// kept), the oldest forgotten past `buckets`, and what changed between samples.
+async fn history_keeps_one_sample_per_bucket_and_refusals_by_reason<H: Harness>()
+where
+    H::S: TicketStore,
+{
+    let h = H::build(LimitsTable::uniform(Limits {
+        lease_ttl_ms: 60_000,
+        ..limits(1, 1, 1)
+    }))
+    .await;
+    let s = h.store();
+    let shape = history::Shape {
+        bucket_ms: 1_000,
+        buckets: 3,
+        max_hosts: 10,
+    };
+    h.advance(500).await; // the middle of a bucket
+    submit(s, "hh", "a", "r1").await.expect("admitted");
+    s.record_history("hh", &counts_of(s, "hh").await, &shape)
+        .await
+        .unwrap();
+    submit(s, "hh", "a", "r2").await.expect("queued");
+    let busy = s
+        .submit("hh", args("a", None, "r3", SubmitMode::Try))
+        .await
+        .expect("store reachable");
+    assert!(
+        matches!(busy, Err(SubmitError::Refused(Refusal::Busy))),
+        "{busy:?}"
+    );
+    let full = submit(s, "hh", "a", "r4").await;
+    assert!(
+        matches!(full, Err(SubmitError::Refused(Refusal::QueueFull))),
+        "{full:?}"
+    );
+    let refusals = s.stats("hh").await.unwrap().counters.refusals;
+    assert_eq!(
+        (
+            refusals[Refusal::Busy.index()],
+            refusals[Refusal::QueueFull.index()]
+        ),
+        (1, 1)
+    );
+    // Later in the same bucket: not kept.
+    h.advance(100).await;
+    s.record_history("hh", &counts_of(s, "hh").await, &shape)
+        .await
+        .unwrap();
+    assert_eq!(s.history("hh").await.unwrap().len(), 1);
+    h.advance(1_000).await;
+    s.record_history("hh", &counts_of(s, "hh").await, &shape)
+        .await
+        .unwrap();
+    let samples = s.history("hh").await.unwrap();
+    let p = history::points(&samples);
+    assert_eq!(p.len(), 1);
+    assert_eq!(
+        (
+            p[0].span_ms,
+            p[0].in_flight,
+            p[0].queued,
+            p[0].admitted,
+            p[0].refused
+        ),
+        (1_100, 1, 1, 0, [1, 1, 0, 0])
+    );
+    // Ten buckets more: four samples are kept (three buckets and the one before them).
+    for _ in 0..10 {
+        h.advance(1_000).await;
+        s.record_history("hh", &counts_of(s, "hh").await, &shape)
+            .await
+            .unwrap();
+    }
+    assert_eq!(s.history("hh").await.unwrap().len(), 4);
+    assert!(s.history("other").await.unwrap().is_empty());
+}
+
 macro_rules! conformance {
     ($harness:ty: $($scenario:ident),* $(,)?) => {
         $(
@@ -1590,6 +1673,7 @@ macro_rules! every_scenario {
             rate_limits_count_one_requests_hits_in_order,
             rate_limits_refuse_new_counters_past_max,
             rate_limits_subtract_from_the_current_window_only,
+            history_keeps_one_sample_per_bucket_and_refusals_by_reason,
             $($own,)*
         );
     };

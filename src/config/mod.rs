@@ -115,6 +115,8 @@ pub struct Config {
     /// Hosts with series of their own in `/metrics` (`metrics.max_hosts`); the rest are summed
     /// under `host_id="_other"`.
     pub metrics_max_hosts: usize,
+    /// Each host's history (`history`): bucket width, buckets kept, hosts kept (0: none).
+    pub history: crate::history::Shape,
     /// The rate limit service's domains and settings (`rate_limits`).
     pub rate_limits: RateLimitsConfig,
     /// The policies of the external processor (`http_admission`).

@@ -49,6 +49,14 @@ impl Config {
             }
         }
         let _ = writeln!(out, "metrics: {{max_hosts: {}}}", self.metrics_max_hosts);
+        let h = &self.history;
+        let _ = writeln!(
+            out,
+            "history: {{bucket: {}, keep: {}, max_hosts: {}}}",
+            format_ms(h.bucket_ms),
+            format_ms(h.bucket_ms * h.buckets),
+            h.max_hosts
+        );
         let _ = writeln!(out, "scheduling:");
         render_limits(&mut out, &self.limits.default, "  ");
         if !self.limits.hosts.is_empty() {

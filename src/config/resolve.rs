@@ -79,6 +79,7 @@ impl Cx {
             tls: file.tls,
             grpc: file.grpc,
             metrics_max_hosts: file.metrics_max_hosts.unwrap_or(DEFAULT_METRICS_MAX_HOSTS),
+            history: file.history.unwrap_or(crate::history::Shape::DEFAULT),
             rate_limits: file.rate_limits,
             http_admission: file.http_admission,
             admin_listen: {

@@ -23,6 +23,7 @@ pub(super) struct FileConfig {
     pub(super) drain_grace_ms: Option<u64>,
     pub(super) admin_listen: Option<String>,
     pub(super) metrics_max_hosts: Option<usize>,
+    pub(super) history: Option<crate::history::Shape>,
     pub(super) rate_limits: RateLimitsConfig,
     pub(super) http_admission: crate::http_admission::HttpAdmissionConfig,
 }
@@ -130,6 +131,7 @@ impl Cx {
                 "drain_grace",
                 "admin_listen",
                 "metrics",
+                "history",
                 "max_concurrent_runs",
                 "queue_depth",
                 "overflow_policy",
@@ -251,6 +253,9 @@ impl Cx {
             f.metrics_max_hosts = self
                 .count(v, "metrics.max_hosts", 1, 1_000_000)
                 .map(|n| n as usize);
+        }
+        if let Some(v) = m.get("history") {
+            f.history = self.history(v);
         }
         if let Some(v) = m.get("rate_limits") {
             f.rate_limits = self.rate_limits(v);
@@ -532,5 +537,39 @@ impl Cx {
         }
         let aliases = self.aliases(m, path, &p, path);
         p.merged(&aliases)
+    }
+}
+
+impl Cx {
+    /// `history`: how the last hour each host's page charts is cut (bucket, keep, max_hosts).
+    fn history(&mut self, v: &Value) -> Option<crate::history::Shape> {
+        let m = self.mapping(v, "history", &["bucket", "keep", "max_hosts"])?;
+        let default = crate::history::Shape::DEFAULT;
+        let bucket_ms = match m.get("bucket") {
+            Some(v) => self.duration(v, "history.bucket", 100, 3_600_000),
+            None => Some(default.bucket_ms),
+        };
+        let keep_ms = match m.get("keep") {
+            Some(v) => self.duration(v, "history.keep", 1_000, 7 * 86_400_000),
+            None => Some(default.bucket_ms * default.buckets),
+        };
+        let max_hosts = match m.get("max_hosts") {
+            Some(v) => self.count(v, "history.max_hosts", 0, 1_000_000),
+            None => Some(default.max_hosts as u64),
+        };
+        let (bucket_ms, keep_ms, max_hosts) = (bucket_ms?, keep_ms?, max_hosts?);
+        let buckets = keep_ms / bucket_ms;
+        if !(2..=10_000).contains(&buckets) {
+            self.err(
+                "history.keep",
+                format_args!("must hold 2 to 10000 buckets of history.bucket, got {buckets}"),
+            );
+            return None;
+        }
+        Some(crate::history::Shape {
+            bucket_ms,
+            buckets,
+            max_hosts: max_hosts as usize,
+        })
     }
 }

@@ -217,10 +217,19 @@ impl RpcLatency {
 }
 
 /// Store calls' latency by operation and result (`ok`, or `error` when the store failed).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StoreLatency {
     ok: [Histogram; StoreOp::ALL.len()],
     error: [Histogram; StoreOp::ALL.len()],
+}
+
+impl Default for StoreLatency {
+    fn default() -> Self {
+        StoreLatency {
+            ok: std::array::from_fn(|_| Histogram::default()),
+            error: std::array::from_fn(|_| Histogram::default()),
+        }
+    }
 }
 
 impl Recorder for StoreLatency {

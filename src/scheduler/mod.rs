@@ -592,6 +592,7 @@ impl HostState {
     /// Count a Submit refused before it reached the core (the authority's own memory).
     pub fn count_rejection(&mut self) {
         self.counters.rejected += 1;
+        self.counters.refusals[Refusal::MemoryPressure.index()] += 1;
     }
 
     pub fn has_ticket(&self, key: TicketKey) -> bool {
@@ -623,6 +624,7 @@ impl HostState {
 
     fn refuse(&mut self, refusal: Refusal) -> SubmitError {
         self.counters.rejected += 1;
+        self.counters.refusals[refusal.index()] += 1;
         SubmitError::Refused(refusal)
     }
 

@@ -171,6 +171,18 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The refusals a host counts by reason (draining is refused before any host).
+    pub const COUNTED: [Refusal; 3] = [Refusal::Busy, Refusal::QueueFull, Refusal::MemoryPressure];
+
+    /// Its place in [`Counters::refusals`]; draining shares memory pressure's, never used.
+    pub fn index(self) -> usize {
+        match self {
+            Refusal::Busy => 0,
+            Refusal::QueueFull => 1,
+            Refusal::MemoryPressure | Refusal::Draining => 2,
+        }
+    }
+
     /// Its name: the ErrorInfo reason callers see, and the code the Redis scripts answer.
     /// Part of the public contract.
     pub fn code(self) -> &'static str {
@@ -308,6 +320,10 @@ pub struct Counters {
     /// Submits refused because their key was busy (`KEY_POLICY_REJECT_NEW`); also counted in
     /// `rejected`.
     pub key_refused: u64,
+    /// The other refusals counted in `rejected`, by [`Refusal::index`]. The data dir does not
+    /// keep them: on the embedded store they count from the process's start (the history
+    /// that reads them starts there too).
+    pub refusals: [u64; 3],
 }
 
 /// What a Release says about the run's call to the model provider.

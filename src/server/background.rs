@@ -1,5 +1,5 @@
-//! What runs beside the services: the lease sweep, the authority's own memory watch, SIGHUP
-//! reloads, and the drain that SIGTERM starts.
+//! What runs beside the services: the lease sweep, each host's history samples, the
+//! authority's own memory watch, SIGHUP reloads, and the drain that SIGTERM starts.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::Reload;
 use crate::config::Config;
 use crate::gates::Gates;
+use crate::history;
 use crate::http_admission::LivePolicies;
 use crate::ratelimit::LiveRateLimits;
 use crate::store::{Store, Timed};
@@ -44,6 +45,7 @@ pub(super) fn start_background<S: Store>(
         sweep_every,
         live.rate_limits.clone(),
     )));
+    tasks.push(tokio::spawn(sample_history(store.clone(), config.history)));
     tasks.push(tokio::spawn(watch_own_memory(
         gates.clone(),
         config.authority_max_rss_mb,
@@ -113,6 +115,40 @@ pub(super) async fn drain_then_stop<S: Store>(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Once a bucket, in its middle (so a late tick still falls in it), each host's gauges and
+/// counters into its history: the first `max_hosts` hosts by name. A host the store cannot
+/// read this time has a longer bucket next time.
+async fn sample_history<S: Store>(store: Arc<S>, shape: history::Shape) {
+    if shape.max_hosts == 0 {
+        return;
+    }
+    let width = shape.bucket_ms.max(1);
+    loop {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut next = now / width * width + width / 2;
+        if next <= now {
+            next += width;
+        }
+        tokio::time::sleep(Duration::from_millis(next - now)).await;
+        let Ok(mut hosts) = store.host_ids().await else {
+            continue;
+        };
+        hosts.sort_unstable();
+        hosts.truncate(shape.max_hosts);
+        for host in hosts {
+            if let Ok(stats) = store.stats(&host).await
+                && let Err(e) = store
+                    .record_history(&host, &history::Counts::of(&stats), &shape)
+                    .await
+            {
+                tracing::debug!(host_id = %host, "history: a sample was not kept: {e}");
+            }
+        }
+    }
 }
 
 /// Sweep a little faster than the shortest lease can run out, within 5 ms..1 s. Operations

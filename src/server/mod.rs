@@ -392,6 +392,7 @@ impl<S: Store> Services<S> {
                 gates.clone(),
                 rate_limits.clone(),
                 live.policies.clone(),
+                config.history,
             ))
             .max_decoding_message_size(max),
             rate_limit: RateLimitServiceServer::new(RateLimitService::new(

@@ -10,6 +10,7 @@ use super::status::ApiError;
 use super::{list_limit, replies};
 use crate::api;
 use crate::gates::Gates;
+use crate::history;
 use crate::http_admission::LivePolicies;
 use crate::ratelimit::LiveRateLimits;
 use crate::store::Store;
@@ -20,6 +21,7 @@ pub struct OperatorService<S> {
     gates: Arc<Gates>,
     rate_limits: Arc<LiveRateLimits>,
     http_policies: Arc<LivePolicies>,
+    history: history::Shape,
 }
 
 impl<S> OperatorService<S> {
@@ -28,12 +30,14 @@ impl<S> OperatorService<S> {
         gates: Arc<Gates>,
         rate_limits: Arc<LiveRateLimits>,
         http_policies: Arc<LivePolicies>,
+        history: history::Shape,
     ) -> Self {
         OperatorService {
             store,
             gates,
             rate_limits,
             http_policies,
+            history,
         }
     }
 }
@@ -135,6 +139,25 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
                 .values()
                 .filter(|p| host_id.is_empty() || &p.host_id == host_id)
                 .map(replies::http_policy)
+                .collect(),
+        }))
+    }
+
+    async fn get_host_history(
+        &self,
+        request: Request<api::GetHostHistoryRequest>,
+    ) -> Result<Response<api::GetHostHistoryResponse>, Status> {
+        let host_id = &request.get_ref().host_id;
+        edge::id(host_id, "host_id")?;
+        self.known(host_id).await?;
+        let samples = self.store.history(host_id).await?;
+        let shape = &self.history;
+        Ok(Response::new(api::GetHostHistoryResponse {
+            bucket_ms: shape.bucket_ms,
+            buckets_kept: shape.buckets as u32,
+            buckets: history::points(&samples)
+                .iter()
+                .map(replies::history_bucket)
                 .collect(),
         }))
     }

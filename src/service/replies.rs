@@ -530,3 +530,25 @@ pub fn rate_limits(
         response_headers,
     }
 }
+
+/// One bucket of a host's history.
+pub fn history_bucket(p: &crate::history::Point) -> api::HistoryBucket {
+    let clamp = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    api::HistoryBucket {
+        end_unix_ms: p.at_ms,
+        span_ms: p.span_ms,
+        in_flight: clamp(p.in_flight),
+        queued: clamp(p.queued),
+        admitted: p.admitted,
+        refused_busy: p.refused[0],
+        refused_queue_full: p.refused[1],
+        refused_memory_pressure: p.refused[2],
+        refused_key_busy: p.refused[3],
+        shed: p.shed,
+        superseded: p.superseded,
+        expired: p.expired,
+        waited: p.waits,
+        wait_p50_ms: p.wait_p50_ms.unwrap_or(0),
+        wait_p95_ms: p.wait_p95_ms.unwrap_or(0),
+    }
+}

@@ -16,6 +16,7 @@ use std::fmt;
 use std::future::Future;
 
 use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, BucketRule};
+use crate::history;
 use crate::ledger::{
     Authorization, AuthorizeArgs, LedgerError, LedgerStats, ReservationInfo, Resolution,
     ResourcePolicy, Usage,
@@ -354,6 +355,22 @@ pub trait TicketStore: Send + Sync + 'static {
         host_id: &str,
         limit: usize,
     ) -> impl Future<Output = Result<(Vec<TicketInfo>, bool), StoreError>> + Send;
+
+    /// Keep `counts` as the host's history sample of the bucket the store's clock is in now,
+    /// unless that bucket has one (on Redis, the first replica's), and forget samples older
+    /// than `shape` keeps.
+    fn record_history(
+        &self,
+        host_id: &str,
+        counts: &history::Counts,
+        shape: &history::Shape,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The host's history samples, oldest first.
+    fn history(
+        &self,
+        host_id: &str,
+    ) -> impl Future<Output = Result<Vec<history::Sample>, StoreError>> + Send;
 
     /// Count a Submit refused before it reached the store (the authority's own memory).
     fn count_rejection(&self, host_id: &str)

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::auth::{AuthCleared, AuthDecision, AuthPolicy, BucketRule};
 use crate::clock::Stopwatch;
+use crate::history;
 use crate::ledger::{
     Authorization, AuthorizeArgs, LedgerStats, ReservationInfo, Resolution, Usage,
 };
@@ -39,6 +40,8 @@ pub enum StoreOp {
     Ticket,
     SweepTickets,
     Stats,
+    RecordHistory,
+    History,
     List,
     CountRejection,
     InFlightHere,
@@ -60,7 +63,7 @@ pub enum StoreOp {
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 31] = [
+    pub const ALL: [StoreOp; 33] = [
         StoreOp::GetLimits,
         StoreOp::SetLimits,
         StoreOp::ResetLimits,
@@ -74,6 +77,8 @@ impl StoreOp {
         StoreOp::Ticket,
         StoreOp::SweepTickets,
         StoreOp::Stats,
+        StoreOp::RecordHistory,
+        StoreOp::History,
         StoreOp::List,
         StoreOp::CountRejection,
         StoreOp::InFlightHere,
@@ -110,6 +115,8 @@ impl StoreOp {
             StoreOp::Ticket => "ticket",
             StoreOp::SweepTickets => "sweep_tickets",
             StoreOp::Stats => "stats",
+            StoreOp::RecordHistory => "record_history",
+            StoreOp::History => "history",
             StoreOp::List => "list",
             StoreOp::CountRejection => "count_rejection",
             StoreOp::InFlightHere => "in_flight_here",
@@ -288,6 +295,25 @@ impl<S: TicketStore> TicketStore for Timed<S> {
 
     fn stats(&self, host_id: &str) -> impl Future<Output = Result<HostStats, StoreError>> + Send {
         self.timed(StoreOp::Stats, self.inner.stats(host_id))
+    }
+
+    fn record_history(
+        &self,
+        host_id: &str,
+        counts: &history::Counts,
+        shape: &history::Shape,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.timed(
+            StoreOp::RecordHistory,
+            self.inner.record_history(host_id, counts, shape),
+        )
+    }
+
+    fn history(
+        &self,
+        host_id: &str,
+    ) -> impl Future<Output = Result<Vec<history::Sample>, StoreError>> + Send {
+        self.timed(StoreOp::History, self.inner.history(host_id))
     }
 
     fn list(

@@ -62,6 +62,8 @@ pub struct MemoryStore {
     /// This process's pauses: a host's first change after one gives its live tickets a full
     /// lease from then ([`crate::pause`]). Unarmed unless the server beats it.
     pauses: Arc<PauseWatch>,
+    /// Each host's last hour (kept in memory only: it starts again with the process).
+    history: Mutex<crate::history::Ring>,
 }
 
 struct Host {
@@ -119,6 +121,7 @@ impl MemoryStore {
     pub fn new(policy: Policy, clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             pauses: Arc::new(PauseWatch::new(clock.clone())),
+            history: Mutex::default(),
             clock,
             auth: Mutex::new(AuthPart {
                 table: AuthTable::new(policy.auth.local_max_keys),

@@ -5,6 +5,7 @@ use tokio::sync::watch;
 
 use super::MemoryStore;
 use super::ops::{HostOp, HostOut};
+use crate::history;
 use crate::scheduler::{
     HeldArgs, HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable,
     ReclaimRefusal, Reclaimed, Report, SubmitArgs, SubmitError, TicketInfo, TicketState,
@@ -240,6 +241,22 @@ impl TicketStore for MemoryStore {
             state.stats(limits, now)
         })
         .await
+    }
+
+    async fn record_history(
+        &self,
+        host_id: &str,
+        counts: &history::Counts,
+        shape: &history::Shape,
+    ) -> Result<(), StoreError> {
+        let at = self.epoch_ms();
+        let mut ring = self.history.lock().expect("history lock");
+        ring.record(shape, host_id, at, *counts);
+        Ok(())
+    }
+
+    async fn history(&self, host_id: &str) -> Result<Vec<history::Sample>, StoreError> {
+        Ok(self.history.lock().expect("history lock").samples(host_id))
     }
 
     async fn list(

@@ -329,7 +329,8 @@ mod tests {
             assert_eq!(auth_verdict(c), Some(v));
         }
         assert_eq!(reason("NOPE"), None);
-        for (r, c) in REFUSALS {
+        for (i, (r, c)) in REFUSALS.into_iter().enumerate() {
+            assert_eq!(r.index(), i, "stats answers the counts in this order");
             assert_eq!(refusal(c), Some(r));
             assert_eq!(r.code(), c, "the script answers the contract name");
         }

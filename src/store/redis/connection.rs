@@ -456,6 +456,18 @@ impl Connections {
         })
     }
 
+    /// Several commands sent at once, applied together (`MULTI`/`EXEC`).
+    pub(super) async fn transaction<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, StoreError> {
+        let (mut conn, _) = self.conn().await?;
+        pipe.query_async(&mut conn).await.map_err(|e| {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            classify(&self.addr, e, true)
+        })
+    }
+
     /// Calls that failed since the store was made.
     pub(super) fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)

@@ -20,6 +20,7 @@ mod coalesce;
 mod codes;
 mod connection;
 mod epoch;
+mod history;
 pub mod keys;
 mod lanes;
 pub mod layout;
@@ -99,6 +100,7 @@ pub struct RedisStore {
     coalescer: Arc<coalesce::Coalescer>,
     ticket: redis::Script,
     stats: redis::Script,
+    history_record: redis::Script,
     list: redis::Script,
     limits: redis::Script,
     /// Each host's limits as the scripts read them, computed once.
@@ -186,6 +188,7 @@ impl RedisStore {
             renew: redis::Script::new(&scripts::renew()),
             ticket: redis::Script::new(&scripts::ticket()),
             stats: redis::Script::new(&scripts::stats()),
+            history_record: redis::Script::new(&scripts::history_record()),
             list: redis::Script::new(&scripts::list()),
             limits: redis::Script::new(&scripts::limits()),
             file_limits: std::sync::RwLock::new(Arc::new(file_limits)),

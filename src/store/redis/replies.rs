@@ -231,8 +231,7 @@ pub(super) fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
         latency_sum_ms: 0,
         latency_count: 0,
         reclaimed: 0,
-        superseded: 0,
-        key_refused: 0,
+        ..Counters::default()
     };
     let mut i = 11;
     // Rows of name, in_flight, queued and (with `cap`) the cap in force (-1: none).
@@ -276,7 +275,8 @@ pub(super) fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
     let (latency_sum_ms, latency_count) = (n(i + 10)?, n(i + 11)?);
     let (reclaimed, learning_left_ms) = (n(i + 12)?, n(i + 13)?);
     let (superseded, key_refused) = (n(i + 14)?, n(i + 15)?);
-    let limits = limits_of(f.get(i + 16..).ok_or_else(bad)?).ok_or_else(bad)?;
+    let refusals = [n(i + 16)?, n(i + 17)?, n(i + 18)?];
+    let limits = limits_of(f.get(i + 19..).ok_or_else(bad)?).ok_or_else(bad)?;
     let subjects = subject_rows
         .into_iter()
         .map(|(name, in_flight, queued, _)| UsageRow {
@@ -311,6 +311,7 @@ pub(super) fn stats_of(reply: &Value) -> Result<HostStats, StoreError> {
             reclaimed,
             superseded,
             key_refused,
+            refusals,
             ..counters
         },
         reported_rss_mb: n32(10)?,

@@ -42,6 +42,13 @@ const AUTH_ATTEMPT: &str = include_str!("lua/auth_attempt.lua");
 /// `now_of(arg)`: a script's now argument in ms, 0 meaning Redis TIME.
 const NOW_OF: &str = include_str!("lua/now_of.lua");
 
+/// Keep a host's history sample.
+///
+/// Its header in `lua/history_record.lua` says what it takes and answers.
+pub fn history_record() -> String {
+    format!("{NOW_OF}{}", include_str!("lua/history_record.lua"))
+}
+
 /// Read an auth bucket without counting (CheckAuthAttempt with `peek`).
 ///
 /// Its header in `lua/auth_peek.lua` says what it takes and answers.

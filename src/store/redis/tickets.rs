@@ -14,7 +14,7 @@ use super::replies::*;
 use super::{RedisStore, codes};
 use crate::scheduler::{
     Blocker, HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed,
-    Report, ShadowDecision, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState,
+    Refusal, Report, ShadowDecision, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState,
     TicketView, level_of,
 };
 use crate::store::{ChangeWatch, StoreError, TicketId, TicketStore};
@@ -450,6 +450,19 @@ impl TicketStore for RedisStore {
         stats_of(&reply)
     }
 
+    async fn record_history(
+        &self,
+        host_id: &str,
+        counts: &crate::history::Counts,
+        shape: &crate::history::Shape,
+    ) -> Result<(), StoreError> {
+        self.record_history_sample(host_id, counts, shape).await
+    }
+
+    async fn history(&self, host_id: &str) -> Result<Vec<crate::history::Sample>, StoreError> {
+        self.history_samples(host_id).await
+    }
+
     async fn list(
         &self,
         host_id: &str,
@@ -577,14 +590,18 @@ impl TicketStore for RedisStore {
     }
 
     async fn count_rejection(&self, host_id: &str) -> Result<(), StoreError> {
-        // One command: nothing is decided, a counter only grows.
-        let _: i64 = self
+        // Nothing is decided, two counters only grow.
+        let counters = format!("{}c", self.keys.sched(host_id));
+        let reason = format!("r:{}", Refusal::MemoryPressure.code());
+        let _: () = self
             .conns
-            .command(
-                redis::cmd("HINCRBY")
-                    .arg(format!("{}c", self.keys.sched(host_id)))
-                    .arg("rejected")
-                    .arg(1),
+            .transaction(
+                redis::pipe()
+                    .atomic()
+                    .hincr(&counters, "rejected", 1)
+                    .ignore()
+                    .hincr(&counters, reason, 1)
+                    .ignore(),
             )
             .await?;
         Ok(())

@@ -943,8 +943,7 @@ fn host_image(h: HostStateV1) -> Result<HostImage, String> {
             latency_sum_ms: c.latency_sum_ms,
             latency_count: c.latency_count,
             reclaimed: c.reclaimed,
-            superseded: 0,
-            key_refused: 0,
+            ..Counters::default()
         },
         adaptive,
         instances,

@@ -4,8 +4,8 @@
 -- (account, in_flight, queued, cap (-1 none)) x n, queue-wait buckets and sum, shadow
 -- decisions (QUEUED, BUSY, QUEUE_FULL, MEMORY_PRESSURE), mean hold, outcomes (ok,
 -- rate_limited, overloaded, failed), latency sum and count, tickets reclaimed, the ms left
--- of a learning window (0 none), tickets superseded, Submits refused KEY_BUSY, the limits of
--- record}.
+-- of a learning window (0 none), tickets superseded, Submits refused KEY_BUSY, refusals BUSY,
+-- QUEUE_FULL and MEMORY_PRESSURE, the limits of record}.
 housekeeping(false)
 local out = {}
 for _, f in ipairs({'in_flight', 'queued', 'parked', 'submitted', 'admitted', 'rejected',
@@ -75,5 +75,6 @@ table.insert(out, cnt('reclaimed'))
 table.insert(out, math.max(cnt('lu') - now, 0))
 table.insert(out, cnt('superseded'))
 table.insert(out, cnt('key_refused'))
+for _, r in ipairs({BUSY, QUEUE_FULL, MEMORY_PRESSURE}) do table.insert(out, cnt('r:' .. r)) end
 append_limits(out)
 return out

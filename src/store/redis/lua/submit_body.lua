@@ -65,6 +65,7 @@ end
 local function refuse(reason)
   unclaim()
   incr('rejected')
+  incr('r:' .. reason)
   return {'refused', reason, learning_left > 0 and fmt(learning_left) or ''}
 end
 local shadow = L.mode == MODE_SHADOW

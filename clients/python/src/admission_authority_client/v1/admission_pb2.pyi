@@ -2690,6 +2690,130 @@ class ListHttpPoliciesResponse(_message.Message):
 Global___ListHttpPoliciesResponse: _TypeAlias = ListHttpPoliciesResponse  # noqa: Y015
 
 @_typing.final
+class GetHostHistoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    host_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        host_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetHostHistoryRequest: _TypeAlias = GetHostHistoryRequest  # noqa: Y015
+
+@_typing.final
+class HistoryBucket(_message.Message):
+    """One bucket of a host's history: the gauges at its end, and what happened during it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    END_UNIX_MS_FIELD_NUMBER: _builtins.int
+    SPAN_MS_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    QUEUED_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    REFUSED_BUSY_FIELD_NUMBER: _builtins.int
+    REFUSED_QUEUE_FULL_FIELD_NUMBER: _builtins.int
+    REFUSED_MEMORY_PRESSURE_FIELD_NUMBER: _builtins.int
+    REFUSED_KEY_BUSY_FIELD_NUMBER: _builtins.int
+    SHED_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
+    EXPIRED_FIELD_NUMBER: _builtins.int
+    WAITED_FIELD_NUMBER: _builtins.int
+    WAIT_P50_MS_FIELD_NUMBER: _builtins.int
+    WAIT_P95_MS_FIELD_NUMBER: _builtins.int
+    end_unix_ms: _builtins.int
+    """When the bucket ended (ms since the Unix epoch, on the store's clock) and how long it
+    lasted: the bucket width, or longer when the authority could not sample in between.
+    """
+    span_ms: _builtins.int
+    in_flight: _builtins.int
+    """Admitted and queued tickets when it ended."""
+    queued: _builtins.int
+    admitted: _builtins.int
+    """Tickets admitted during it (at once or from the queue)."""
+    refused_busy: _builtins.int
+    """Submits refused during it, by reason: BUSY, QUEUE_FULL, MEMORY_PRESSURE, KEY_BUSY."""
+    refused_queue_full: _builtins.int
+    refused_memory_pressure: _builtins.int
+    refused_key_busy: _builtins.int
+    shed: _builtins.int
+    """Queued tickets ended during it: shed by the overflow policy, superseded by a newer ticket
+    of their key; and tickets whose lease expired.
+    """
+    superseded: _builtins.int
+    expired: _builtins.int
+    waited: _builtins.int
+    """Tickets admitted from the queue during it, and the 50th and 95th percentiles of their
+    waits (ms), read from the wait histogram's buckets (10, 50, 100, 500 ms, 1, 5, 10, 30 s,
+    1, 5 min); 0 when none waited.
+    """
+    wait_p50_ms: _builtins.int
+    wait_p95_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        end_unix_ms: _builtins.int = ...,
+        span_ms: _builtins.int = ...,
+        in_flight: _builtins.int = ...,
+        queued: _builtins.int = ...,
+        admitted: _builtins.int = ...,
+        refused_busy: _builtins.int = ...,
+        refused_queue_full: _builtins.int = ...,
+        refused_memory_pressure: _builtins.int = ...,
+        refused_key_busy: _builtins.int = ...,
+        shed: _builtins.int = ...,
+        superseded: _builtins.int = ...,
+        expired: _builtins.int = ...,
+        waited: _builtins.int = ...,
+        wait_p50_ms: _builtins.int = ...,
+        wait_p95_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "end_unix_ms", b"end_unix_ms", "expired", b"expired", "in_flight", b"in_flight", "queued", b"queued", "refused_busy", b"refused_busy", "refused_key_busy", b"refused_key_busy", "refused_memory_pressure", b"refused_memory_pressure", "refused_queue_full", b"refused_queue_full", "shed", b"shed", "span_ms", b"span_ms", "superseded", b"superseded", "wait_p50_ms", b"wait_p50_ms", "wait_p95_ms", b"wait_p95_ms", "waited", b"waited"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HistoryBucket: _TypeAlias = HistoryBucket  # noqa: Y015
+
+@_typing.final
+class GetHostHistoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUCKET_MS_FIELD_NUMBER: _builtins.int
+    BUCKETS_KEPT_FIELD_NUMBER: _builtins.int
+    BUCKETS_FIELD_NUMBER: _builtins.int
+    bucket_ms: _builtins.int
+    """The bucket width (ms) and the buckets kept."""
+    buckets_kept: _builtins.int
+    @_builtins.property
+    def buckets(self) -> _containers.RepeatedCompositeFieldContainer[Global___HistoryBucket]:
+        """Oldest first; empty until the host has been sampled twice."""
+
+    def __init__(
+        self,
+        *,
+        bucket_ms: _builtins.int = ...,
+        buckets_kept: _builtins.int = ...,
+        buckets: _abc.Iterable[Global___HistoryBucket] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket_ms", b"bucket_ms", "buckets", b"buckets", "buckets_kept", b"buckets_kept"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetHostHistoryResponse: _TypeAlias = GetHostHistoryResponse  # noqa: Y015
+
+@_typing.final
 class GetRateLimitsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

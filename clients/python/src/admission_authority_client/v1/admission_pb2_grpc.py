@@ -707,6 +707,11 @@ class OperatorStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesResponse.FromString,
                 _registered_method=True)
+        self.GetHostHistory = channel.unary_unary(
+                '/admission.v1.Operator/GetHostHistory',
+                request_serializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServicer:
@@ -817,6 +822,17 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHostHistory(self, request, context):
+        """A host's recent history, installation-wide: its gauges and what happened, bucket by
+        bucket (10 s buckets for the last hour unless the file's `history` says otherwise). The
+        authority samples each host once a bucket; on Redis every replica reads the same samples.
+        The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
+        for a host that is not one. A host past `history.max_hosts` (by name) has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -874,6 +890,11 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.ListHttpPolicies,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.ListHttpPoliciesResponse.SerializeToString,
+            ),
+            'GetHostHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHostHistory,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1179,6 +1200,33 @@ class Operator:
             '/admission.v1.Operator/ListHttpPolicies',
             admission_dot_v1_dot_admission__pb2.ListHttpPoliciesRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.ListHttpPoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHostHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/GetHostHistory',
+            admission_dot_v1_dot_admission__pb2.GetHostHistoryRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.GetHostHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -443,6 +443,13 @@ class OperatorStub:
     this port), as this process loaded them (a SIGHUP reloads them): every configured policy
     with its settings, whether or not a request is in flight under it.
     """
+    GetHostHistory: _grpc.UnaryUnaryMultiCallable[_admission_pb2.GetHostHistoryRequest, _admission_pb2.GetHostHistoryResponse]
+    """A host's recent history, installation-wide: its gauges and what happened, bucket by
+    bucket (10 s buckets for the last hour unless the file's `history` says otherwise). The
+    authority samples each host once a bucket; on Redis every replica reads the same samples.
+    The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
+    for a host that is not one. A host past `history.max_hosts` (by name) has none.
+    """
 
 @_typing.type_check_only
 class OperatorAsyncStub(OperatorStub):
@@ -508,6 +515,13 @@ class OperatorAsyncStub(OperatorStub):
     """The http_admission policies Envoy's external processor admits requests under (served on
     this port), as this process loaded them (a SIGHUP reloads them): every configured policy
     with its settings, whether or not a request is in flight under it.
+    """
+    GetHostHistory: _aio.UnaryUnaryMultiCallable[_admission_pb2.GetHostHistoryRequest, _admission_pb2.GetHostHistoryResponse]  # type: ignore[assignment]
+    """A host's recent history, installation-wide: its gauges and what happened, bucket by
+    bucket (10 s buckets for the last hour unless the file's `history` says otherwise). The
+    authority samples each host once a bucket; on Redis every replica reads the same samples.
+    The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
+    for a host that is not one. A host past `history.max_hosts` (by name) has none.
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
@@ -637,6 +651,19 @@ class OperatorServicer(metaclass=_abc_1.ABCMeta):
         """The http_admission policies Envoy's external processor admits requests under (served on
         this port), as this process loaded them (a SIGHUP reloads them): every configured policy
         with its settings, whether or not a request is in flight under it.
+        """
+
+    @_abc_1.abstractmethod
+    def GetHostHistory(
+        self,
+        request: _admission_pb2.GetHostHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.GetHostHistoryResponse, _abc.Awaitable[_admission_pb2.GetHostHistoryResponse]]:
+        """A host's recent history, installation-wide: its gauges and what happened, bucket by
+        bucket (10 s buckets for the last hour unless the file's `history` says otherwise). The
+        authority samples each host once a bucket; on Redis every replica reads the same samples.
+        The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
+        for a host that is not one. A host past `history.max_hosts` (by name) has none.
         """
 
 def add_OperatorServicer_to_server(servicer: OperatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1196,6 +1196,53 @@ export interface ListHttpPoliciesResponse {
   policies: HttpPolicyInfo[];
 }
 
+export interface GetHostHistoryRequest {
+  hostId: string;
+}
+
+/** One bucket of a host's history: the gauges at its end, and what happened during it. */
+export interface HistoryBucket {
+  /**
+   * When the bucket ended (ms since the Unix epoch, on the store's clock) and how long it
+   * lasted: the bucket width, or longer when the authority could not sample in between.
+   */
+  endUnixMs: number;
+  spanMs: number;
+  /** Admitted and queued tickets when it ended. */
+  inFlight: number;
+  queued: number;
+  /** Tickets admitted during it (at once or from the queue). */
+  admitted: number;
+  /** Submits refused during it, by reason: BUSY, QUEUE_FULL, MEMORY_PRESSURE, KEY_BUSY. */
+  refusedBusy: number;
+  refusedQueueFull: number;
+  refusedMemoryPressure: number;
+  refusedKeyBusy: number;
+  /**
+   * Queued tickets ended during it: shed by the overflow policy, superseded by a newer ticket
+   * of their key; and tickets whose lease expired.
+   */
+  shed: number;
+  superseded: number;
+  expired: number;
+  /**
+   * Tickets admitted from the queue during it, and the 50th and 95th percentiles of their
+   * waits (ms), read from the wait histogram's buckets (10, 50, 100, 500 ms, 1, 5, 10, 30 s,
+   * 1, 5 min); 0 when none waited.
+   */
+  waited: number;
+  waitP50Ms: number;
+  waitP95Ms: number;
+}
+
+export interface GetHostHistoryResponse {
+  /** The bucket width (ms) and the buckets kept. */
+  bucketMs: number;
+  bucketsKept: number;
+  /** Oldest first; empty until the host has been sampled twice. */
+  buckets: HistoryBucket[];
+}
+
 export interface GetRateLimitsRequest {
   /**
    * Only this domain; empty: every configured domain. A domain that is not configured is
@@ -7402,6 +7449,379 @@ export const ListHttpPoliciesResponse: MessageFns<ListHttpPoliciesResponse> = {
   fromPartial<I extends Exact<DeepPartial<ListHttpPoliciesResponse>, I>>(object: I): ListHttpPoliciesResponse {
     const message = createBaseListHttpPoliciesResponse();
     message.policies = object.policies?.map((e) => HttpPolicyInfo.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseGetHostHistoryRequest(): GetHostHistoryRequest {
+  return { hostId: "" };
+}
+
+export const GetHostHistoryRequest: MessageFns<GetHostHistoryRequest> = {
+  encode(message: GetHostHistoryRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHostHistoryRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHostHistoryRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GetHostHistoryRequest>, I>>(base?: I): GetHostHistoryRequest {
+    return GetHostHistoryRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHostHistoryRequest>, I>>(object: I): GetHostHistoryRequest {
+    const message = createBaseGetHostHistoryRequest();
+    message.hostId = object.hostId ?? "";
+    return message;
+  },
+};
+
+function createBaseHistoryBucket(): HistoryBucket {
+  return {
+    endUnixMs: 0,
+    spanMs: 0,
+    inFlight: 0,
+    queued: 0,
+    admitted: 0,
+    refusedBusy: 0,
+    refusedQueueFull: 0,
+    refusedMemoryPressure: 0,
+    refusedKeyBusy: 0,
+    shed: 0,
+    superseded: 0,
+    expired: 0,
+    waited: 0,
+    waitP50Ms: 0,
+    waitP95Ms: 0,
+  };
+}
+
+export const HistoryBucket: MessageFns<HistoryBucket> = {
+  encode(message: HistoryBucket, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.endUnixMs !== 0) {
+      writer.uint32(8).uint64(message.endUnixMs);
+    }
+    if (message.spanMs !== 0) {
+      writer.uint32(16).uint64(message.spanMs);
+    }
+    if (message.inFlight !== 0) {
+      writer.uint32(24).uint32(message.inFlight);
+    }
+    if (message.queued !== 0) {
+      writer.uint32(32).uint32(message.queued);
+    }
+    if (message.admitted !== 0) {
+      writer.uint32(40).uint64(message.admitted);
+    }
+    if (message.refusedBusy !== 0) {
+      writer.uint32(48).uint64(message.refusedBusy);
+    }
+    if (message.refusedQueueFull !== 0) {
+      writer.uint32(56).uint64(message.refusedQueueFull);
+    }
+    if (message.refusedMemoryPressure !== 0) {
+      writer.uint32(64).uint64(message.refusedMemoryPressure);
+    }
+    if (message.refusedKeyBusy !== 0) {
+      writer.uint32(72).uint64(message.refusedKeyBusy);
+    }
+    if (message.shed !== 0) {
+      writer.uint32(80).uint64(message.shed);
+    }
+    if (message.superseded !== 0) {
+      writer.uint32(88).uint64(message.superseded);
+    }
+    if (message.expired !== 0) {
+      writer.uint32(96).uint64(message.expired);
+    }
+    if (message.waited !== 0) {
+      writer.uint32(104).uint64(message.waited);
+    }
+    if (message.waitP50Ms !== 0) {
+      writer.uint32(112).uint64(message.waitP50Ms);
+    }
+    if (message.waitP95Ms !== 0) {
+      writer.uint32(120).uint64(message.waitP95Ms);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HistoryBucket {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHistoryBucket();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.endUnixMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.spanMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.inFlight = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.queued = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.admitted = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.refusedBusy = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.refusedQueueFull = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.refusedMemoryPressure = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.refusedKeyBusy = longToNumber(reader.uint64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.shed = longToNumber(reader.uint64());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.superseded = longToNumber(reader.uint64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.expired = longToNumber(reader.uint64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.waited = longToNumber(reader.uint64());
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.waitP50Ms = longToNumber(reader.uint64());
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.waitP95Ms = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<HistoryBucket>, I>>(base?: I): HistoryBucket {
+    return HistoryBucket.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HistoryBucket>, I>>(object: I): HistoryBucket {
+    const message = createBaseHistoryBucket();
+    message.endUnixMs = object.endUnixMs ?? 0;
+    message.spanMs = object.spanMs ?? 0;
+    message.inFlight = object.inFlight ?? 0;
+    message.queued = object.queued ?? 0;
+    message.admitted = object.admitted ?? 0;
+    message.refusedBusy = object.refusedBusy ?? 0;
+    message.refusedQueueFull = object.refusedQueueFull ?? 0;
+    message.refusedMemoryPressure = object.refusedMemoryPressure ?? 0;
+    message.refusedKeyBusy = object.refusedKeyBusy ?? 0;
+    message.shed = object.shed ?? 0;
+    message.superseded = object.superseded ?? 0;
+    message.expired = object.expired ?? 0;
+    message.waited = object.waited ?? 0;
+    message.waitP50Ms = object.waitP50Ms ?? 0;
+    message.waitP95Ms = object.waitP95Ms ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetHostHistoryResponse(): GetHostHistoryResponse {
+  return { bucketMs: 0, bucketsKept: 0, buckets: [] };
+}
+
+export const GetHostHistoryResponse: MessageFns<GetHostHistoryResponse> = {
+  encode(message: GetHostHistoryResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.bucketMs !== 0) {
+      writer.uint32(8).uint64(message.bucketMs);
+    }
+    if (message.bucketsKept !== 0) {
+      writer.uint32(16).uint32(message.bucketsKept);
+    }
+    for (const v of message.buckets) {
+      HistoryBucket.encode(v!, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHostHistoryResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHostHistoryResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.bucketMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.bucketsKept = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.buckets.push(HistoryBucket.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<GetHostHistoryResponse>, I>>(base?: I): GetHostHistoryResponse {
+    return GetHostHistoryResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHostHistoryResponse>, I>>(object: I): GetHostHistoryResponse {
+    const message = createBaseGetHostHistoryResponse();
+    message.bucketMs = object.bucketMs ?? 0;
+    message.bucketsKept = object.bucketsKept ?? 0;
+    message.buckets = object.buckets?.map((e) => HistoryBucket.fromPartial(e)) || [];
     return message;
   },
 };

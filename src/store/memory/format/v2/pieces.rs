@@ -522,8 +522,7 @@ impl TryFrom<HostV2<'_>> for HostImage {
                 latency_sum_ms: c.latency_sum_ms,
                 latency_count: c.latency_count,
                 reclaimed: c.reclaimed,
-                superseded: 0,
-                key_refused: 0,
+                ..Counters::default()
             },
             adaptive: h
                 .adaptive

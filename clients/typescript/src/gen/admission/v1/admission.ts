@@ -1615,6 +1615,53 @@ export interface ListHttpPoliciesResponse {
   policies: HttpPolicyInfo[];
 }
 
+export interface GetHostHistoryRequest {
+  hostId: string;
+}
+
+/** One bucket of a host's history: the gauges at its end, and what happened during it. */
+export interface HistoryBucket {
+  /**
+   * When the bucket ended (ms since the Unix epoch, on the store's clock) and how long it
+   * lasted: the bucket width, or longer when the authority could not sample in between.
+   */
+  endUnixMs: number;
+  spanMs: number;
+  /** Admitted and queued tickets when it ended. */
+  inFlight: number;
+  queued: number;
+  /** Tickets admitted during it (at once or from the queue). */
+  admitted: number;
+  /** Submits refused during it, by reason: BUSY, QUEUE_FULL, MEMORY_PRESSURE, KEY_BUSY. */
+  refusedBusy: number;
+  refusedQueueFull: number;
+  refusedMemoryPressure: number;
+  refusedKeyBusy: number;
+  /**
+   * Queued tickets ended during it: shed by the overflow policy, superseded by a newer ticket
+   * of their key; and tickets whose lease expired.
+   */
+  shed: number;
+  superseded: number;
+  expired: number;
+  /**
+   * Tickets admitted from the queue during it, and the 50th and 95th percentiles of their
+   * waits (ms), read from the wait histogram's buckets (10, 50, 100, 500 ms, 1, 5, 10, 30 s,
+   * 1, 5 min); 0 when none waited.
+   */
+  waited: number;
+  waitP50Ms: number;
+  waitP95Ms: number;
+}
+
+export interface GetHostHistoryResponse {
+  /** The bucket width (ms) and the buckets kept. */
+  bucketMs: number;
+  bucketsKept: number;
+  /** Oldest first; empty until the host has been sampled twice. */
+  buckets: HistoryBucket[];
+}
+
 export interface GetRateLimitsRequest {
   /**
    * Only this domain; empty: every configured domain. A domain that is not configured is
@@ -10203,6 +10250,535 @@ export const ListHttpPoliciesResponse: MessageFns<ListHttpPoliciesResponse> = {
   },
 };
 
+function createBaseGetHostHistoryRequest(): GetHostHistoryRequest {
+  return { hostId: "" };
+}
+
+export const GetHostHistoryRequest: MessageFns<GetHostHistoryRequest> = {
+  encode(message: GetHostHistoryRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHostHistoryRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHostHistoryRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHostHistoryRequest {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+    };
+  },
+
+  toJSON(message: GetHostHistoryRequest): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHostHistoryRequest>, I>>(base?: I): GetHostHistoryRequest {
+    return GetHostHistoryRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHostHistoryRequest>, I>>(object: I): GetHostHistoryRequest {
+    const message = createBaseGetHostHistoryRequest();
+    message.hostId = object.hostId ?? "";
+    return message;
+  },
+};
+
+function createBaseHistoryBucket(): HistoryBucket {
+  return {
+    endUnixMs: 0,
+    spanMs: 0,
+    inFlight: 0,
+    queued: 0,
+    admitted: 0,
+    refusedBusy: 0,
+    refusedQueueFull: 0,
+    refusedMemoryPressure: 0,
+    refusedKeyBusy: 0,
+    shed: 0,
+    superseded: 0,
+    expired: 0,
+    waited: 0,
+    waitP50Ms: 0,
+    waitP95Ms: 0,
+  };
+}
+
+export const HistoryBucket: MessageFns<HistoryBucket> = {
+  encode(message: HistoryBucket, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.endUnixMs !== 0) {
+      writer.uint32(8).uint64(message.endUnixMs);
+    }
+    if (message.spanMs !== 0) {
+      writer.uint32(16).uint64(message.spanMs);
+    }
+    if (message.inFlight !== 0) {
+      writer.uint32(24).uint32(message.inFlight);
+    }
+    if (message.queued !== 0) {
+      writer.uint32(32).uint32(message.queued);
+    }
+    if (message.admitted !== 0) {
+      writer.uint32(40).uint64(message.admitted);
+    }
+    if (message.refusedBusy !== 0) {
+      writer.uint32(48).uint64(message.refusedBusy);
+    }
+    if (message.refusedQueueFull !== 0) {
+      writer.uint32(56).uint64(message.refusedQueueFull);
+    }
+    if (message.refusedMemoryPressure !== 0) {
+      writer.uint32(64).uint64(message.refusedMemoryPressure);
+    }
+    if (message.refusedKeyBusy !== 0) {
+      writer.uint32(72).uint64(message.refusedKeyBusy);
+    }
+    if (message.shed !== 0) {
+      writer.uint32(80).uint64(message.shed);
+    }
+    if (message.superseded !== 0) {
+      writer.uint32(88).uint64(message.superseded);
+    }
+    if (message.expired !== 0) {
+      writer.uint32(96).uint64(message.expired);
+    }
+    if (message.waited !== 0) {
+      writer.uint32(104).uint64(message.waited);
+    }
+    if (message.waitP50Ms !== 0) {
+      writer.uint32(112).uint64(message.waitP50Ms);
+    }
+    if (message.waitP95Ms !== 0) {
+      writer.uint32(120).uint64(message.waitP95Ms);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HistoryBucket {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHistoryBucket();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.endUnixMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.spanMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.inFlight = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.queued = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.admitted = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.refusedBusy = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.refusedQueueFull = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.refusedMemoryPressure = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.refusedKeyBusy = longToNumber(reader.uint64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.shed = longToNumber(reader.uint64());
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.superseded = longToNumber(reader.uint64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.expired = longToNumber(reader.uint64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.waited = longToNumber(reader.uint64());
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.waitP50Ms = longToNumber(reader.uint64());
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.waitP95Ms = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HistoryBucket {
+    return {
+      endUnixMs: isSet(object.endUnixMs)
+        ? globalThis.Number(object.endUnixMs)
+        : isSet(object.end_unix_ms)
+        ? globalThis.Number(object.end_unix_ms)
+        : 0,
+      spanMs: isSet(object.spanMs)
+        ? globalThis.Number(object.spanMs)
+        : isSet(object.span_ms)
+        ? globalThis.Number(object.span_ms)
+        : 0,
+      inFlight: isSet(object.inFlight)
+        ? globalThis.Number(object.inFlight)
+        : isSet(object.in_flight)
+        ? globalThis.Number(object.in_flight)
+        : 0,
+      queued: isSet(object.queued) ? globalThis.Number(object.queued) : 0,
+      admitted: isSet(object.admitted) ? globalThis.Number(object.admitted) : 0,
+      refusedBusy: isSet(object.refusedBusy)
+        ? globalThis.Number(object.refusedBusy)
+        : isSet(object.refused_busy)
+        ? globalThis.Number(object.refused_busy)
+        : 0,
+      refusedQueueFull: isSet(object.refusedQueueFull)
+        ? globalThis.Number(object.refusedQueueFull)
+        : isSet(object.refused_queue_full)
+        ? globalThis.Number(object.refused_queue_full)
+        : 0,
+      refusedMemoryPressure: isSet(object.refusedMemoryPressure)
+        ? globalThis.Number(object.refusedMemoryPressure)
+        : isSet(object.refused_memory_pressure)
+        ? globalThis.Number(object.refused_memory_pressure)
+        : 0,
+      refusedKeyBusy: isSet(object.refusedKeyBusy)
+        ? globalThis.Number(object.refusedKeyBusy)
+        : isSet(object.refused_key_busy)
+        ? globalThis.Number(object.refused_key_busy)
+        : 0,
+      shed: isSet(object.shed) ? globalThis.Number(object.shed) : 0,
+      superseded: isSet(object.superseded) ? globalThis.Number(object.superseded) : 0,
+      expired: isSet(object.expired) ? globalThis.Number(object.expired) : 0,
+      waited: isSet(object.waited) ? globalThis.Number(object.waited) : 0,
+      waitP50Ms: isSet(object.waitP50Ms)
+        ? globalThis.Number(object.waitP50Ms)
+        : isSet(object.wait_p50_ms)
+        ? globalThis.Number(object.wait_p50_ms)
+        : 0,
+      waitP95Ms: isSet(object.waitP95Ms)
+        ? globalThis.Number(object.waitP95Ms)
+        : isSet(object.wait_p95_ms)
+        ? globalThis.Number(object.wait_p95_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: HistoryBucket): unknown {
+    const obj: any = {};
+    if (message.endUnixMs !== 0) {
+      obj.endUnixMs = Math.round(message.endUnixMs);
+    }
+    if (message.spanMs !== 0) {
+      obj.spanMs = Math.round(message.spanMs);
+    }
+    if (message.inFlight !== 0) {
+      obj.inFlight = Math.round(message.inFlight);
+    }
+    if (message.queued !== 0) {
+      obj.queued = Math.round(message.queued);
+    }
+    if (message.admitted !== 0) {
+      obj.admitted = Math.round(message.admitted);
+    }
+    if (message.refusedBusy !== 0) {
+      obj.refusedBusy = Math.round(message.refusedBusy);
+    }
+    if (message.refusedQueueFull !== 0) {
+      obj.refusedQueueFull = Math.round(message.refusedQueueFull);
+    }
+    if (message.refusedMemoryPressure !== 0) {
+      obj.refusedMemoryPressure = Math.round(message.refusedMemoryPressure);
+    }
+    if (message.refusedKeyBusy !== 0) {
+      obj.refusedKeyBusy = Math.round(message.refusedKeyBusy);
+    }
+    if (message.shed !== 0) {
+      obj.shed = Math.round(message.shed);
+    }
+    if (message.superseded !== 0) {
+      obj.superseded = Math.round(message.superseded);
+    }
+    if (message.expired !== 0) {
+      obj.expired = Math.round(message.expired);
+    }
+    if (message.waited !== 0) {
+      obj.waited = Math.round(message.waited);
+    }
+    if (message.waitP50Ms !== 0) {
+      obj.waitP50Ms = Math.round(message.waitP50Ms);
+    }
+    if (message.waitP95Ms !== 0) {
+      obj.waitP95Ms = Math.round(message.waitP95Ms);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HistoryBucket>, I>>(base?: I): HistoryBucket {
+    return HistoryBucket.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HistoryBucket>, I>>(object: I): HistoryBucket {
+    const message = createBaseHistoryBucket();
+    message.endUnixMs = object.endUnixMs ?? 0;
+    message.spanMs = object.spanMs ?? 0;
+    message.inFlight = object.inFlight ?? 0;
+    message.queued = object.queued ?? 0;
+    message.admitted = object.admitted ?? 0;
+    message.refusedBusy = object.refusedBusy ?? 0;
+    message.refusedQueueFull = object.refusedQueueFull ?? 0;
+    message.refusedMemoryPressure = object.refusedMemoryPressure ?? 0;
+    message.refusedKeyBusy = object.refusedKeyBusy ?? 0;
+    message.shed = object.shed ?? 0;
+    message.superseded = object.superseded ?? 0;
+    message.expired = object.expired ?? 0;
+    message.waited = object.waited ?? 0;
+    message.waitP50Ms = object.waitP50Ms ?? 0;
+    message.waitP95Ms = object.waitP95Ms ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetHostHistoryResponse(): GetHostHistoryResponse {
+  return { bucketMs: 0, bucketsKept: 0, buckets: [] };
+}
+
+export const GetHostHistoryResponse: MessageFns<GetHostHistoryResponse> = {
+  encode(message: GetHostHistoryResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.bucketMs !== 0) {
+      writer.uint32(8).uint64(message.bucketMs);
+    }
+    if (message.bucketsKept !== 0) {
+      writer.uint32(16).uint32(message.bucketsKept);
+    }
+    for (const v of message.buckets) {
+      HistoryBucket.encode(v!, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHostHistoryResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHostHistoryResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.bucketMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.bucketsKept = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.buckets.push(HistoryBucket.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHostHistoryResponse {
+    return {
+      bucketMs: isSet(object.bucketMs)
+        ? globalThis.Number(object.bucketMs)
+        : isSet(object.bucket_ms)
+        ? globalThis.Number(object.bucket_ms)
+        : 0,
+      bucketsKept: isSet(object.bucketsKept)
+        ? globalThis.Number(object.bucketsKept)
+        : isSet(object.buckets_kept)
+        ? globalThis.Number(object.buckets_kept)
+        : 0,
+      buckets: globalThis.Array.isArray(object?.buckets)
+        ? object.buckets.map((e: any) => HistoryBucket.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetHostHistoryResponse): unknown {
+    const obj: any = {};
+    if (message.bucketMs !== 0) {
+      obj.bucketMs = Math.round(message.bucketMs);
+    }
+    if (message.bucketsKept !== 0) {
+      obj.bucketsKept = Math.round(message.bucketsKept);
+    }
+    if (message.buckets?.length) {
+      obj.buckets = message.buckets.map((e) => HistoryBucket.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GetHostHistoryResponse>, I>>(base?: I): GetHostHistoryResponse {
+    return GetHostHistoryResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GetHostHistoryResponse>, I>>(object: I): GetHostHistoryResponse {
+    const message = createBaseGetHostHistoryResponse();
+    message.bucketMs = object.bucketMs ?? 0;
+    message.bucketsKept = object.bucketsKept ?? 0;
+    message.buckets = object.buckets?.map((e) => HistoryBucket.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 function createBaseGetRateLimitsRequest(): GetRateLimitsRequest {
   return { domain: "", limit: 0 };
 }
@@ -11584,6 +12160,24 @@ export const OperatorService = {
       Buffer.from(ListHttpPoliciesResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListHttpPoliciesResponse => ListHttpPoliciesResponse.decode(value),
   },
+  /**
+   * A host's recent history, installation-wide: its gauges and what happened, bucket by
+   * bucket (10 s buckets for the last hour unless the file's `history` says otherwise). The
+   * authority samples each host once a bucket; on Redis every replica reads the same samples.
+   * The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
+   * for a host that is not one. A host past `history.max_hosts` (by name) has none.
+   */
+  getHostHistory: {
+    path: "/admission.v1.Operator/GetHostHistory" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetHostHistoryRequest): Buffer =>
+      Buffer.from(GetHostHistoryRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetHostHistoryRequest => GetHostHistoryRequest.decode(value),
+    responseSerialize: (value: GetHostHistoryResponse): Buffer =>
+      Buffer.from(GetHostHistoryResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetHostHistoryResponse => GetHostHistoryResponse.decode(value),
+  },
 } as const;
 
 export interface OperatorServer extends UntypedServiceImplementation {
@@ -11651,6 +12245,14 @@ export interface OperatorServer extends UntypedServiceImplementation {
    * with its settings, whether or not a request is in flight under it.
    */
   listHttpPolicies: handleUnaryCall<ListHttpPoliciesRequest, ListHttpPoliciesResponse>;
+  /**
+   * A host's recent history, installation-wide: its gauges and what happened, bucket by
+   * bucket (10 s buckets for the last hour unless the file's `history` says otherwise). The
+   * authority samples each host once a bucket; on Redis every replica reads the same samples.
+   * The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
+   * for a host that is not one. A host past `history.max_hosts` (by name) has none.
+   */
+  getHostHistory: handleUnaryCall<GetHostHistoryRequest, GetHostHistoryResponse>;
 }
 
 export interface OperatorClient extends Client {
@@ -11871,6 +12473,28 @@ export interface OperatorClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListHttpPoliciesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * A host's recent history, installation-wide: its gauges and what happened, bucket by
+   * bucket (10 s buckets for the last hour unless the file's `history` says otherwise). The
+   * authority samples each host once a bucket; on Redis every replica reads the same samples.
+   * The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
+   * for a host that is not one. A host past `history.max_hosts` (by name) has none.
+   */
+  getHostHistory(
+    request: GetHostHistoryRequest,
+    callback: (error: ServiceError | null, response: GetHostHistoryResponse) => void,
+  ): ClientUnaryCall;
+  getHostHistory(
+    request: GetHostHistoryRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetHostHistoryResponse) => void,
+  ): ClientUnaryCall;
+  getHostHistory(
+    request: GetHostHistoryRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetHostHistoryResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -1,0 +1,170 @@
+//! `Operator/GetHostHistory` against the real server: a burst of admissions and refusals lands
+//! in the buckets it happened in, counted by reason, on the embedded store and through two
+//! replicas on one redis-server (which answer the same buckets). Buckets are 200 ms here
+//! (`history.bucket`), so the tests poll for a few of them.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use admission_authority::api;
+use common::{Server, config_file, eventually, release, submit_req};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const DEADLINE: Duration = Duration::from_secs(15);
+const YAML: &str = "history: { bucket: 200ms, keep: 10s }\n\
+                    scheduling: { total: 1, per_subject: 1, queue: { total: 1 } }\n";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+async fn history(
+    op: &mut api::operator_client::OperatorClient<Channel>,
+    host: &str,
+) -> api::GetHostHistoryResponse {
+    op.get_host_history(api::GetHostHistoryRequest {
+        host_id: host.into(),
+    })
+    .await
+    .expect("history")
+    .into_inner()
+}
+
+/// Totals over every bucket: (admitted, busy, queue full, waited).
+fn totals(h: &api::GetHostHistoryResponse) -> (u64, u64, u64, u64) {
+    h.buckets.iter().fold((0, 0, 0, 0), |t, b| {
+        (
+            t.0 + b.admitted,
+            t.1 + b.refused_busy,
+            t.2 + b.refused_queue_full,
+            t.3 + b.waited,
+        )
+    })
+}
+
+/// One holder, sampled at least twice; then a waiter, a BUSY, a QUEUE_FULL and the holder's
+/// release (admitting the waiter). Returns the wall-clock span the burst took.
+async fn burst(
+    server: &Server,
+    reader: &mut api::operator_client::OperatorClient<Channel>,
+) -> (u64, u64) {
+    let mut c = server.client().await;
+    let holder = c
+        .submit(submit_req("hist", "a", "r0"))
+        .await
+        .expect("admitted")
+        .into_inner();
+    eventually("a first bucket", DEADLINE, || {
+        let mut reader = reader.clone();
+        async move { (!history(&mut reader, "hist").await.buckets.is_empty()).then_some(()) }
+    })
+    .await;
+    let started = now_ms();
+    c.submit(submit_req("hist", "a", "r1"))
+        .await
+        .expect("queued");
+    let mut try_mode = submit_req("hist", "a", "r2");
+    try_mode.mode = api::SubmitMode::Try as i32;
+    let busy = c.submit(try_mode).await.expect_err("busy");
+    assert_eq!(busy.code(), Code::ResourceExhausted, "{busy:?}");
+    let full = c
+        .submit(submit_req("hist", "a", "r3"))
+        .await
+        .expect_err("full");
+    assert_eq!(full.code(), Code::ResourceExhausted, "{full:?}");
+    release(&mut c, &holder.ticket_id).await;
+    (started, now_ms())
+}
+
+/// Checks what the burst left in `h`: exact totals, the gauges after it, and the refusals in
+/// a bucket that overlaps the burst.
+fn burst_in(h: &api::GetHostHistoryResponse, (started, ended): (u64, u64)) -> Option<()> {
+    let last = h.buckets.last()?;
+    if totals(h) != (1, 1, 1, 1) || (last.in_flight, last.queued) != (1, 0) {
+        return None;
+    }
+    let refused = h
+        .buckets
+        .iter()
+        .find(|b| b.refused_busy > 0)
+        .expect("a bucket with the refusal");
+    assert!(
+        refused.end_unix_ms >= started && refused.end_unix_ms - refused.span_ms <= ended + 50,
+        "the refusal's bucket {refused:?} is not when it happened ({started}..{ended})"
+    );
+    Some(())
+}
+
+#[tokio::test]
+async fn a_burst_lands_in_its_buckets_counted_by_reason() {
+    let server = Server::start_with_config("history-memory", YAML, &[]);
+    let mut op = server.operator().await;
+    let unknown = op
+        .get_host_history(api::GetHostHistoryRequest {
+            host_id: "nobody".into(),
+        })
+        .await
+        .expect_err("no such host");
+    assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
+    let empty = op
+        .get_host_history(api::GetHostHistoryRequest::default())
+        .await
+        .expect_err("no host_id");
+    assert_eq!(empty.code(), Code::InvalidArgument, "{empty:?}");
+
+    let span = burst(&server, &mut op).await;
+    let h = eventually("the burst in the history", DEADLINE, || {
+        let mut op = op.clone();
+        async move {
+            let h = history(&mut op, "hist").await;
+            burst_in(&h, span).map(|_| h)
+        }
+    })
+    .await;
+    assert_eq!((h.bucket_ms, h.buckets_kept), (200, 50));
+    assert!(h.buckets.iter().all(|b| b.span_ms >= 100), "{h:?}");
+    let waited = h.buckets.iter().find(|b| b.waited > 0).unwrap();
+    assert!(waited.wait_p95_ms >= waited.wait_p50_ms, "{waited:?}");
+}
+
+#[tokio::test]
+async fn two_replicas_on_redis_answer_the_same_buckets() {
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+    let config = config_file(
+        "history-redis",
+        &format!(
+            "{YAML}store:\n  redis: {{ url: \"{url}\", prefix: \"history-{}:\" }}\n",
+            std::process::id()
+        ),
+    );
+    let start = || {
+        Server::spawn(
+            &["--config", config.to_str().unwrap()],
+            "warn",
+            Stdio::inherit(),
+        )
+    };
+    let (a, b) = (start(), start());
+    let (mut op_a, op_b) = (a.operator().await, b.operator().await);
+    // The burst goes through replica a; replica b reads the history.
+    let span = burst(&a, &mut op_a).await;
+    eventually("both replicas answer the burst alike", DEADLINE, || {
+        let (mut op_a, mut op_b) = (op_a.clone(), op_b.clone());
+        async move {
+            let (ha, hb) = (
+                history(&mut op_a, "hist").await,
+                history(&mut op_b, "hist").await,
+            );
+            (ha == hb).then_some(())?;
+            burst_in(&hb, span)
+        }
+    })
+    .await;
+}
