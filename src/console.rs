@@ -9,7 +9,7 @@ use http_body_util::Full;
 use tonic::body::Body;
 
 const PAGE: &str = include_str!("../console/static/index.html");
-const STYLE: &str = include_str!("../console/static/console.css");
+const STYLE: &str = include_str!("../console/dist/console.css");
 const SCRIPT: &str = include_str!("../console/dist/console.js");
 const ICON: &str = include_str!("../console/static/favicon.svg");
 

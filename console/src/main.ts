@@ -5,6 +5,7 @@
 
 import { api, pb } from "./api.js";
 import { byId, clockTime, duration, fill, h, row, type Sorting, sparkline, table, usage } from "./dom.js";
+import { clearHistory, drawHistory, historyOf, refusalsPerMinute, smallChart } from "./charts.js";
 import { Code, RpcError } from "./grpcweb.js";
 import { FormError, formLimits, jsonLimits, limitsForm, showFieldErrors } from "./limits.js";
 
@@ -66,11 +67,6 @@ const STATES: Record<number, string> = {
   [pb.TicketState.TICKET_STATE_PARKED]: "parked",
 };
 
-interface HostSample {
-  at: number;
-  refused: number;
-}
-
 /** A listed ticket's value a column sorts by. */
 type SortKey = (t: pb.TicketInfo) => string | number;
 
@@ -120,8 +116,6 @@ const state = {
   busy: false,
   queuePage: 0,
   holderPage: 0,
-  /** host → samples of its refusal counters over the last minute. */
-  refusals: new Map<string, HostSample[]>(),
   /** host → account → adaptive cap samples. */
   adaptive: new Map<string, Map<string, number[]>>(),
   /** The limits the editor was filled from (host, revision), and whether it was edited. */
@@ -219,6 +213,7 @@ async function refresh(): Promise<void> {
         state.queuePage = 0;
         state.holderPage = 0;
         state.editor = { host: "", revision: -1, dirty: false, base: pb.HostLimits.create() };
+        clearHistory();
         // What an action on another host said does not stay on this one's page.
         for (const id of ["holders-result", "reservations-result", "unlock-result", "limits-result"]) {
           fill(byId(id));
@@ -251,12 +246,8 @@ function banners(o: pb.ListHostsResponse): void {
   );
 }
 
-function remember(host: string, stats: pb.Stats): number | undefined {
-  const now = Date.now();
-  const samples = state.refusals.get(host) ?? [];
-  samples.push({ at: now, refused: stats.rejected + stats.shed });
-  while (samples.length > 1 && now - samples[0].at > 60_000) samples.shift();
-  state.refusals.set(host, samples);
+/** Keep the adaptive caps of a host's accounts as the page samples them. */
+function remember(host: string, stats: pb.Stats): void {
   const accounts = state.adaptive.get(host) ?? new Map<string, number[]>();
   for (const a of stats.accounts) {
     if (!a.adaptive) continue;
@@ -266,16 +257,17 @@ function remember(host: string, stats: pb.Stats): number | undefined {
     accounts.set(a.accountId, points);
   }
   state.adaptive.set(host, accounts);
-  const first = samples[0];
-  const span = now - first.at;
-  return span < 1500 ? undefined : ((stats.rejected + stats.shed - first.refused) * 60_000) / span;
 }
 
 async function hostsView(hosts: string[]): Promise<void> {
-  const stats = await Promise.all(hosts.map((hostId) => api.getStats(token(), { hostId })));
+  const [stats, histories] = await Promise.all([
+    Promise.all(hosts.map((hostId) => api.getStats(token(), { hostId }))),
+    Promise.all(hosts.map((hostId) => historyOf(token(), hostId))),
+  ]);
   const rows = hosts.map((hostId, i) => {
     const s = stats[i];
-    const rate = remember(hostId, s);
+    remember(hostId, s);
+    const rate = refusalsPerMinute(histories[i]);
     const flags = [
       s.draining && "draining",
       s.learningLeftMs > 0 && `learning ${duration(s.learningLeftMs)}`,
@@ -287,13 +279,14 @@ async function hostsView(hosts: string[]): Promise<void> {
       h("td", {}, h("a", { href: `#/host/${encodeURIComponent(hostId)}` }, hostId)),
       h("td", {}, usage(s.inFlight, s.total)),
       h("td", {}, queueUsage(s)),
+      h("td", { class: "chart-cell" }, histories[i].buckets.length > 0 ? smallChart(hostId, histories[i]) : "no bucket yet"),
       rate === undefined ? "…" : rate.toFixed(1),
       flags.join(", "),
     );
   });
   fill(
     byId("hosts"),
-    table(["host", "in flight / total", "queued / queue", "refusals per minute", "condition"], rows, "No host has state yet: the first Submit of a host creates it."),
+    table(["host", "in flight / total", "queued / queue", "last hour: in flight, queued", "refusals per minute", "condition"], rows, "No host has state yet: the first Submit of a host creates it."),
   );
 }
 
@@ -375,12 +368,14 @@ async function hostView(hostId: string): Promise<boolean> {
     }
     throw e;
   }
-  const [stats, list, reservations, policies] = await Promise.all([
+  const [stats, list, reservations, policies, history] = await Promise.all([
     api.getStats(token(), { hostId }),
     api.listTickets(token(), { hostId, limit: 10_000 }),
     api.listReservations(token(), { hostId, limit: 1000 }),
     api.listHttpPolicies(token(), { hostId }),
+    historyOf(token(), hostId),
   ]);
+  drawHistory(history);
   remember(hostId, stats);
   caps(hostId, stats);
   const all = list.tickets;

@@ -480,9 +480,11 @@ describe("the console with 10,000 tickets on a host", () => {
   let browser: Browser;
 
   before(async () => {
+    // An hour's worth of buckets (360) in 7.2 s: 20 ms buckets.
     authority = await startAuthority(
       "scheduling: { total: 1000, per_subject: 1000, queue: { total: 9000 }, lease_ttl: 10m }\n" +
-        "hosts: { solo: { scheduling: { queue: { total: 0 } } } }\n",
+        "hosts: { solo: { scheduling: { queue: { total: 0 } } } }\n" +
+        "history: { bucket: 20ms, keep: 7200ms }\n",
     );
     browser = await launch();
   });
@@ -511,12 +513,29 @@ describe("the console with 10,000 tickets on a host", () => {
     const solo = await until(page, '#hosts tr[data-host="solo"]', /solo\s*1 \/ 1000/);
     assert.match(solo, /no queue/);
     assert.doesNotMatch(solo, /∞/);
+    // The hour is full before the page is timed.
+    await poll(
+      "360 buckets of history",
+      async () => {
+        const op = stub(authority.grpc, "OperatorClient");
+        try {
+          return String((await op.call("getHostHistory", { hostId: "big" })).buckets.length);
+        } finally {
+          op.close();
+        }
+      },
+      /^360$/,
+      20_000,
+    );
     const start = Date.now();
     await page.evaluate(() => (location.hash = "#/host/big"));
     await until(page, "#queue-pager", /page 1 of 180 \(9000\)/);
     await until(page, "#holder-pager", /page 1 of 20 \(1000\)/);
+    // (A bucket the sampler missed while 10,000 tickets kept it busy is one less in the hour.)
+    await until(page, "#history-summary", /^(3[0-5]\d|360) of 360 buckets of 20 ms/);
     const ms = Date.now() - start;
-    console.log(`console: host view with 10,000 live tickets rendered in ${ms} ms`);
+    console.log(`console: host view with 10,000 live tickets and 360 buckets of history rendered in ${ms} ms`);
+    assert.equal(await page.locator("#history canvas").count() >= 4, true, "four charts drawn");
     // The first page of the queue is in dispatch order, with places; the host is full and no
     // waiter's own subject cap binds, so every one of them waits for the host's total cap.
     assert.match(await until(page, "#queue tbody tr", /^1/), /host total cap/);
@@ -529,6 +548,84 @@ describe("the console with 10,000 tickets on a host", () => {
     );
     await page.click("#queue-pager button:last-child");
     await until(page, "#queue-pager", /page 2 of 180/);
+  });
+});
+
+describe("the console's last hour", () => {
+  let authority: Authority;
+  let browser: Browser;
+
+  before(async () => {
+    authority = await startAuthority(
+      "history: { bucket: 250ms, keep: 30s }\n" +
+        "scheduling: { total: 1, per_subject: 1, queue: { total: 1 }, lease_ttl: 60s }\n",
+    );
+    browser = await launch();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await authority?.stop();
+  });
+
+  test("a burst of admissions and refusals appears in its buckets, charted and as a table", async () => {
+    const gw = gateway(authority.grpc);
+    const holder = await gw.submit("burst", "alice", "run-0");
+    const page = await browser.newPage();
+    await page.goto(authority.console);
+    await signIn(page, "");
+    // The host's small chart on the hosts page, once it has a bucket.
+    await poll(
+      "a small chart with buckets",
+      async () => (await page.locator('#hosts tr[data-host="burst"] .small-chart').getAttribute("data-buckets", { timeout: 1000 }).catch(() => null)) ?? "",
+      /^[1-9]/,
+      10_000,
+    );
+    assert.equal(await page.locator('#hosts tr[data-host="burst"] .small-chart canvas').count() > 0, true);
+    await page.evaluate(() => (location.hash = "#/host/burst"));
+    await until(page, "#history-summary", /^\d+ of 120 buckets of 250 ms/);
+
+    // The burst: one waiter, two refused BUSY (try mode), three refused QUEUE_FULL, then the
+    // holder leaves and the waiter is admitted after waiting.
+    const started = Date.now();
+    await gw.submit("burst", "alice", "run-1");
+    for (const run of ["run-2", "run-3"]) {
+      await assert.rejects(gw.submit("burst", "alice", run, gen.SubmitMode.SUBMIT_MODE_TRY), /BUSY/);
+    }
+    for (const run of ["run-4", "run-5", "run-6"]) {
+      await assert.rejects(gw.submit("burst", "alice", run), /QUEUE_FULL/);
+    }
+    await gw.releaseRun("burst", "run-0");
+    const ended = Date.now();
+    assert.ok(holder.ticketId);
+    gw.close();
+
+    // Every bucket the table lists, summed, holds the burst; the refusals sit in buckets that
+    // overlap it, and the newest bucket shows the waiter running and nobody queued.
+    await page.click("#history-details summary");
+    const rows = async () =>
+      page.locator("#history-table tbody tr").evaluateAll((trs) =>
+        trs.map((tr) => ({ end: Number((tr as HTMLElement).dataset.end), cells: [...tr.children].map((td) => td.textContent ?? "") })),
+      );
+    const totals = async () => {
+      const all = await rows();
+      const refused = all.filter((r) => !/^0 /.test(r.cells[4]));
+      const sum = (i: number) => all.reduce((n, r) => n + Number(r.cells[i].split(" ")[0]), 0);
+      const first = all[0]?.cells ?? [];
+      return `admitted ${sum(3)} refused ${all.map((r) => r.cells[4]).filter((c) => !/^0 /.test(c)).join("+")} newest ${first[1]}/${first[2]} in window ${refused.every((r) => r.end >= started && r.end <= ended + 1000)}`;
+    };
+    const seen = await poll("the burst in the table", totals, /^admitted 1 refused .* newest 1\/0 in window true$/, 10_000);
+    // Two BUSY and three QUEUE_FULL in all, whichever buckets they fell in.
+    const reasons = (await rows()).map((r) => r.cells[4].match(/\((\d+), (\d+), (\d+), (\d+)\)/)!.slice(1).map(Number));
+    assert.deepEqual(
+      reasons.reduce((t, r) => t.map((n, i) => n + r[i]), [0, 0, 0, 0]),
+      [2, 3, 0, 0],
+      seen,
+    );
+    assert.equal(await page.locator("#history canvas").count() >= 4, true, "four charts drawn");
+    assert.match(await page.locator("#history").innerText(), /QUEUE_FULL/, "the refusal chart's legend names the reasons");
+    await screenshot(page, "history");
+    await page.close();
   });
 });
 

@@ -546,7 +546,7 @@ impl Cx {
         let m = self.mapping(v, "history", &["bucket", "keep", "max_hosts"])?;
         let default = crate::history::Shape::DEFAULT;
         let bucket_ms = match m.get("bucket") {
-            Some(v) => self.duration(v, "history.bucket", 100, 3_600_000),
+            Some(v) => self.duration(v, "history.bucket", 10, 3_600_000),
             None => Some(default.bucket_ms),
         };
         let keep_ms = match m.get("keep") {

@@ -18,11 +18,12 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// 10 s buckets for an hour, for up to 1,000 hosts.
+    /// 10 s buckets for an hour, for up to 200 hosts: 361 samples of 176 bytes, about 64 KB,
+    /// a host.
     pub const DEFAULT: Shape = Shape {
         bucket_ms: 10_000,
         buckets: 360,
-        max_hosts: 1_000,
+        max_hosts: 200,
     };
 
     /// The bucket a time falls in.

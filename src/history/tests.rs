@@ -133,3 +133,9 @@ fn samples_round_trip_through_their_encoding_and_malformed_ones_are_refused() {
     assert_eq!(Sample::decode(&format!("x {}", c.encode())), None);
     assert_eq!(Sample::decode(""), None);
 }
+
+#[test]
+fn a_sample_is_the_size_the_configuration_docs_say() {
+    // docs/configuration.md: about 64 KB a host for an hour of 10 s buckets (361 samples).
+    assert_eq!(std::mem::size_of::<Sample>(), 176);
+}
