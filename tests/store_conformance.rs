@@ -15,8 +15,8 @@ use admission_authority::ledger::{
 };
 use admission_authority::ratelimit::{Hit, Unit};
 use admission_authority::scheduler::{
-    Limits, LimitsTable, Refusal, Report, SubmitArgs, SubmitError, SubmitMode, TicketState,
-    TicketView,
+    EndedAs, KeyArgs, KeyPolicy, Limits, LimitsTable, Refusal, Report, SubmitArgs, SubmitError,
+    SubmitMode, TicketState, TicketView,
 };
 use admission_authority::store::journal::{JournalOptions, SyncPolicy};
 use admission_authority::store::memory::{MemoryStore, OpenOptions};
@@ -1622,6 +1622,92 @@ where
     assert!(s.history("other").await.unwrap().is_empty());
 }
 
+/// A host's newest endings: who ended how, refusals with their reason, a superseded ticket
+/// with the one that superseded it, newest first.
+async fn recent_endings_name_who_ended_and_why<H: Harness>()
+where
+    H::S: TicketStore,
+{
+    let h = H::build(LimitsTable::uniform(Limits {
+        lease_ttl_ms: 60_000,
+        ..limits(1, 1, 1)
+    }))
+    .await;
+    let s = h.store();
+    let (held, _) = submit(s, "re", "alice", "r1").await.expect("admitted");
+    submit(s, "re", "bob", "r2").await.expect("queued");
+    let busy = s
+        .submit("re", args("carol", Some("acct"), "r3", SubmitMode::Try))
+        .await
+        .expect("store reachable");
+    assert!(
+        matches!(busy, Err(SubmitError::Refused(Refusal::Busy))),
+        "{busy:?}"
+    );
+    assert!(
+        submit(s, "re", "dave", "r4").await.is_err(),
+        "the queue is full"
+    );
+    h.advance(10).await;
+    s.release(&held, Report::default()).await.unwrap();
+    // Keep-newest: a newer ticket of the key supersedes its waiter.
+    let keyed = |run: &str| SubmitArgs {
+        keyed: Some(KeyArgs {
+            key: "conv".into(),
+            policy: KeyPolicy::KeepNewest,
+            supersede_running: false,
+            debounce_ms: 0,
+            debounce_max_ms: 0,
+        }),
+        ..args("erin", None, run, SubmitMode::Queue)
+    };
+    let _ = s
+        .submit("re2", keyed("k0"))
+        .await
+        .unwrap()
+        .expect("admitted");
+    let (waiter, _) = s.submit("re2", keyed("k1")).await.unwrap().expect("queued");
+    let (newer, _) = s.submit("re2", keyed("k2")).await.unwrap().expect("queued");
+
+    let e = s.recent_endings("re", 10).await.unwrap();
+    let seen: Vec<_> = e
+        .iter()
+        .map(|e| (e.ended_as, &*e.run_id, &*e.subject, e.account.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (EndedAs::Ticket(TicketState::Released), "r1", "alice", None),
+            (EndedAs::Refused("QUEUE_FULL"), "r4", "dave", None),
+            (EndedAs::Refused("BUSY"), "r3", "carol", Some("acct")),
+        ]
+    );
+    assert_eq!(e[0].key, Some(held.key));
+    assert_eq!((&*e[0].instance, e[1].key), ("replica-1", None));
+    assert!(
+        e[0].at > e[1].at,
+        "the release came 10 ms after the refusals"
+    );
+    assert_eq!(s.recent_endings("re", 1).await.unwrap().len(), 1);
+    let k = s.recent_endings("re2", 10).await.unwrap();
+    assert_eq!(k.len(), 1, "{k:?}");
+    assert_eq!(
+        (
+            k[0].ended_as,
+            k[0].key,
+            k[0].superseded_by,
+            k[0].keyed.as_deref()
+        ),
+        (
+            EndedAs::Ticket(TicketState::Superseded),
+            Some(waiter.key),
+            Some(newer.key),
+            Some("conv")
+        )
+    );
+    assert!(s.recent_endings("nobody", 10).await.unwrap().is_empty());
+}
+
 macro_rules! conformance {
     ($harness:ty: $($scenario:ident),* $(,)?) => {
         $(
@@ -1674,6 +1760,7 @@ macro_rules! every_scenario {
             rate_limits_refuse_new_counters_past_max,
             rate_limits_subtract_from_the_current_window_only,
             history_keeps_one_sample_per_bucket_and_refusals_by_reason,
+            recent_endings_name_who_ended_and_why,
             $($own,)*
         );
     };

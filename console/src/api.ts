@@ -24,6 +24,7 @@ export const api = {
   drain: rpc("Operator", "Drain", pb.DrainRequest, pb.DrainResponse),
   getRateLimits: rpc("Operator", "GetRateLimits", pb.GetRateLimitsRequest, pb.GetRateLimitsResponse),
   listHttpPolicies: rpc("Operator", "ListHttpPolicies", pb.ListHttpPoliciesRequest, pb.ListHttpPoliciesResponse),
+  listEndedTickets: rpc("Operator", "ListEndedTickets", pb.ListEndedTicketsRequest, pb.ListEndedTicketsResponse),
   getHostHistory: rpc("Operator", "GetHostHistory", pb.GetHostHistoryRequest, pb.GetHostHistoryResponse),
 };
 

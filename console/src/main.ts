@@ -6,6 +6,7 @@
 import { api, pb } from "./api.js";
 import { byId, clockTime, duration, fill, h, row, type Sorting, sparkline, table, usage } from "./dom.js";
 import { clearHistory, drawHistory, historyOf, refusalsPerMinute, smallChart } from "./charts.js";
+import { ENDED_SORT, endedShown, endedTable } from "./ended.js";
 import { Code, RpcError } from "./grpcweb.js";
 import { FormError, formLimits, jsonLimits, limitsForm, showFieldErrors } from "./limits.js";
 
@@ -74,7 +75,7 @@ type SortKey = (t: pb.TicketInfo) => string | number;
 const QUEUE_SORT: Record<number, SortKey> = { 2: (t) => t.runId, 3: (t) => t.subject, 4: (t) => t.accountId, 5: (t) => t.priority, 6: (t) => t.inStateMs, 8: (t) => t.key };
 const HOLDER_SORT: Record<number, SortKey> = { 1: (t) => t.runId, 2: (t) => t.subject, 3: (t) => t.accountId, 4: (t) => t.instanceId, 5: (t) => t.key, 7: (t) => t.inStateMs, 8: (t) => t.leaseRemainingMs };
 
-function sorted(list: pb.TicketInfo[], keys: Record<number, SortKey>, s: { at: number; desc: boolean }): pb.TicketInfo[] {
+function sorted<T>(list: T[], keys: Record<number, (t: T) => string | number>, s: { at: number; desc: boolean }): T[] {
   const key = keys[s.at];
   if (key === undefined) return list;
   const dir = s.desc ? -1 : 1;
@@ -85,7 +86,7 @@ function sorted(list: pb.TicketInfo[], keys: Record<number, SortKey>, s: { at: n
   });
 }
 
-function sorting(which: "queue" | "holders", keys: Record<number, SortKey>): Sorting {
+function sorting(which: "queue" | "holders" | "ended", keys: Record<number, unknown>): Sorting {
   const s = state.sort[which];
   return {
     at: s.at,
@@ -112,7 +113,7 @@ const state = {
   token: sessionStorage.getItem(TOKEN_KEY),
   /** The host page's filter and each table's sorting (-1: as listed). */
   filter: { text: "", state: "" },
-  sort: { queue: { at: -1, desc: false }, holders: { at: -1, desc: false } },
+  sort: { queue: { at: -1, desc: false }, holders: { at: -1, desc: false }, ended: { at: -1, desc: false } },
   busy: false,
   queuePage: 0,
   holderPage: 0,
@@ -368,12 +369,13 @@ async function hostView(hostId: string): Promise<boolean> {
     }
     throw e;
   }
-  const [stats, list, reservations, policies, history] = await Promise.all([
+  const [stats, list, reservations, policies, history, ended] = await Promise.all([
     api.getStats(token(), { hostId }),
     api.listTickets(token(), { hostId, limit: 10_000 }),
     api.listReservations(token(), { hostId, limit: 1000 }),
     api.listHttpPolicies(token(), { hostId }),
     historyOf(token(), hostId),
+    api.listEndedTickets(token(), { hostId, limit: 0 }),
   ]);
   drawHistory(history);
   remember(hostId, stats);
@@ -384,6 +386,20 @@ async function hostView(hostId: string): Promise<boolean> {
   const admitted = holders.filter((t) => t.state === pb.TicketState.TICKET_STATE_ADMITTED);
   queue(queued.filter(shown), all, list.truncated, estimateBasis(stats.holdAvgMs, admitted));
   holderTable(hostId, holders.filter(shown));
+  const runOf = new Map<string, string>([...all, ...ended.ended].map((t) => [t.ticketId, t.runId]));
+  fill(
+    byId("ended"),
+    endedTable(
+      sorted(
+        ended.ended.filter((e) => endedShown(e, state.filter)),
+        ENDED_SORT,
+        state.sort.ended,
+      ),
+      runOf,
+      filtering(),
+      sorting("ended", ENDED_SORT),
+    ),
+  );
   envoyPolicies(list.tickets, policies.policies);
   reservationTable(hostId, reservations.reservations);
   limitsEditor(hostId, limits);

@@ -124,6 +124,17 @@ impl HostState {
             superseded_by: Some(by),
             key_seq: place,
         };
+        self.note_ending(recent::Ending {
+            key: Some(key),
+            ended_as: recent::EndedAs::Ticket(TicketState::Superseded),
+            run_id: run_id.clone(),
+            subject: Arc::from(args.subject),
+            account: args.account_id.map(Arc::from),
+            instance: Arc::from(args.instance_id),
+            keyed: args.keyed.map(|k| Arc::from(k.key)),
+            superseded_by: Some(by),
+            at: now,
+        });
         self.remember(limits, key, ended, run_id, now);
         self.view(limits, key, now).expect("just remembered")
     }

@@ -29,6 +29,7 @@ mod image;
 mod keys;
 mod limits;
 mod queue;
+mod recent;
 mod reclaim;
 mod retention;
 mod shadow;
@@ -48,6 +49,7 @@ pub use limits::{
     DEFAULT_PRIORITY, LEVELS, Limits, LimitsRecord, LimitsSource, LimitsTable, MAX_WEIGHT,
     MemoryLimits, Mode, OverflowPolicy,
 };
+pub use recent::{EndedAs, Ending, RECENT_ENDINGS};
 pub use reclaim::{HeldArgs, ReclaimRefusal, Reclaimed};
 pub use retention::RETAIN_SLACK;
 pub use shadow::shadow_queue_decision;
@@ -215,6 +217,8 @@ pub struct HostState {
     next_key_seq: u64,
     /// Debounced waiters by the time they become ready, until then.
     debouncing: BTreeSet<(Millis, TicketKey)>,
+    /// The newest endings, for operators (see [`recent`]; not kept on disk).
+    recent: VecDeque<recent::Ending>,
 }
 
 impl HostState {
@@ -278,7 +282,8 @@ impl HostState {
         // admits every Submit: a key only labels its ticket there.
         let keyed = args.keyed.clone();
         if let Some(k) = keyed.as_ref().filter(|_| !limits.shadow()) {
-            self.key_gate(k)?;
+            self.key_gate(k)
+                .map_err(|e| self.note_refusal(&args, e, now))?;
         }
         let instance: Arc<str> = Arc::from(args.instance_id.as_str());
         if let Some(rss_mb) = args.rss_mb {
@@ -289,7 +294,8 @@ impl HostState {
         }
         let level = level_of(args.priority);
         if limits.memory.is_hard(args.rss_mb) {
-            return Err(self.refuse(Refusal::MemoryPressure));
+            let e = self.refuse(Refusal::MemoryPressure);
+            return Err(self.note_refusal(&args, e, now));
         }
         // Queued work goes first.
         self.dispatch(limits, now);
@@ -311,10 +317,12 @@ impl HostState {
         if !eligible {
             // Make room before interning the newcomer's names: shedding may drop idle names.
             if args.mode == SubmitMode::Try || limits.queue_total == 0 {
-                return Err(self.refuse(Refusal::Busy));
+                let e = self.refuse(Refusal::Busy);
+                return Err(self.note_refusal(&args, e, now));
             }
             if plan.waiters.is_empty() || !self.room_after(limits, &args.subject, &plan.waiters) {
-                self.make_room(limits, &args.subject, level, now)?;
+                self.make_room(limits, &args.subject, level, now)
+                    .map_err(|e| self.note_refusal(&args, e, now))?;
             }
         }
         // The key's waiters leave before the newcomer's names are interned (ending them may

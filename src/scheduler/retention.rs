@@ -41,12 +41,24 @@ impl HostState {
             let held = matches!(previous, TicketState::Admitted | TicketState::Parked);
             self.key_leave(name, t.key_seq, held);
         }
+        let superseded_by = t.superseded_by.filter(|_| state == TicketState::Superseded);
         let ended = Ended {
             state,
             grant: t.grant,
-            superseded_by: t.superseded_by.filter(|_| state == TicketState::Superseded),
+            superseded_by,
             key_seq: t.key_seq,
         };
+        self.note_ending(recent::Ending {
+            key: Some(key),
+            ended_as: recent::EndedAs::Ticket(state),
+            run_id: t.run_id.clone(),
+            subject: t.subject.clone(),
+            account: t.account.clone(),
+            instance: t.instance.clone(),
+            keyed: t.keyed.clone(),
+            superseded_by,
+            at: now,
+        });
         self.remember(limits, key, ended, t.run_id, now);
         self.forget_idle_names(&t.subject, t.account.as_deref());
         held

@@ -1085,3 +1085,60 @@ fn a_run_whose_ticket_lapsed_before_it_started_asks_again_under_its_run_id() {
     );
     assert_eq!(h.submit_args(args("r2", false)).unwrap().key, r2.key);
 }
+
+#[test]
+fn recent_endings_name_who_ended_how_newest_first_and_stay_bounded() {
+    let mut h = Host::new(Limits {
+        lease_ttl_ms: 1_000,
+        ..limits(1, 1, 1, 0)
+    });
+    let held = h.ok("alice", "run-held");
+    h.ok("bob", "run-waits");
+    let busy = h.submit_with("carol", Some("acct"), "run-busy", SubmitMode::Try, None);
+    assert_eq!(busy, Err(SubmitError::Refused(Refusal::Busy)));
+    assert_eq!(
+        h.submit("dave", "run-full"),
+        Err(SubmitError::Refused(Refusal::QueueFull))
+    );
+    h.release(held.key);
+    h.now += 5_000; // the waiter, admitted at the release, expires
+    h.state.housekeeping(&h.limits, h.now);
+    let endings = h.state.recent_endings(10);
+    let seen: Vec<_> = endings
+        .iter()
+        .map(|e| (e.ended_as, &*e.run_id, &*e.subject, e.account.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                EndedAs::Ticket(TicketState::Expired),
+                "run-waits",
+                "bob",
+                None
+            ),
+            (
+                EndedAs::Ticket(TicketState::Released),
+                "run-held",
+                "alice",
+                None
+            ),
+            (EndedAs::Refused("QUEUE_FULL"), "run-full", "dave", None),
+            (EndedAs::Refused("BUSY"), "run-busy", "carol", Some("acct")),
+        ]
+    );
+    assert_eq!(h.state.recent_endings(10)[1].key, Some(held.key));
+    assert_eq!(
+        h.state.recent_endings(10)[2].key,
+        None,
+        "a refusal has no ticket"
+    );
+    // Bounded: a long run of endings keeps the newest RECENT_ENDINGS.
+    for i in 0..RECENT_ENDINGS + 50 {
+        let v = h.ok("erin", &format!("run-{i}"));
+        h.release(v.key);
+    }
+    let all = h.state.recent_endings(usize::MAX);
+    assert_eq!(all.len(), RECENT_ENDINGS);
+    assert_eq!(&*all[0].run_id, format!("run-{}", RECENT_ENDINGS + 49));
+}

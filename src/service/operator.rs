@@ -162,6 +162,30 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
         }))
     }
 
+    async fn list_ended_tickets(
+        &self,
+        request: Request<api::ListEndedTicketsRequest>,
+    ) -> Result<Response<api::ListEndedTicketsResponse>, Status> {
+        let req = request.get_ref();
+        edge::id(&req.host_id, "host_id")?;
+        let most = crate::scheduler::RECENT_ENDINGS;
+        let limit = match req.limit as usize {
+            0 => most,
+            n if n > most => {
+                return Err(ApiError::invalid("limit", format!("must be <= {most}")).into());
+            }
+            n => n,
+        };
+        self.known(&req.host_id).await?;
+        let endings = self.store.recent_endings(&req.host_id, limit).await?;
+        Ok(Response::new(api::ListEndedTicketsResponse {
+            ended: endings
+                .iter()
+                .map(|e| replies::ended_ticket(&req.host_id, e))
+                .collect(),
+        }))
+    }
+
     async fn drain(
         &self,
         _request: Request<api::DrainRequest>,

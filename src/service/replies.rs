@@ -327,6 +327,26 @@ pub fn ticket_info(host_id: &str, t: TicketInfo) -> api::TicketInfo {
     }
 }
 
+/// One of a host's newest endings.
+pub fn ended_ticket(host_id: &str, e: &crate::scheduler::Ending) -> api::EndedTicket {
+    let (ticket_state, refusal) = match e.ended_as {
+        crate::scheduler::EndedAs::Ticket(s) => (state(s), ""),
+        crate::scheduler::EndedAs::Refused(reason) => (0, reason),
+    };
+    api::EndedTicket {
+        ticket_id: id_of(host_id, e.key),
+        state: ticket_state,
+        refusal: refusal.to_string(),
+        run_id: e.run_id.to_string(),
+        subject: e.subject.to_string(),
+        account_id: e.account.as_deref().unwrap_or_default().to_string(),
+        instance_id: e.instance.to_string(),
+        key: e.keyed.as_deref().unwrap_or_default().to_string(),
+        superseded_by: id_of(host_id, e.superseded_by),
+        ended_unix_ms: e.at,
+    }
+}
+
 impl From<ReservationInfo> for api::ReservationInfo {
     fn from(r: ReservationInfo) -> Self {
         api::ReservationInfo {

@@ -23,8 +23,8 @@ use crate::ledger::{
 };
 use crate::ratelimit::{CounterInfo, Hit};
 use crate::scheduler::{
-    HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed, Report,
-    SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
+    Ending, HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed,
+    Report, SubmitArgs, SubmitError, TicketInfo, TicketKey, TicketState, TicketView,
 };
 
 /// Everything a store enforces, resolved from configuration.
@@ -371,6 +371,14 @@ pub trait TicketStore: Send + Sync + 'static {
         &self,
         host_id: &str,
     ) -> impl Future<Output = Result<Vec<history::Sample>, StoreError>> + Send;
+
+    /// The host's newest endings, newest first, at most `limit` (see
+    /// [`crate::scheduler::Ending`]), each `at` in ms since the Unix epoch on the store's clock.
+    fn recent_endings(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Ending>, StoreError>> + Send;
 
     /// Count a Submit refused before it reached the store (the authority's own memory).
     fn count_rejection(&self, host_id: &str)

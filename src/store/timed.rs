@@ -19,8 +19,8 @@ use crate::ledger::{
 };
 use crate::ratelimit::{CounterInfo, Hit};
 use crate::scheduler::{
-    HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed, Report,
-    SubmitArgs, SubmitError, TicketInfo, TicketState, TicketView,
+    Ending, HeldArgs, HostStats, Limits, LimitsRecord, LimitsTable, ReclaimRefusal, Reclaimed,
+    Report, SubmitArgs, SubmitError, TicketInfo, TicketState, TicketView,
 };
 
 /// The calls the service makes to its store: one per [`crate::store::Store`] method.
@@ -42,6 +42,7 @@ pub enum StoreOp {
     Stats,
     RecordHistory,
     History,
+    RecentEndings,
     List,
     CountRejection,
     InFlightHere,
@@ -63,7 +64,7 @@ pub enum StoreOp {
 }
 
 impl StoreOp {
-    pub const ALL: [StoreOp; 33] = [
+    pub const ALL: [StoreOp; 34] = [
         StoreOp::GetLimits,
         StoreOp::SetLimits,
         StoreOp::ResetLimits,
@@ -79,6 +80,7 @@ impl StoreOp {
         StoreOp::Stats,
         StoreOp::RecordHistory,
         StoreOp::History,
+        StoreOp::RecentEndings,
         StoreOp::List,
         StoreOp::CountRejection,
         StoreOp::InFlightHere,
@@ -117,6 +119,7 @@ impl StoreOp {
             StoreOp::Stats => "stats",
             StoreOp::RecordHistory => "record_history",
             StoreOp::History => "history",
+            StoreOp::RecentEndings => "recent_endings",
             StoreOp::List => "list",
             StoreOp::CountRejection => "count_rejection",
             StoreOp::InFlightHere => "in_flight_here",
@@ -314,6 +317,17 @@ impl<S: TicketStore> TicketStore for Timed<S> {
         host_id: &str,
     ) -> impl Future<Output = Result<Vec<history::Sample>, StoreError>> + Send {
         self.timed(StoreOp::History, self.inner.history(host_id))
+    }
+
+    fn recent_endings(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Ending>, StoreError>> + Send {
+        self.timed(
+            StoreOp::RecentEndings,
+            self.inner.recent_endings(host_id, limit),
+        )
     }
 
     fn list(

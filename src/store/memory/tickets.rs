@@ -7,7 +7,7 @@ use super::MemoryStore;
 use super::ops::{HostOp, HostOut};
 use crate::history;
 use crate::scheduler::{
-    HeldArgs, HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable,
+    Ending, HeldArgs, HostState, HostStats, Limits, LimitsRecord, LimitsSource, LimitsTable,
     ReclaimRefusal, Reclaimed, Report, SubmitArgs, SubmitError, TicketInfo, TicketState,
     TicketView,
 };
@@ -257,6 +257,20 @@ impl TicketStore for MemoryStore {
 
     async fn history(&self, host_id: &str) -> Result<Vec<history::Sample>, StoreError> {
         Ok(self.history.lock().expect("history lock").samples(host_id))
+    }
+
+    async fn recent_endings(&self, host_id: &str, limit: usize) -> Result<Vec<Ending>, StoreError> {
+        let Some(host) = self.existing_host(host_id) else {
+            return Ok(Vec::new());
+        };
+        let origin_ms = self.clock.origin_epoch_us() / 1000;
+        let mut endings = self
+            .read_host(host_id, &host, |state, _, _| state.recent_endings(limit))
+            .await?;
+        for e in &mut endings {
+            e.at += origin_ms;
+        }
+        Ok(endings)
     }
 
     async fn list(

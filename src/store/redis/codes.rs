@@ -8,7 +8,7 @@ use crate::ledger::{Coverage, Decision, Reason, Resolution, StepState, UnknownUs
 use crate::scheduler::{
     DEFAULT_PRIORITY, EXACT_POSITION_SUBJECTS, KeyPolicy, LEVELS, LISTED_PLACE_DEPTH,
     MAX_ADAPTIVE_ACCOUNTS, Mode, OverflowPolicy, PROBE_SLOWDOWN, QUEUE_WAIT_BOUNDS_MS,
-    RETAIN_SLACK, Refusal, ShadowDecision, SubmitMode, TicketState,
+    RECENT_ENDINGS, RETAIN_SLACK, Refusal, ShadowDecision, SubmitMode, TicketState,
 };
 
 /// The least version of an operator's limits of record: above any replica's start time in µs
@@ -175,7 +175,7 @@ fn parse<T: Copy, const N: usize>(
 }
 
 #[cfg(test)]
-fn ticket_code(s: TicketState) -> &'static str {
+pub(super) fn ticket_code(s: TicketState) -> &'static str {
     find(&TICKET_STATES, s)
 }
 
@@ -262,7 +262,7 @@ pub(super) fn ticket_constants() -> String {
     let bounds: Vec<String> = QUEUE_WAIT_BOUNDS_MS.iter().map(u64::to_string).collect();
     out.push_str(&format!(
         "local RETAIN_SLACK, EXACT_POSITION_SUBJECTS = {RETAIN_SLACK}, {EXACT_POSITION_SUBJECTS}\n\
-         local LISTED_PLACE_DEPTH = {LISTED_PLACE_DEPTH}\n\
+         local LISTED_PLACE_DEPTH, RECENT_ENDINGS = {LISTED_PLACE_DEPTH}, {RECENT_ENDINGS}\n\
          local OPERATOR_LIMITS = {OPERATOR_LIMITS}\n\
          local LEVELS, DEFAULT_PRIORITY = {LEVELS}, {DEFAULT_PRIORITY}\n\
          local MAX_ADAPTIVE_ACCOUNTS, PROBE_SLOWDOWN = {MAX_ADAPTIVE_ACCOUNTS}, {PROBE_SLOWDOWN}\n\

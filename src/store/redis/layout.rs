@@ -18,7 +18,8 @@
 //! Added since, within layout 3 (a layout 2 replica neither writes nor reads them): the
 //! counters' `r:BUSY`, `r:QUEUE_FULL` and `r:MEMORY_PRESSURE` (refusals by reason, which a
 //! host's history charts; while a layout 2 replica refuses too, its refusals are counted in
-//! `rejected` only) and each host's `hist` ([`super::history`]).
+//! `rejected` only), each host's `hist` ([`super::history`]) and `recent` (its newest
+//! endings, [`super::recent`]; a layout 2 replica's endings are not in it).
 //!
 //! Layout 0, before December 2026, kept a host's operator limits in a `limits` hash; layout 1
 //! read it and moved it into the host's counters when its limits were next written. This

@@ -28,6 +28,7 @@ mod ledger;
 mod limits_args;
 mod rate_limit_batch;
 mod rate_limits;
+mod recent;
 mod replies;
 pub mod scripts;
 pub mod source;

@@ -450,6 +450,14 @@ impl TicketStore for RedisStore {
         stats_of(&reply)
     }
 
+    async fn recent_endings(
+        &self,
+        host_id: &str,
+        limit: usize,
+    ) -> Result<Vec<crate::scheduler::Ending>, StoreError> {
+        self.recent_endings_of(host_id, limit).await
+    }
+
     async fn record_history(
         &self,
         host_id: &str,

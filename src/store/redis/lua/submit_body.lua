@@ -66,6 +66,7 @@ local function refuse(reason)
   unclaim()
   incr('rejected')
   incr('r:' .. reason)
+  note_end('', '', run, subject, account, inst, ARGV[16] or '', '', reason)
   return {'refused', reason, learning_left > 0 and fmt(learning_left) or ''}
 end
 local shadow = L.mode == MODE_SHADOW
@@ -82,6 +83,7 @@ if kname ~= '' and not shadow then
     unclaim()
     incr('rejected')
     incr('key_refused')
+    note_end('', '', run, subject, account, inst, kname, '', 'KEY_BUSY')
     return {'key_busy', redis.call('ZRANGE', kkey(kname), 0, 0)[1]}
   end
 end
@@ -106,7 +108,8 @@ if kname ~= '' and not shadow then
     and redis.call('ZREVRANGEBYSCORE', kkey(kname), '+inf', '(' .. fmt(place), 'LIMIT', 0, 1)[1]
   if newest then
     redis.call('HSET', tkey(key), 'run', run, 'grant', 0, 'lvl', ARGV[12], 'key', kname,
-               'kseq', fmt(place), 'sby', newest)
+               'kseq', fmt(place), 'sby', newest, 'subject', subject, 'account', account,
+               'instance', inst)
     retire(key, tkey(key), run, SUPERSEDED)
     incr('submitted')
     incr('superseded')

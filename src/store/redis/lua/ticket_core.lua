@@ -25,7 +25,8 @@
 -- deadline, order, qat; an ended ticket keeps only run, state, grant and deadline, which is
 -- when it is forgotten (its subject, account and instance emptied), and its key and its run's
 -- expire by TTL just after); `ended` list of ended tickets, oldest first, trimmed to
--- `max_retained` (the oldest are forgotten early); `run:<run_id>` → ticket; `leases` zset of
+-- `max_retained` (the oldest are forgotten early); `recent` list of the newest endings, newest
+-- first, RECENT_ENDINGS of them, for operators (`note_end`); `run:<run_id>` → ticket; `leases` zset of
 -- live tickets by deadline; `q:<subject>` zset of a subject's waiters by order; `rot` list, the round-robin
 -- rotation of subjects with waiters; `depth` zset of subjects by queue depth; `dc` hash,
 -- depth → subjects with more waiters than that; `af`, `aq` hashes of account in-flight and
@@ -254,7 +255,19 @@ end
 -- cheaper than deleting the fields, and as small), let its keys expire a second after
 -- retention, and remember it in `ended`, forgetting the oldest RETAIN_SLACK once
 -- `max_retained` + RETAIN_SLACK are remembered (scheduler::RETAIN_SLACK).
+-- Keep an ending for operators (scheduler::recent): the ticket ('' for a refused Submit), its
+-- state ('' refused), run, subject, account, instance, key, superseding ticket, refusal
+-- reason and time, joined by newlines (ids are printable ASCII).
+local function note_end(k, state, run, subject, account, instance, kname, sby, reason)
+  local r = B .. 'recent'
+  redis.call('LPUSH', r, table.concat({k, state, run, subject or '', account or '',
+                                       instance or '', kname or '', sby or '', reason,
+                                       fmt(now)}, '\n'))
+  redis.call('LTRIM', r, 0, RECENT_ENDINGS - 1)
+end
 local function retire(k, tk, run, state)
+  local f = redis.call('HMGET', tk, 'subject', 'account', 'instance', 'key', 'sby')
+  note_end(k, state, run, f[1], f[2], f[3], f[4], state == SUPERSEDED and f[5] or '', '')
   -- Remembered for retention (`ticket` forgets it then, by the scripts' time).
   redis.call('HSET', tk, 'state', state, 'deadline', fmt(now + L.retention), 'subject', '',
              'account', '', 'instance', '')

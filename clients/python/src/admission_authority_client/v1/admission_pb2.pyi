@@ -2690,6 +2690,109 @@ class ListHttpPoliciesResponse(_message.Message):
 Global___ListHttpPoliciesResponse: _TypeAlias = ListHttpPoliciesResponse  # noqa: Y015
 
 @_typing.final
+class ListEndedTicketsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_ID_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    host_id: _builtins.str
+    limit: _builtins.int
+    """The most endings answered; 0: every one the host keeps. At most 200."""
+    def __init__(
+        self,
+        *,
+        host_id: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_id", b"host_id", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEndedTicketsRequest: _TypeAlias = ListEndedTicketsRequest  # noqa: Y015
+
+@_typing.final
+class EndedTicket(_message.Message):
+    """A ticket that ended, or a Submit that was refused, among a host's newest endings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICKET_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    ACCOUNT_ID_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_BY_FIELD_NUMBER: _builtins.int
+    ENDED_UNIX_MS_FIELD_NUMBER: _builtins.int
+    ticket_id: _builtins.str
+    """The ticket; empty for a refused Submit (it made none)."""
+    state: Global___TicketState.ValueType
+    """Its terminal state (RELEASED, CANCELLED, SHED, EXPIRED or SUPERSEDED); UNSPECIFIED for a
+    refused Submit.
+    """
+    refusal: _builtins.str
+    """A refused Submit's reason (BUSY, QUEUE_FULL, MEMORY_PRESSURE or KEY_BUSY); empty
+    otherwise.
+    """
+    run_id: _builtins.str
+    subject: _builtins.str
+    account_id: _builtins.str
+    instance_id: _builtins.str
+    key: _builtins.str
+    """Its key; empty without one."""
+    superseded_by: _builtins.str
+    """SUPERSEDED: the newer ticket of its key that took its place."""
+    ended_unix_ms: _builtins.int
+    """When it ended or was refused, in ms since the Unix epoch on the store's clock."""
+    def __init__(
+        self,
+        *,
+        ticket_id: _builtins.str = ...,
+        state: Global___TicketState.ValueType = ...,
+        refusal: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        account_id: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
+        key: _builtins.str = ...,
+        superseded_by: _builtins.str = ...,
+        ended_unix_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["account_id", b"account_id", "ended_unix_ms", b"ended_unix_ms", "instance_id", b"instance_id", "key", b"key", "refusal", b"refusal", "run_id", b"run_id", "state", b"state", "subject", b"subject", "superseded_by", b"superseded_by", "ticket_id", b"ticket_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndedTicket: _TypeAlias = EndedTicket  # noqa: Y015
+
+@_typing.final
+class ListEndedTicketsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENDED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ended(self) -> _containers.RepeatedCompositeFieldContainer[Global___EndedTicket]:
+        """Newest first."""
+
+    def __init__(
+        self,
+        *,
+        ended: _abc.Iterable[Global___EndedTicket] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended", b"ended"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEndedTicketsResponse: _TypeAlias = ListEndedTicketsResponse  # noqa: Y015
+
+@_typing.final
 class GetHostHistoryRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

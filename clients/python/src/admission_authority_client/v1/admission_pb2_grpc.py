@@ -712,6 +712,11 @@ class OperatorStub:
                 request_serializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryRequest.SerializeToString,
                 response_deserializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryResponse.FromString,
                 _registered_method=True)
+        self.ListEndedTickets = channel.unary_unary(
+                '/admission.v1.Operator/ListEndedTickets',
+                request_serializer=admission_dot_v1_dot_admission__pb2.ListEndedTicketsRequest.SerializeToString,
+                response_deserializer=admission_dot_v1_dot_admission__pb2.ListEndedTicketsResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServicer:
@@ -833,6 +838,17 @@ class OperatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEndedTickets(self, request, context):
+        """A host's newest endings, newest first: tickets released, cancelled, shed, expired or
+        superseded, and Submits refused, with who they were and why (the last 200 of them, on
+        every store; the embedded store keeps them in memory, so they start again with the
+        process). Apart from the retention that answers retries, which keeps only a ticket's final
+        state. NOT_FOUND for a host that is not one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -895,6 +911,11 @@ def add_OperatorServicer_to_server(servicer, server):
                     servicer.GetHostHistory,
                     request_deserializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryRequest.FromString,
                     response_serializer=admission_dot_v1_dot_admission__pb2.GetHostHistoryResponse.SerializeToString,
+            ),
+            'ListEndedTickets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEndedTickets,
+                    request_deserializer=admission_dot_v1_dot_admission__pb2.ListEndedTicketsRequest.FromString,
+                    response_serializer=admission_dot_v1_dot_admission__pb2.ListEndedTicketsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1227,6 +1248,33 @@ class Operator:
             '/admission.v1.Operator/GetHostHistory',
             admission_dot_v1_dot_admission__pb2.GetHostHistoryRequest.SerializeToString,
             admission_dot_v1_dot_admission__pb2.GetHostHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEndedTickets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/admission.v1.Operator/ListEndedTickets',
+            admission_dot_v1_dot_admission__pb2.ListEndedTicketsRequest.SerializeToString,
+            admission_dot_v1_dot_admission__pb2.ListEndedTicketsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -450,6 +450,13 @@ class OperatorStub:
     The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
     for a host that is not one. A host past `history.max_hosts` (by name) has none.
     """
+    ListEndedTickets: _grpc.UnaryUnaryMultiCallable[_admission_pb2.ListEndedTicketsRequest, _admission_pb2.ListEndedTicketsResponse]
+    """A host's newest endings, newest first: tickets released, cancelled, shed, expired or
+    superseded, and Submits refused, with who they were and why (the last 200 of them, on
+    every store; the embedded store keeps them in memory, so they start again with the
+    process). Apart from the retention that answers retries, which keeps only a ticket's final
+    state. NOT_FOUND for a host that is not one.
+    """
 
 @_typing.type_check_only
 class OperatorAsyncStub(OperatorStub):
@@ -522,6 +529,13 @@ class OperatorAsyncStub(OperatorStub):
     authority samples each host once a bucket; on Redis every replica reads the same samples.
     The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
     for a host that is not one. A host past `history.max_hosts` (by name) has none.
+    """
+    ListEndedTickets: _aio.UnaryUnaryMultiCallable[_admission_pb2.ListEndedTicketsRequest, _admission_pb2.ListEndedTicketsResponse]  # type: ignore[assignment]
+    """A host's newest endings, newest first: tickets released, cancelled, shed, expired or
+    superseded, and Submits refused, with who they were and why (the last 200 of them, on
+    every store; the embedded store keeps them in memory, so they start again with the
+    process). Apart from the retention that answers retries, which keeps only a ticket's final
+    state. NOT_FOUND for a host that is not one.
     """
 
 class OperatorServicer(metaclass=_abc_1.ABCMeta):
@@ -664,6 +678,19 @@ class OperatorServicer(metaclass=_abc_1.ABCMeta):
         authority samples each host once a bucket; on Redis every replica reads the same samples.
         The embedded store keeps them in memory: they start again when the process does. NOT_FOUND
         for a host that is not one. A host past `history.max_hosts` (by name) has none.
+        """
+
+    @_abc_1.abstractmethod
+    def ListEndedTickets(
+        self,
+        request: _admission_pb2.ListEndedTicketsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admission_pb2.ListEndedTicketsResponse, _abc.Awaitable[_admission_pb2.ListEndedTicketsResponse]]:
+        """A host's newest endings, newest first: tickets released, cancelled, shed, expired or
+        superseded, and Submits refused, with who they were and why (the last 200 of them, on
+        every store; the embedded store keeps them in memory, so they start again with the
+        process). Apart from the retention that answers retries, which keeps only a ticket's final
+        state. NOT_FOUND for a host that is not one.
         """
 
 def add_OperatorServicer_to_server(servicer: OperatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

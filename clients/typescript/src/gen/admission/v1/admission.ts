@@ -1615,6 +1615,43 @@ export interface ListHttpPoliciesResponse {
   policies: HttpPolicyInfo[];
 }
 
+export interface ListEndedTicketsRequest {
+  hostId: string;
+  /** The most endings answered; 0: every one the host keeps. At most 200. */
+  limit: number;
+}
+
+/** A ticket that ended, or a Submit that was refused, among a host's newest endings. */
+export interface EndedTicket {
+  /** The ticket; empty for a refused Submit (it made none). */
+  ticketId: string;
+  /**
+   * Its terminal state (RELEASED, CANCELLED, SHED, EXPIRED or SUPERSEDED); UNSPECIFIED for a
+   * refused Submit.
+   */
+  state: TicketState;
+  /**
+   * A refused Submit's reason (BUSY, QUEUE_FULL, MEMORY_PRESSURE or KEY_BUSY); empty
+   * otherwise.
+   */
+  refusal: string;
+  runId: string;
+  subject: string;
+  accountId: string;
+  instanceId: string;
+  /** Its key; empty without one. */
+  key: string;
+  /** SUPERSEDED: the newer ticket of its key that took its place. */
+  supersededBy: string;
+  /** When it ended or was refused, in ms since the Unix epoch on the store's clock. */
+  endedUnixMs: number;
+}
+
+export interface ListEndedTicketsResponse {
+  /** Newest first. */
+  ended: EndedTicket[];
+}
+
 export interface GetHostHistoryRequest {
   hostId: string;
 }
@@ -10250,6 +10287,412 @@ export const ListHttpPoliciesResponse: MessageFns<ListHttpPoliciesResponse> = {
   },
 };
 
+function createBaseListEndedTicketsRequest(): ListEndedTicketsRequest {
+  return { hostId: "", limit: 0 };
+}
+
+export const ListEndedTicketsRequest: MessageFns<ListEndedTicketsRequest> = {
+  encode(message: ListEndedTicketsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.hostId !== "") {
+      writer.uint32(10).string(message.hostId);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(16).uint32(message.limit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListEndedTicketsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListEndedTicketsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hostId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.limit = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListEndedTicketsRequest {
+    return {
+      hostId: isSet(object.hostId)
+        ? globalThis.String(object.hostId)
+        : isSet(object.host_id)
+        ? globalThis.String(object.host_id)
+        : "",
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+    };
+  },
+
+  toJSON(message: ListEndedTicketsRequest): unknown {
+    const obj: any = {};
+    if (message.hostId !== "") {
+      obj.hostId = message.hostId;
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListEndedTicketsRequest>, I>>(base?: I): ListEndedTicketsRequest {
+    return ListEndedTicketsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListEndedTicketsRequest>, I>>(object: I): ListEndedTicketsRequest {
+    const message = createBaseListEndedTicketsRequest();
+    message.hostId = object.hostId ?? "";
+    message.limit = object.limit ?? 0;
+    return message;
+  },
+};
+
+function createBaseEndedTicket(): EndedTicket {
+  return {
+    ticketId: "",
+    state: 0,
+    refusal: "",
+    runId: "",
+    subject: "",
+    accountId: "",
+    instanceId: "",
+    key: "",
+    supersededBy: "",
+    endedUnixMs: 0,
+  };
+}
+
+export const EndedTicket: MessageFns<EndedTicket> = {
+  encode(message: EndedTicket, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ticketId !== "") {
+      writer.uint32(10).string(message.ticketId);
+    }
+    if (message.state !== 0) {
+      writer.uint32(16).int32(message.state);
+    }
+    if (message.refusal !== "") {
+      writer.uint32(26).string(message.refusal);
+    }
+    if (message.runId !== "") {
+      writer.uint32(34).string(message.runId);
+    }
+    if (message.subject !== "") {
+      writer.uint32(42).string(message.subject);
+    }
+    if (message.accountId !== "") {
+      writer.uint32(50).string(message.accountId);
+    }
+    if (message.instanceId !== "") {
+      writer.uint32(58).string(message.instanceId);
+    }
+    if (message.key !== "") {
+      writer.uint32(66).string(message.key);
+    }
+    if (message.supersededBy !== "") {
+      writer.uint32(74).string(message.supersededBy);
+    }
+    if (message.endedUnixMs !== 0) {
+      writer.uint32(80).uint64(message.endedUnixMs);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EndedTicket {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEndedTicket();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ticketId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.refusal = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.runId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.subject = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.accountId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.instanceId = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.supersededBy = reader.string();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.endedUnixMs = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EndedTicket {
+    return {
+      ticketId: isSet(object.ticketId)
+        ? globalThis.String(object.ticketId)
+        : isSet(object.ticket_id)
+        ? globalThis.String(object.ticket_id)
+        : "",
+      state: isSet(object.state) ? ticketStateFromJSON(object.state) : 0,
+      refusal: isSet(object.refusal) ? globalThis.String(object.refusal) : "",
+      runId: isSet(object.runId)
+        ? globalThis.String(object.runId)
+        : isSet(object.run_id)
+        ? globalThis.String(object.run_id)
+        : "",
+      subject: isSet(object.subject) ? globalThis.String(object.subject) : "",
+      accountId: isSet(object.accountId)
+        ? globalThis.String(object.accountId)
+        : isSet(object.account_id)
+        ? globalThis.String(object.account_id)
+        : "",
+      instanceId: isSet(object.instanceId)
+        ? globalThis.String(object.instanceId)
+        : isSet(object.instance_id)
+        ? globalThis.String(object.instance_id)
+        : "",
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      supersededBy: isSet(object.supersededBy)
+        ? globalThis.String(object.supersededBy)
+        : isSet(object.superseded_by)
+        ? globalThis.String(object.superseded_by)
+        : "",
+      endedUnixMs: isSet(object.endedUnixMs)
+        ? globalThis.Number(object.endedUnixMs)
+        : isSet(object.ended_unix_ms)
+        ? globalThis.Number(object.ended_unix_ms)
+        : 0,
+    };
+  },
+
+  toJSON(message: EndedTicket): unknown {
+    const obj: any = {};
+    if (message.ticketId !== "") {
+      obj.ticketId = message.ticketId;
+    }
+    if (message.state !== 0) {
+      obj.state = ticketStateToJSON(message.state);
+    }
+    if (message.refusal !== "") {
+      obj.refusal = message.refusal;
+    }
+    if (message.runId !== "") {
+      obj.runId = message.runId;
+    }
+    if (message.subject !== "") {
+      obj.subject = message.subject;
+    }
+    if (message.accountId !== "") {
+      obj.accountId = message.accountId;
+    }
+    if (message.instanceId !== "") {
+      obj.instanceId = message.instanceId;
+    }
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.supersededBy !== "") {
+      obj.supersededBy = message.supersededBy;
+    }
+    if (message.endedUnixMs !== 0) {
+      obj.endedUnixMs = Math.round(message.endedUnixMs);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EndedTicket>, I>>(base?: I): EndedTicket {
+    return EndedTicket.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EndedTicket>, I>>(object: I): EndedTicket {
+    const message = createBaseEndedTicket();
+    message.ticketId = object.ticketId ?? "";
+    message.state = object.state ?? 0;
+    message.refusal = object.refusal ?? "";
+    message.runId = object.runId ?? "";
+    message.subject = object.subject ?? "";
+    message.accountId = object.accountId ?? "";
+    message.instanceId = object.instanceId ?? "";
+    message.key = object.key ?? "";
+    message.supersededBy = object.supersededBy ?? "";
+    message.endedUnixMs = object.endedUnixMs ?? 0;
+    return message;
+  },
+};
+
+function createBaseListEndedTicketsResponse(): ListEndedTicketsResponse {
+  return { ended: [] };
+}
+
+export const ListEndedTicketsResponse: MessageFns<ListEndedTicketsResponse> = {
+  encode(message: ListEndedTicketsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.ended) {
+      EndedTicket.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListEndedTicketsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListEndedTicketsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.ended.push(EndedTicket.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListEndedTicketsResponse {
+    return {
+      ended: globalThis.Array.isArray(object?.ended) ? object.ended.map((e: any) => EndedTicket.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ListEndedTicketsResponse): unknown {
+    const obj: any = {};
+    if (message.ended?.length) {
+      obj.ended = message.ended.map((e) => EndedTicket.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ListEndedTicketsResponse>, I>>(base?: I): ListEndedTicketsResponse {
+    return ListEndedTicketsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ListEndedTicketsResponse>, I>>(object: I): ListEndedTicketsResponse {
+    const message = createBaseListEndedTicketsResponse();
+    message.ended = object.ended?.map((e) => EndedTicket.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 function createBaseGetHostHistoryRequest(): GetHostHistoryRequest {
   return { hostId: "" };
 }
@@ -12178,6 +12621,24 @@ export const OperatorService = {
       Buffer.from(GetHostHistoryResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetHostHistoryResponse => GetHostHistoryResponse.decode(value),
   },
+  /**
+   * A host's newest endings, newest first: tickets released, cancelled, shed, expired or
+   * superseded, and Submits refused, with who they were and why (the last 200 of them, on
+   * every store; the embedded store keeps them in memory, so they start again with the
+   * process). Apart from the retention that answers retries, which keeps only a ticket's final
+   * state. NOT_FOUND for a host that is not one.
+   */
+  listEndedTickets: {
+    path: "/admission.v1.Operator/ListEndedTickets" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListEndedTicketsRequest): Buffer =>
+      Buffer.from(ListEndedTicketsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListEndedTicketsRequest => ListEndedTicketsRequest.decode(value),
+    responseSerialize: (value: ListEndedTicketsResponse): Buffer =>
+      Buffer.from(ListEndedTicketsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListEndedTicketsResponse => ListEndedTicketsResponse.decode(value),
+  },
 } as const;
 
 export interface OperatorServer extends UntypedServiceImplementation {
@@ -12253,6 +12714,14 @@ export interface OperatorServer extends UntypedServiceImplementation {
    * for a host that is not one. A host past `history.max_hosts` (by name) has none.
    */
   getHostHistory: handleUnaryCall<GetHostHistoryRequest, GetHostHistoryResponse>;
+  /**
+   * A host's newest endings, newest first: tickets released, cancelled, shed, expired or
+   * superseded, and Submits refused, with who they were and why (the last 200 of them, on
+   * every store; the embedded store keeps them in memory, so they start again with the
+   * process). Apart from the retention that answers retries, which keeps only a ticket's final
+   * state. NOT_FOUND for a host that is not one.
+   */
+  listEndedTickets: handleUnaryCall<ListEndedTicketsRequest, ListEndedTicketsResponse>;
 }
 
 export interface OperatorClient extends Client {
@@ -12495,6 +12964,28 @@ export interface OperatorClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetHostHistoryResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * A host's newest endings, newest first: tickets released, cancelled, shed, expired or
+   * superseded, and Submits refused, with who they were and why (the last 200 of them, on
+   * every store; the embedded store keeps them in memory, so they start again with the
+   * process). Apart from the retention that answers retries, which keeps only a ticket's final
+   * state. NOT_FOUND for a host that is not one.
+   */
+  listEndedTickets(
+    request: ListEndedTicketsRequest,
+    callback: (error: ServiceError | null, response: ListEndedTicketsResponse) => void,
+  ): ClientUnaryCall;
+  listEndedTickets(
+    request: ListEndedTicketsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListEndedTicketsResponse) => void,
+  ): ClientUnaryCall;
+  listEndedTickets(
+    request: ListEndedTicketsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListEndedTicketsResponse) => void,
   ): ClientUnaryCall;
 }
 
