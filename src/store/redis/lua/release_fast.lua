@@ -14,7 +14,8 @@ local function release_fast(k, run, outcome, latency)
     if not k then return false end
   end
   local tk = B .. 't:' .. k
-  local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state', 'qat', 'key')
+  local t = redis.call('HMGET', tk, 'subject', 'account', 'run', 'state', 'qat', 'key',
+                      'instance')
   if t[4] ~= ADMITTED or t[6] then return nil, k end
   local c = redis.call('HMGET', C, 'in_flight', 'released', 'queued', 's:' .. t[1], 'next_due',
                       'lv', 'ls', 'lm', 'hold', 'a:' .. t[2])
@@ -32,6 +33,6 @@ local function release_fast(k, run, outcome, latency)
              'hold', fmt(hold_avg(c[9], num(t[5]))))
   if t[2] ~= '' then redis.call('HINCRBY', AF, t[2], '-1') end
   redis.call('ZREM', LEASES, k)
-  retire(k, tk, t[3], RELEASED)
+  retire(k, tk, t[3], RELEASED, {t[1], t[2], t[7], ''})
   return {ADMITTED, k}, k
 end

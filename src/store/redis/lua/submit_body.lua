@@ -108,9 +108,8 @@ if kname ~= '' and not shadow then
     and redis.call('ZREVRANGEBYSCORE', kkey(kname), '+inf', '(' .. fmt(place), 'LIMIT', 0, 1)[1]
   if newest then
     redis.call('HSET', tkey(key), 'run', run, 'grant', 0, 'lvl', ARGV[12], 'key', kname,
-               'kseq', fmt(place), 'sby', newest, 'subject', subject, 'account', account,
-               'instance', inst)
-    retire(key, tkey(key), run, SUPERSEDED)
+               'kseq', fmt(place), 'sby', newest)
+    retire(key, tkey(key), run, SUPERSEDED, {subject, account, inst, kname})
     incr('submitted')
     incr('superseded')
     local v = view(key)

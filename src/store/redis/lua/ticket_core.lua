@@ -257,17 +257,23 @@ end
 -- `max_retained` + RETAIN_SLACK are remembered (scheduler::RETAIN_SLACK).
 -- Keep an ending for operators (scheduler::recent): the ticket ('' for a refused Submit), its
 -- state ('' refused), run, subject, account, instance, key, superseding ticket, refusal
--- reason and time, joined by newlines (ids are printable ASCII).
+-- reason and time, joined by newlines (ids are printable ASCII). The list is trimmed back to
+-- RECENT_ENDINGS once it holds RETAIN_SLACK more (a command saved on most endings); it is
+-- read from its head.
 local function note_end(k, state, run, subject, account, instance, kname, sby, reason)
   local r = B .. 'recent'
-  redis.call('LPUSH', r, table.concat({k, state, run, subject or '', account or '',
-                                       instance or '', kname or '', sby or '', reason,
-                                       fmt(now)}, '\n'))
-  redis.call('LTRIM', r, 0, RECENT_ENDINGS - 1)
+  local n = redis.call('LPUSH', r, table.concat({k, state, run, subject or '', account or '',
+                                                 instance or '', kname or '', sby or '', reason,
+                                                 fmt(now)}, '\n'))
+  if n >= RECENT_ENDINGS + RETAIN_SLACK then redis.call('LTRIM', r, 0, RECENT_ENDINGS - 1) end
 end
-local function retire(k, tk, run, state)
-  local f = redis.call('HMGET', tk, 'subject', 'account', 'instance', 'key', 'sby')
-  note_end(k, state, run, f[1], f[2], f[3], f[4], state == SUPERSEDED and f[5] or '', '')
+-- `who`: the ticket's subject, account, instance and key, as `ticket` reads them (read here
+-- when the caller has not); a superseded ticket's superseding one is read here (it was named
+-- just before the ticket ended).
+local function retire(k, tk, run, state, who)
+  who = who or redis.call('HMGET', tk, 'subject', 'account', 'instance', 'key')
+  local sby = state == SUPERSEDED and redis.call('HGET', tk, 'sby') or ''
+  note_end(k, state, run, who[1], who[2], who[3], who[4], sby, '')
   -- Remembered for retention (`ticket` forgets it then, by the scripts' time).
   redis.call('HSET', tk, 'state', state, 'deadline', fmt(now + L.retention), 'subject', '',
              'account', '', 'instance', '')

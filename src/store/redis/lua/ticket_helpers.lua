@@ -247,7 +247,7 @@ local function finish(k, t, state)
   end
   redis.call('ZREM', LEASES, k)
   if t.key ~= '' then key_leave(k, t, t.state == ADMITTED or t.state == PARKED) end
-  retire(k, tkey(k), t.run, state)
+  retire(k, tkey(k), t.run, state, {t.subject, t.account, t.instance, t.key})
   -- A Wait stream follows a ticket only while it is queued.
   if was_queued then changed(k) end
 end
