@@ -49,6 +49,8 @@ async fn bytes_that_are_not_the_message_are_invalid_argument_and_change_nothing(
         "/admission.v1.Admission/Authorize",
         "/admission.v1.Admission/CheckAuthAttempt",
         "/admission.v1.Operator/ListTickets",
+        "/admission.v1.Operator/GetHostHistory",
+        "/admission.v1.Operator/ListEndedTickets",
     ] {
         for (what, bytes) in garbage {
             let status = raw_call(&server, rpc, bytes).await;

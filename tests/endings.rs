@@ -101,12 +101,19 @@ async fn check(
     );
     let unknown = ended(op, "nobody", 0).await.expect_err("no such host");
     assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
-    let too_many = ended(op, "ended", 201).await.expect_err("over the bound");
-    assert_eq!(too_many.code(), Code::InvalidArgument);
-    assert!(
-        too_many.message().contains("limit: must be <= 200"),
-        "{too_many:?}"
-    );
+    for limit in [201, u32::MAX] {
+        let too_many = ended(op, "ended", limit).await.expect_err("over the bound");
+        assert_eq!(too_many.code(), Code::InvalidArgument);
+        assert!(
+            too_many.message().contains("limit: must be <= 200"),
+            "{too_many:?}"
+        );
+    }
+    for host in ["", &"h".repeat(10_000), "tab\there"] {
+        let bad = ended(op, host, 0).await.expect_err("a bad host_id");
+        assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+        assert!(bad.message().starts_with("host_id: "), "{bad:?}");
+    }
 }
 
 #[tokio::test]

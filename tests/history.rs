@@ -112,11 +112,14 @@ async fn a_burst_lands_in_its_buckets_counted_by_reason() {
         .await
         .expect_err("no such host");
     assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
-    let empty = op
-        .get_host_history(api::GetHostHistoryRequest::default())
-        .await
-        .expect_err("no host_id");
-    assert_eq!(empty.code(), Code::InvalidArgument, "{empty:?}");
+    for host in [String::new(), "h".repeat(10_000), "tab\there".into()] {
+        let bad = op
+            .get_host_history(api::GetHostHistoryRequest { host_id: host })
+            .await
+            .expect_err("a bad host_id");
+        assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+        assert!(bad.message().starts_with("host_id: "), "{bad:?}");
+    }
 
     let span = burst(&server, &mut op).await;
     let h = eventually("the burst in the history", DEADLINE, || {
