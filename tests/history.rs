@@ -171,3 +171,37 @@ async fn two_replicas_on_redis_answer_the_same_buckets() {
     })
     .await;
 }
+
+/// Over an hour of buckets in a few seconds (10 ms buckets, 400 of them): every host answers
+/// at most the buckets kept, and only the first `max_hosts` hosts by name have any.
+#[tokio::test]
+async fn the_history_stays_bounded_in_buckets_and_hosts() {
+    let server = Server::start_with_config(
+        "history-bounded",
+        "history: { bucket: 10ms, keep: 500ms, max_hosts: 10 }\n",
+        &[],
+    );
+    let mut c = server.client().await;
+    let hosts: Vec<String> = (0..20).map(|i| format!("h{i:02}")).collect();
+    for h in &hosts {
+        c.submit(submit_req(h, "a", "r")).await.expect("admitted");
+    }
+    let mut op = server.operator().await;
+    let mut most = 0;
+    // About 4 s: 20 rounds of reads 200 ms apart.
+    for _ in 0..20 {
+        for h in &hosts[..10] {
+            let n = history(&mut op, h).await.buckets.len();
+            assert!(n <= 50, "{h} answered {n} buckets, past the 50 kept");
+            most = most.max(n);
+        }
+        for h in &hosts[10..] {
+            assert!(
+                history(&mut op, h).await.buckets.is_empty(),
+                "{h} is past max_hosts"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(most >= 40, "the kept hour filled up ({most} buckets)");
+}

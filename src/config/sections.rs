@@ -550,7 +550,7 @@ impl Cx {
             None => Some(default.bucket_ms),
         };
         let keep_ms = match m.get("keep") {
-            Some(v) => self.duration(v, "history.keep", 1_000, 7 * 86_400_000),
+            Some(v) => self.duration(v, "history.keep", 20, 7 * 86_400_000),
             None => Some(default.bucket_ms * default.buckets),
         };
         let max_hosts = match m.get("max_hosts") {
