@@ -4,10 +4,8 @@
 
 mod common;
 
-use std::process::Stdio;
-
 use admission_authority::api;
-use common::{Server, config_file, release, submit_req};
+use common::{Server, redis_replicas, release, submit_req};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -125,23 +123,7 @@ async fn endings_name_who_ended_how_on_the_embedded_store() {
 
 #[tokio::test]
 async fn two_replicas_on_redis_list_the_same_endings() {
-    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
-        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
-    let config = config_file(
-        "endings-redis",
-        &format!(
-            "{YAML}store:\n  redis: {{ url: \"{url}\", prefix: \"endings-{}:\" }}\n",
-            std::process::id()
-        ),
-    );
-    let start = || {
-        Server::spawn(
-            &["--config", config.to_str().unwrap()],
-            "warn",
-            Stdio::inherit(),
-        )
-    };
-    let (a, b) = (start(), start());
+    let (a, b) = redis_replicas("endings-redis", YAML);
     let ids = endings(&a).await;
     check(&mut a.operator().await, &ids).await;
     check(&mut b.operator().await, &ids).await;

@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use admission_authority::api;
-use common::{Server, config_file, eventually, release, submit_req};
+use common::{Server, eventually, redis_replicas, release, submit_req};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -138,23 +137,7 @@ async fn a_burst_lands_in_its_buckets_counted_by_reason() {
 
 #[tokio::test]
 async fn two_replicas_on_redis_answer_the_same_buckets() {
-    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
-        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
-    let config = config_file(
-        "history-redis",
-        &format!(
-            "{YAML}store:\n  redis: {{ url: \"{url}\", prefix: \"history-{}:\" }}\n",
-            std::process::id()
-        ),
-    );
-    let start = || {
-        Server::spawn(
-            &["--config", config.to_str().unwrap()],
-            "warn",
-            Stdio::inherit(),
-        )
-    };
-    let (a, b) = (start(), start());
+    let (a, b) = redis_replicas("history-redis", YAML);
     let (mut op_a, op_b) = (a.operator().await, b.operator().await);
     // The burst goes through replica a; replica b reads the history.
     let span = burst(&a, &mut op_a).await;

@@ -9,31 +9,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use admission_authority::api;
-use common::{Server, config_file, eventually, follow, release, state_of, stats, submit_req};
+use common::{
+    Server, config_file, eventually, follow, redis_replicas as replicas, release, state_of, stats,
+    submit_req,
+};
 use tokio_stream::StreamExt;
 
 const DEADLINE: Duration = Duration::from_secs(10);
-
-/// Two replicas sharing `yaml`'s settings on the test redis-server under a fresh prefix.
-fn replicas(name: &str, yaml: &str) -> (Server, Server) {
-    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
-        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
-    let config = config_file(
-        name,
-        &format!(
-            "{yaml}store:\n  redis: {{ url: \"{url}\", prefix: \"{name}-{}:\" }}\n",
-            std::process::id()
-        ),
-    );
-    let start = || {
-        Server::spawn(
-            &["--config", config.to_str().unwrap()],
-            "warn",
-            Stdio::inherit(),
-        )
-    };
-    (start(), start())
-}
 
 /// Follow a Wait stream until it says ADMITTED (within the deadline).
 async fn until_admitted(mut stream: tonic::Streaming<api::WaitEvent>) -> api::WaitEvent {

@@ -216,6 +216,28 @@ pub fn config_file(name: &str, yaml: &str) -> std::path::PathBuf {
     path
 }
 
+/// Two replicas sharing `yaml`'s settings on the test command's redis-server
+/// (`ADMISSION_TEST_REDIS_URL`) under a prefix of their own (named after `name`).
+pub fn redis_replicas(name: &str, yaml: &str) -> (Server, Server) {
+    let url = std::env::var("ADMISSION_TEST_REDIS_URL")
+        .expect("ADMISSION_TEST_REDIS_URL (scripts/test starts a redis-server)");
+    let config = config_file(
+        name,
+        &format!(
+            "{yaml}store:\n  redis: {{ url: \"{url}\", prefix: \"{name}-{}:\" }}\n",
+            std::process::id()
+        ),
+    );
+    let start = || {
+        Server::spawn(
+            &["--config", config.to_str().unwrap()],
+            "warn",
+            Stdio::inherit(),
+        )
+    };
+    (start(), start())
+}
+
 /// Poll `check` until it returns `Some`, or panic with `what` after `deadline`.
 pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
 where
