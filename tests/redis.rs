@@ -705,6 +705,8 @@ async fn ended_tickets_leave_only_keys_that_expire() {
                 "dc",
                 "qw",
                 "ended",
+                // The newest endings, for operators: bounded, not per ticket.
+                "recent",
                 "ttl:hosts",
                 "ttl:epoch",
                 "ttl:losses"
