@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::scheduler::{HostStats, QUEUE_WAIT_BOUNDS_MS, Refusal};
+use crate::scheduler::{HostStats, QUEUE_WAIT_BOUNDS_MS};
 
 /// How the history is cut: a sample every `bucket_ms`, the last `buckets` of them answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,11 +56,9 @@ const FIELDS: usize = 21;
 impl Counts {
     pub fn of(stats: &HostStats) -> Counts {
         let c = &stats.counters;
-        let mut refused = [0; 4];
-        for r in Refusal::COUNTED {
-            refused[r.index()] = c.refusals[r.index()];
-        }
-        refused[3] = c.key_refused;
+        // REASONS is the scheduler's counted refusals in their order, then a busy key.
+        let [busy, queue_full, memory_pressure] = c.refusals;
+        let refused = [busy, queue_full, memory_pressure, c.key_refused];
         Counts {
             in_flight: stats.in_flight.into(),
             queued: stats.queued.into(),

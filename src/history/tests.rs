@@ -139,3 +139,12 @@ fn a_sample_is_the_size_the_configuration_docs_say() {
     // docs/configuration.md: about 64 KB a host for an hour of 10 s buckets (361 samples).
     assert_eq!(std::mem::size_of::<Sample>(), 176);
 }
+
+#[test]
+fn reasons_are_the_counted_refusals_in_their_order_then_a_busy_key() {
+    use crate::scheduler::Refusal;
+    for r in Refusal::COUNTED {
+        assert_eq!(REASONS[r.index()], r.code());
+    }
+    assert_eq!(REASONS[3], "KEY_BUSY");
+}

@@ -8,7 +8,8 @@ use redis::Value;
 use super::RedisStore;
 use super::codes;
 use super::replies::text;
-use crate::scheduler::{EndedAs, Ending, Refusal, TicketKey};
+use crate::history::REASONS;
+use crate::scheduler::{EndedAs, Ending, TicketKey};
 use crate::store::StoreError;
 
 impl RedisStore {
@@ -72,11 +73,7 @@ fn ending(record: &str) -> Option<Ending> {
         }
     };
     let ended_as = if state.is_empty() {
-        let code = Refusal::COUNTED
-            .iter()
-            .map(|r| r.code())
-            .chain(["KEY_BUSY"])
-            .find(|c| *c == reason)?;
+        let code = REASONS.into_iter().find(|c| *c == reason)?;
         EndedAs::Refused(code)
     } else {
         EndedAs::Ticket(codes::ticket_state(state)?)
