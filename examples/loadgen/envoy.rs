@@ -6,8 +6,10 @@
 //! short upstream that answers at once; the rounds alternate the arms. Beside them, the
 //! authority's CPU per HTTP request against its CPU per Submit+Release cycle over gRPC, both at
 //! 64 in flight (the cycles saturate it) and paced to the rate the HTTP arm reached (it then
-//! idles between messages as it does behind one Envoy). Envoy is `ENVOY`, else the test
-//! command's (`target/test-venv/bin/envoy`).
+//! idles between messages as it does behind one Envoy), and against the no-op processor's own
+//! CPU per HTTP request (it runs in a process of its own: this program started again with
+//! `--serve-noop-processor`). Envoy is `ENVOY`, else the test command's
+//! (`target/test-venv/bin/envoy`).
 
 use std::net::TcpListener as StdListener;
 
@@ -178,13 +180,16 @@ async fn through(port: u16, c: usize, seconds: f64) -> Figures {
     .1
 }
 
-/// A processor that answers every message at once and does nothing: the floor.
+/// A processor that answers every message at once and does nothing: the floor. Lean as a
+/// processor can be: its answers are mapped from the messages where tonic polls them, with no
+/// task or channel per stream.
 struct NoOp;
 
 #[tonic::async_trait]
 impl ext::external_processor_server::ExternalProcessor for NoOp {
-    type ProcessStream =
-        tokio_stream::wrappers::ReceiverStream<Result<ext::ProcessingResponse, tonic::Status>>;
+    type ProcessStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<ext::ProcessingResponse, tonic::Status>> + Send>,
+    >;
 
     async fn process(
         &self,
@@ -192,48 +197,53 @@ impl ext::external_processor_server::ExternalProcessor for NoOp {
     ) -> Result<tonic::Response<Self::ProcessStream>, tonic::Status> {
         use ext::processing_request::Request as Part;
         use ext::processing_response::Response as Answer;
-        let mut inbound = request.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
-            while let Ok(Some(m)) = inbound.message().await {
-                let answer = match m.request {
-                    Some(Part::RequestHeaders(_)) => Answer::RequestHeaders(Default::default()),
-                    Some(Part::ResponseHeaders(_)) => Answer::ResponseHeaders(Default::default()),
-                    Some(Part::RequestBody(_)) => Answer::RequestBody(Default::default()),
-                    Some(Part::ResponseBody(_)) => Answer::ResponseBody(Default::default()),
-                    Some(Part::RequestTrailers(_)) => Answer::RequestTrailers(Default::default()),
-                    Some(Part::ResponseTrailers(_)) => Answer::ResponseTrailers(Default::default()),
-                    None => continue,
-                };
-                let response = ext::ProcessingResponse {
-                    response: Some(answer),
-                    override_message_timeout: None,
-                };
-                if tx.send(Ok(response)).await.is_err() {
-                    return;
-                }
-            }
+        let answers = request.into_inner().map_while(Result::ok).filter_map(|m| {
+            let answer = match m.request? {
+                Part::RequestHeaders(_) => Answer::RequestHeaders(Default::default()),
+                Part::ResponseHeaders(_) => Answer::ResponseHeaders(Default::default()),
+                Part::RequestBody(_) => Answer::RequestBody(Default::default()),
+                Part::ResponseBody(_) => Answer::ResponseBody(Default::default()),
+                Part::RequestTrailers(_) => Answer::RequestTrailers(Default::default()),
+                Part::ResponseTrailers(_) => Answer::ResponseTrailers(Default::default()),
+            };
+            Some(Ok(ext::ProcessingResponse {
+                response: Some(answer),
+                override_message_timeout: None,
+            }))
         });
-        Ok(tonic::Response::new(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        ))
+        Ok(tonic::Response::new(Box::pin(answers)))
     }
 }
 
-/// The no-op processor on a loopback port, served by this process.
-async fn noop_processor() -> u16 {
+/// The flag that makes the load generator the no-op processor (`serve_floor`): a process of
+/// its own, so that its CPU per HTTP request is measured as the authority's is.
+pub const SERVE_FLOOR: &str = "--serve-noop-processor";
+
+/// The no-op processor on a loopback port (printed as the authority prints its own), on a
+/// runtime like the authority's (a worker per core), until it is killed.
+pub async fn serve_floor() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(ext::external_processor_server::ExternalProcessorServer::new(NoOp))
-            // Nagle's algorithm off, as the authority has it: a small answer must not wait
-            // for the one before it to be acknowledged.
-            .serve_with_incoming(
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            ),
-    );
-    port
+    println!("listening on {}", listener.local_addr().unwrap());
+    tonic::transport::Server::builder()
+        .add_service(ext::external_processor_server::ExternalProcessorServer::new(NoOp))
+        // Nagle's algorithm off, as the authority has it: a small answer must not wait for
+        // the one before it to be acknowledged.
+        .serve_with_incoming(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        )
+        .await
+        .unwrap();
+}
+
+/// The no-op processor's process.
+fn noop_processor() -> Server {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.arg(SERVE_FLOOR);
+    Server::spawn(command)
+}
+
+fn port_of(server: &Server) -> u16 {
+    server.addr.rsplit(':').next().unwrap().parse().unwrap()
 }
 
 /// `--only envoy`.
@@ -247,9 +257,9 @@ pub async fn envoy(a: &Args, dir: &std::path::Path) {
     )
     .unwrap();
     let server = Server::start(&config);
-    let authority: u16 = server.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let authority = port_of(&server);
     let upstream = upstream();
-    let noop = noop_processor().await;
+    let noop = noop_processor();
     let (with_port, floor_port, without_port) = (free_port(), free_port(), free_port());
     let with = Envoy::start(
         dir,
@@ -260,7 +270,7 @@ pub async fn envoy(a: &Args, dir: &std::path::Path) {
     let floor = Envoy::start(
         dir,
         "floor",
-        &bootstrap(floor_port, upstream, noop, true),
+        &bootstrap(floor_port, upstream, port_of(&noop), true),
         floor_port,
     );
     let without = Envoy::start(
@@ -290,14 +300,21 @@ pub async fn envoy(a: &Args, dir: &std::path::Path) {
     println!("\n## 64 in flight: the authority, the no-op processor, no filter\n");
     table_header();
     let (mut ratios, mut ratios_no_filter) = (Vec::new(), Vec::new());
-    let (mut cpu, mut cpu_paced) = (Vec::new(), Vec::new());
+    let (mut cpu, mut cpu_paced, mut cpu_floor) = (Vec::new(), Vec::new(), Vec::new());
+    let mut floor_per_cycle = Vec::new();
     let chans = channels(&server.addr, 2).await;
     for round in 0..a.rounds {
         let before = server.cpu_secs();
         let mut f_with = through(with.port, 64, a.seconds).await;
         let n = (f_with.rate * a.seconds).max(1.0);
         f_with.cpu_us = Some((server.cpu_secs() - before) * 1e6 / n);
-        let f_floor = through(floor.port, 64, a.seconds).await;
+        let (mut f_floor, floor_cpu) = {
+            let before = noop.cpu_secs();
+            let f = through(floor.port, 64, a.seconds).await;
+            let n = (f.rate * a.seconds).max(1.0);
+            (f, (noop.cpu_secs() - before) * 1e6 / n)
+        };
+        f_floor.cpu_us = Some(floor_cpu);
         let f_without = through(without.port, 64, a.seconds).await;
         // The same authority's CPU per Submit+Release cycle over gRPC, at 64 in flight.
         let (_, cycles) = metered(
@@ -353,13 +370,15 @@ pub async fn envoy(a: &Args, dir: &std::path::Path) {
         let http = f_with.cpu_us.unwrap_or(0.0);
         cpu.push(http / cycles.cpu_us.unwrap_or(1.0).max(0.001));
         cpu_paced.push(http / paced.cpu_us.unwrap_or(1.0).max(0.001));
+        cpu_floor.push(http / floor_cpu.max(0.001));
+        floor_per_cycle.push(floor_cpu / cycles.cpu_us.unwrap_or(1.0).max(0.001));
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     println!(
-        "\nrequests/s through the authority ÷ through the no-op processor at 64 in flight: {:.2} ({}; {:.2} against no filter); p50 added one at a time against the no-op processor: {:.3} ms ({}; {:.3} ms against no filter); the authority's CPU per HTTP request ÷ per Submit+Release cycle: {:.2} × ({}; {:.2} × against cycles at the HTTP arm's rate) (medians of {} rounds)",
+        "\nrequests/s through the authority ÷ through the no-op processor at 64 in flight: {:.2} ({}; {:.2} against no filter); p50 added one at a time against the no-op processor: {:.3} ms ({}; {:.3} ms against no filter); the authority's CPU per HTTP request ÷ per Submit+Release cycle: {:.2} × ({}; {:.2} × against cycles at the HTTP arm's rate; {:.2} × the no-op processor's CPU per HTTP request, which is itself {:.2} × a cycle) (medians of {} rounds)",
         median(ratios.clone()),
         at_least(median(ratios), 0.95),
         median(ratios_no_filter),
@@ -369,9 +388,11 @@ pub async fn envoy(a: &Args, dir: &std::path::Path) {
         median(cpu.clone()),
         at_most(median(cpu), 1.25, "×"),
         median(cpu_paced),
+        median(cpu_floor),
+        median(floor_per_cycle),
         a.rounds
     );
-    drop((with, floor, without));
+    drop((with, floor, without, noop));
 }
 
 /// Submit+Release cycles from `c` workers paced to `rate` cycles/s in all (each worker keeps

@@ -227,19 +227,23 @@ impl Server {
             .and_then(|examples| examples.parent())
             .map(|dir| dir.join("admission-authority"))
             .unwrap();
-        let mut child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        command
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(config)
             .args(extra)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "start {}: {e} (build it with --release --bins)",
-                    bin.display()
-                )
-            });
+            .env("RUST_LOG", "warn");
+        Server::spawn(command)
+    }
+
+    /// Runs `command`, which prints `listening on ADDR` as its first line.
+    fn spawn(mut command: Command) -> Server {
+        let mut child = command.stdout(Stdio::piped()).spawn().unwrap_or_else(|e| {
+            panic!(
+                "start {:?}: {e} (build it with --release --bins)",
+                command.get_program()
+            )
+        });
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
@@ -980,6 +984,9 @@ async fn metered<T>(
 
 #[tokio::main]
 async fn main() {
+    if std::env::args().nth(1).as_deref() == Some(envoy::SERVE_FLOOR) {
+        return envoy::serve_floor().await;
+    }
     let a = args();
     let dir = std::env::temp_dir().join(format!("admission-loadgen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
