@@ -76,7 +76,7 @@ impl Cx {
                     );
                     continue;
                 }
-                out.policies.insert(p.name.clone(), p);
+                out.policies.insert(p.name.clone(), std::sync::Arc::new(p));
             }
         }
         out

@@ -88,6 +88,10 @@ impl Api {
     }
 }
 
+/// The request header whose value names a request's run id (with a per-stream suffix), as
+/// Envoy sets it.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
 /// `default_max_tokens` by default.
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
@@ -145,6 +149,18 @@ pub fn key_policy_name(p: crate::scheduler::KeyPolicy) -> &'static str {
 }
 
 impl HttpPolicy {
+    /// Whether [`ask`] reads the request header `name` (lower-cased) under this policy: its
+    /// sources' headers and `x-request-id`, the only headers worth copying out of Envoy's
+    /// message.
+    pub fn reads_header(&self, name: &str) -> bool {
+        let reads = |s: &Source| matches!(s, Source::Header(h) if h == name);
+        name == REQUEST_ID_HEADER
+            || reads(&self.subject)
+            || self.account.as_ref().is_some_and(reads)
+            || self.priority.as_ref().is_some_and(reads)
+            || self.key.as_ref().is_some_and(|k| reads(&k.source))
+    }
+
     /// Whether a request is admitted only once its body is read (a body source, or tokens):
     /// the filter must send the request body (`request_body_mode: BUFFERED`).
     pub fn needs_body(&self) -> bool {
@@ -169,7 +185,8 @@ pub const DEFAULT_MAX_WAIT_MS: u64 = 30_000;
 /// `http_admission`: the policies, by name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HttpAdmissionConfig {
-    pub policies: BTreeMap<String, HttpPolicy>,
+    /// Shared, not copied, by each request admitted under one.
+    pub policies: BTreeMap<String, Arc<HttpPolicy>>,
 }
 
 /// The policies in force, replaced whole by a reload (SIGHUP): a request keeps the policy it
@@ -290,10 +307,13 @@ pub fn ask(
         }),
         None => None,
     };
-    let request_id = Source::Header("x-request-id".into());
-    let run_id = match request_id.read(headers, body) {
+    let request_id = headers
+        .iter()
+        .find(|(k, _)| k == REQUEST_ID_HEADER)
+        .map(|(_, v)| v.trim());
+    let run_id = match request_id {
         // 128 bytes at most: the request id's first 111, a dot and 16 hex digits.
-        Some(v) if id_ok(&v) => format!("{}.{stream:016x}", &v[..v.len().min(111)]),
+        Some(v) if id_ok(v) => format!("{}.{stream:016x}", &v[..v.len().min(111)]),
         _ => format!("ext-proc-{stream:016x}"),
     };
     Ok(Ask {
@@ -321,6 +341,30 @@ mod tests {
             tokens: None,
             key: None,
         }
+    }
+
+    #[test]
+    fn a_policy_reads_its_sources_headers_and_the_request_id_and_nothing_else() {
+        let mut p = policy();
+        p.key = Some(KeySource {
+            source: Source::Header("x-conversation".into()),
+            policy: crate::scheduler::KeyPolicy::SerialKeepNewest,
+            debounce_ms: 0,
+        });
+        for h in [
+            "x-tenant",
+            "x-provider",
+            "x-priority",
+            "x-conversation",
+            "x-request-id",
+        ] {
+            assert!(p.reads_header(h), "{h}");
+        }
+        for h in [":path", "user-agent", "x-tenant-2", "content-type"] {
+            assert!(!p.reads_header(h), "{h}");
+        }
+        p.subject = Source::Body("user".into());
+        assert!(!p.reads_header("x-tenant"));
     }
 
     fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

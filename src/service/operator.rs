@@ -138,7 +138,7 @@ impl<S: Store> api::operator_server::Operator for OperatorService<S> {
                 .policies
                 .values()
                 .filter(|p| host_id.is_empty() || &p.host_id == host_id)
-                .map(replies::http_policy)
+                .map(|p| replies::http_policy(p))
                 .collect(),
         }))
     }

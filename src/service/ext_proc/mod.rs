@@ -155,7 +155,7 @@ struct Exchange<S: Store> {
     gates: Arc<Gates>,
     metrics: Arc<Metrics>,
     instance_id: String,
-    policy: HttpPolicy,
+    policy: Arc<HttpPolicy>,
     outbox: Outbox,
     /// Set while the request holds its ticket; taken when it is released (exactly once).
     held: Option<Held>,
@@ -194,12 +194,15 @@ enum Step {
 
 impl<S: Store> Exchange<S> {
     async fn run(mut self, mut inbound: Streaming<ProcessingRequest>) {
-        let mut renew = tokio::time::interval(Duration::from_secs(3600));
-        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Made once the ticket is held: a request refused, or still queued, has no timer.
+        let mut renew: Option<tokio::time::Interval> = None;
         loop {
             let message = tokio::select! {
+                // Envoy's message first: no random draw per message.
+                biased;
                 m = inbound.message() => m,
-                _ = renew.tick(), if self.held.is_some() => {
+                _ = async { renew.as_mut().expect("held").tick().await },
+                    if self.held.is_some() && renew.is_some() => {
                     self.renew().await;
                     continue;
                 }
@@ -237,8 +240,10 @@ impl<S: Store> Exchange<S> {
                 Step::Stop => break,
             }
             if let (false, Some(h)) = (had, &self.held) {
-                renew = tokio::time::interval_at(tokio::time::Instant::now() + h.every, h.every);
-                renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut every =
+                    tokio::time::interval_at(tokio::time::Instant::now() + h.every, h.every);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                renew = Some(every);
             }
         }
         self.finish(false).await;
@@ -267,7 +272,7 @@ impl<S: Store> Exchange<S> {
         let (answer, step) = match part {
             Part::RequestHeaders(h) => {
                 self.started = true;
-                let pairs = header_pairs(&h);
+                let pairs = header_pairs(&h, |k| self.policy.reads_header(k));
                 if self.policy.needs_body() && !h.end_of_stream {
                     // Admitted once the body is read (Envoy sends it, BUFFERED, before the
                     // request goes anywhere).
@@ -317,7 +322,7 @@ impl<S: Store> Exchange<S> {
                          (processing_mode.request_body_mode: BUFFERED); it was not admitted"
                     );
                 }
-                let pairs = header_pairs(&h);
+                let pairs = header_pairs(&h, |k| k == ":status" || k == "content-type");
                 let status = value(&pairs, ":status").and_then(|v| v.parse().ok());
                 self.status = status;
                 if let (Some(held), Some(status)) = (&mut self.held, status) {

@@ -56,24 +56,35 @@ pub(super) fn trailers() -> TrailersResponse {
     TrailersResponse::default()
 }
 
-/// The headers as (lower-cased key, value): `value`, or `raw_value` as text.
-pub(super) fn header_pairs(h: &HttpHeaders) -> Vec<(String, String)> {
-    h.headers
-        .as_ref()
-        .map(|m| {
-            m.headers
-                .iter()
-                .map(|v| {
-                    let value = if v.value.is_empty() {
-                        String::from_utf8_lossy(&v.raw_value).into_owned()
-                    } else {
-                        v.value.clone()
-                    };
-                    (v.key.to_ascii_lowercase(), value)
-                })
-                .collect()
+/// The headers `wanted` (by lower-cased key) as (lower-cased key, value): `value`, or
+/// `raw_value` as text. Only those are copied: a request's other headers cost nothing.
+pub(super) fn header_pairs(
+    h: &HttpHeaders,
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<(String, String)> {
+    let Some(m) = h.headers.as_ref() else {
+        return Vec::new();
+    };
+    m.headers
+        .iter()
+        .filter_map(|v| {
+            // Envoy sends keys lower-cased; another sender's are lowered before the test.
+            let key = if v.key.bytes().any(|b| b.is_ascii_uppercase()) {
+                std::borrow::Cow::Owned(v.key.to_ascii_lowercase())
+            } else {
+                std::borrow::Cow::Borrowed(v.key.as_str())
+            };
+            if !wanted(&key) {
+                return None;
+            }
+            let value = if v.value.is_empty() {
+                String::from_utf8_lossy(&v.raw_value).into_owned()
+            } else {
+                v.value.clone()
+            };
+            Some((key.into_owned(), value))
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// The value of header `name` (lower-cased) among `pairs`.
@@ -91,5 +102,47 @@ pub(super) fn outcome_of(status: u16) -> Outcome {
         429 => Outcome::RateLimited,
         500..=599 => Outcome::Overloaded,
         _ => Outcome::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::envoy::config::core::v3::HeaderMap;
+
+    fn headers(pairs: &[(&str, &str, &[u8])]) -> HttpHeaders {
+        HttpHeaders {
+            headers: Some(HeaderMap {
+                headers: pairs
+                    .iter()
+                    .map(|(k, v, raw)| HeaderValue {
+                        key: k.to_string(),
+                        value: v.to_string(),
+                        raw_value: raw.to_vec(),
+                    })
+                    .collect(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_the_headers_wanted_are_copied_keys_lowered_values_raw_or_not() {
+        let h = headers(&[
+            (":path", "/v1/chat", b""),
+            ("X-Tenant", "", b"acme"),
+            ("user-agent", "curl", b""),
+            ("x-request-id", "r1", b""),
+        ]);
+        let pairs = header_pairs(&h, |k| k == "x-tenant" || k == "x-request-id");
+        assert_eq!(
+            pairs,
+            vec![
+                ("x-tenant".to_string(), "acme".to_string()),
+                ("x-request-id".to_string(), "r1".to_string())
+            ]
+        );
+        assert_eq!(value(&pairs, "x-tenant"), Some("acme"));
+        assert!(header_pairs(&HttpHeaders::default(), |_| true).is_empty());
     }
 }
