@@ -201,7 +201,7 @@ impl<S: Store> Exchange<S> {
                 // Envoy's message first: no random draw per message.
                 biased;
                 m = inbound.message() => m,
-                _ = async { renew.as_mut().expect("held").tick().await },
+                _ = async { renew.as_mut().expect("made when the ticket was held").tick().await },
                     if self.held.is_some() && renew.is_some() => {
                     self.renew().await;
                     continue;
